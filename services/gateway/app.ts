@@ -1,0 +1,73 @@
+import { randomUUID } from 'node:crypto';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { Registry } from 'prom-client';
+import type { Config } from '../../shared/config.ts';
+import { handleError, sendProblem } from './problems.ts';
+import { healthRoutes, type ReadinessCheck } from './health.ts';
+import { openApiPlugin, openApiRoutes } from './openapi.ts';
+import { httpMetricsPlugin } from './httpMetrics.ts';
+
+export type GatewayOptions = {
+  readonly config: Pick<Config, 'BODY_LIMIT_BYTES' | 'LOG_LEVEL' | 'NODE_ENV'>;
+  readonly readiness: readonly ReadinessCheck[];
+  readonly registry: Registry;
+  /** Capability plugins mounted under `/v1`, each with its ports already bound. */
+  readonly v1: readonly V1Capability[];
+  /** The process's pino logger; without one the gateway makes its own at LOG_LEVEL. */
+  readonly logger?: FastifyBaseLogger;
+};
+
+export type V1Capability = (v1: FastifyInstance) => Promise<void>;
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/**
+ * Builds the gateway. Plugins load in tiers: infrastructure (errors, metrics, OpenAPI), then
+ * public routes (health, docs), then the `/v1` capabilities, which receive their ports
+ * through their own closures rather than globals. `server.ts` only listens.
+ */
+export async function createGateway(options: GatewayOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    ...(options.logger
+      ? { loggerInstance: options.logger }
+      : { logger: { level: options.config.LOG_LEVEL, redact: ['req.headers.authorization', 'req.headers.cookie'] } }),
+    bodyLimit: options.config.BODY_LIMIT_BYTES,
+    genReqId: (req) => {
+      const incoming = req.headers['x-request-id'];
+      return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    },
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
+  }).withTypeProvider<ZodTypeProvider>();
+
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  app.setErrorHandler(handleError);
+  app.setNotFoundHandler((request, reply) =>
+    sendProblem(request, reply, 404, `No route ${request.method} ${request.url.split('?')[0]}; this service serves /v1`),
+  );
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+
+  // Tier 1: infrastructure.
+  await app.register(httpMetricsPlugin, { registry: options.registry });
+  await app.register(openApiPlugin);
+
+  // Tier 2: public, unversioned routes.
+  await app.register(healthRoutes, { readiness: options.readiness, registry: options.registry });
+
+  // Tier 3: the versioned API.
+  await app.register(
+    async (v1) => {
+      await v1.register(openApiRoutes);
+      for (const capability of options.v1) await capability(v1);
+    },
+    { prefix: '/v1' },
+  );
+
+  await app.ready();
+  return app;
+}

@@ -1,0 +1,99 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { AppError } from '../../shared/errors.ts';
+
+/** RFC 9457 problem details, the body of every error response. */
+export const problemSchema = z
+  .object({
+    type: z.string().describe('URI reference naming the problem type'),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string(),
+    instance: z.string().describe('The request path'),
+    requestId: z.string().optional(),
+    errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  })
+  .catchall(z.unknown())
+  .meta({ id: 'Problem' });
+
+export type Problem = z.infer<typeof problemSchema>;
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+const problemType = (code: string) => `/problems/${code}`;
+
+const TITLES: Record<number, [code: string, title: string]> = {
+  400: ['bad-request', 'Bad Request'],
+  401: ['unauthorized', 'Unauthorized'],
+  403: ['forbidden', 'Forbidden'],
+  404: ['not-found', 'Not Found'],
+  405: ['method-not-allowed', 'Method Not Allowed'],
+  406: ['not-acceptable', 'Not Acceptable'],
+  409: ['conflict', 'Conflict'],
+  412: ['precondition-failed', 'Precondition Failed'],
+  413: ['content-too-large', 'Content Too Large'],
+  415: ['unsupported-media-type', 'Unsupported Media Type'],
+  422: ['unprocessable-content', 'Unprocessable Content'],
+  429: ['too-many-requests', 'Too Many Requests'],
+  500: ['internal', 'Internal Server Error'],
+  503: ['service-unavailable', 'Service Unavailable'],
+};
+
+export function sendProblem(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  status: number,
+  detail: string,
+  extras: Record<string, unknown> = {},
+  code?: string,
+  title?: string,
+): FastifyReply {
+  const [defaultCode, defaultTitle] = TITLES[status] ?? (status >= 500 ? TITLES[500] : TITLES[400]) ?? ['error', 'Error'];
+  const body: Problem = {
+    type: problemType(code ?? defaultCode),
+    title: title ?? defaultTitle,
+    status,
+    detail,
+    instance: request.url.split('?')[0] ?? request.url,
+    requestId: request.id,
+    ...extras,
+  };
+  return reply.code(status).type(PROBLEM_CONTENT_TYPE).serializer(JSON.stringify).send(body);
+}
+
+const FASTIFY_CODES: Record<string, [status: number, detail: string]> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: [415, 'This endpoint accepts application/json request bodies'],
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: [400, 'Content-Length does not match the body'],
+  FST_ERR_CTP_EMPTY_JSON_BODY: [400, 'The request body is empty but Content-Type is application/json'],
+  FST_ERR_CTP_INVALID_JSON_BODY: [400, 'The request body is not valid JSON'],
+  FST_ERR_CTP_BODY_TOO_LARGE: [413, 'The request body is larger than this service accepts'],
+  FST_ERR_CTP_INVALID_TYPE: [400, 'The Content-Type header is not valid'],
+};
+
+/** One error handler for the whole app: domain errors to problems, internals hidden. */
+export function handleError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  if (error instanceof AppError) {
+    reply.headers(error.headers);
+    return sendProblem(request, reply, error.status, error.message, error.extras, error.code, error.title);
+  }
+  if (hasZodFastifySchemaValidationErrors(error)) {
+    const errors = error.validation.map((v) => ({
+      path: [error.validationContext ?? '', ...String(v.instancePath ?? '').split('/').filter(Boolean)].filter(Boolean).join('.'),
+      message: v.message ?? 'is invalid',
+    }));
+    return sendProblem(request, reply, 400, `The request ${error.validationContext ?? 'input'} is invalid`, { errors });
+  }
+  const code = 'code' in error ? String(error.code) : '';
+  if (code === 'FST_ERR_CTP_INVALID_JSON_BODY' || (error instanceof SyntaxError && 'statusCode' in error)) {
+    return sendProblem(request, reply, 400, 'The request body is not valid JSON');
+  }
+  const known = FASTIFY_CODES[code];
+  if (known) return sendProblem(request, reply, known[0], known[1]);
+  const statusCode = 'statusCode' in error && typeof error.statusCode === 'number' ? error.statusCode : 500;
+  if (statusCode >= 400 && statusCode < 500 && !isResponseSerializationError(error)) {
+    return sendProblem(request, reply, statusCode, error.message);
+  }
+  request.log.error({ err: error }, 'request failed');
+  return sendProblem(request, reply, 500, `An internal error occurred; quote request id ${request.id} when reporting it`);
+}

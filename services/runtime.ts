@@ -1,0 +1,67 @@
+import { collectDefaultMetrics, Registry } from 'prom-client';
+import type { Config } from '../shared/config.ts';
+import { migrate } from '../shared/db/migrate.ts';
+import { createDatabasePool, type DatabasePool } from '../shared/db/pool.ts';
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '../shared/db/embedded.ts';
+import { createPostgresEventStore } from '../shared/event-store/postgres.ts';
+import type { EventStore } from '../shared/event-store/port.ts';
+import type { Logger } from '../shared/logger.ts';
+import type { ReadinessCheck } from './gateway/health.ts';
+import { allMigrations } from './schema.ts';
+
+/**
+ * The ports of one process, built from configuration: each URL that is set switches its part
+ * to the real engine; without it the embedded default is used. Domain code sees only ports.
+ */
+export type Runtime = {
+  readonly config: Config;
+  readonly databaseUrl: string;
+  readonly pool: DatabasePool;
+  readonly eventStore: EventStore;
+  readonly registry: Registry;
+  readonly readiness: ReadinessCheck[];
+  readonly logger: Logger;
+  /** Releases everything in reverse order of creation. */
+  close(): Promise<void>;
+};
+
+export async function createRuntime(config: Config, logger: Logger): Promise<Runtime> {
+  const closers: Array<() => Promise<void>> = [];
+  const close = async () => {
+    for (const closeOne of closers.reverse()) {
+      await closeOne().catch((error: unknown) => logger.error({ err: error }, 'error while closing'));
+    }
+  };
+  try {
+    let databaseUrl = config.DATABASE_URL;
+    if (!databaseUrl) {
+      const started = Date.now();
+      const embedded: EmbeddedDatabase = await startEmbeddedPostgres({
+        dataDir: config.DATA_DIR,
+        port: config.EMBEDDED_PG_PORT,
+        log: (message) => logger.info(message),
+      });
+      closers.push(() => embedded.stop());
+      databaseUrl = embedded.url;
+      logger.info({ port: config.EMBEDDED_PG_PORT, ms: Date.now() - started }, 'embedded PostgreSQL started');
+    }
+    const applied = await migrate(databaseUrl, allMigrations);
+    if (applied.length > 0) logger.info({ applied }, 'migrations applied');
+
+    const pool = await createDatabasePool(databaseUrl, { applicationName: 'employee-analytics' });
+    closers.push(() => pool.end());
+    const eventStore = createPostgresEventStore(pool, { listenUrl: databaseUrl });
+    closers.push(() => eventStore.close());
+
+    const registry = new Registry();
+    collectDefaultMetrics({ register: registry });
+
+    const readiness: ReadinessCheck[] = [
+      { name: 'postgres', check: () => eventStore.ping() },
+    ];
+    return { config, databaseUrl, pool, eventStore, registry, readiness, logger, close };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}

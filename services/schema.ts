@@ -1,0 +1,13 @@
+import { tenantRoleMigration, type Migration } from '../shared/db/migrate.ts';
+import { eventStoreMigrations } from '../shared/event-store/postgres.ts';
+import { projectionRunnerMigrations } from '../projections/runner/runner.ts';
+
+/**
+ * Every migration of the service, in the order they apply. Each capability owns its DDL next
+ * to its code; this list only fixes the order. Append new entries, never reorder or edit old ones.
+ */
+export const allMigrations: readonly Migration[] = [
+  tenantRoleMigration,
+  ...eventStoreMigrations,
+  ...projectionRunnerMigrations,
+];

@@ -1,0 +1,86 @@
+import { z } from 'zod';
+
+/**
+ * The one place that reads the environment. Every variable is validated here; a bad value
+ * stops start-up with a message that names the variable (see `loadConfig`).
+ */
+const url = (protocols: readonly string[]) =>
+  z
+    .string()
+    .trim()
+    .min(1)
+    .refine((v) => {
+      try {
+        return protocols.includes(new URL(v).protocol.replace(/:$/, ''));
+      } catch {
+        return false;
+      }
+    }, `must be a URL with scheme ${protocols.join(' or ')}`);
+
+const emptyAsUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === '' ? undefined : v);
+
+const optional = <T extends z.ZodType>(schema: T) => z.preprocess(emptyAsUndefined, schema.optional());
+
+const boolish = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no'])
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+export const configSchema = z.object({
+  NODE_ENV: z.enum(['development', 'test', 'production']).default('development'),
+  PORT: z.coerce.number().int().min(0).max(65535).default(3000),
+  HOST: z.string().min(1).default('127.0.0.1'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Where the embedded PostgreSQL keeps its data and where generated keys live. */
+  DATA_DIR: z.string().min(1).default('./.data'),
+  DATABASE_URL: optional(url(['postgres', 'postgresql'])),
+  /** Port the embedded PostgreSQL listens on (only without DATABASE_URL). */
+  EMBEDDED_PG_PORT: z.coerce.number().int().min(1).max(65535).default(54329),
+  EVENTSTORE_URL: optional(url(['esdb', 'esdb+discover', 'kurrentdb', 'kurrentdb+discover', 'kurrent', 'kurrent+discover'])),
+  KAFKA_BROKERS: optional(
+    z
+      .string()
+      .transform((v) => v.split(',').map((b) => b.trim()).filter(Boolean))
+      .pipe(z.array(z.string().regex(/^[^:\s]+:\d+$/, 'each broker must be host:port')).min(1)),
+  ),
+  KAFKA_METRICS_TOPIC: z.string().min(1).default('usage-samples'),
+  REDIS_URL: optional(url(['redis', 'rediss'])),
+  /** Largest accepted request body in bytes. */
+  BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1_048_576),
+  /** How long graceful shutdown may take before the process exits anyway. */
+  SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(10_000),
+  RATE_LIMIT_FAIL_OPEN: z.preprocess(emptyAsUndefined, boolish.optional()).transform((v) => v ?? true),
+  JWT_ISSUER: z.string().min(1).default('employee-analytics-service'),
+  JWT_AUDIENCE: z.string().min(1).default('employee-analytics-api'),
+  /** JSON array of private JWKs (Ed25519, with `kid`); first signs, all verify. Generated under DATA_DIR when unset. */
+  JWT_PRIVATE_JWKS: optional(z.string()),
+  BOOTSTRAP_TENANT: optional(z.string().regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/)),
+  BOOTSTRAP_PLAN: z.preprocess(emptyAsUndefined, z.enum(['starter', 'pro', 'enterprise']).default('starter')),
+  BOOTSTRAP_ADMIN_EMAIL: optional(z.email()),
+  BOOTSTRAP_ADMIN_PASSWORD: optional(z.string().min(8)),
+});
+
+export type Config = z.infer<typeof configSchema>;
+
+export class ConfigError extends Error {
+  constructor(readonly issues: readonly string[]) {
+    super(`Invalid configuration:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const parsed = configSchema.safeParse(env);
+  if (!parsed.success) {
+    throw new ConfigError(
+      parsed.error.issues.map((issue) => `${issue.path.join('.') || '(env)'}: ${issue.message}`),
+    );
+  }
+  const config = parsed.data;
+  const bootstrap = [config.BOOTSTRAP_TENANT, config.BOOTSTRAP_ADMIN_EMAIL, config.BOOTSTRAP_ADMIN_PASSWORD];
+  if (bootstrap.some((v) => v !== undefined) && bootstrap.some((v) => v === undefined)) {
+    throw new ConfigError([
+      'BOOTSTRAP_TENANT, BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD must be set together',
+    ]);
+  }
+  return config;
+}

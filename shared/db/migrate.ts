@@ -1,0 +1,70 @@
+import pg from 'pg';
+
+/**
+ * A migration is plain DDL owned by the capability that needs it (event store, each
+ * projection, auth, ...). Applied in order, once, under an advisory lock so that several
+ * processes starting together do not race.
+ *
+ * DDL cannot be expressed with bound values, so this runner talks to `pg` directly instead of
+ * going through slonik's tagged templates (where it would need `sql.unsafe`).
+ */
+export type Migration = { readonly id: string; readonly sql: string };
+
+const LOCK_KEY = 7_412_019; // arbitrary, fixed: "the migration lock" of this service
+
+export async function migrate(databaseUrl: string, migrations: readonly Migration[]): Promise<string[]> {
+  const ids = new Set<string>();
+  for (const m of migrations) {
+    if (ids.has(m.id)) throw new Error(`Duplicate migration id ${m.id}`);
+    ids.add(m.id);
+  }
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  const applied: string[] = [];
+  try {
+    await client.query('select pg_advisory_lock($1)', [LOCK_KEY]);
+    await client.query(`create table if not exists schema_migrations (
+      id text primary key,
+      applied_at timestamptz not null default now()
+    )`);
+    const { rows } = await client.query<{ id: string }>('select id from schema_migrations');
+    const done = new Set(rows.map((r) => r.id));
+    for (const migration of migrations) {
+      if (done.has(migration.id)) continue;
+      await client.query('begin');
+      try {
+        await client.query(migration.sql);
+        await client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
+        await client.query('commit');
+        applied.push(migration.id);
+      } catch (error) {
+        await client.query('rollback');
+        throw new Error(`Migration ${migration.id} failed: ${(error as Error).message}`, { cause: error });
+      }
+    }
+  } finally {
+    await client.query('select pg_advisory_unlock($1)', [LOCK_KEY]).catch(() => undefined);
+    await client.end();
+  }
+  return applied;
+}
+
+/** The role tenant-scoped transactions switch to; created once per cluster. */
+export const tenantRoleMigration: Migration = {
+  id: 'db/001-tenant-role',
+  sql: `
+    do $$
+    begin
+      if not exists (select 1 from pg_roles where rolname = 'eas_tenant') then
+        create role eas_tenant nologin;
+      end if;
+    exception when duplicate_object or unique_violation then null; -- created concurrently
+    end $$;
+    do $$
+    begin
+      execute format('grant eas_tenant to %I', current_user);
+    exception when others then null; -- already granted, or we are a superuser
+    end $$;
+    grant usage on schema public to eas_tenant;
+  `,
+};

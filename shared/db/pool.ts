@@ -1,0 +1,84 @@
+import {
+  createPool,
+  createDateTypeParser,
+  createIntervalTypeParser,
+  SchemaValidationError,
+  sql,
+  type DatabasePool,
+  type DatabaseTransactionConnection,
+  type Interceptor,
+  type QueryResultRow,
+} from 'slonik';
+import { z } from 'zod';
+
+export { sql };
+export type { DatabasePool, DatabaseTransactionConnection };
+/** Anything that can run a query: the pool, a pooled connection or a transaction. */
+export type Queryable = Pick<DatabasePool, 'any' | 'many' | 'maybeOne' | 'one' | 'oneFirst' | 'maybeOneFirst' | 'query' | 'exists' | 'anyFirst'>;
+
+/**
+ * slonik only records the schema given to `sql.type`; this interceptor is what actually
+ * validates each row at the read boundary (see PITFALLS: without it nothing is checked).
+ */
+const validateRows: Interceptor = {
+  name: 'validate-rows',
+  transformRowAsync: async (context, query, row) => {
+    const parser = context.resultParser;
+    if (!parser) return row;
+    const result = await parser['~standard'].validate(row);
+    if (result.issues) {
+      throw new SchemaValidationError(query, row, result.issues);
+    }
+    return result.value as QueryResultRow;
+  },
+};
+
+const isoTimestamp = (value: string | null) => (value === null ? null : new Date(value).toISOString());
+
+export type CreateDatabasePoolOptions = {
+  readonly maximumPoolSize?: number;
+  readonly statementTimeoutMs?: number;
+  readonly applicationName?: string;
+};
+
+export async function createDatabasePool(url: string, options: CreateDatabasePoolOptions = {}): Promise<DatabasePool> {
+  const connectionUri = new URL(url);
+  if (options.applicationName) connectionUri.searchParams.set('application_name', options.applicationName);
+  return createPool(connectionUri.toString(), {
+    maximumPoolSize: options.maximumPoolSize ?? 10,
+    statementTimeout: options.statementTimeoutMs ?? 30_000,
+    idleInTransactionSessionTimeout: 60_000,
+    interceptors: [validateRows],
+    typeParsers: [
+      // Counts and revisions fit in a double; JSON cannot carry BigInt (PITFALLS).
+      { name: 'int8', parse: (v: string) => Number(v) },
+      // Money stays exact as text; callers decide how to do arithmetic on it.
+      { name: 'numeric', parse: (v: string) => v },
+      { name: 'timestamptz', parse: isoTimestamp },
+      { name: 'timestamp', parse: (v: string) => new Date(`${v}Z`).toISOString() },
+      createDateTypeParser(),
+      createIntervalTypeParser(),
+    ],
+  });
+}
+
+/** Role that tenant-scoped work runs as, so row-level security applies (created by migrations). */
+export const TENANT_ROLE = 'eas_tenant';
+
+/**
+ * Runs `work` in a transaction scoped to one tenant: as the non-owner role, with
+ * `app.tenant_id` set for that transaction only. Row-level security policies read it,
+ * so a query that forgets its tenant filter still sees nothing of another tenant.
+ */
+export async function withTenant<T>(
+  pool: DatabasePool,
+  tenantId: string,
+  work: (tx: DatabaseTransactionConnection) => Promise<T>,
+): Promise<T> {
+  return pool.transaction(async (tx) => {
+    await tx.query(sql.type(z.object({}))`
+      select set_config('app.tenant_id', ${tenantId}, true), set_config('role', ${TENANT_ROLE}, true)
+    `);
+    return work(tx);
+  });
+}
