@@ -8,6 +8,24 @@ import type { EventStore } from '../shared/event-store/port.ts';
 import type { Logger } from '../shared/logger.ts';
 import type { ReadinessCheck } from './gateway/health.ts';
 import { allMigrations } from './schema.ts';
+import pg from 'pg';
+
+/**
+ * The embedded server another process of ours already runs (the service, while an ops command
+ * or a second role attaches to it). Its owner stops it; we only connect.
+ */
+async function runningEmbeddedPostgres(config: Config): Promise<string | undefined> {
+  const url = `postgres://postgres:postgres@127.0.0.1:${config.EMBEDDED_PG_PORT}/postgres`;
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1_000 });
+  try {
+    await client.connect();
+    return url;
+  } catch {
+    return undefined;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
 
 /**
  * The ports of one process, built from configuration: each URL that is set switches its part
@@ -33,7 +51,7 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
     }
   };
   try {
-    let databaseUrl = config.DATABASE_URL;
+    let databaseUrl = config.DATABASE_URL ?? (await runningEmbeddedPostgres(config));
     if (!databaseUrl) {
       const started = Date.now();
       const embedded: EmbeddedDatabase = await startEmbeddedPostgres({
