@@ -1,0 +1,196 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
+import {
+  START,
+  comparePositions,
+  type EventStore,
+  type NewEvent,
+  type RecordedEvent,
+} from '../../../shared/event-store/port.ts';
+
+/**
+ * The event-store contract: every adapter runs exactly these tests. The factory is called once
+ * per suite and may share a store with other test files, so every test uses its own streams.
+ */
+export type EventStoreFixture = { store: EventStore; teardown(): Promise<void> };
+
+const event = (type: string, data: Record<string, unknown> = {}): NewEvent => ({
+  id: randomUUID(),
+  type,
+  data,
+  metadata: { actor: 'contract-test' },
+});
+
+/** Reads everything after `after` for this test's streams (other tests write to the same log). */
+async function readAllOf(store: EventStore, streams: ReadonlySet<string>, after = START): Promise<RecordedEvent[]> {
+  const seen: RecordedEvent[] = [];
+  let position = after;
+  for (;;) {
+    const page = await store.readAll({ after: position, maxCount: 500 });
+    seen.push(...page.events.filter((e) => streams.has(e.streamId)));
+    if (comparePositions(page.checkpoint, position) === 0) return seen;
+    position = page.checkpoint;
+  }
+}
+
+export function eventStoreContract(name: string, createFixture: () => Promise<EventStoreFixture>): void {
+  describe(`event store contract: ${name}`, () => {
+    let fixture: EventStoreFixture;
+    let store: EventStore;
+    const streamId = (label: string) => `contract_${label}-${randomUUID()}`;
+
+    beforeAll(async () => {
+      fixture = await createFixture();
+      store = fixture.store;
+    });
+    afterAll(async () => {
+      await fixture?.teardown();
+    });
+
+    describe('when the stream does not exist', () => {
+      it('reads as empty', async () => {
+        expect(await store.readStream(streamId('missing'))).toEqual([]);
+      });
+
+      it('accepts an append expecting no stream and numbers revisions from 0', async () => {
+        const id = streamId('new');
+        const result = await store.append(id, [event('A'), event('B')], { expectedRevision: 'no_stream' });
+        expect(result.nextRevision).toBe(1);
+        const events = await store.readStream(id);
+        expect(events.map((e) => [e.type, e.revision])).toEqual([
+          ['A', 0],
+          ['B', 1],
+        ]);
+        expect(comparePositions(result.position, events[1]!.position)).toBe(0);
+      });
+
+      it('refuses an append expecting an exact revision or an existing stream', async () => {
+        const id = streamId('absent');
+        await expect(store.append(id, [event('A')], { expectedRevision: 0 })).rejects.toBeInstanceOf(WrongExpectedRevisionError);
+        await expect(store.append(id, [event('A')], { expectedRevision: 'stream_exists' })).rejects.toBeInstanceOf(
+          WrongExpectedRevisionError,
+        );
+        expect(await store.readStream(id)).toEqual([]);
+      });
+    });
+
+    describe('when the stream exists', () => {
+      it('appends at the exact expected revision and refuses a stale one', async () => {
+        const id = streamId('exact');
+        await store.append(id, [event('A')], { expectedRevision: 'no_stream' });
+        const second = await store.append(id, [event('B')], { expectedRevision: 0 });
+        expect(second.nextRevision).toBe(1);
+        const stale = store.append(id, [event('C')], { expectedRevision: 0 });
+        await expect(stale).rejects.toBeInstanceOf(WrongExpectedRevisionError);
+        await expect(store.append(id, [event('C')], { expectedRevision: 'no_stream' })).rejects.toBeInstanceOf(
+          WrongExpectedRevisionError,
+        );
+        expect((await store.readStream(id)).map((e) => e.type)).toEqual(['A', 'B']);
+      });
+
+      it('appends with any and with stream_exists', async () => {
+        const id = streamId('any');
+        await store.append(id, [event('A')]);
+        await store.append(id, [event('B')], { expectedRevision: 'any' });
+        const result = await store.append(id, [event('C')], { expectedRevision: 'stream_exists' });
+        expect(result.nextRevision).toBe(2);
+      });
+
+      it('treats a retried append with the same event ids as done once', async () => {
+        const id = streamId('idempotent');
+        const batch = [event('A', { n: 1 }), event('B', { n: 2 })];
+        const first = await store.append(id, batch, { expectedRevision: 'no_stream' });
+        const retry = await store.append(id, batch, { expectedRevision: 'no_stream' });
+        expect(retry.nextRevision).toBe(first.nextRevision);
+        expect(await store.readStream(id)).toHaveLength(2);
+      });
+
+      it('keeps data and metadata intact', async () => {
+        const id = streamId('data');
+        const data = { text: 'zoë ✓', nested: { n: 1.5, list: [1, 'two', null] }, flag: false };
+        await store.append(id, [{ id: randomUUID(), type: 'Shaped', data, metadata: { tenantId: 't1', actor: 'u1' } }]);
+        const [recorded] = await store.readStream(id);
+        expect(recorded?.data).toEqual(data);
+        expect(recorded?.metadata).toMatchObject({ tenantId: 't1', actor: 'u1' });
+        expect(new Date(recorded!.recordedAt).toISOString()).toBe(recorded!.recordedAt);
+      });
+
+      it('reads a stream from a revision, bounded by a count', async () => {
+        const id = streamId('range');
+        await store.append(id, ['A', 'B', 'C', 'D'].map((t) => event(t)));
+        const events = await store.readStream(id, { fromRevision: 1, maxCount: 2 });
+        expect(events.map((e) => e.type)).toEqual(['B', 'C']);
+      });
+    });
+
+    describe('when reading all', () => {
+      it('returns events in global order, after an exclusive position, and moves the checkpoint', async () => {
+        const head = await store.headPosition();
+        const a = streamId('all-a');
+        const b = streamId('all-b');
+        await store.append(a, [event('A1')]);
+        await store.append(b, [event('B1')]);
+        await store.append(a, [event('A2')]);
+        const mine = await readAllOf(store, new Set([a, b]), head);
+        expect(mine.map((e) => e.type)).toEqual(['A1', 'B1', 'A2']);
+        for (let i = 1; i < mine.length; i++) expect(comparePositions(mine[i - 1]!.position, mine[i]!.position)).toBe(-1);
+        const afterFirst = await readAllOf(store, new Set([a, b]), mine[0]!.position);
+        expect(afterFirst.map((e) => e.type)).toEqual(['B1', 'A2']);
+        expect(comparePositions(await store.headPosition(), mine[2]!.position)).toBeGreaterThanOrEqual(0);
+      });
+
+      it('filters by event type while the checkpoint still advances past other events', async () => {
+        const head = await store.headPosition();
+        const id = streamId('filtered');
+        const wanted = `Wanted_${randomUUID().slice(0, 8)}`;
+        const last = await store.append(id, [event('Other'), event(wanted), event('Other')]);
+        let position = head;
+        const found: RecordedEvent[] = [];
+        for (;;) {
+          const page = await store.readAll({ after: position, eventTypes: [wanted] });
+          found.push(...page.events);
+          expect(page.events.every((e) => e.type === wanted)).toBe(true);
+          if (comparePositions(page.checkpoint, position) === 0) break;
+          position = page.checkpoint;
+        }
+        expect(found.map((e) => e.streamId)).toEqual([id]);
+        expect(comparePositions(position, last.position)).toBeGreaterThanOrEqual(0);
+      });
+    });
+
+    describe('when subscribed to all', () => {
+      it('catches up from a position, then delivers live events exactly once, in order', async () => {
+        const head = await store.headPosition();
+        const id = streamId('sub');
+        await store.append(id, [event('Before1'), event('Before2')]);
+        const controller = new AbortController();
+        const received: RecordedEvent[] = [];
+        const consumed = (async () => {
+          for await (const page of store.subscribeToAll({ after: head, signal: controller.signal, pollIntervalMs: 50 })) {
+            received.push(...page.events.filter((e) => e.streamId === id));
+            if (received.length >= 4) controller.abort();
+          }
+        })();
+        await store.append(id, [event('Live1')]);
+        await store.append(id, [event('Live2')]);
+        await consumed;
+        expect(received.map((e) => e.type)).toEqual(['Before1', 'Before2', 'Live1', 'Live2']);
+      });
+
+      it('stops when its signal aborts while waiting for events', async () => {
+        const controller = new AbortController();
+        const head = await store.headPosition();
+        const consumed = (async () => {
+          let pages = 0;
+          for await (const page of store.subscribeToAll({ after: head, signal: controller.signal, eventTypes: [`Never_${randomUUID()}`] })) {
+            pages += page.events.length;
+          }
+          return pages;
+        })();
+        setTimeout(() => controller.abort(), 100);
+        await expect(consumed).resolves.toBe(0);
+      });
+    });
+  });
+}
