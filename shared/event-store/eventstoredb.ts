@@ -1,0 +1,343 @@
+import {
+  ANY,
+  BACKWARDS,
+  END,
+  FORWARDS,
+  NO_STREAM,
+  START as ESDB_START,
+  STREAM_EXISTS,
+  KurrentDBClient,
+  StreamNotFoundError,
+  WrongExpectedVersionError,
+  eventTypeFilter,
+  excludeSystemEvents,
+  type AllStreamResolvedEvent,
+  type AllStreamSubscription,
+  type AppendStreamState,
+  type EventData,
+  type Filter,
+  type JSONType,
+  type Position,
+  type ReadPosition,
+  type RecordedEvent as EsdbRecorded,
+} from '@kurrent/kurrentdb-client';
+import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
+import {
+  START,
+  comparePositions,
+  type AppendResult,
+  type EventMetadata,
+  type EventStore,
+  type ExpectedRevision,
+  type GlobalPosition,
+  type NewEvent,
+  type ReadAllOptions,
+  type ReadAllPage,
+  type RecordedEvent,
+  type SubscribeOptions,
+} from './port.ts';
+
+/**
+ * EventStoreDB / KurrentDB adapter of the event-store port (gRPC, `@kurrent/kurrentdb-client`).
+ *
+ * - `GlobalPosition {commit, prepare}` is ESDB's `$all` position, 1:1.
+ * - Reads of `$all` are inclusive of `fromPosition`; the port's `after` is exclusive, so the
+ *   event at exactly `after` is dropped. System events (`$...`) never leave the adapter.
+ * - The log of a single KurrentDB leader only ever grows at its end, so a forward read of
+ *   `$all` never sees an event appear before one it already returned: the head read *before*
+ *   a read that came back short is a safe checkpoint (everything up to it was scanned).
+ * - Catch-up subscriptions restart from the last yielded checkpoint whenever the server stream
+ *   ends, errors or the connection drops (gRPC keepalive detects dead links); events at or
+ *   before that checkpoint are dropped, so a restart never repeats one.
+ */
+
+/** Our expected revision as the client's stream state: exact, never widened. */
+export function toStreamState(expected: ExpectedRevision): AppendStreamState {
+  switch (expected) {
+    case 'any':
+      return ANY;
+    case 'no_stream':
+      return NO_STREAM;
+    case 'stream_exists':
+      return STREAM_EXISTS;
+    default:
+      if (!Number.isSafeInteger(expected) || expected < 0) throw new RangeError(`invalid expected revision ${expected}`);
+      return BigInt(expected);
+  }
+}
+
+/** ESDB's WrongExpectedVersionError as ours (same HTTP meaning: 409 / 412 upstream). */
+export function toWrongExpectedRevision(error: WrongExpectedVersionError, streamId: string, expected: ExpectedRevision): WrongExpectedRevisionError {
+  const actual = error.actualState;
+  // Deleted (-5) / tombstoned (-6) streams and an unknown state read as "no stream" to callers.
+  const revision = typeof actual === 'bigint' && actual >= 0n ? Number(actual) : 'no_stream';
+  return new WrongExpectedRevisionError(streamId, String(expected), revision);
+}
+
+const escapeRegex = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** Server-side filter regex matching exactly these event types. */
+export function eventTypesRegex(types: readonly string[]): string {
+  return `^(?:${types.map(escapeRegex).join('|')})$`;
+}
+
+/** Our position as the client's read position: START of the port is ESDB's start of `$all`. */
+export function toReadPosition(position: GlobalPosition): ReadPosition {
+  return comparePositions(position, START) === 0 ? ESDB_START : { commit: position.commit, prepare: position.prepare };
+}
+
+const isSystem = (type: string, streamId: string) => type.startsWith('$') || streamId.startsWith('$');
+
+/** Stream reads carry the `$all` position too on servers ≥ 22.6 (the supported range). */
+function toRecorded(event: EsdbRecorded): RecordedEvent | undefined {
+  if (!event.position || isSystem(event.type, event.streamId)) return undefined;
+  const metadata = event.metadata;
+  return {
+    id: event.id,
+    streamId: event.streamId,
+    revision: Number(event.revision),
+    type: event.type,
+    data: event.isJson ? event.data : Buffer.from(event.data).toString('base64'),
+    metadata: metadata && typeof metadata === 'object' && !(metadata instanceof Uint8Array) && !Array.isArray(metadata)
+      ? (metadata as EventMetadata)
+      : {},
+    position: { commit: event.position.commit, prepare: event.position.prepare },
+    recordedAt: event.created.toISOString(),
+  };
+}
+
+const toEventData = (event: NewEvent): EventData => ({
+  id: event.id,
+  contentType: 'application/json',
+  type: event.type,
+  data: event.data as JSONType,
+  metadata: (event.metadata ?? {}) as JSONType,
+});
+
+const maxPosition = (a: GlobalPosition, b: GlobalPosition) => (comparePositions(a, b) >= 0 ? a : b);
+
+export type EventStoreDbOptions = {
+  /** Longest wait before a dropped subscription is opened again (doubling from 100 ms). */
+  readonly maxResubscribeDelayMs?: number;
+};
+
+/**
+ * Connects with the keepalive the subscriptions rely on to notice a dead link: a connection
+ * string may set its own `keepAliveInterval` / `keepAliveTimeout`.
+ */
+export function connectEventStoreDb(url: string): KurrentDBClient {
+  const parsed = new URL(url);
+  if (!parsed.searchParams.has('keepAliveInterval')) parsed.searchParams.set('keepAliveInterval', '10000');
+  if (!parsed.searchParams.has('keepAliveTimeout')) parsed.searchParams.set('keepAliveTimeout', '10000');
+  return KurrentDBClient.connectionString(parsed.toString());
+}
+
+export function createEventStoreDbEventStore(client: KurrentDBClient, options: EventStoreDbOptions = {}): EventStore {
+  const maxResubscribeDelayMs = options.maxResubscribeDelayMs ?? 5_000;
+
+  async function readStream(streamId: string, { fromRevision = 0, maxCount = 1_000_000 } = {}): Promise<RecordedEvent[]> {
+    const events: RecordedEvent[] = [];
+    try {
+      for await (const resolved of client.readStream(streamId, { fromRevision: BigInt(fromRevision), maxCount: BigInt(maxCount), direction: FORWARDS })) {
+        const recorded = resolved.event && toRecorded(resolved.event);
+        if (recorded) events.push(recorded);
+      }
+    } catch (error) {
+      if (error instanceof StreamNotFoundError) return [];
+      throw error;
+    }
+    return events;
+  }
+
+  /** The events of a completed append, if these exact ids are already the stream's last ones. */
+  async function findEarlierAppend(streamId: string, events: readonly NewEvent[]): Promise<AppendResult | null> {
+    const ids = new Set(events.map((e) => e.id));
+    const stream = await readStream(streamId);
+    const matching = stream.filter((e) => ids.has(e.id));
+    if (matching.length === 0) return null;
+    const last = matching.at(-1);
+    if (matching.length !== events.length || !last) throw new ConflictError('Some of these event ids were already used by other events');
+    return { nextRevision: last.revision, position: last.position };
+  }
+
+  async function headPosition(): Promise<GlobalPosition> {
+    for await (const resolved of client.readAll({ direction: BACKWARDS, fromPosition: END, maxCount: 1, filter: excludeSystemEvents() })) {
+      const position = resolved.event?.position;
+      if (position) return { commit: position.commit, prepare: position.prepare };
+    }
+    return START;
+  }
+
+  async function readAll(opts: ReadAllOptions = {}): Promise<ReadAllPage> {
+    const after = opts.after ?? START;
+    const maxCount = opts.maxCount ?? 1_000;
+    const filter: Filter = opts.eventTypes
+      ? eventTypeFilter({ regex: eventTypesRegex(opts.eventTypes) })
+      : excludeSystemEvents();
+    // Taken before the read: every event up to it is readable now, so a short read saw them all.
+    const head = await headPosition();
+    const events: RecordedEvent[] = [];
+    // One more than asked: the event at exactly `after` comes back first (inclusive read).
+    for await (const resolved of client.readAll({ fromPosition: toReadPosition(after), maxCount: maxCount + 1, filter, direction: FORWARDS })) {
+      const recorded = resolved.event && toRecorded(resolved.event);
+      if (!recorded || comparePositions(recorded.position, after) <= 0) continue;
+      events.push(recorded);
+      if (events.length === maxCount) break;
+    }
+    const last = events.at(-1)?.position ?? after;
+    const checkpoint = events.length === maxCount ? last : maxPosition(maxPosition(last, head), after);
+    return { events, checkpoint };
+  }
+
+  return {
+    async append(streamId, events, { expectedRevision = 'any' } = {}) {
+      if (events.length === 0) throw new Error('append needs at least one event');
+      try {
+        const result = await client.appendToStream(streamId, events.map(toEventData), { streamState: toStreamState(expectedRevision) });
+        const nextRevision = Number(result.nextExpectedRevision);
+        if (result.position && result.position.commit >= 0n) {
+          return { nextRevision, position: { commit: result.position.commit, prepare: result.position.prepare } };
+        }
+        // An idempotent replay of an earlier append may come back without a log position.
+        const [lastEvent] = await readStream(streamId, { fromRevision: nextRevision, maxCount: 1 });
+        if (!lastEvent) throw new Error(`appended to ${streamId} but cannot read revision ${nextRevision} back`);
+        return { nextRevision, position: lastEvent.position };
+      } catch (error) {
+        if (!(error instanceof WrongExpectedVersionError)) throw error;
+        // ESDB replays a retry at the same expected revision itself; a retry made with another
+        // expectation (e.g. after the first answer was lost) is recognised by its event ids.
+        const earlier = await findEarlierAppend(streamId, events);
+        if (earlier) return earlier;
+        throw toWrongExpectedRevision(error, streamId, expectedRevision);
+      }
+    },
+
+    readStream,
+    readAll,
+
+    async *subscribeToAll(opts: SubscribeOptions = {}) {
+      const { signal } = opts;
+      const maxCount = opts.maxCount ?? 500;
+      let after = opts.after ?? START;
+      let failures = 0;
+      while (!signal?.aborted) {
+        const feed = openFeed(client, after, opts.eventTypes);
+        try {
+          for (;;) {
+            const batch = await feed.take(maxCount, signal);
+            if (batch === 'aborted') return;
+            if (batch === 'ended') break;
+            failures = 0;
+            const events = batch.events.filter((e) => comparePositions(e.position, after) > 0);
+            const checkpoint = maxPosition(events.at(-1)?.position ?? after, batch.checkpoint ?? after);
+            if (events.length === 0 && comparePositions(checkpoint, after) <= 0) continue;
+            after = checkpoint;
+            yield { events, checkpoint };
+          }
+        } finally {
+          feed.close();
+        }
+        // Dropped or ended without being asked to: open again from the last yielded checkpoint.
+        failures++;
+        await sleep(Math.min(100 * 2 ** Math.min(failures, 10), maxResubscribeDelayMs), signal);
+      }
+    },
+
+    headPosition,
+
+    async ping() {
+      await headPosition();
+    },
+
+    async close() {
+      await client.dispose();
+    },
+  };
+}
+
+type Item = { kind: 'event'; event: RecordedEvent } | { kind: 'checkpoint'; position: GlobalPosition };
+type Batch = { events: RecordedEvent[]; checkpoint?: GlobalPosition };
+
+const HIGH_WATER = 2_000;
+
+/**
+ * One server-side catch-up subscription as a pull queue: events and checkpoints in arrival
+ * order, paused above a high-water mark so a slow projector holds the server back.
+ */
+function openFeed(client: KurrentDBClient, after: GlobalPosition, eventTypes: readonly string[] | undefined) {
+  const queue: Item[] = [];
+  let ended = false;
+  let wake: (() => void) | undefined;
+  const notify = () => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  const checkpointReached = (_: AllStreamSubscription, position: Position) => {
+    queue.push({ kind: 'checkpoint', position: { commit: position.commit, prepare: position.prepare } });
+    notify();
+  };
+  const filter: Filter = eventTypes
+    ? eventTypeFilter({ regex: eventTypesRegex(eventTypes), checkpointInterval: 1, checkpointReached })
+    : excludeSystemEvents({ checkpointInterval: 1, checkpointReached });
+  const subscription = client.subscribeToAll({ fromPosition: toReadPosition(after), filter, resolveLinkTos: false });
+  subscription.on('data', (resolved: AllStreamResolvedEvent) => {
+    const recorded = resolved.event && toRecorded(resolved.event);
+    if (!recorded) return;
+    queue.push({ kind: 'event', event: recorded });
+    if (queue.length >= HIGH_WATER) subscription.pause();
+    notify();
+  });
+  const finish = () => {
+    ended = true;
+    notify();
+  };
+  subscription.on('error', finish);
+  subscription.on('end', finish);
+  subscription.on('close', finish);
+
+  return {
+    /** Up to `maxCount` queued events and the furthest checkpoint among them, once any arrive. */
+    async take(maxCount: number, signal: AbortSignal | undefined): Promise<Batch | 'ended' | 'aborted'> {
+      while (queue.length === 0) {
+        if (signal?.aborted) return 'aborted';
+        if (ended) return 'ended';
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            signal?.removeEventListener('abort', done);
+            resolve();
+          };
+          wake = done;
+          signal?.addEventListener('abort', done, { once: true });
+        });
+      }
+      const batch: Batch = { events: [] };
+      while (queue.length > 0 && batch.events.length < maxCount) {
+        const item = queue.shift();
+        if (!item) break;
+        if (item.kind === 'event') batch.events.push(item.event);
+        else batch.checkpoint = batch.checkpoint ? maxPosition(batch.checkpoint, item.position) : item.position;
+      }
+      if (subscription.isPaused() && queue.length < HIGH_WATER / 2) subscription.resume();
+      return batch;
+    },
+    close() {
+      subscription.removeAllListeners('data');
+      subscription.on('error', () => undefined); // a late error after unsubscribing is expected
+      void subscription.unsubscribe().catch(() => undefined);
+    },
+  };
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
