@@ -53,6 +53,10 @@ die() { printf '[kafka.sh] ERROR: %s\n' "$*" >&2; exit 1; }
 require_tools() {
   command -v java >/dev/null 2>&1 ||
     die "'java' not found on PATH: Kafka $KAFKA_VERSION needs a Java 17+ JRE (e.g. apt-get install openjdk-17-jre-headless)"
+  local jv
+  jv=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)
+  [[ -z $jv || $jv -ge 17 ]] ||
+    die "Kafka $KAFKA_VERSION needs Java 17+, but 'java' on PATH is Java $jv"
   if [[ ! -f "$LIBS_MARKER" ]]; then
     command -v mvn >/dev/null 2>&1 ||
       die "'mvn' not found on PATH: Maven is needed once to fetch Kafka $KAFKA_VERSION from Maven Central (e.g. apt-get install maven)"

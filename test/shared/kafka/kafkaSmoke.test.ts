@@ -27,7 +27,12 @@ describe('kafka broker smoke', () => {
         maxInFlightRequests: 1,
         createPartitioner: Partitioners.DefaultPartitioner,
       });
-      const consumer = kafka.consumer({ groupId: `smoke-group-${id}`, allowAutoTopicCreation: false });
+      // kafkajs disconnect() waits for the in-flight long-poll fetch; keep it short (default 5 s).
+      const consumer = kafka.consumer({
+        groupId: `smoke-group-${id}`,
+        allowAutoTopicCreation: false,
+        maxWaitTimeInMs: 250,
+      });
 
       const expected = Array.from({ length: MESSAGE_COUNT }, (_, i) => `value-${String(i).padStart(3, '0')}`);
       const received: string[] = [];
