@@ -1,9 +1,11 @@
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import type { Config } from '../shared/config.ts';
 import { migrate } from '../shared/db/migrate.ts';
-import { createDatabasePool, type DatabasePool } from '../shared/db/pool.ts';
+import { createDatabasePool, sql, type DatabasePool } from '../shared/db/pool.ts';
+import { z } from 'zod';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../shared/db/embedded.ts';
 import { createPostgresEventStore } from '../shared/event-store/postgres.ts';
+import { connectEventStoreDb, createEventStoreDbEventStore } from '../shared/event-store/eventstoredb.ts';
 import type { EventStore } from '../shared/event-store/port.ts';
 import type { Logger } from '../shared/logger.ts';
 import type { ReadinessCheck } from './gateway/health.ts';
@@ -68,14 +70,18 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
 
     const pool = await createDatabasePool(databaseUrl, { applicationName: 'employee-analytics' });
     closers.push(() => pool.end());
-    const eventStore = createPostgresEventStore(pool, { listenUrl: databaseUrl });
+    // EVENTSTORE_URL switches the log to KurrentDB/EventStoreDB; checkpoints and read models stay in PostgreSQL.
+    const eventStore = config.EVENTSTORE_URL
+      ? createEventStoreDbEventStore(connectEventStoreDb(config.EVENTSTORE_URL))
+      : createPostgresEventStore(pool, { listenUrl: databaseUrl });
     closers.push(() => eventStore.close());
 
     const registry = new Registry();
     collectDefaultMetrics({ register: registry });
 
     const readiness: ReadinessCheck[] = [
-      { name: 'postgres', check: () => eventStore.ping() },
+      { name: 'postgres', check: async () => void (await pool.oneFirst(sql.type(z.object({ ok: z.number() }))`select 1 as ok`)) },
+      ...(config.EVENTSTORE_URL ? [{ name: 'eventstore', check: () => eventStore.ping() }] : []),
     ];
     return { config, databaseUrl, pool, eventStore, registry, readiness, logger, close };
   } catch (error) {
