@@ -1,0 +1,83 @@
+
+import type { EventMetadata, EventStore } from '../../shared/event-store/port.ts';
+import { handleCommand, type CommandResult } from '../commandHandler.ts';
+import { employeeDecider, type EmployeeCommand, type EmployeeState, type CommandMetadata, type HireEmployee } from './decide.ts';
+import { employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './events.ts';
+import { releaseEmail, reserveEmail } from './emailReservation.ts';
+
+/**
+ * The employee use cases: each one is the generic command handler plus what a single stream
+ * cannot guarantee on its own (the tenant-wide email reservation, the role lookup).
+ */
+export type EmployeeCommandPorts = {
+  readonly store: EventStore;
+  /** Fails with 422 when the tenant has no role with this id (owned by services/auth). */
+  readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
+};
+
+export type EmployeeResult = CommandResult<EmployeeState, EmployeeEvent>;
+
+const eventMetadata = (m: CommandMetadata): EventMetadata => ({ tenantId: m.tenantId, actor: m.actor, occurredAt: m.now });
+
+const run = (ports: EmployeeCommandPorts, employeeId: string, command: EmployeeCommand, ifMatch?: number) =>
+  handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
+    metadata: eventMetadata(command.metadata),
+    ifMatch,
+  });
+
+const reservation = (metadata: CommandMetadata, email: string, employeeId: string) => ({
+  tenantId: metadata.tenantId,
+  email,
+  employeeId,
+  now: metadata.now,
+  metadata: eventMetadata(metadata),
+});
+
+export async function hireEmployee(ports: EmployeeCommandPorts, command: HireEmployee): Promise<EmployeeResult> {
+  const { employeeId, email, roleId } = command.data;
+  if (roleId !== undefined) await ports.assertRoleExists(command.metadata.tenantId, roleId);
+  await reserveEmail(ports.store, reservation(command.metadata, email, employeeId));
+  try {
+    return await run(ports, employeeId, command);
+  } catch (error) {
+    await releaseEmail(ports.store, reservation(command.metadata, email, employeeId)).catch(() => undefined);
+    throw error;
+  }
+}
+
+export async function changeEmployeeDetails(
+  ports: EmployeeCommandPorts,
+  employeeId: string,
+  command: Extract<EmployeeCommand, { type: 'ChangeEmployeeDetails' }>,
+  ifMatch?: number,
+): Promise<EmployeeResult> {
+  const { email } = command.data;
+  if (email === undefined) return run(ports, employeeId, command, ifMatch);
+  // Hold the new address before the employee moves to it; give the old one up afterwards.
+  // A crash in between leaves an orphaned reservation that the next claimant takes over.
+  await reserveEmail(ports.store, reservation(command.metadata, email, employeeId));
+  let result: EmployeeResult;
+  try {
+    result = await run(ports, employeeId, command, ifMatch);
+  } catch (error) {
+    await releaseEmail(ports.store, reservation(command.metadata, email, employeeId)).catch(() => undefined);
+    throw error;
+  }
+  for (const event of result.events) {
+    if (event.type === 'EmployeeEmailChanged' && normaliseEmail(event.data.previousEmail) !== normaliseEmail(event.data.email)) {
+      await releaseEmail(ports.store, reservation(command.metadata, event.data.previousEmail, employeeId));
+    }
+  }
+  return result;
+}
+
+export function changeEmployeeStatus(
+  ports: EmployeeCommandPorts,
+  employeeId: string,
+  metadata: CommandMetadata,
+  data: { status: EmployeeStatus; reason?: string },
+  ifMatch?: number,
+): Promise<EmployeeResult> {
+  return run(ports, employeeId, { type: 'ChangeEmployeeStatus', data, metadata }, ifMatch);
+}
+

@@ -1,0 +1,190 @@
+import { ConflictError, NotFoundError } from '../../shared/errors.ts';
+import type { EmployeeEvent, EmployeeStatus } from './events.ts';
+
+/**
+ * The employee decider: pure `{ initialState, evolve, decide }`. Everything that varies from one
+ * call to the next (the clock, the new id, the actor, the tenant) comes in as command data or
+ * metadata, so a spec can state exactly which events a command must produce.
+ */
+export type CommandMetadata = {
+  readonly tenantId: string;
+  /** User id of whoever issued the command (kept in the events' metadata for the audit trail). */
+  readonly actor: string;
+  /** ISO 8601 UTC instant the command is handled at. */
+  readonly now: string;
+};
+
+export type HireEmployee = {
+  readonly type: 'HireEmployee';
+  readonly data: {
+    readonly employeeId: string;
+    readonly email: string;
+    readonly firstName: string;
+    readonly lastName: string;
+    readonly department?: string | null;
+    /** For imports of existing staff; defaults to `metadata.now`. */
+    readonly hiredAt?: string;
+    readonly roleId?: string;
+  };
+  readonly metadata: CommandMetadata;
+};
+
+export type ChangeEmployeeDetails = {
+  readonly type: 'ChangeEmployeeDetails';
+  readonly data: {
+    readonly firstName?: string;
+    readonly lastName?: string;
+    readonly department?: string | null;
+    readonly email?: string;
+  };
+  readonly metadata: CommandMetadata;
+};
+
+export type ChangeEmployeeStatus = {
+  readonly type: 'ChangeEmployeeStatus';
+  readonly data: { readonly status: EmployeeStatus; readonly reason?: string };
+  readonly metadata: CommandMetadata;
+};
+
+export type AssignEmployeeRole = {
+  readonly type: 'AssignEmployeeRole';
+  readonly data: { readonly roleId: string };
+  readonly metadata: CommandMetadata;
+};
+
+export type EmployeeCommand = HireEmployee | ChangeEmployeeDetails | ChangeEmployeeStatus | AssignEmployeeRole;
+
+export type Employee = {
+  readonly id: string;
+  readonly email: string;
+  readonly firstName: string;
+  readonly lastName: string;
+  readonly department: string | null;
+  readonly status: EmployeeStatus;
+  readonly hiredAt: string;
+  readonly roleId: string | null;
+};
+
+export type EmployeeState = { readonly kind: 'none' } | ({ readonly kind: 'hired' } & Employee);
+
+export const initialState: EmployeeState = { kind: 'none' };
+
+/** Allowed status changes; anything else (including "to the same status") is a conflict. */
+export const STATUS_TRANSITIONS: Readonly<Record<EmployeeStatus, readonly EmployeeStatus[]>> = {
+  active: ['on_leave', 'inactive'],
+  on_leave: ['active', 'inactive'],
+  inactive: ['active'],
+};
+
+export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeState {
+  switch (event.type) {
+    case 'EmployeeHired': {
+      const { employeeId, email, firstName, lastName, department, status, hiredAt } = event.data;
+      return { kind: 'hired', id: employeeId, email, firstName, lastName, department, status, hiredAt, roleId: null };
+    }
+    case 'EmployeeDetailsChanged': {
+      if (state.kind !== 'hired') return state;
+      const { firstName, lastName, department } = event.data;
+      return {
+        ...state,
+        ...(firstName !== undefined && { firstName }),
+        ...(lastName !== undefined && { lastName }),
+        ...(department !== undefined && { department }),
+      };
+    }
+    case 'EmployeeEmailChanged':
+      return state.kind === 'hired' ? { ...state, email: event.data.email } : state;
+    case 'EmployeeStatusChanged':
+      return state.kind === 'hired' ? { ...state, status: event.data.to } : state;
+    case 'EmployeeRoleAssigned':
+      return state.kind === 'hired' ? { ...state, roleId: event.data.roleId } : state;
+    default: {
+      const unhandled: never = event;
+      return unhandled;
+    }
+  }
+}
+
+function requireHired(state: EmployeeState): Extract<EmployeeState, { kind: 'hired' }> {
+  if (state.kind !== 'hired') throw new NotFoundError('No employee with this id');
+  return state;
+}
+
+export function decide(command: EmployeeCommand, state: EmployeeState): EmployeeEvent[] {
+  switch (command.type) {
+    case 'HireEmployee': {
+      if (state.kind !== 'none') throw new ConflictError('This employee already exists');
+      const { employeeId, email, firstName, lastName, department, hiredAt, roleId } = command.data;
+      const hired: EmployeeEvent = {
+        type: 'EmployeeHired',
+        data: {
+          employeeId,
+          email,
+          firstName,
+          lastName,
+          department: department ?? null,
+          status: 'active',
+          hiredAt: hiredAt ?? command.metadata.now,
+        },
+      };
+      return roleId === undefined ? [hired] : [hired, { type: 'EmployeeRoleAssigned', data: { employeeId, roleId } }];
+    }
+    case 'ChangeEmployeeDetails': {
+      const current = requireHired(state);
+      const { firstName, lastName, department, email } = command.data;
+      const changed = {
+        ...(firstName !== undefined && firstName !== current.firstName && { firstName }),
+        ...(lastName !== undefined && lastName !== current.lastName && { lastName }),
+        ...(department !== undefined && department !== current.department && { department }),
+      };
+      const events: EmployeeEvent[] = [];
+      if (Object.keys(changed).length > 0) {
+        events.push({ type: 'EmployeeDetailsChanged', data: { employeeId: current.id, ...changed } });
+      }
+      if (email !== undefined && email !== current.email) {
+        events.push({ type: 'EmployeeEmailChanged', data: { employeeId: current.id, email, previousEmail: current.email } });
+      }
+      return events;
+    }
+    case 'ChangeEmployeeStatus': {
+      const current = requireHired(state);
+      const { status, reason } = command.data;
+      if (!STATUS_TRANSITIONS[current.status].includes(status)) {
+        throw new ConflictError(`An employee cannot go from ${current.status} to ${status}`, {
+          currentStatus: current.status,
+          allowed: STATUS_TRANSITIONS[current.status],
+        });
+      }
+      return [
+        {
+          type: 'EmployeeStatusChanged',
+          data: { employeeId: current.id, from: current.status, to: status, reason: reason ?? null, changedAt: command.metadata.now },
+        },
+      ];
+    }
+    case 'AssignEmployeeRole': {
+      const current = requireHired(state);
+      if (current.roleId === command.data.roleId) return [];
+      return [{ type: 'EmployeeRoleAssigned', data: { employeeId: current.id, roleId: command.data.roleId } }];
+    }
+    default: {
+      const unhandled: never = command;
+      return unhandled;
+    }
+  }
+}
+
+export const employeeDecider = { initialState, evolve, decide };
+
+/** The public representation (SPEC §3). `roleId` is an input and stays out of it. */
+export function toEmployeeView(state: Extract<EmployeeState, { kind: 'hired' }>) {
+  return {
+    id: state.id,
+    email: state.email,
+    firstName: state.firstName,
+    lastName: state.lastName,
+    department: state.department,
+    status: state.status,
+    hiredAt: state.hiredAt,
+  };
+}

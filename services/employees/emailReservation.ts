@@ -1,0 +1,90 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
+import type { EventMetadata, EventStore, RecordedEvent } from '../../shared/event-store/port.ts';
+import { employeeDecider, type EmployeeState } from './decide.ts';
+import { employeeStreamId, normaliseEmail, type EmployeeEvent } from './events.ts';
+
+/**
+ * Email uniqueness per tenant without a unique index the event store does not have: one small
+ * stream per normalised address. Whoever appends its first event (expected revision
+ * `no_stream`) holds the address; everyone racing for it gets a revision conflict → 409. It
+ * works the same on every adapter of the port, because it only uses optimistic concurrency.
+ *
+ * A reservation is released (an event, at its exact revision) when its owner's email changes;
+ * a released one can be taken over at its exact revision. A reservation whose owner never got
+ * hired (a crash between the two appends) or has since moved to another address (a crash before
+ * the release) is orphaned and is taken over the same way.
+ */
+export type EmailReserved = { readonly type: 'EmployeeEmailReserved'; readonly data: { readonly employeeId: string; readonly email: string } };
+export type EmailReleased = { readonly type: 'EmployeeEmailReleased'; readonly data: { readonly employeeId: string } };
+
+/** A hire appends its reservation first; an owner stream still missing after this is orphaned. */
+const HIRE_GRACE_MS = 30_000;
+
+export const emailReservationStreamId = (tenantId: string, email: string): string =>
+  `employee-email-${tenantId}-${createHash('sha256').update(normaliseEmail(email)).digest('hex')}`;
+
+type Holder = { readonly employeeId: string; readonly since: string } | null;
+
+function currentHolder(events: readonly RecordedEvent[]): Holder {
+  const last = events.at(-1);
+  if (!last || last.type !== 'EmployeeEmailReserved') return null;
+  const data = last.data as EmailReserved['data'];
+  return { employeeId: data.employeeId, since: last.recordedAt };
+}
+
+async function employeeState(store: EventStore, tenantId: string, employeeId: string): Promise<EmployeeState> {
+  const events = await store.readStream(employeeStreamId(tenantId, employeeId));
+  return events.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent).reduce(employeeDecider.evolve, employeeDecider.initialState);
+}
+
+async function isOrphaned(store: EventStore, tenantId: string, email: string, holder: NonNullable<Holder>, now: string): Promise<boolean> {
+  const owner = await employeeState(store, tenantId, holder.employeeId);
+  if (owner.kind === 'hired') return normaliseEmail(owner.email) !== normaliseEmail(email);
+  return Date.parse(now) - Date.parse(holder.since) > HIRE_GRACE_MS;
+}
+
+export type ReservationInput = {
+  readonly tenantId: string;
+  readonly email: string;
+  readonly employeeId: string;
+  /** The command's clock (ISO 8601). */
+  readonly now: string;
+  readonly metadata: EventMetadata;
+};
+
+const duplicate = (email: string) =>
+  new ConflictError(`An employee with email ${email} already exists in this tenant`, { field: 'email' });
+
+/** Holds `email` for `employeeId`, or fails with 409 when another employee holds it. */
+export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<void> {
+  const { tenantId, email, employeeId, metadata, now } = input;
+  const streamId = emailReservationStreamId(tenantId, email);
+  const events = await store.readStream(streamId);
+  const holder = currentHolder(events);
+  if (holder?.employeeId === employeeId) return;
+  if (holder && !(await isOrphaned(store, tenantId, email, holder, now))) throw duplicate(email);
+  const reserved: EmailReserved = { type: 'EmployeeEmailReserved', data: { employeeId, email: normaliseEmail(email) } };
+  try {
+    await store.append(streamId, [{ id: randomUUID(), ...reserved, metadata }], {
+      expectedRevision: events.length === 0 ? 'no_stream' : events.length - 1,
+    });
+  } catch (error) {
+    if (error instanceof WrongExpectedRevisionError) throw duplicate(email);
+    throw error;
+  }
+}
+
+/** Gives `email` up if `employeeId` still holds it. Losing a race here means someone else took it over: fine. */
+export async function releaseEmail(store: EventStore, input: ReservationInput): Promise<void> {
+  const { tenantId, email, employeeId, metadata } = input;
+  const streamId = emailReservationStreamId(tenantId, email);
+  const events = await store.readStream(streamId);
+  if (currentHolder(events)?.employeeId !== employeeId) return;
+  const released: EmailReleased = { type: 'EmployeeEmailReleased', data: { employeeId } };
+  try {
+    await store.append(streamId, [{ id: randomUUID(), ...released, metadata }], { expectedRevision: events.length - 1 });
+  } catch (error) {
+    if (!(error instanceof WrongExpectedRevisionError)) throw error;
+  }
+}

@@ -1,0 +1,84 @@
+/**
+ * The employee aggregate's events: the only source of truth for an employee. Past tense;
+ * `data` is what the projection and the history endpoint show, so it carries values, not diffs
+ * of internal state.
+ */
+export const EMPLOYEE_STATUSES = ['active', 'inactive', 'on_leave'] as const;
+export type EmployeeStatus = (typeof EMPLOYEE_STATUSES)[number];
+
+export type EmployeeHired = {
+  readonly type: 'EmployeeHired';
+  readonly data: {
+    readonly employeeId: string;
+    readonly email: string;
+    readonly firstName: string;
+    readonly lastName: string;
+    readonly department: string | null;
+    readonly status: 'active';
+    readonly hiredAt: string;
+  };
+};
+
+/** Only the fields that changed are present. */
+export type EmployeeDetailsChanged = {
+  readonly type: 'EmployeeDetailsChanged';
+  readonly data: {
+    readonly employeeId: string;
+    readonly firstName?: string;
+    readonly lastName?: string;
+    readonly department?: string | null;
+  };
+};
+
+export type EmployeeEmailChanged = {
+  readonly type: 'EmployeeEmailChanged';
+  readonly data: { readonly employeeId: string; readonly email: string; readonly previousEmail: string };
+};
+
+export type EmployeeStatusChanged = {
+  readonly type: 'EmployeeStatusChanged';
+  readonly data: {
+    readonly employeeId: string;
+    readonly from: EmployeeStatus;
+    readonly to: EmployeeStatus;
+    readonly reason: string | null;
+    readonly changedAt: string;
+  };
+};
+
+export type EmployeeRoleAssigned = {
+  readonly type: 'EmployeeRoleAssigned';
+  readonly data: { readonly employeeId: string; readonly roleId: string };
+};
+
+export type EmployeeEvent =
+  | EmployeeHired
+  | EmployeeDetailsChanged
+  | EmployeeEmailChanged
+  | EmployeeStatusChanged
+  | EmployeeRoleAssigned;
+
+export type EmployeeEventType = EmployeeEvent['type'];
+
+export const EMPLOYEE_EVENT_TYPES: readonly EmployeeEventType[] = [
+  'EmployeeHired',
+  'EmployeeDetailsChanged',
+  'EmployeeEmailChanged',
+  'EmployeeStatusChanged',
+  'EmployeeRoleAssigned',
+];
+
+/** Stream of one employee. The tenant is part of the id, so no read can cross tenants by id. */
+export const employeeStreamId = (tenantId: string, employeeId: string): string => `employee-${tenantId}-${employeeId}`;
+
+const EMPLOYEE_STREAM = /^employee-([0-9a-f-]{36})-([0-9A-HJKMNP-TV-Z]{26})$/;
+
+/** Inverse of `employeeStreamId`, or undefined for any other stream. */
+export function parseEmployeeStreamId(streamId: string): { tenantId: string; employeeId: string } | undefined {
+  const match = EMPLOYEE_STREAM.exec(streamId);
+  if (!match?.[1] || !match[2]) return undefined;
+  return { tenantId: match[1], employeeId: match[2] };
+}
+
+/** Email addresses are unique per tenant case-insensitively: this is the comparison key. */
+export const normaliseEmail = (email: string): string => email.trim().toLowerCase();

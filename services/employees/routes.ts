@@ -1,0 +1,260 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { monotonicFactory } from 'ulid';
+import { z } from 'zod';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import { BadRequestError, NotFoundError, UnauthorizedError } from '../../shared/errors.ts';
+import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
+import { waitForCheckpoint } from '../../projections/runner/runner.ts';
+import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
+import { findEmployee, listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
+import { problemSchema } from '../gateway/problems.ts';
+import type { AuthContext } from '../gateway/requestContext.ts';
+import type { CommandMetadata, EmployeeState } from './decide.ts';
+import { toEmployeeView } from './decide.ts';
+import { changeEmployeeDetails, changeEmployeeStatus, hireEmployee, type EmployeeResult } from './commands.ts';
+import { employeeStreamId } from './events.ts';
+import {
+  changeStatusBody,
+  createEmployeeBody,
+  employeeIdSchema,
+  employeeSchema,
+  historyResponse,
+  listEmployeesQuery,
+  listResponse,
+  patchEmployeeBody,
+  readQuery,
+} from './schemas.ts';
+
+export type EmployeesRoutesDeps = {
+  readonly pool: DatabasePool;
+  readonly store: EventStore;
+  /** Fails with 422 when `roleId` names no role of the tenant (services/auth). */
+  readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
+  /** Makes `roleId` the person's role where roles live (services/auth `users.role_id`). */
+  readonly assignRole: (tenantId: string, email: string, roleId: string) => Promise<void>;
+  readonly clock?: () => Date;
+  /** Longest a read waits for the projection to reach a client's `minPosition`. */
+  readonly readWaitMs?: number;
+};
+
+function requireAuth(request: FastifyRequest): AuthContext {
+  if (!request.auth) throw new UnauthorizedError('Authentication is required', {}, { 'www-authenticate': 'Bearer' });
+  return request.auth;
+}
+
+const params = z.object({ id: employeeIdSchema });
+const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema } as const;
+const readHeaders = z.object({ 'x-min-position': z.string().optional() });
+const writeHeaders = z.object({ 'if-match': z.string().optional() });
+
+/** `If-Match: "<revision>"` (strong). `*` asks only that the employee exists. Anything else can never match. */
+function parseIfMatch(header: string | undefined): number | undefined | 'never' {
+  if (header === undefined || header.trim() === '*') return undefined;
+  const match = /^\s*"(\d{1,15})"\s*$/.exec(header);
+  return match?.[1] ? Number(match[1]) : 'never';
+}
+
+const etag = (revision: number) => `"${revision}"`;
+
+/**
+ * The employees capability (SPEC §3): commands go through the generic command handler and are
+ * answered from the events they decided; reads come from the projection, optionally after
+ * waiting for a position the client got from an earlier write (read-your-writes).
+ */
+export function employeesRoutes(deps: EmployeesRoutesDeps) {
+  const clock = deps.clock ?? (() => new Date());
+  const readWaitMs = deps.readWaitMs ?? 2_000;
+  const nextId = monotonicFactory();
+
+  const metadataOf = (request: FastifyRequest): CommandMetadata => {
+    const auth = requireAuth(request);
+    return { tenantId: auth.tenantId, actor: auth.userId, now: clock().toISOString() };
+  };
+
+  const sendWrite = (reply: FastifyReply, result: EmployeeResult) => {
+    const state = hired(result.state);
+    reply.header('etag', etag(result.revision));
+    if (result.position) reply.header('x-log-position', formatPosition(result.position));
+    return toEmployeeView(state);
+  };
+
+  /** Waits for the projection when the client asked for a position; says whether it got there. */
+  const awaitPosition = async (reply: FastifyReply, header: string | undefined, query: GlobalPosition | undefined) => {
+    let position = query;
+    if (header !== undefined) {
+      position = parsePosition(header);
+      if (!position) throw new BadRequestError('X-Min-Position must be a log position as returned in X-Log-Position');
+    }
+    if (!position) return;
+    const reached = await waitForCheckpoint(deps.pool, EMPLOYEES_PROJECTION, position, readWaitMs);
+    reply.header('x-consistency', reached ? 'consistent' : 'stale');
+  };
+
+  return async (v1: FastifyInstance): Promise<void> => {
+    const app = v1.withTypeProvider<ZodTypeProvider>();
+    const tags = ['employees'];
+
+    app.post(
+      '/employees',
+      {
+        config: { permission: 'employees:write' },
+        schema: {
+          tags,
+          summary: 'Hire (create) an employee',
+          body: createEmployeeBody,
+          response: { 201: employeeSchema, ...problems, 409: problemSchema, 422: problemSchema },
+        },
+      },
+      async (request, reply) => {
+        const metadata = metadataOf(request);
+        const employeeId = nextId(Date.parse(metadata.now));
+        const { roleId, ...rest } = request.body;
+        const result = await hireEmployee(
+          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          { type: 'HireEmployee', data: { employeeId, ...rest, ...(roleId !== undefined && { roleId }) }, metadata },
+        );
+        if (roleId !== undefined) await deps.assignRole(metadata.tenantId, request.body.email, roleId);
+        reply.code(201).header('location', `/v1/employees/${employeeId}`);
+        return sendWrite(reply, result);
+      },
+    );
+
+    app.get(
+      '/employees',
+      {
+        config: { permission: 'employees:read' },
+        schema: {
+          tags,
+          summary: 'List employees (hiredAt desc, id desc)',
+          querystring: listEmployeesQuery,
+          headers: readHeaders,
+          response: { 200: listResponse, ...problems },
+        },
+      },
+      async (request, reply) => {
+        const auth = requireAuth(request);
+        await awaitPosition(reply, request.headers['x-min-position'], request.query.minPosition);
+        const { minPosition: _, ...query } = request.query;
+        const { data, total } = await listEmployees(deps.pool, auth.tenantId, query);
+        return { data: data.map(toView), meta: { page: query.page, limit: query.limit, total } };
+      },
+    );
+
+    app.get(
+      '/employees/:id',
+      {
+        config: { permission: 'employees:read' },
+        schema: {
+          tags,
+          summary: 'Read one employee; ETag is its stream revision',
+          params,
+          querystring: readQuery,
+          headers: readHeaders,
+          response: { 200: employeeSchema, ...problems },
+        },
+      },
+      async (request, reply) => {
+        const auth = requireAuth(request);
+        await awaitPosition(reply, request.headers['x-min-position'], request.query.minPosition);
+        const record = await findEmployee(deps.pool, auth.tenantId, request.params.id);
+        if (!record) throw new NotFoundError(`No employee ${request.params.id}`);
+        reply.header('etag', etag(record.revision));
+        return toView(record);
+      },
+    );
+
+    app.patch(
+      '/employees/:id',
+      {
+        config: { permission: 'employees:write' },
+        schema: {
+          tags,
+          summary: 'Change name, department or email; If-Match guards against lost updates',
+          params,
+          headers: writeHeaders,
+          body: patchEmployeeBody,
+          response: { 200: employeeSchema, ...problems, 409: problemSchema, 412: problemSchema },
+        },
+      },
+      async (request, reply) => {
+        const metadata = metadataOf(request);
+        const result = await changeEmployeeDetails(
+          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          request.params.id,
+          { type: 'ChangeEmployeeDetails', data: request.body, metadata },
+          ifMatchOf(request.headers['if-match']),
+        );
+        return sendWrite(reply, result);
+      },
+    );
+
+    app.post(
+      '/employees/:id/status',
+      {
+        config: { permission: 'employees:write' },
+        schema: {
+          tags,
+          summary: 'Change status (active ⇄ on_leave, active|on_leave → inactive, inactive → active)',
+          params,
+          headers: writeHeaders,
+          body: changeStatusBody,
+          response: { 200: employeeSchema, ...problems, 409: problemSchema, 412: problemSchema },
+        },
+      },
+      async (request, reply) => {
+        const metadata = metadataOf(request);
+        const result = await changeEmployeeStatus(
+          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          request.params.id,
+          metadata,
+          request.body,
+          ifMatchOf(request.headers['if-match']),
+        );
+        return sendWrite(reply, result);
+      },
+    );
+
+    app.get(
+      '/employees/:id/history',
+      {
+        config: { permission: 'employees:read' },
+        schema: {
+          tags,
+          summary: "The employee's events, oldest first: the audit trail",
+          params,
+          response: { 200: historyResponse, ...problems },
+        },
+      },
+      async (request) => {
+        const auth = requireAuth(request);
+        const events = await deps.store.readStream(employeeStreamId(auth.tenantId, request.params.id));
+        if (events.length === 0) throw new NotFoundError(`No employee ${request.params.id}`);
+        return {
+          data: events.map((e) => ({
+            type: e.type,
+            revision: e.revision,
+            data: isRecord(e.data) ? e.data : {},
+            occurredAt: typeof e.metadata.occurredAt === 'string' ? e.metadata.occurredAt : e.recordedAt,
+            actor: typeof e.metadata.actor === 'string' ? e.metadata.actor : null,
+          })),
+        };
+      },
+    );
+  };
+}
+
+const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+function ifMatchOf(header: string | undefined): number | undefined {
+  const parsed = parseIfMatch(header);
+  // A tag that can never name a revision: compare against one no stream has, so the answer is 412.
+  return parsed === 'never' ? -2 : parsed;
+}
+
+function hired(state: EmployeeState): Extract<EmployeeState, { kind: 'hired' }> {
+  if (state.kind !== 'hired') throw new NotFoundError('No such employee');
+  return state;
+}
+
+const toView = ({ revision: _, ...employee }: EmployeeRecord) => employee;
