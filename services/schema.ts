@@ -1,6 +1,8 @@
 import { tenantRoleMigration, type Migration } from '../shared/db/migrate.ts';
 import { eventStoreMigrations } from '../shared/event-store/postgres.ts';
 import { projectionRunnerMigrations } from '../projections/runner/runner.ts';
+import { tenantMigrations } from './tenants/schema.ts';
+import { authMigrations } from './auth/schema.ts';
 
 /**
  * Every migration of the service, in the order they apply. Each capability owns its DDL next
@@ -10,4 +12,6 @@ export const allMigrations: readonly Migration[] = [
   tenantRoleMigration,
   ...eventStoreMigrations,
   ...projectionRunnerMigrations,
+  ...tenantMigrations,
+  ...authMigrations,
 ];

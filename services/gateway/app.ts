@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
 import type { Config } from '../../shared/config.ts';
@@ -14,6 +14,8 @@ export type GatewayOptions = {
   readonly registry: Registry;
   /** Capability plugins mounted under `/v1`, each with its ports already bound. */
   readonly v1: readonly V1Capability[];
+  /** Public routes outside /v1 (e.g. /.well-known/jwks.json), each in its own context. */
+  readonly publicRoutes?: readonly FastifyPluginAsync[];
   /** The process's pino logger; without one the gateway makes its own at LOG_LEVEL. */
   readonly logger?: FastifyBaseLogger;
 };
@@ -58,6 +60,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
 
   // Tier 2: public, unversioned routes.
   await app.register(healthRoutes, { readiness: options.readiness, registry: options.registry });
+  for (const routes of options.publicRoutes ?? []) await app.register(routes);
 
   // Tier 3: the versioned API.
   await app.register(

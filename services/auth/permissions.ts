@@ -1,0 +1,40 @@
+/**
+ * The permission matrix: the ONE place that says which role may do what (docs/rbac.md shows
+ * the same table). Routes name the permission they need in `config.permission`; the
+ * authenticated scope refuses to register a route that names none.
+ */
+export const PERMISSIONS = [
+  'employees:read',
+  'employees:write',
+  'analytics:read',
+  /** Billing-event ingestion and other analytics inputs. */
+  'analytics:write',
+  'roles:read',
+] as const;
+
+export type Permission = (typeof PERMISSIONS)[number];
+
+export const BUILT_IN_ROLES = ['admin', 'hr_manager', 'analyst', 'employee'] as const;
+
+export type RoleName = (typeof BUILT_IN_ROLES)[number];
+
+export const ROLE_PERMISSIONS: Readonly<Record<RoleName, readonly Permission[]>> = {
+  admin: PERMISSIONS,
+  hr_manager: ['employees:read', 'employees:write', 'roles:read'],
+  analyst: ['employees:read', 'analytics:read', 'roles:read'],
+  employee: ['employees:read', 'roles:read'],
+};
+
+const isRoleName = (name: string): name is RoleName => (BUILT_IN_ROLES as readonly string[]).includes(name);
+
+export const isPermission = (value: unknown): value is Permission =>
+  typeof value === 'string' && (PERMISSIONS as readonly string[]).includes(value);
+
+/** Whether any of `roles` grants `permission`. Unknown role names grant nothing. */
+export function rolesAllow(roles: readonly string[], permission: Permission): boolean {
+  return roles.some((role) => isRoleName(role) && ROLE_PERMISSIONS[role].includes(permission));
+}
+
+export function permissionsOf(role: string): readonly Permission[] {
+  return isRoleName(role) ? ROLE_PERMISSIONS[role] : [];
+}

@@ -1,0 +1,120 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { withTenant } from '../../shared/db/pool.ts';
+import type { V1Capability } from '../gateway/app.ts';
+import { problemSchema } from '../gateway/problems.ts';
+import { requireAuth } from '../gateway/requestContext.ts';
+import { PERMISSIONS } from './permissions.ts';
+import { tenantHeader, type AuthDeps } from './plugin.ts';
+import { listRoles } from './roles.ts';
+
+const tenantHeaders = z.object({ 'x-tenant': z.string().describe('Tenant slug') });
+
+const tokenPairSchema = z
+  .object({
+    accessToken: z.string(),
+    tokenType: z.literal('Bearer'),
+    expiresIn: z.number().int().describe('Access-token lifetime in seconds (900)'),
+    refreshToken: z.string().describe('Opaque, single-use; exchange it at POST /v1/auth/refresh'),
+    refreshExpiresIn: z.number().int().describe('Refresh-token lifetime in seconds'),
+  })
+  .meta({ id: 'TokenPair' });
+
+const refreshBody = z.object({ refreshToken: z.string().min(1).max(200) });
+
+/**
+ * POST /v1/auth/login, /refresh and /logout: public routes in their own encapsulated context
+ * (no bearer token; the credentials are in the body). Logout needs only the refresh token: a
+ * client whose access token has expired can still end its session.
+ */
+export function authRoutes(deps: AuthDeps): V1Capability {
+  return async (v1) => {
+    await v1.register(async (scope: FastifyInstance) => {
+      const app = scope.withTypeProvider<ZodTypeProvider>();
+      app.addHook('onSend', async (_request, reply) => {
+        reply.header('cache-control', 'no-store');
+      });
+      const problems = { 400: problemSchema, 401: problemSchema, 429: problemSchema };
+
+      app.post(
+        '/auth/login',
+        {
+          schema: {
+            tags: ['auth'],
+            summary: 'Log in with e-mail and password',
+            security: [],
+            headers: tenantHeaders,
+            body: z.object({ email: z.string().min(1).max(320), password: z.string().min(1).max(1024) }),
+            response: { 200: tokenPairSchema, ...problems },
+          },
+        },
+        async (request) => deps.sessions.login(tenantHeader(request), request.body.email, request.body.password),
+      );
+
+      app.post(
+        '/auth/refresh',
+        {
+          schema: {
+            tags: ['auth'],
+            summary: 'Exchange a refresh token for a new token pair (the old refresh token is used up)',
+            security: [],
+            headers: tenantHeaders,
+            body: refreshBody,
+            response: { 200: tokenPairSchema, ...problems },
+          },
+        },
+        async (request) => deps.sessions.refresh(tenantHeader(request), request.body.refreshToken),
+      );
+
+      app.post(
+        '/auth/logout',
+        {
+          schema: {
+            tags: ['auth'],
+            summary: "Revoke a refresh token's session",
+            security: [],
+            headers: tenantHeaders,
+            body: refreshBody,
+            response: { 204: z.null().describe('Revoked (also for an unknown token)'), 400: problemSchema },
+          },
+        },
+        async (request, reply) => {
+          await deps.sessions.logout(tenantHeader(request), request.body.refreshToken);
+          return reply.code(204).send(null);
+        },
+      );
+    });
+  };
+}
+
+const roleSchema = z
+  .object({
+    id: z.uuid(),
+    name: z.string(),
+    permissions: z.array(z.enum(PERMISSIONS)),
+  })
+  .meta({ id: 'Role' });
+
+/** GET /v1/roles: mount inside `authenticated(...)`. */
+export function rolesRoutes(deps: Pick<AuthDeps, 'pool'>): V1Capability {
+  return async (v1) => {
+    const app = v1.withTypeProvider<ZodTypeProvider>();
+    app.get(
+      '/roles',
+      {
+        config: { permission: 'roles:read' },
+        schema: {
+          tags: ['auth'],
+          summary: "The tenant's roles (use an id as an employee's roleId)",
+          response: { 200: z.object({ data: z.array(roleSchema) }), 401: problemSchema, 403: problemSchema },
+        },
+      },
+      async (request) => {
+        const auth = requireAuth(request);
+        const roles = await withTenant(deps.pool, auth.tenantId, (tx) => listRoles(tx));
+        return { data: roles.map((role) => ({ ...role, permissions: [...role.permissions] })) };
+      },
+    );
+  };
+}

@@ -1,0 +1,117 @@
+import { randomUUID } from 'node:crypto';
+import { errors, jwtVerify, SignJWT, type JWTHeaderParameters } from 'jose';
+import { z } from 'zod';
+import { JWT_ALGORITHM, type KeyRing } from './keys.ts';
+
+export const ACCESS_TOKEN_TTL_SECONDS = 900;
+export const ACCESS_TOKEN_TYPE = 'at+jwt';
+/** Leeway for clocks of several gateways that are slightly apart. */
+const CLOCK_TOLERANCE_SECONDS = 5;
+
+export type AccessTokenSubject = { readonly userId: string; readonly tenant: string; readonly roles: readonly string[] };
+export type VerifiedAccessToken = AccessTokenSubject & { readonly jti: string; readonly expiresAt: number };
+
+/** Why a token was refused; becomes the `error_description` of `WWW-Authenticate`. */
+export class InvalidAccessTokenError extends Error {
+  constructor(readonly reason: 'expired' | 'invalid') {
+    super(reason === 'expired' ? 'The access token expired' : 'The access token is invalid');
+  }
+}
+
+const claimsSchema = z.object({
+  sub: z.string().min(1),
+  tenant: z.string().min(1),
+  roles: z.array(z.string()),
+  jti: z.string().min(1),
+  exp: z.number(),
+  iat: z.number(),
+});
+
+export type TokenService = {
+  issue(subject: AccessTokenSubject): Promise<{ accessToken: string; expiresIn: number }>;
+  verify(token: string): Promise<VerifiedAccessToken>;
+};
+
+export type TokenServiceOptions = {
+  readonly keys: KeyRing;
+  readonly issuer: string;
+  readonly audience: string;
+  /** Milliseconds since the epoch; injected by tests. */
+  readonly now?: () => number;
+  /** How many verified tokens to remember (each is verified once, then looked up). */
+  readonly cacheSize?: number;
+};
+
+/**
+ * Issues and verifies access tokens (RFC 9068 shape). Verification pins the algorithm, issuer,
+ * audience and `typ` (RFC 8725): `alg: none`, HS256 keyed with the public key and tokens of
+ * another issuer or audience all fail here. A token that verified once is remembered by its
+ * exact text until it expires, so the signature is checked once per token, not per request.
+ */
+export function createTokenService(options: TokenServiceOptions): TokenService {
+  const now = options.now ?? Date.now;
+  const cacheSize = options.cacheSize ?? 10_000;
+  const verified = new Map<string, VerifiedAccessToken>();
+
+  const getKey = (header: JWTHeaderParameters) => {
+    const key = header.kid === undefined ? undefined : options.keys.verificationKey(header.kid);
+    if (!key) throw new errors.JWKSNoMatchingKey();
+    return key;
+  };
+
+  return {
+    async issue(subject) {
+      const iat = Math.floor(now() / 1000);
+      const accessToken = await new SignJWT({ tenant: subject.tenant, roles: [...subject.roles] })
+        .setProtectedHeader({ alg: JWT_ALGORITHM, kid: options.keys.signing.kid, typ: ACCESS_TOKEN_TYPE })
+        .setIssuer(options.issuer)
+        .setAudience(options.audience)
+        .setSubject(subject.userId)
+        .setIssuedAt(iat)
+        .setExpirationTime(iat + ACCESS_TOKEN_TTL_SECONDS)
+        .setJti(randomUUID())
+        .sign(options.keys.signing.key);
+      return { accessToken, expiresIn: ACCESS_TOKEN_TTL_SECONDS };
+    },
+
+    async verify(token) {
+      const nowSeconds = now() / 1000;
+      const cached = verified.get(token);
+      if (cached) {
+        if (cached.expiresAt + CLOCK_TOLERANCE_SECONDS > nowSeconds) return cached;
+        verified.delete(token);
+        throw new InvalidAccessTokenError('expired');
+      }
+      let payload: unknown;
+      try {
+        ({ payload } = await jwtVerify(token, getKey, {
+          algorithms: [JWT_ALGORITHM],
+          issuer: options.issuer,
+          audience: options.audience,
+          typ: ACCESS_TOKEN_TYPE,
+          requiredClaims: ['sub', 'iat', 'exp', 'jti'],
+          clockTolerance: CLOCK_TOLERANCE_SECONDS,
+          currentDate: new Date(now()),
+        }));
+      } catch (error) {
+        throw new InvalidAccessTokenError(error instanceof errors.JWTExpired ? 'expired' : 'invalid');
+      }
+      const claims = claimsSchema.safeParse(payload);
+      if (!claims.success) throw new InvalidAccessTokenError('invalid');
+      const result: VerifiedAccessToken = {
+        userId: claims.data.sub,
+        tenant: claims.data.tenant,
+        roles: claims.data.roles,
+        jti: claims.data.jti,
+        expiresAt: claims.data.exp,
+      };
+      // Oldest first out: Map keeps insertion order.
+      if (verified.size >= cacheSize) {
+        const oldest = verified.keys().next();
+        if (!oldest.done) verified.delete(oldest.value);
+      }
+      verified.set(token, result);
+      return result;
+    },
+  };
+}

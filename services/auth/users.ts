@@ -1,0 +1,131 @@
+import { z } from 'zod';
+import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ConflictError, NotFoundError } from '../../shared/errors.ts';
+import { hashPassword } from './passwords.ts';
+import { assertRoleExists, findRoleByName } from './roles.ts';
+
+/**
+ * Users are logins; `users.role_id` is the one source of truth for a person's role (see
+ * docs/rbac.md). Every function expects a transaction opened with `withTenant`.
+ */
+export type User = {
+  readonly id: string;
+  readonly email: string;
+  readonly role: string;
+  readonly roleId: string;
+  readonly disabled: boolean;
+  readonly hasPassword: boolean;
+};
+
+const userRow = z
+  .object({
+    id: z.string(),
+    email: z.string(),
+    role: z.string(),
+    role_id: z.string(),
+    disabled: z.boolean(),
+    has_password: z.boolean(),
+  })
+  .transform((r): User => ({ id: r.id, email: r.email, role: r.role, roleId: r.role_id, disabled: r.disabled, hasPassword: r.has_password }));
+
+const userColumns = sql.fragment`
+  u.id, u.email, r.name as role, u.role_id, u.disabled_at is not null as disabled, u.password_hash is not null as has_password
+`;
+
+async function roleIdByName(tx: Queryable, role: string): Promise<string> {
+  const found = await findRoleByName(tx, role);
+  if (!found) throw new NotFoundError(`No role named ${role} in this tenant`);
+  return found.id;
+}
+
+export async function findUserByEmail(tx: Queryable, email: string): Promise<User | null> {
+  return tx.maybeOne(sql.type(userRow)`
+    select ${userColumns} from users u join roles r on r.id = u.role_id where lower(u.email) = lower(${email})
+  `);
+}
+
+export async function findUserById(tx: Queryable, userId: string): Promise<User | null> {
+  return tx.maybeOne(sql.type(userRow)`
+    select ${userColumns} from users u join roles r on r.id = u.role_id where u.id = ${userId}
+  `);
+}
+
+export async function listUsers(tx: Queryable): Promise<readonly User[]> {
+  return tx.any(sql.type(userRow)`select ${userColumns} from users u join roles r on r.id = u.role_id order by lower(u.email)`);
+}
+
+/** What login needs: the hash is read only here and never leaves this module's callers. */
+export async function findLoginCredentials(
+  tx: Queryable,
+  email: string,
+): Promise<{ id: string; role: string; passwordHash: string | null; disabled: boolean } | null> {
+  const row = await tx.maybeOne(sql.type(z.object({ id: z.string(), role: z.string(), password_hash: z.string().nullable(), disabled: z.boolean() }))`
+    select u.id, r.name as role, u.password_hash, u.disabled_at is not null as disabled
+    from users u join roles r on r.id = u.role_id where lower(u.email) = lower(${email})
+  `);
+  return row && { id: row.id, role: row.role, passwordHash: row.password_hash, disabled: row.disabled };
+}
+
+/**
+ * Creates a login. An account that exists without a password (made from an employee's
+ * `roleId`) gets its password and, if given, role; any other existing email is a conflict.
+ */
+export async function createUser(
+  tx: Queryable,
+  input: { email: string; password: string; role: string },
+): Promise<User> {
+  const roleId = await roleIdByName(tx, input.role);
+  const passwordHash = await hashPassword(input.password);
+  const existing = await findUserByEmail(tx, input.email);
+  if (existing?.hasPassword) throw new ConflictError(`A user with email ${input.email} already exists`);
+  const id = existing
+    ? await tx.oneFirst(sql.type(z.object({ id: z.string() }))`
+        update users set password_hash = ${passwordHash}, role_id = ${roleId}, updated_at = now() where id = ${existing.id} returning id
+      `)
+    : await tx.oneFirst(sql.type(z.object({ id: z.string() }))`
+        insert into users (tenant_id, email, password_hash, role_id)
+        values (current_setting('app.tenant_id')::uuid, ${input.email}, ${passwordHash}, ${roleId}) returning id
+      `);
+  const user = await findUserById(tx, id);
+  if (!user) throw new Error('user vanished after insert');
+  return user;
+}
+
+/**
+ * Gives the person with `email` the role `roleId` (the employees capability calls this when an
+ * employee is created with a `roleId`): updates the user's role, or creates an account without
+ * a password that holds the role until an operator sets one (`ops users create`).
+ */
+export async function assignRoleToPerson(tx: Queryable, tenantId: string, input: { email: string; roleId: string }): Promise<void> {
+  await assertRoleExists(tx, tenantId, input.roleId);
+  await tx.query(sql.type(z.object({}))`
+    insert into users (tenant_id, email, role_id) values (${tenantId}, ${input.email}, ${input.roleId})
+    on conflict (tenant_id, lower(email)) do update set role_id = excluded.role_id, updated_at = now()
+  `);
+}
+
+/** Role changes reach access tokens at the user's next refresh (at most 15 minutes). */
+export async function setUserRole(tx: Queryable, email: string, role: string): Promise<User> {
+  const roleId = await roleIdByName(tx, role);
+  const id = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
+    update users set role_id = ${roleId}, updated_at = now() where lower(email) = lower(${email}) returning id
+  `);
+  if (!id) throw new NotFoundError(`No user with email ${email}`);
+  const user = await findUserById(tx, id);
+  if (!user) throw new Error('user vanished after update');
+  return user;
+}
+
+/** Disables the login and revokes every refresh token; access tokens already issued expire within 15 minutes. */
+export async function disableUser(tx: Queryable, email: string): Promise<User> {
+  const id = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
+    update users set disabled_at = coalesce(disabled_at, now()), updated_at = now() where lower(email) = lower(${email}) returning id
+  `);
+  if (!id) throw new NotFoundError(`No user with email ${email}`);
+  await tx.query(sql.type(z.object({}))`
+    update refresh_tokens set revoked_at = now() where user_id = ${id} and revoked_at is null
+  `);
+  const user = await findUserById(tx, id);
+  if (!user) throw new Error('user vanished after update');
+  return user;
+}
