@@ -1,0 +1,276 @@
+import kafkajs, { type Consumer, type EachBatchPayload, type Kafka, type Producer } from 'kafkajs';
+import type { Registry } from 'prom-client';
+import { BoundedBuffer } from './boundedBuffer.ts';
+import { decodeSample, encodeSample } from './codec.ts';
+import { publisherMetrics } from './metrics.ts';
+import type { UsageSample, UsageSamplePublisher, UsageSampleSink, UsageSampleSource } from './port.ts';
+
+const { Kafka: KafkaClient, Partitioners, logLevel } = kafkajs;
+
+type Log = { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
+const silent: Log = { warn: () => undefined, error: () => undefined };
+
+export function createKafkaClient(brokers: readonly string[], clientId: string): Kafka {
+  return new KafkaClient({
+    clientId,
+    brokers: [...brokers],
+    logLevel: logLevel.NOTHING,
+    connectionTimeout: 1_000,
+    requestTimeout: 10_000,
+    retry: { retries: 2, initialRetryTime: 100, maxRetryTime: 1_000 },
+  });
+}
+
+export type KafkaPublisherOptions = {
+  readonly brokers: readonly string[];
+  readonly topic: string;
+  readonly registry?: Registry;
+  readonly logger?: Log;
+  /** Samples held while Kafka is unreachable; beyond it the oldest are dropped (and counted). */
+  readonly capacity?: number;
+  /** Most samples per produce request. */
+  readonly batchSize?: number;
+  /** How long a sample may wait for companions before a send. */
+  readonly lingerMs?: number;
+  readonly clientId?: string;
+};
+
+/**
+ * Gateway side of the Kafka transport. `publish` appends to a bounded in-memory buffer and
+ * returns; one background loop sends batches (keyed by tenant, so a tenant's samples stay in
+ * order on one partition). When Kafka is down the loop backs off, the buffer fills, the oldest
+ * samples are dropped and `usage_samples_dropped_total` counts them; requests never notice.
+ * Delivery is at-least-once on a failed send that in fact reached the broker (the batch is
+ * requeued); the idempotent producer removes duplicates from its own retries.
+ */
+export function createKafkaPublisher(options: KafkaPublisherOptions): UsageSamplePublisher & { readonly bufferedCount: number } {
+  const capacity = options.capacity ?? 100_000;
+  const batchSize = options.batchSize ?? 5_000;
+  const lingerMs = options.lingerMs ?? 20;
+  const logger = options.logger ?? silent;
+  const metrics = options.registry ? publisherMetrics(options.registry) : undefined;
+  const buffer = new BoundedBuffer<UsageSample>(capacity);
+  const kafka = createKafkaClient(options.brokers, options.clientId ?? 'eas-gateway');
+  let producer: Producer | undefined;
+  let closed = false;
+  let failures = 0;
+  let wake: (() => void) | undefined;
+  let inFlight = 0;
+
+  const countDropped = (n: number) => {
+    if (n > 0) metrics?.dropped.inc({ reason: 'buffer_full' }, n);
+  };
+
+  const connected = async (): Promise<Producer> => {
+    if (producer) return producer;
+    const created = kafka.producer({
+      idempotent: true,
+      maxInFlightRequests: 1,
+      allowAutoTopicCreation: true,
+      createPartitioner: Partitioners.DefaultPartitioner,
+      retry: { retries: 2, initialRetryTime: 100, maxRetryTime: 1_000 },
+    });
+    try {
+      await created.connect();
+    } catch (error) {
+      await created.disconnect().catch(() => undefined);
+      throw error;
+    }
+    producer = created;
+    return created;
+  };
+
+  const sleep = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        wake = undefined;
+        resolve();
+      }, ms);
+      wake = () => {
+        clearTimeout(timer);
+        wake = undefined;
+        resolve();
+      };
+    });
+
+  const sendOnce = async (): Promise<void> => {
+    const samples = buffer.take(batchSize);
+    if (samples.length === 0) return;
+    inFlight = samples.length;
+    try {
+      const p = await connected();
+      await p.send({
+        topic: options.topic,
+        acks: -1,
+        messages: samples.map((s) => ({ key: s.tenantId, value: encodeSample(s), timestamp: String(s.timestamp) })),
+      });
+      failures = 0;
+      metrics?.published.inc(samples.length);
+    } catch (error) {
+      failures++;
+      if (failures === 1 || failures % 50 === 0) logger.warn({ err: error, buffered: buffer.size }, 'usage samples: Kafka send failed; buffering');
+      countDropped(buffer.requeue(samples));
+      const old = producer;
+      producer = undefined;
+      void old?.disconnect().catch(() => undefined);
+    } finally {
+      inFlight = 0;
+      metrics?.buffered.set(buffer.size);
+    }
+  };
+
+  const loop = (async () => {
+    while (!closed || (buffer.size > 0 && failures === 0)) {
+      if (buffer.size === 0) {
+        if (closed) break;
+        await sleep(1_000);
+        continue;
+      }
+      if (buffer.size < batchSize && !closed) await sleep(lingerMs);
+      await sendOnce();
+      if (failures > 0) {
+        if (closed) break;
+        await sleep(Math.min(5_000, 100 * 2 ** Math.min(failures, 6)));
+      }
+    }
+  })().catch((error: unknown) => logger.error({ err: error }, 'usage sample publisher stopped'));
+
+  return {
+    get bufferedCount() {
+      return buffer.size + inFlight;
+    },
+    publish(sample) {
+      if (closed) return;
+      countDropped(buffer.push(sample));
+      if (buffer.size >= batchSize) wake?.();
+      else if (buffer.size === 1 && failures === 0) {
+        // First sample after a quiet spell: start the linger timer now rather than in 1 s.
+        wake?.();
+      }
+    },
+    async flush(timeoutMs = 10_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (buffer.size + inFlight > 0 && Date.now() < deadline) {
+        wake?.();
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    },
+    async close() {
+      closed = true;
+      wake?.();
+      await Promise.race([loop, new Promise((r) => setTimeout(r, 10_000).unref())]);
+      metrics?.dropped.inc({ reason: 'shutdown' }, buffer.size);
+      await producer?.disconnect().catch(() => undefined);
+    },
+  };
+}
+
+export type KafkaSourceOptions = {
+  readonly brokers: readonly string[];
+  readonly topic: string;
+  readonly groupId: string;
+  readonly logger?: Log;
+  readonly sessionTimeoutMs?: number;
+  readonly heartbeatIntervalMs?: number;
+  /** Partitions processed in parallel by one consumer. */
+  readonly concurrency?: number;
+  readonly maxBytesPerPartition?: number;
+  readonly onBatch?: (info: { partition: number; samples: number; invalid: number }) => void;
+};
+
+/**
+ * Consumer side of the Kafka transport. The sink owns the offsets (in PostgreSQL, in the same
+ * transaction as the rollup): on every assignment the source seeks to the stored offsets, and
+ * when the sink finds that a batch does not continue where it left off it answers `seek` and
+ * the batch is discarded. Kafka's own committed offsets are written after the sink commits,
+ * for lag monitoring only; they never decide what is applied.
+ */
+export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSource {
+  const logger = options.logger ?? silent;
+  const kafka = createKafkaClient(options.brokers, `eas-kpi-${options.groupId}`);
+  let consumer: Consumer | undefined;
+  const admin = kafka.admin();
+  let adminConnected: Promise<void> | undefined;
+
+  const seekToStored = async (sink: UsageSampleSink, c: Consumer, assignment: Record<string, number[]>) => {
+    for (const [topic, partitions] of Object.entries(assignment)) {
+      if (topic !== options.topic || partitions.length === 0) continue;
+      const stored = await sink.storedOffsets(topic, partitions);
+      for (const [partition, offset] of stored) c.seek({ topic, partition, offset });
+    }
+  };
+
+  const eachBatch = (sink: UsageSampleSink) => async (payload: EachBatchPayload) => {
+    const { batch, resolveOffset, heartbeat, isRunning, isStale, commitOffsetsIfNecessary } = payload;
+    if (batch.messages.length === 0 || !isRunning() || isStale()) return;
+    const samples: UsageSample[] = [];
+    let invalid = 0;
+    for (const message of batch.messages) {
+      const sample = decodeSample(message.value);
+      if (sample) samples.push(sample);
+      else invalid++;
+    }
+    const first = batch.messages[0]!;
+    const last = batch.messages[batch.messages.length - 1]!;
+    const outcome = await sink.apply({
+      origin: {
+        topic: batch.topic,
+        partition: batch.partition,
+        firstOffset: first.offset,
+        nextOffset: (BigInt(last.offset) + 1n).toString(),
+      },
+      samples,
+    });
+    if (outcome.kind === 'seek') {
+      consumer?.seek({ topic: batch.topic, partition: batch.partition, offset: outcome.offset });
+      return;
+    }
+    resolveOffset(last.offset);
+    options.onBatch?.({ partition: batch.partition, samples: samples.length, invalid });
+    await commitOffsetsIfNecessary();
+    await heartbeat();
+  };
+
+  return {
+    async start(sink) {
+      const c = kafka.consumer({
+        groupId: options.groupId,
+        sessionTimeout: options.sessionTimeoutMs ?? 30_000,
+        heartbeatInterval: options.heartbeatIntervalMs ?? 3_000,
+        maxWaitTimeInMs: 100,
+        maxBytesPerPartition: options.maxBytesPerPartition ?? 1_048_576,
+        allowAutoTopicCreation: true,
+        retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 5_000 },
+      });
+      c.on(c.events.GROUP_JOIN, ({ payload }) => {
+        void seekToStored(sink, c, payload.memberAssignment).catch((error: unknown) =>
+          logger.error({ err: error }, 'kpi consumer: could not seek to stored offsets'),
+        );
+      });
+      c.on(c.events.CRASH, ({ payload }) => logger.error({ err: payload.error, restart: payload.restart }, 'kpi consumer crashed'));
+      await c.connect();
+      await c.subscribe({ topic: options.topic, fromBeginning: true });
+      await c.run({
+        autoCommit: true,
+        autoCommitInterval: 1_000,
+        eachBatchAutoResolve: false,
+        partitionsConsumedConcurrently: options.concurrency ?? 4,
+        eachBatch: eachBatch(sink),
+      });
+      consumer = c;
+    },
+    async stop() {
+      await consumer?.disconnect().catch(() => undefined);
+      consumer = undefined;
+      if (adminConnected) await admin.disconnect().catch(() => undefined);
+    },
+    async ping() {
+      adminConnected ??= admin.connect().catch((error: unknown) => {
+        adminConnected = undefined;
+        throw error;
+      });
+      await adminConnected;
+      await admin.describeCluster();
+    },
+  };
+}

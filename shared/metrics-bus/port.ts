@@ -1,0 +1,62 @@
+/**
+ * The metrics bus: how usage samples travel from the gateway to the KPI projector. Telemetry,
+ * not domain events: it never goes into the event store. Two adapters implement it —
+ * Kafka (kafkajs, `kafka.ts`) and an in-process transport for the embedded default
+ * (`inProcess.ts`) — so another client library can replace kafkajs without touching callers.
+ */
+
+/** One authenticated request, as the gateway saw it. */
+export type UsageSample = {
+  readonly tenantId: string;
+  readonly userId: string;
+  /** Route template (`/v1/employees/:id`), never the raw URL. */
+  readonly route: string;
+  readonly method: string;
+  readonly status: number;
+  /** Server-side duration in milliseconds. */
+  readonly durationMs: number;
+  /** When the response was sent, epoch milliseconds. */
+  readonly timestamp: number;
+};
+
+/** Producer side. `publish` never blocks and never throws: a request must not wait on the bus. */
+export interface UsageSamplePublisher {
+  publish(sample: UsageSample): void;
+  /** Waits (bounded) until everything buffered so far was handed to the transport. */
+  flush(timeoutMs?: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Where a batch came from, for sources that can resume (Kafka): the consumer stores it. */
+export type BatchOrigin = {
+  readonly topic: string;
+  readonly partition: number;
+  /** Offset of the first message in the batch. */
+  readonly firstOffset: string;
+  /** Offset to resume from after this batch (last offset + 1). */
+  readonly nextOffset: string;
+};
+
+export type SampleBatch = {
+  readonly origin: BatchOrigin | null;
+  readonly samples: readonly UsageSample[];
+};
+
+/** What applying a batch decided: done, or the source must restart the partition elsewhere. */
+export type ApplyOutcome = { readonly kind: 'applied' } | { readonly kind: 'seek'; readonly offset: string };
+
+/** Consumer side: the projector that folds batches into its store, and owns the resume offsets. */
+export interface UsageSampleSink {
+  /** The offsets to resume each partition from (next offset to read), as stored by `apply`. */
+  storedOffsets(topic: string, partitions: readonly number[]): Promise<ReadonlyMap<number, string>>;
+  /** Applies one batch atomically (its offsets with it). Called for one partition at a time. */
+  apply(batch: SampleBatch): Promise<ApplyOutcome>;
+}
+
+export interface UsageSampleSource {
+  /** Starts delivering batches to `sink`; resolves once the source is consuming. */
+  start(sink: UsageSampleSink): Promise<void>;
+  stop(): Promise<void>;
+  /** Throws when the transport is unusable (readiness). */
+  ping(): Promise<void>;
+}
