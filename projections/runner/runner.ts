@@ -198,7 +198,9 @@ export function runProjection<T extends string>(
       signal,
     });
     for await (const page of pages) {
-      // Drop anything at or before the checkpoint (duplicates after a reconnect).
+      // Drop anything at or before the checkpoint (duplicates after a reconnect). A page that
+      // ends at or before it is stale as a whole: committing it would move the checkpoint back.
+      if (comparePositions(page.checkpoint, expected) <= 0) continue;
       const events = page.events.filter((e) => comparePositions(e.position, expected) > 0);
       const committed = await pool.transaction(async (tx) => {
         const current = await readCheckpoint(tx, projection.name, true);
