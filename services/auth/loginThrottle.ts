@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract } from 'rate-limiter-flexible';
 
 /**
@@ -20,13 +20,30 @@ export const LOGIN_FAILURE_LIMIT = 5;
 export const LOGIN_FAILURE_WINDOW_SECONDS = 60;
 
 /** Shared by every gateway when REDIS_URL is set; in-process otherwise. */
+export function connectLoginThrottleRedis(url: string): Redis {
+  const client = new Redis(url, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: 500,
+    connectTimeout: 1_000,
+    retryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
+    connectionName: 'eas-login-throttle',
+  });
+  // Failures reach the limiter as rejected commands; its in-memory insurance takes over.
+  client.on('error', () => undefined);
+  return client;
+}
+
 export function createLoginThrottle(redis: Redis | undefined, options: LoginThrottleOptions = {}): LoginThrottle {
   const settings = {
     points: options.limit ?? LOGIN_FAILURE_LIMIT,
     duration: options.windowSeconds ?? LOGIN_FAILURE_WINDOW_SECONDS,
     keyPrefix: options.keyPrefix ?? 'eas:login-failures',
   };
-  const limiter: RateLimiterAbstract = redis ? new RateLimiterRedis({ storeClient: redis, ...settings }) : new RateLimiterMemory(settings);
+  // If Redis fails, counting continues in this process rather than failing the login.
+  const limiter: RateLimiterAbstract = redis
+    ? new RateLimiterRedis({ storeClient: redis, ...settings, insuranceLimiter: new RateLimiterMemory(settings) })
+    : new RateLimiterMemory(settings);
   // Hashing keeps keys short and keeps e-mail addresses out of Redis.
   const key = (account: string) => createHash('sha256').update(account).digest('base64url');
   return {

@@ -1,5 +1,4 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { Redis } from 'ioredis';
 import type { Config } from '../../shared/config.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import { BadRequestError, ForbiddenError, UnauthorizedError } from '../../shared/errors.ts';
@@ -7,7 +6,7 @@ import type { V1Capability } from '../gateway/app.ts';
 import { createTenantDirectory, type TenantDirectory } from '../tenants/directory.ts';
 import { tenantSlugSchema } from '../tenants/tenants.ts';
 import { loadKeyRing, type KeyRing } from './keys.ts';
-import { createLoginThrottle, type LoginThrottle } from './loginThrottle.ts';
+import { connectLoginThrottleRedis, createLoginThrottle, type LoginThrottle, type LoginThrottleOptions } from './loginThrottle.ts';
 import { warmUpPasswordHashing } from './passwords.ts';
 import { isPermission, rolesAllow, type Permission } from './permissions.ts';
 import { createSessions, type Sessions } from './sessions.ts';
@@ -33,15 +32,17 @@ export type AuthDeps = {
   readonly sessions: Sessions;
   /** Routes of the authenticated scopes and the permission each requires (the RBAC matrix test reads it). */
   readonly routes: Array<{ readonly method: string; readonly url: string; readonly permission: Permission }>;
+  /** Releases what the deps own (the throttle's Redis connection). */
+  close(): Promise<void>;
 };
 
 export type CreateAuthDepsOptions = {
   readonly pool: DatabasePool;
   readonly config: Pick<Config, 'JWT_ISSUER' | 'JWT_AUDIENCE' | 'JWT_PRIVATE_JWKS' | 'DATA_DIR'>;
-  /** Shared login-failure counters; in-process without it. */
-  readonly redis?: Redis | undefined;
+  /** Where login-failure counters are shared (REDIS_URL); in-process without it. */
+  readonly redisUrl?: string | undefined;
+  readonly loginThrottle?: LoginThrottleOptions;
   readonly keys?: KeyRing;
-  readonly loginThrottleKeyPrefix?: string;
   readonly tenantCacheTtlMs?: number;
   readonly now?: () => number;
 };
@@ -51,10 +52,22 @@ export async function createAuthDeps(options: CreateAuthDepsOptions): Promise<Au
   const keys = options.keys ?? (await loadKeyRing(options.config));
   const tokens = createTokenService({ keys, issuer: options.config.JWT_ISSUER, audience: options.config.JWT_AUDIENCE, now });
   const tenants = createTenantDirectory(options.pool, { ttlMs: options.tenantCacheTtlMs, now });
-  const throttle = createLoginThrottle(options.redis, { keyPrefix: options.loginThrottleKeyPrefix });
+  const redis = options.redisUrl ? connectLoginThrottleRedis(options.redisUrl) : undefined;
+  const throttle = createLoginThrottle(redis, options.loginThrottle);
   await warmUpPasswordHashing();
   const sessions = createSessions({ pool: options.pool, tenants, tokens, throttle, now });
-  return { pool: options.pool, keys, tokens, tenants, throttle, sessions, routes: [] };
+  return {
+    pool: options.pool,
+    keys,
+    tokens,
+    tenants,
+    throttle,
+    sessions,
+    routes: [],
+    async close() {
+      redis?.disconnect();
+    },
+  };
 }
 
 const REALM = 'employee-analytics';

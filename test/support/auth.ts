@@ -5,6 +5,7 @@ import { withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import { createGateway, type V1Capability } from '../../services/gateway/app.ts';
 import type { Plan, RateLimitOverride } from '../../services/gateway/requestContext.ts';
 import { createKeyRing, generatePrivateJwk, type KeyRing } from '../../services/auth/keys.ts';
+import type { LoginThrottleOptions } from '../../services/auth/loginThrottle.ts';
 import type { RoleName } from '../../services/auth/permissions.ts';
 import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps } from '../../services/auth/plugin.ts';
 import { authRoutes, rolesRoutes } from '../../services/auth/routes.ts';
@@ -25,13 +26,21 @@ export const TEST_AUDIENCE = 'test-audience';
 
 export type TestTenant = { readonly tenantId: string; readonly slug: string };
 
-/** Auth deps with a fresh in-memory key and an in-memory login throttle (pass `redis` to share it). */
-export async function createTestAuth(pool: DatabasePool, options: { keys?: KeyRing; now?: () => number } = {}): Promise<AuthDeps> {
+/**
+ * Auth deps with a fresh in-memory key; the login throttle is in memory unless `redisUrl` is
+ * given (then under a fresh key prefix). Close with `auth.close()`.
+ */
+export async function createTestAuth(
+  pool: DatabasePool,
+  options: { keys?: KeyRing; now?: () => number; redisUrl?: string; loginThrottle?: LoginThrottleOptions; tenantCacheTtlMs?: number } = {},
+): Promise<AuthDeps> {
   return createAuthDeps({
     pool,
     config: { JWT_ISSUER: TEST_ISSUER, JWT_AUDIENCE: TEST_AUDIENCE, JWT_PRIVATE_JWKS: undefined, DATA_DIR: '.tmp/unused' },
     keys: options.keys ?? (await createKeyRing([await generatePrivateJwk()])),
-    loginThrottleKeyPrefix: `test:${randomBytes(6).toString('hex')}`,
+    redisUrl: options.redisUrl,
+    loginThrottle: { keyPrefix: `test:login:${randomBytes(6).toString('hex')}`, ...options.loginThrottle },
+    ...(options.tenantCacheTtlMs !== undefined ? { tenantCacheTtlMs: options.tenantCacheTtlMs } : {}),
     ...(options.now ? { now: options.now } : {}),
   });
 }
