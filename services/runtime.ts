@@ -8,6 +8,8 @@ import { createPostgresEventStore } from '../shared/event-store/postgres.ts';
 import { connectEventStoreDb, createEventStoreDbEventStore } from '../shared/event-store/eventstoredb.ts';
 import type { EventStore } from '../shared/event-store/port.ts';
 import type { Logger } from '../shared/logger.ts';
+import { createConfiguredRateLimiter } from '../shared/rate-limit/configured.ts';
+import type { RateLimiter } from '../shared/rate-limit/limiter.ts';
 import type { ReadinessCheck } from './gateway/health.ts';
 import { allMigrations } from './schema.ts';
 import pg from 'pg';
@@ -41,6 +43,8 @@ export type Runtime = {
   readonly registry: Registry;
   readonly readiness: ReadinessCheck[];
   readonly logger: Logger;
+  /** Per-tenant token buckets: Redis when REDIS_URL is set, else in memory. */
+  readonly rateLimiter: RateLimiter;
   /** Releases everything in reverse order of creation. */
   close(): Promise<void>;
 };
@@ -78,12 +82,14 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
 
     const registry = new Registry();
     collectDefaultMetrics({ register: registry });
+    const rateLimiter = await createConfiguredRateLimiter(config, registry, logger);
+    closers.push(() => rateLimiter.close());
 
     const readiness: ReadinessCheck[] = [
       { name: 'postgres', check: async () => void (await pool.oneFirst(sql.type(z.object({ ok: z.number() }))`select 1 as ok`)) },
       ...(config.EVENTSTORE_URL ? [{ name: 'eventstore', check: () => eventStore.ping() }] : []),
     ];
-    return { config, databaseUrl, pool, eventStore, registry, readiness, logger, close };
+    return { config, databaseUrl, pool, eventStore, registry, readiness, logger, rateLimiter, close };
   } catch (error) {
     await close();
     throw error;

@@ -2,6 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { ServiceUnavailableError, TooManyRequestsError } from '../../shared/errors.ts';
 import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
+import type { V1Capability } from './app.ts';
 import { resolvePolicy } from '../../shared/rate-limit/policy.ts';
 import type { BucketDecision, BucketPolicy } from '../../shared/rate-limit/port.ts';
 
@@ -94,3 +95,14 @@ export const rateLimitPlugin = fp<RateLimitPluginOptions>(
   },
   { name: 'rate-limit' },
 );
+
+/**
+ * The limiter as a capability of the authenticated scope, placed first:
+ * `authenticated(auth, rateLimited(runtime.rateLimiter), ...capabilities)`. The scope adds its
+ * auth hook before calling capabilities, so this hook runs after it and sees `request.auth`.
+ */
+export const rateLimited =
+  (limiter: RateLimiter, options: Omit<RateLimitPluginOptions, 'limiter'> = {}): V1Capability =>
+  async (scope) => {
+    await scope.register(rateLimitPlugin, { ...options, limiter });
+  };
