@@ -1,0 +1,69 @@
+import type { FastifyInstance } from 'fastify';
+import type { LightMyRequestResponse } from 'fastify';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import type { AuthDeps } from '../../../services/auth/plugin.ts';
+import type { RoleName } from '../../../services/auth/permissions.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import type { EventStore } from '../../../shared/event-store/port.ts';
+import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
+import { employeesCapability } from '../../../services/employees/capability.ts';
+
+/** A fresh database, the live employees projector and the gateway with real auth in front. */
+export type EmployeesHarness = {
+  readonly db: TestDatabase;
+  readonly store: EventStore;
+  readonly app: FastifyInstance;
+  readonly auth: AuthDeps;
+  /** A fresh tenant and the headers of a caller with `role` in it. */
+  tenant(role?: RoleName): Promise<{ tenant: TestTenant; headers: Record<string, string>; as(role: RoleName): Promise<Record<string, string>> }>;
+  close(): Promise<void>;
+};
+
+export async function waitFor<T>(probe: () => Promise<T | undefined | null | false>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error('condition not met before the deadline');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export async function createEmployeesHarness(options: { clock?: () => Date; readWaitMs?: number } = {}): Promise<EmployeesHarness> {
+  const db = await createTestDatabase();
+  const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+  const projector: ProjectorHandle = runProjection(db.pool, store, employeesProjection, { pollIntervalMs: 100 });
+  await waitFor(() => readCheckpoint(db.pool, employeesProjection.name));
+  const auth = await createTestAuth(db.pool);
+  const app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }, options));
+  return {
+    db,
+    store,
+    app,
+    auth,
+    async tenant(role = 'hr_manager') {
+      const tenant = await provisionTenant(db.pool);
+      return { tenant, headers: await authHeaders(auth, tenant, role), as: (other: RoleName) => authHeaders(auth, tenant, other) };
+    },
+    async close() {
+      await app.close();
+      await projector.stop();
+      await store.close();
+      await db.drop();
+    },
+  };
+}
+
+/** Asserts an RFC 9457 problem with `status` and returns its body. */
+export function expectProblem(response: LightMyRequestResponse, status: number): Record<string, unknown> {
+  if (response.statusCode !== status) throw new Error(`expected ${status}, got ${response.statusCode}: ${response.body}`);
+  const type = String(response.headers['content-type']);
+  if (!type.startsWith('application/problem+json')) throw new Error(`expected a problem, got ${type}`);
+  const body = response.json<Record<string, unknown>>();
+  if (body.status !== status || typeof body.title !== 'string' || typeof body.type !== 'string') {
+    throw new Error(`not a problem body: ${response.body}`);
+  }
+  return body;
+}
