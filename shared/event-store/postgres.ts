@@ -1,6 +1,5 @@
 import pg from 'pg';
 import { z } from 'zod';
-import { UniqueIntegrityConstraintViolationError } from 'slonik';
 import { sql, type DatabasePool } from '../db/pool.ts';
 import type { Migration } from '../db/migrate.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
@@ -23,10 +22,14 @@ import {
  *
  * Global order is (transaction id, sequence). A sequence number alone is not safe: numbers are
  * drawn at insert but become visible at commit, so a reader paging by sequence skips an event
- * whose transaction commits after a later-numbered one. Readers therefore only see events whose
- * transaction id is below the oldest transaction still in flight
- * (`pg_snapshot_xmin(pg_current_snapshot())`): everything below that horizon has committed or
- * aborted, so nothing can later appear before what has been read.
+ * whose transaction commits after a later-numbered one. Readers therefore only read below a
+ * horizon: the oldest transaction that is still writing to the event tables (or, when none is,
+ * the next transaction id). Everything below it has committed or aborted, so nothing can later
+ * appear before what has been read.
+ *
+ * Unlike `pg_snapshot_xmin(pg_current_snapshot())` (emmett's horizon), this only waits for
+ * our own writers: that xmin is cluster-wide, so any long transaction in any database of the
+ * cluster (an analyst's open psql session, a batch job) would stall every projection.
  */
 export const eventStoreMigrations: readonly Migration[] = [
   {
@@ -49,6 +52,58 @@ export const eventStoreMigrations: readonly Migration[] = [
         unique (stream_id, revision)
       );
       create index es_events_global_order on es_events (transaction_id, position) include (type);
+    `,
+  },
+  {
+    id: 'event-store/002-append-function',
+    sql: `
+      -- One round trip per append: lock the stream, check idempotency and the expected
+      -- revision, insert, notify. The advisory lock is taken before the transaction draws an
+      -- id, so ids (and thus global order) follow the per-stream lock order.
+      create function es_append(
+        p_stream text, p_expected text, p_ids uuid[], p_types text[], p_data jsonb[], p_metadata jsonb[]
+      ) returns table (outcome text, next_revision bigint, commit_position text, prepare_position bigint)
+      language plpgsql as $fn$
+      declare
+        v_current bigint;
+        v_first bigint;
+        v_existing int;
+        v_foreign int;
+      begin
+        perform pg_advisory_xact_lock(hashtextextended(p_stream, 0));
+        select count(*), count(*) filter (where e.stream_id <> p_stream)
+          into v_existing, v_foreign from es_events e where e.event_id = any(p_ids);
+        if v_existing > 0 then
+          if v_existing = cardinality(p_ids) and v_foreign = 0 then
+            return query select 'duplicate', e.revision, e.transaction_id::text, e.position
+              from es_events e where e.event_id = any(p_ids) order by e.revision desc limit 1;
+          else
+            return query select 'event_id_conflict', null::bigint, null::text, null::bigint;
+          end if;
+          return;
+        end if;
+        select s.revision into v_current from es_streams s where s.stream_id = p_stream;
+        if not (p_expected = 'any'
+                or (p_expected = 'no_stream' and v_current is null)
+                or (p_expected = 'stream_exists' and v_current is not null)
+                or (p_expected ~ '^[0-9]+$' and v_current is not null and v_current = p_expected::bigint)) then
+          return query select 'wrong_expected_revision', v_current, null::text, null::bigint;
+          return;
+        end if;
+        v_first := coalesce(v_current + 1, 0);
+        insert into es_streams as s (stream_id, revision) values (p_stream, v_first + cardinality(p_ids) - 1)
+          on conflict (stream_id) do update set revision = excluded.revision;
+        return query
+          with inserted as (
+            insert into es_events (stream_id, revision, event_id, type, data, metadata)
+            select p_stream, v_first + t.n - 1, t.id, t.type, t.data, coalesce(t.metadata, '{}'::jsonb)
+            from unnest(p_ids, p_types, p_data, p_metadata) with ordinality as t(id, type, data, metadata, n)
+            returning es_events.revision, es_events.transaction_id, es_events.position
+          )
+          select 'appended', i.revision, i.transaction_id::text, i.position from inserted i order by i.position desc limit 1;
+        perform pg_notify('es_events', '');
+      end
+      $fn$;
     `,
   },
 ];
@@ -89,10 +144,32 @@ const eventColumns = sql.fragment`
   transaction_id::text as commit, position as prepare, recorded_at
 `;
 
-/** Rows the reader may see: committed, and below every transaction still in flight. */
-const visibleAfter = (after: GlobalPosition) => sql.fragment`
+/**
+ * The read horizon, taken in its own statement before the read: the smallest transaction id
+ * still in flight among the backends holding a lock on the event tables, else the next id to
+ * be assigned. A writer draws its id only after locking the tables, so a writer not seen here
+ * will draw an id at or above the snapshot's xmax, which bounds the horizon. A writer that
+ * finishes while this runs has committed before the read statement takes its snapshot.
+ */
+const horizonQuery = sql.type(z.object({ horizon: z.string() }))`
+  select coalesce(
+    (select min(x) from pg_snapshot_xip(snap.s) x
+     where (x::text::bigint % 4294967296) in (
+       select l2.transactionid::text::bigint
+       from pg_locks l1
+       join pg_locks l2 on l2.pid = l1.pid and l2.locktype = 'transactionid' and l2.mode = 'ExclusiveLock' and l2.granted
+       where l1.locktype = 'relation'
+         and l1.database = (select oid from pg_database where datname = current_database())
+         and l1.relation in ('es_events'::regclass, 'es_streams'::regclass)
+         and l1.pid <> pg_backend_pid())),
+    pg_snapshot_xmax(snap.s))::text as horizon
+  from (select pg_current_snapshot() as s) snap
+`;
+
+/** Rows after `after` that the reader may see: below the horizon, so no gap can fill in later. */
+const visibleAfter = (after: GlobalPosition, horizon: string) => sql.fragment`
   (transaction_id, position) > (${after.commit.toString()}::xid8, ${after.prepare.toString()}::int8)
-  and transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+  and transaction_id < ${horizon}::xid8
 `;
 
 export type PostgresEventStoreOptions = {
@@ -106,115 +183,83 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
   const scanWindow = options.scanWindow ?? 10_000;
   const wakeups = createWakeups(options.listenUrl);
 
-  async function findIdempotentAppend(streamId: string, events: readonly NewEvent[]): Promise<AppendResult | null> {
-    const rows = await pool.any(sql.type(
-      z.object({ stream_id: z.string(), revision: z.number(), commit: z.string(), prepare: z.number() }),
-    )`
-      select stream_id, revision, transaction_id::text as commit, position as prepare
-      from es_events where event_id = any(${sql.array(events.map((e) => e.id), 'uuid')})
-      order by revision
-    `);
-    if (rows.length === 0) return null;
-    const last = rows.at(-1);
-    const sameStream = rows.every((r) => r.stream_id === streamId);
-    if (rows.length !== events.length || !sameStream || !last) {
-      throw new ConflictError('Some of these event ids were already used by other events');
-    }
-    return { nextRevision: last.revision, position: toPosition(last) };
-  }
+  const appendRow = z.object({
+    outcome: z.enum(['appended', 'duplicate', 'wrong_expected_revision', 'event_id_conflict']),
+    next_revision: z.number().nullable(),
+    commit_position: z.string().nullable(),
+    prepare_position: z.number().nullable(),
+  });
 
-  async function appendOnce(streamId: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
-    return pool.transaction(async (tx) => {
-      const current = await tx.maybeOneFirst(sql.type(z.object({ revision: z.number() }))`
-        select revision from es_streams where stream_id = ${streamId} for update
-      `);
-      const actual = current ?? 'no_stream';
-      if (!matchesExpected(expected, actual)) {
-        throw new WrongExpectedRevisionError(streamId, String(expected), actual);
+  async function append(streamId: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    const row = await pool.one(sql.type(appendRow)`
+      select * from es_append(
+        ${streamId},
+        ${String(expected)},
+        ${sql.array(events.map((e) => e.id), 'uuid')},
+        ${sql.array(events.map((e) => e.type), 'text')},
+        ${sql.array(events.map((e) => JSON.stringify(e.data)), 'jsonb')},
+        ${sql.array(events.map((e) => JSON.stringify(e.metadata ?? {})), 'jsonb')}
+      )
+    `);
+    switch (row.outcome) {
+      case 'appended':
+      case 'duplicate':
+        if (row.next_revision === null || row.commit_position === null || row.prepare_position === null) {
+          throw new Error('es_append returned no position');
+        }
+        return {
+          nextRevision: row.next_revision,
+          position: { commit: BigInt(row.commit_position), prepare: BigInt(row.prepare_position) },
+        };
+      case 'wrong_expected_revision':
+        throw new WrongExpectedRevisionError(streamId, String(expected), row.next_revision ?? 'no_stream');
+      case 'event_id_conflict':
+        throw new ConflictError('Some of these event ids were already used by other events');
+      default: {
+        const never: never = row.outcome;
+        throw new Error(`unexpected append outcome ${String(never)}`);
       }
-      const first = current === null ? 0 : current + 1;
-      const next = first + events.length - 1;
-      if (current === null) {
-        await tx.query(sql.type(z.object({}))`insert into es_streams (stream_id, revision) values (${streamId}, ${next})`);
-      } else {
-        await tx.query(sql.type(z.object({}))`update es_streams set revision = ${next} where stream_id = ${streamId}`);
-      }
-      const rows = events.map((e, i) => [
-        streamId,
-        first + i,
-        e.id,
-        e.type,
-        JSON.stringify(e.data),
-        JSON.stringify(e.metadata ?? {}),
-      ]);
-      const inserted = await tx.many(sql.type(positionRow)`
-        insert into es_events (stream_id, revision, event_id, type, data, metadata)
-        select * from ${sql.unnest(rows, ['text', 'int8', 'uuid', 'text', 'jsonb', 'jsonb'])}
-        returning transaction_id::text as commit, position as prepare
-      `);
-      // Delivered at commit; only wakes live subscribers, correctness never depends on it.
-      await tx.query(sql.type(z.object({}))`select pg_notify(${NOTIFY_CHANNEL}, '')`);
-      const last = inserted.at(-1);
-      if (!last) throw new Error('append inserted no rows');
-      return { nextRevision: next, position: toPosition(last) };
-    });
+    }
   }
 
   async function readAll(opts: ReadAllOptions = {}): Promise<ReadAllPage> {
     const after = opts.after ?? START;
     const maxCount = opts.maxCount ?? 1_000;
+    const horizon = await pool.oneFirst(horizonQuery);
     if (!opts.eventTypes) {
       const rows = await pool.any(sql.type(eventRow)`
-        select ${eventColumns} from es_events where ${visibleAfter(after)}
+        select ${eventColumns} from es_events where ${visibleAfter(after, horizon)}
         order by transaction_id, position limit ${maxCount}
       `);
       const events = rows.map(toRecorded);
       return { events, checkpoint: events.at(-1)?.position ?? after };
     }
-    // Filtered: first fix a horizon over at most `scanWindow` visible entries (index only),
-    // then fetch the matching events up to it. Nothing can commit below the horizon later.
-    const horizonRow = await pool.maybeOne(sql.type(positionRow)`
+    // Filtered: first fix the end of a window of at most `scanWindow` visible entries (index
+    // only), then fetch the matching events up to it. Nothing can commit inside it later.
+    const windowEndRow = await pool.maybeOne(sql.type(positionRow)`
       select transaction_id::text as commit, position as prepare from (
-        select transaction_id, position from es_events where ${visibleAfter(after)}
+        select transaction_id, position from es_events where ${visibleAfter(after, horizon)}
         order by transaction_id, position limit ${scanWindow}
       ) scanned order by transaction_id desc, position desc limit 1
     `);
-    if (!horizonRow) return { events: [], checkpoint: after };
-    const horizon = toPosition(horizonRow);
+    if (!windowEndRow) return { events: [], checkpoint: after };
+    const windowEnd = toPosition(windowEndRow);
     const rows = await pool.any(sql.type(eventRow)`
       select ${eventColumns} from es_events
       where (transaction_id, position) > (${after.commit.toString()}::xid8, ${after.prepare.toString()}::int8)
-        and (transaction_id, position) <= (${horizonRow.commit}::xid8, ${horizonRow.prepare}::int8)
+        and (transaction_id, position) <= (${windowEndRow.commit}::xid8, ${windowEndRow.prepare}::int8)
         and type = any(${sql.array([...opts.eventTypes], 'text')})
       order by transaction_id, position limit ${maxCount}
     `);
     const events = rows.map(toRecorded);
-    const checkpoint = events.length === maxCount ? (events.at(-1)?.position ?? horizon) : horizon;
+    const checkpoint = events.length === maxCount ? (events.at(-1)?.position ?? windowEnd) : windowEnd;
     return { events, checkpoint };
   }
 
   return {
     async append(streamId, events, { expectedRevision = 'any' } = {}) {
       if (events.length === 0) throw new Error('append needs at least one event');
-      for (let attempt = 0; ; attempt++) {
-        try {
-          return await appendOnce(streamId, events, expectedRevision);
-        } catch (error) {
-          const raced = error instanceof UniqueIntegrityConstraintViolationError;
-          if (!raced && !(error instanceof WrongExpectedRevisionError)) throw error;
-          // A retry of an append that already happened (same event ids) succeeds again.
-          const earlier = await findIdempotentAppend(streamId, events);
-          if (earlier) return earlier;
-          if (raced && expectedRevision === 'any' && attempt < 3) continue; // lost a race creating the stream
-          if (raced) {
-            const now = await pool.maybeOneFirst(sql.type(z.object({ revision: z.number() }))`
-              select revision from es_streams where stream_id = ${streamId}
-            `);
-            throw new WrongExpectedRevisionError(streamId, String(expectedRevision), now ?? 'no_stream');
-          }
-          throw error;
-        }
-      }
+      return append(streamId, events, expectedRevision);
     },
 
     async readStream(streamId, { fromRevision = 0, maxCount = 1_000_000 } = {}) {
