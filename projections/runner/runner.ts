@@ -1,3 +1,4 @@
+import { AsyncResource } from 'node:async_hooks';
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
@@ -112,12 +113,17 @@ export async function replayProjection<T extends string>(
       position = page.checkpoint;
       options.onProgress?.({ processed, position, head });
     }
+    // The store reads on its own connections: bound outside the transaction's async context, so
+    // slonik does not take a PostgreSQL store's pool query for a foreign connection inside it.
+    const readOutside = AsyncResource.bind((after: GlobalPosition) =>
+      store.readAll({ after, maxCount: batchSize, eventTypes: projection.eventTypes }),
+    );
     await pool.transaction(async (tx) => {
       await tx.query(sql.type(z.object({}))`select pg_advisory_xact_lock(hashtext(${`projection:${projection.name}`}))`);
       await readCheckpoint(tx, projection.name, true);
       // Under the checkpoint lock: apply whatever committed since the last page.
       for (;;) {
-        const page = await store.readAll({ after: position, maxCount: batchSize, eventTypes: projection.eventTypes });
+        const page = await readOutside(position);
         if (comparePositions(page.checkpoint, position) === 0) break;
         await applyPage(tx, page.events);
         position = page.checkpoint;
