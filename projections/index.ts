@@ -1,4 +1,6 @@
 import type { Projection } from './runner/projection.ts';
+import { employeesProjection } from './employees/employeesProjection.ts';
+import { kpiBillingProjection } from './kpi/billingProjection.ts';
 
 /** Every projection the service keeps live. */
-export const allProjections: readonly Projection[] = [];
+export const allProjections: readonly Projection[] = [employeesProjection, kpiBillingProjection];

@@ -348,7 +348,7 @@ describe('GET /v1/employees', () => {
 });
 
 describe('PATCH /v1/employees/{id}', () => {
-  const patch = (headers: Record<string, string>, id: string, payload: unknown, ifMatch?: string) =>
+  const patch = (headers: Record<string, string>, id: string, payload: Record<string, unknown>, ifMatch?: string) =>
     h.app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers: { ...headers, ...(ifMatch && { 'if-match': ifMatch }) }, payload });
 
   it('changes the named fields and answers from the events with the new ETag', async () => {
@@ -453,7 +453,7 @@ describe('PATCH /v1/employees/{id}', () => {
 });
 
 describe('POST /v1/employees/{id}/status', () => {
-  const setStatus = (headers: Record<string, string>, id: string, payload: unknown, ifMatch?: string) =>
+  const setStatus = (headers: Record<string, string>, id: string, payload: Record<string, unknown>, ifMatch?: string) =>
     h.app.inject({ method: 'POST', url: `/v1/employees/${id}/status`, headers: { ...headers, ...(ifMatch && { 'if-match': ifMatch }) }, payload });
 
   it('walks every allowed transition and answers with the updated employee', async () => {
