@@ -1,5 +1,128 @@
-import type { Command } from 'commander';
+import { Command, InvalidArgumentError } from 'commander';
+import cliProgress from 'cli-progress';
+import pino from 'pino';
+import { loadConfig } from '../../shared/config.ts';
+import { comparePositions, formatPosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
+import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
+import type { Projection } from '../../projections/runner/projection.ts';
+import { allProjections } from '../../projections/index.ts';
+import { createRuntime, type Runtime } from '../runtime.ts';
+
+/**
+ * `projections status` and `projections replay <name>`. Both run against the configured
+ * engines (or attach to the embedded PostgreSQL of a running service); a replay builds into
+ * shadow tables and swaps them in atomically, so the running service keeps answering from the
+ * old model until the new one is complete, and its live projector follows on from the swap.
+ */
+async function withRuntime(work: (runtime: Runtime) => Promise<void>): Promise<void> {
+  const config = loadConfig();
+  const runtime = await createRuntime(config, pino({ level: 'warn' }, pino.destination(2)));
+  try {
+    await work(runtime);
+  } finally {
+    await runtime.close();
+  }
+}
+
+function findProjection(name: string): Projection {
+  const projection = allProjections.find((p) => p.name === name);
+  if (!projection) throw new InvalidArgumentError(`unknown projection; known: ${allProjections.map((p) => p.name).join(', ')}`);
+  return projection;
+}
+
+/** How many events of the projection's types lie after `from` (counted through the port, so on any adapter). */
+async function eventsBehind(store: EventStore, projection: Projection, from: GlobalPosition, cap: number): Promise<{ count: number; capped: boolean }> {
+  let after = from;
+  let count = 0;
+  for (;;) {
+    const page = await store.readAll({ after, eventTypes: projection.eventTypes, maxCount: 10_000 });
+    count += page.events.length;
+    if (comparePositions(page.checkpoint, after) === 0) return { count, capped: false };
+    if (count >= cap) return { count, capped: true };
+    after = page.checkpoint;
+  }
+}
+
+const positiveInt = (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+};
 
 export function registerProjectionCommands(program: Command): void {
-  program.command('projections').description('projection status and replays');
+  const projections = program.command('projections').description('projection status and replays');
+
+  projections
+    .command('status')
+    .description("each projection's version, position and lag (events behind the head of the log)")
+    .option('--json', 'machine-readable output')
+    .action(async (options: { json?: boolean }) => {
+      await withRuntime(async ({ pool, eventStore }) => {
+        const head = await eventStore.headPosition();
+        const rows = [];
+        for (const projection of allProjections) {
+          const checkpoint = await readCheckpoint(pool, projection.name);
+          const behind = checkpoint ? await eventsBehind(eventStore, projection, checkpoint.position, 1_000_000) : null;
+          rows.push({
+            name: projection.name,
+            version: projection.version,
+            builtVersion: checkpoint?.version ?? null,
+            position: checkpoint ? formatPosition(checkpoint.position) : null,
+            head: formatPosition(head),
+            lag: behind ? `${behind.count}${behind.capped ? '+' : ''}` : 'not built',
+            eventsApplied: checkpoint?.eventsApplied ?? 0,
+            updatedAt: checkpoint?.updatedAt ?? null,
+          });
+        }
+        if (options.json) {
+          process.stdout.write(`${JSON.stringify({ head: formatPosition(head), projections: rows }, null, 2)}\n`);
+          return;
+        }
+        process.stdout.write(`head of the log: ${formatPosition(head)}\n`);
+        console.table(rows);
+      });
+    });
+
+  projections
+    .command('replay')
+    .description('rebuild a projection from the first event into shadow tables, then swap them in atomically')
+    .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
+    .option('--batch-size <n>', 'events per transaction', positiveInt, 5_000)
+    .action(async (projection: Projection, options: { batchSize: number }) => {
+      await withRuntime(async ({ pool, eventStore }) => {
+        const bar = new cliProgress.SingleBar(
+          {
+            format: `${projection.name} |{bar}| {percentage}% | {events} events | {rate} events/s | ETA {eta_formatted}`,
+            hideCursor: true,
+            etaBuffer: 50,
+            stream: process.stderr,
+          },
+          cliProgress.Presets.shades_classic,
+        );
+        // Progress is measured along the log (global positions): the only total known up front.
+        let barStarted = false;
+        const started = Date.now();
+        const payload = (processed: number) => ({
+          events: processed.toLocaleString('en-US'),
+          rate: Math.round(processed / Math.max(0.001, (Date.now() - started) / 1000)).toLocaleString('en-US'),
+        });
+        const result = await replayProjection(pool, eventStore, projection, {
+          batchSize: options.batchSize,
+          onProgress: ({ processed, position, head }) => {
+            const total = Math.max(1, Number(head.prepare), Number(position.prepare));
+            if (!barStarted) bar.start(total, 0, payload(0));
+            barStarted = true;
+            bar.setTotal(total);
+            bar.update(Number(position.prepare), payload(processed));
+          },
+        });
+        bar.update(bar.getTotal(), payload(result.processed));
+        bar.stop();
+        const seconds = (Date.now() - started) / 1000;
+        process.stdout.write(
+          `replayed ${projection.name}: ${result.processed} events in ${seconds.toFixed(1)} s ` +
+            `(${Math.round(result.processed / Math.max(seconds, 0.001))} events/s), now at ${formatPosition(result.position)}\n`,
+        );
+      });
+    });
 }
