@@ -3,6 +3,7 @@ import { eventStoreMigrations } from '../shared/event-store/postgres.ts';
 import { projectionRunnerMigrations } from '../projections/runner/runner.ts';
 import { tenantMigrations } from './tenants/schema.ts';
 import { authMigrations } from './auth/schema.ts';
+import { kpiMigrations } from '../projections/kpi/schema.ts';
 
 /**
  * Every migration of the service, in the order they apply. Each capability owns its DDL next
@@ -14,4 +15,5 @@ export const allMigrations: readonly Migration[] = [
   ...projectionRunnerMigrations,
   ...tenantMigrations,
   ...authMigrations,
+  ...kpiMigrations,
 ];

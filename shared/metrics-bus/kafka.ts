@@ -204,11 +204,14 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
     const { batch, resolveOffset, heartbeat, isRunning, isStale, commitOffsetsIfNecessary } = payload;
     if (batch.messages.length === 0 || !isRunning() || isStale()) return;
     const samples: UsageSample[] = [];
+    const offsets: string[] = [];
     let invalid = 0;
     for (const message of batch.messages) {
       const sample = decodeSample(message.value);
-      if (sample) samples.push(sample);
-      else invalid++;
+      if (sample) {
+        samples.push(sample);
+        offsets.push(message.offset);
+      } else invalid++;
     }
     const first = batch.messages[0]!;
     const last = batch.messages[batch.messages.length - 1]!;
@@ -218,6 +221,7 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
         partition: batch.partition,
         firstOffset: first.offset,
         nextOffset: (BigInt(last.offset) + 1n).toString(),
+        offsets,
       },
       samples,
     });

@@ -35,6 +35,8 @@ export type BatchOrigin = {
   readonly firstOffset: string;
   /** Offset to resume from after this batch (last offset + 1). */
   readonly nextOffset: string;
+  /** Offset of each sample, parallel to `samples` (messages that did not decode are absent). */
+  readonly offsets: readonly string[];
 };
 
 export type SampleBatch = {

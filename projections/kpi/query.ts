@@ -1,0 +1,117 @@
+import { z } from 'zod';
+import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { START, type EventStore } from '../../shared/event-store/port.ts';
+import { createSketch, deserializeSketch, mergeInto, quantile } from '../../shared/sketch/ddsketch.ts';
+import { readCheckpoint } from '../runner/runner.ts';
+import { BILLING_STORED_TYPES } from './billingEvents.ts';
+import { kpiBillingProjection, subscriptionRow, toCustomer } from './billingProjection.ts';
+import { CHURN_WINDOW_MS, summarizeRevenue } from './subscriptions.ts';
+
+const MINUTE = 60_000;
+const HOUR = 3_600_000;
+const DAY = 86_400_000;
+
+export type KpiSummary = {
+  readonly mrr: number;
+  readonly arr: number;
+  readonly churnRate: number;
+  readonly dau: number;
+  readonly mau: number;
+  /** 0 when the tenant made no request in the 24 hours ending at asOf. */
+  readonly apiLatencyP95Ms: number;
+  readonly asOf: string;
+  /** The tenant's billing currency (fixed by its first billing event); null before any. */
+  readonly currency: string | null;
+};
+
+/**
+ * The instant up to which the billing projection has applied every billing event: now when
+ * nothing is pending, else just before the first event it has not applied yet.
+ */
+export async function billingWatermark(pool: DatabasePool, store: EventStore, now: number): Promise<number> {
+  const checkpoint = await readCheckpoint(pool, kpiBillingProjection.name);
+  const pending = await store.readAll({
+    after: checkpoint?.version === kpiBillingProjection.version ? checkpoint.position : START,
+    maxCount: 1,
+    eventTypes: Object.values(BILLING_STORED_TYPES),
+  });
+  const first = pending.events[0];
+  return first ? Math.min(now, Date.parse(first.recordedAt) - 1) : now;
+}
+
+/**
+ * The 1,440 minute buckets ending with asOf's minute, read as whole hours where possible: at
+ * most 59 + 24 + 59 rows, however many samples the tenant sent. Merged sketches → p95.
+ */
+export async function latencyP95(tx: DatabaseTransactionConnection, tenantId: string, asOf: number): Promise<number> {
+  const end = asOf - (asOf % MINUTE) + MINUTE; // exclusive
+  const start = end - DAY;
+  const hourStart = Math.ceil(start / HOUR) * HOUR;
+  const hourEnd = Math.floor(end / HOUR) * HOUR;
+  const iso = (ms: number) => new Date(ms).toISOString();
+  const rows = await tx.anyFirst(sql.type(z.object({ sketch: z.string() }))`
+    select encode(latency_sketch, 'hex') as sketch from kpi_usage_hours
+    where tenant_id = ${tenantId} and hour >= ${iso(hourStart)} and hour < ${iso(hourEnd)}
+    union all
+    select encode(latency_sketch, 'hex') from kpi_usage_minutes
+    where tenant_id = ${tenantId}
+      and ((minute >= ${iso(start)} and minute < ${iso(Math.min(hourStart, end))})
+        or (minute >= ${iso(Math.max(hourEnd, hourStart))} and minute < ${iso(end)}))
+  `);
+  const merged = createSketch();
+  for (const hex of rows) mergeInto(merged, deserializeSketch(Buffer.from(hex, 'hex')));
+  const p95 = quantile(merged, 0.95);
+  return p95 === undefined ? 0 : Math.round(p95 * 100) / 100;
+}
+
+/**
+ * The KPI summary of one tenant. Every read is bounded by the tenant's users, customers and
+ * ≤ 142 sketch rows; none grows with the number of requests. Runs under row-level security.
+ */
+export async function readKpiSummary(
+  deps: { pool: DatabasePool; eventStore: EventStore },
+  tenantId: string,
+  now: number = Date.now(),
+): Promise<KpiSummary> {
+  const billingAt = await billingWatermark(deps.pool, deps.eventStore, now);
+  return withTenant(deps.pool, tenantId, async (tx) => {
+    const usage = await tx.maybeOne(sql.type(z.object({ last_sample_at: z.string() }))`
+      select last_sample_at from kpi_tenant_usage where tenant_id = ${tenantId}
+    `);
+    const usageAt = usage ? Math.min(now, Date.parse(usage.last_sample_at)) : billingAt;
+    const asOf = Math.min(usageAt, billingAt);
+    const iso = (ms: number) => new Date(ms).toISOString();
+    const users = await tx.one(sql.type(z.object({ dau: z.number(), mau: z.number() }))`
+      select count(*) filter (where last_seen > ${iso(asOf - DAY)}) as dau,
+             count(*) as mau
+      from kpi_user_activity where tenant_id = ${tenantId} and last_seen > ${iso(asOf - 30 * DAY)}
+    `);
+    const windowStart = iso(asOf - CHURN_WINDOW_MS);
+    const customers = await tx.any(sql.type(subscriptionRow)`
+      select s.customer_id, s.status, s.amount::text, s.interval, s.currency,
+        coalesce((select json_agg(json_build_object('startedAt', p.started_at, 'endedAt', p.ended_at) order by p.started_at)
+                  from kpi_subscription_periods p
+                  where p.tenant_id = s.tenant_id and p.customer_id = s.customer_id
+                    and (p.ended_at is null or p.ended_at > ${windowStart})), '[]'::json) as periods
+      from kpi_subscriptions s
+      where s.tenant_id = ${tenantId}
+        and (s.status = 'active' or exists (
+          select 1 from kpi_subscription_periods p
+          where p.tenant_id = s.tenant_id and p.customer_id = s.customer_id and p.ended_at > ${windowStart}))
+    `);
+    const revenue = summarizeRevenue(customers.map(toCustomer), new Date(asOf));
+    const currency = await tx.maybeOneFirst(sql.type(z.object({ currency: z.string() }))`
+      select currency from kpi_billing_tenants where tenant_id = ${tenantId}
+    `);
+    return {
+      mrr: revenue.mrr,
+      arr: revenue.arr,
+      churnRate: revenue.churnRate,
+      dau: users.dau,
+      mau: users.mau,
+      apiLatencyP95Ms: await latencyP95(tx, tenantId, asOf),
+      asOf: iso(asOf),
+      currency,
+    };
+  });
+}

@@ -1,0 +1,224 @@
+import type { IdentifierSqlToken } from 'slonik';
+import { z } from 'zod';
+import { sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import type { ApplyOutcome, SampleBatch, UsageSample, UsageSampleSink } from '../../shared/metrics-bus/port.ts';
+import { addValue, createSketch, deserializeSketch, mergeInto, serializeSketch, type DDSketch } from '../../shared/sketch/ddsketch.ts';
+
+const MINUTE = 60_000;
+const HOUR = 3_600_000;
+const DAY = 86_400_000;
+
+type Bucket = { tenantId: string; start: number; samples: number; errors: number; durationSum: number; sketch: DDSketch };
+
+/** A batch folded in memory: what it adds to each rollup table. Pure. */
+export type BatchAggregate = {
+  readonly minutes: Map<string, Bucket>;
+  readonly hours: Map<string, Bucket>;
+  readonly users: Map<string, { tenantId: string; userId: string; first: number; last: number }>;
+  readonly dailyUsers: Map<string, { tenantId: string; day: string; userId: string; samples: number }>;
+  readonly tenants: Map<string, { samples: number; last: number }>;
+};
+
+export function aggregateSamples(samples: readonly UsageSample[]): BatchAggregate {
+  const agg: BatchAggregate = { minutes: new Map(), hours: new Map(), users: new Map(), dailyUsers: new Map(), tenants: new Map() };
+  const bucket = (map: Map<string, Bucket>, tenantId: string, start: number) => {
+    const key = `${tenantId}|${start}`;
+    let b = map.get(key);
+    if (!b) map.set(key, (b = { tenantId, start, samples: 0, errors: 0, durationSum: 0, sketch: createSketch() }));
+    return b;
+  };
+  for (const s of samples) {
+    const duration = Math.max(0, s.durationMs);
+    for (const b of [bucket(agg.minutes, s.tenantId, s.timestamp - (s.timestamp % MINUTE)), bucket(agg.hours, s.tenantId, s.timestamp - (s.timestamp % HOUR))]) {
+      b.samples++;
+      if (s.status >= 500) b.errors++;
+      b.durationSum += duration;
+      addValue(b.sketch, duration);
+    }
+    const userKey = `${s.tenantId}|${s.userId}`;
+    const user = agg.users.get(userKey);
+    if (!user) agg.users.set(userKey, { tenantId: s.tenantId, userId: s.userId, first: s.timestamp, last: s.timestamp });
+    else {
+      user.first = Math.min(user.first, s.timestamp);
+      user.last = Math.max(user.last, s.timestamp);
+    }
+    const day = new Date(s.timestamp - (s.timestamp % DAY)).toISOString().slice(0, 10);
+    const dayKey = `${s.tenantId}|${day}|${s.userId}`;
+    const daily = agg.dailyUsers.get(dayKey);
+    if (daily) daily.samples++;
+    else agg.dailyUsers.set(dayKey, { tenantId: s.tenantId, day, userId: s.userId, samples: 1 });
+    const tenant = agg.tenants.get(s.tenantId);
+    if (tenant) {
+      tenant.samples++;
+      tenant.last = Math.max(tenant.last, s.timestamp);
+    } else agg.tenants.set(s.tenantId, { samples: 1, last: s.timestamp });
+  }
+  return agg;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+const noRows = z.object({});
+const existingBucket = z.object({
+  tenant_id: z.string(),
+  start: z.string(),
+  samples: z.number(),
+  errors: z.number(),
+  duration_sum_ms: z.number(),
+  sketch: z.string(),
+});
+
+/** Adds buckets into a minute or hour table, merging sketches with the stored ones. */
+async function upsertBuckets(tx: DatabaseTransactionConnection, table: IdentifierSqlToken, column: IdentifierSqlToken, buckets: Iterable<Bucket>) {
+  const list = [...buckets];
+  if (list.length === 0) return;
+  const existing = await tx.any(sql.type(existingBucket)`
+    select t.tenant_id::text, t.${column} as start, t.samples, t.errors, t.duration_sum_ms, encode(t.latency_sketch, 'hex') as sketch
+    from ${table} t
+    join ${sql.unnest(list.map((b) => [b.tenantId, iso(b.start)]), ['uuid', 'timestamptz'])} as k(tenant_id, start)
+      on t.tenant_id = k.tenant_id and t.${column} = k.start
+    for update of t
+  `);
+  const stored = new Map(existing.map((row) => [`${row.tenant_id}|${Date.parse(row.start)}`, row]));
+  const rows = list.map((b) => {
+    const old = stored.get(`${b.tenantId}|${b.start}`);
+    const sketch = old ? mergeInto(deserializeSketch(Buffer.from(old.sketch, 'hex')), b.sketch) : b.sketch;
+    return [
+      b.tenantId,
+      iso(b.start),
+      b.samples + (old?.samples ?? 0),
+      b.errors + (old?.errors ?? 0),
+      b.durationSum + (old?.duration_sum_ms ?? 0),
+      serializeSketch(sketch).toString('hex'),
+    ];
+  });
+  await tx.query(sql.type(noRows)`
+    insert into ${table} (tenant_id, ${column}, samples, errors, duration_sum_ms, latency_sketch)
+    select tenant_id, start, samples, errors, duration_sum_ms, decode(sketch, 'hex')
+    from ${sql.unnest(rows, ['uuid', 'timestamptz', 'int8', 'int8', 'float8', 'text'])}
+      as r(tenant_id, start, samples, errors, duration_sum_ms, sketch)
+    on conflict (tenant_id, ${column}) do update set
+      samples = excluded.samples, errors = excluded.errors,
+      duration_sum_ms = excluded.duration_sum_ms, latency_sketch = excluded.latency_sketch
+  `);
+}
+
+/**
+ * Writes a batch's aggregate into the rollups. Row locks (`for update`) plus a per-tenant
+ * advisory lock serialise writers of the same tenant, so read-merge-write of sketches never
+ * loses an update even if two partitions carried samples of one tenant (e.g. while the
+ * partition count changes).
+ */
+export async function applySamples(tx: DatabaseTransactionConnection, samples: readonly UsageSample[]): Promise<void> {
+  if (samples.length === 0) return;
+  const agg = aggregateSamples(samples);
+  const tenants = [...agg.tenants.keys()].sort();
+  await tx.query(sql.type(noRows)`
+    select pg_advisory_xact_lock(hashtext('kpi-usage:' || t)) from unnest(${sql.array(tenants, 'text')}::text[]) as t
+  `);
+  await upsertBuckets(tx, sql.identifier(['kpi_usage_minutes']), sql.identifier(['minute']), agg.minutes.values());
+  await upsertBuckets(tx, sql.identifier(['kpi_usage_hours']), sql.identifier(['hour']), agg.hours.values());
+  const users = [...agg.users.values()];
+  await tx.query(sql.type(noRows)`
+    insert into kpi_user_activity (tenant_id, user_id, first_seen, last_seen)
+    select * from ${sql.unnest(users.map((u) => [u.tenantId, u.userId, iso(u.first), iso(u.last)]), ['uuid', 'text', 'timestamptz', 'timestamptz'])}
+    on conflict (tenant_id, user_id) do update set
+      first_seen = least(kpi_user_activity.first_seen, excluded.first_seen),
+      last_seen = greatest(kpi_user_activity.last_seen, excluded.last_seen)
+  `);
+  const daily = [...agg.dailyUsers.values()];
+  await tx.query(sql.type(noRows)`
+    insert into kpi_daily_users (tenant_id, day, user_id, samples)
+    select * from ${sql.unnest(daily.map((d) => [d.tenantId, d.day, d.userId, d.samples]), ['uuid', 'date', 'text', 'int8'])}
+    on conflict (tenant_id, day, user_id) do update set samples = kpi_daily_users.samples + excluded.samples
+  `);
+  await tx.query(sql.type(noRows)`
+    insert into kpi_tenant_usage (tenant_id, samples, last_sample_at)
+    select * from ${sql.unnest(tenants.map((t) => [t, agg.tenants.get(t)!.samples, iso(agg.tenants.get(t)!.last)]), ['uuid', 'int8', 'timestamptz'])}
+    on conflict (tenant_id) do update set
+      samples = kpi_tenant_usage.samples + excluded.samples,
+      last_sample_at = greatest(kpi_tenant_usage.last_sample_at, excluded.last_sample_at)
+  `);
+}
+
+const offsetRow = z.object({ partition: z.number(), next_offset: z.string() });
+
+export type UsageRollupSinkOptions = {
+  /** The consumer group: offsets are stored per (group, topic, partition). */
+  readonly group: string;
+  readonly onSkipped?: (info: { topic: string; partition: number; reason: string; offset: string }) => void;
+};
+
+/**
+ * The KPI projector's sink. Each Kafka batch is applied in ONE transaction with its offset:
+ * the stored offset row is locked, messages before it are dropped (already applied: a replay
+ * after a crash or rebalance), a batch that starts after it is refused with `seek` (samples
+ * would be lost), and the rollups and the new offset commit together. So a SIGKILL at any
+ * instant, or two consumers briefly owning one partition, never double-counts or loses a sample.
+ */
+export function createUsageRollupSink(pool: DatabasePool, options: UsageRollupSinkOptions): UsageSampleSink & {
+  readonly applied: () => number;
+} {
+  let applied = 0;
+  // Partitions we already asked to seek back to a stored offset, and to which offset. If the
+  // broker answers from a later offset again, the log start moved past it (retention): accept.
+  const seekRequested = new Map<string, string>();
+
+  return {
+    applied: () => applied,
+
+    async storedOffsets(topic, partitions) {
+      const rows = await pool.any(sql.type(offsetRow)`
+        select partition, next_offset::text from kpi_kafka_offsets
+        where consumer_group = ${options.group} and topic = ${topic} and partition = any(${sql.array([...partitions], 'int4')})
+      `);
+      return new Map(rows.map((r) => [r.partition, r.next_offset]));
+    },
+
+    async apply(batch: SampleBatch): Promise<ApplyOutcome> {
+      const origin = batch.origin;
+      if (!origin) {
+        await pool.transaction((tx) => applySamples(tx, batch.samples));
+        applied += batch.samples.length;
+        return { kind: 'applied' };
+      }
+      const key = `${origin.topic}:${origin.partition}`;
+      const outcome = await pool.transaction(async (tx): Promise<ApplyOutcome & { count?: number }> => {
+        const stored = await tx.maybeOneFirst(sql.type(z.object({ next_offset: z.string() }))`
+          select next_offset::text from kpi_kafka_offsets
+          where consumer_group = ${options.group} and topic = ${origin.topic} and partition = ${origin.partition}
+          for update
+        `);
+        const first = BigInt(origin.firstOffset);
+        const next = BigInt(origin.nextOffset);
+        let from = first;
+        if (stored !== null) {
+          const resume = BigInt(stored);
+          if (next <= resume) return { kind: 'applied', count: 0 }; // all already applied
+          if (first > resume) {
+            if (seekRequested.get(key) !== stored) {
+              seekRequested.set(key, stored);
+              return { kind: 'seek', offset: stored };
+            }
+            options.onSkipped?.({ topic: origin.topic, partition: origin.partition, reason: 'log start moved past stored offset', offset: stored });
+          }
+          if (resume > from) from = resume;
+        }
+        seekRequested.delete(key);
+        const offsets = origin.offsets;
+        const fresh = from === first ? batch.samples : batch.samples.filter((_, i) => BigInt(offsets[i] ?? '-1') >= from);
+        await applySamples(tx, fresh);
+        await tx.query(sql.type(noRows)`
+          insert into kpi_kafka_offsets (consumer_group, topic, partition, next_offset, samples_applied, updated_at)
+          values (${options.group}, ${origin.topic}, ${origin.partition}, ${origin.nextOffset}, ${fresh.length}, now())
+          on conflict (consumer_group, topic, partition) do update set
+            next_offset = excluded.next_offset,
+            samples_applied = kpi_kafka_offsets.samples_applied + excluded.samples_applied,
+            updated_at = now()
+        `);
+        return { kind: 'applied', count: fresh.length };
+      });
+      applied += outcome.count ?? 0;
+      return outcome.kind === 'seek' ? { kind: 'seek', offset: outcome.offset } : { kind: 'applied' };
+    },
+  };
+}
