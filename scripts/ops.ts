@@ -1,5 +1,7 @@
 import { Command } from 'commander';
 import { registerProjectionCommands } from '../services/ops/projections.ts';
+import { registerTenantCommands } from '../services/ops/tenants.ts';
+import { registerUserCommands } from '../services/ops/users.ts';
 
 /**
  * `npm run ops -- <command>`: the operator's CLI. Runs against the configured database
@@ -8,5 +10,7 @@ import { registerProjectionCommands } from '../services/ops/projections.ts';
  */
 const program = new Command('ops').description('Employee & Analytics Service operations').showHelpAfterError();
 registerProjectionCommands(program);
+registerTenantCommands(program);
+registerUserCommands(program);
 
 await program.parseAsync(process.argv);

@@ -5,6 +5,10 @@ import { listen } from './gateway/server.ts';
 import { createRuntime } from './runtime.ts';
 import { runProjection, type ProjectorHandle } from '../projections/runner/runner.ts';
 import { allProjections } from '../projections/index.ts';
+import { authenticated, createAuthDeps, jwksRoutes } from './auth/plugin.ts';
+import { authRoutes, rolesRoutes } from './auth/routes.ts';
+import { bootstrapTenant } from './tenants/bootstrap.ts';
+import { employeesCapability } from './employees/capability.ts';
 
 /**
  * `npm start`: every part in one process (gateway + projectors), on the embedded default
@@ -25,6 +29,8 @@ async function main(): Promise<void> {
   const logger = createLogger(config);
   const started = Date.now();
   const runtime = await createRuntime(config, logger);
+  await bootstrapTenant(runtime.pool, config, logger);
+  const auth = await createAuthDeps({ pool: runtime.pool, config, redisUrl: config.REDIS_URL });
 
   const projectors: ProjectorHandle[] = allProjections.map((projection) =>
     runProjection(runtime.pool, runtime.eventStore, projection, {
@@ -36,7 +42,9 @@ async function main(): Promise<void> {
     logger,
     readiness: runtime.readiness,
     registry: runtime.registry,
-    v1: [],
+    // Public auth routes first; every capability that needs a caller goes inside authenticated(...).
+    v1: [authRoutes(auth), authenticated(auth, rolesRoutes(auth), employeesCapability({ pool: runtime.pool, eventStore: runtime.eventStore }))],
+    publicRoutes: [jwksRoutes(auth)],
   });
   const address = await listen(app, config.HOST, config.PORT);
   logger.info({ address, startupMs: Date.now() - started }, `listening on ${address}`);
@@ -54,6 +62,7 @@ async function main(): Promise<void> {
     timer.unref();
     await app.close();
     await Promise.all(projectors.map((p) => p.stop()));
+    await auth.close();
     await runtime.close();
     clearTimeout(timer);
     logger.info('stopped');

@@ -1,0 +1,132 @@
+import { Command, InvalidArgumentError, Option } from 'commander';
+import pino from 'pino';
+import { loadConfig } from '../../shared/config.ts';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import { AppError, ConflictError, NotFoundError } from '../../shared/errors.ts';
+import { createRuntime } from '../runtime.ts';
+import { provisionTenant } from '../tenants/provision.ts';
+import { findTenantBySlug, listTenants, PLANS, tenantSlugSchema, updateTenantPlan, type Tenant } from '../tenants/tenants.ts';
+import { TENANT_CACHE_TTL_MS } from '../tenants/directory.ts';
+import type { Plan, RateLimitOverride } from '../gateway/requestContext.ts';
+
+/**
+ * Runs `work` against the configured database (DATABASE_URL, or the embedded server under
+ * DATA_DIR: attached to if the service runs, started otherwise). Logs go to stderr so stdout
+ * stays the command's output.
+ */
+export async function withConfiguredDatabase(work: (pool: DatabasePool) => Promise<void>): Promise<void> {
+  const config = loadConfig();
+  const logger = pino({ level: 'warn' }, pino.destination(2));
+  const runtime = await createRuntime(config, logger);
+  try {
+    await work(runtime.pool);
+  } finally {
+    await runtime.close();
+  }
+}
+
+/** Wraps a command action: operator mistakes print one line and exit 1 instead of a stack trace. */
+export const opsAction =
+  <A extends unknown[]>(action: (...args: A) => Promise<void>) =>
+  async (...args: A): Promise<void> => {
+    try {
+      await action(...args);
+    } catch (error) {
+      if (!(error instanceof AppError || error instanceof InvalidArgumentError)) throw error;
+      process.stderr.write(`error: ${error.message}\n`);
+      process.exitCode = 1;
+    }
+  };
+
+export const parseSlug = (value: string) => {
+  const parsed = tenantSlugSchema.safeParse(value);
+  if (!parsed.success) throw new InvalidArgumentError('a tenant slug is 1-63 lowercase letters, digits or inner hyphens');
+  return parsed.data;
+};
+
+const positiveInt = (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+};
+
+const planOption = () => new Option('--plan <plan>', 'starter | pro | enterprise').choices(PLANS);
+const overrideOptions = (command: Command) =>
+  command
+    .option('--rate-per-minute <n>', 'per-tenant rate override: requests per minute', positiveInt)
+    .option('--rate-burst <n>', 'per-tenant rate override: burst (bucket capacity)', positiveInt);
+
+function overrideFrom(options: { ratePerMinute?: number; rateBurst?: number }): RateLimitOverride | undefined {
+  if (options.ratePerMinute === undefined && options.rateBurst === undefined) return undefined;
+  if (options.ratePerMinute === undefined || options.rateBurst === undefined) {
+    throw new InvalidArgumentError('--rate-per-minute and --rate-burst go together');
+  }
+  return { perMinute: options.ratePerMinute, burst: options.rateBurst };
+}
+
+const describeTenant = (t: Tenant) =>
+  `${t.slug}\t${t.plan}\t${t.rateLimitOverride ? `${t.rateLimitOverride.perMinute}/min burst ${t.rateLimitOverride.burst}` : '-'}\t${t.name}\t${t.id}`;
+
+export function registerTenantCommands(program: Command): void {
+  const tenants = program.command('tenants').description('provision tenants and change their plans');
+
+  overrideOptions(
+    tenants
+      .command('create <slug>')
+      .description('create a tenant with its built-in roles and first admin')
+      .addOption(planOption().makeOptionMandatory())
+      .requiredOption('--admin-email <email>', "the first admin's e-mail")
+      .requiredOption('--admin-password <password>', "the first admin's password (at least 8 characters)")
+      .option('--name <name>', 'display name (default: the slug)'),
+  ).action(opsAction(async (slug: string, options: { plan: Plan; adminEmail: string; adminPassword: string; name?: string; ratePerMinute?: number; rateBurst?: number }) => {
+    const validSlug = parseSlug(slug);
+    if (options.adminPassword.length < 8) throw new InvalidArgumentError('--admin-password must have at least 8 characters');
+    const override = overrideFrom(options);
+    await withConfiguredDatabase(async (pool) => {
+      if (await findTenantBySlug(pool, validSlug)) {
+        throw new ConflictError(`tenant ${validSlug} already exists (see tenants list, tenants set-plan, users create)`);
+      }
+      const result = await provisionTenant(pool, {
+        slug: validSlug,
+        plan: options.plan,
+        rateLimitOverride: override ?? null,
+        admin: { email: options.adminEmail, password: options.adminPassword },
+        ...(options.name ? { name: options.name } : {}),
+      });
+      process.stdout.write(`created tenant ${result.tenant.slug} (${result.tenant.id}), plan ${result.tenant.plan}, admin ${options.adminEmail}\n`);
+    });
+  }));
+
+  tenants
+    .command('list')
+    .description('list tenants: slug, plan, rate override, name, id')
+    .option('--json', 'print JSON')
+    .action(opsAction(async (options: { json?: boolean }) => {
+      await withConfiguredDatabase(async (pool) => {
+        const all = await listTenants(pool);
+        if (options.json) process.stdout.write(`${JSON.stringify(all, null, 2)}\n`);
+        else process.stdout.write(['slug\tplan\toverride\tname\tid', ...all.map(describeTenant)].join('\n') + '\n');
+      });
+    }));
+
+  overrideOptions(
+    tenants
+      .command('set-plan <slug>')
+      .description(`change plan and/or rate override; running gateways apply it within ${TENANT_CACHE_TTL_MS / 1000} s, no restart`)
+      .addOption(planOption())
+      .option('--clear-override', 'remove the per-tenant rate override'),
+  ).action(opsAction(async (slug: string, options: { plan?: Plan; clearOverride?: boolean; ratePerMinute?: number; rateBurst?: number }) => {
+    const validSlug = parseSlug(slug);
+    const override = overrideFrom(options);
+    if (override && options.clearOverride) throw new InvalidArgumentError('--clear-override contradicts --rate-per-minute/--rate-burst');
+    if (!options.plan && !override && !options.clearOverride) throw new InvalidArgumentError('nothing to change: give --plan, a rate override or --clear-override');
+    await withConfiguredDatabase(async (pool) => {
+      const updated = await updateTenantPlan(pool, validSlug, {
+        ...(options.plan ? { plan: options.plan } : {}),
+        ...(override ? { rateLimitOverride: override } : options.clearOverride ? { rateLimitOverride: null } : {}),
+      });
+      if (!updated) throw new NotFoundError(`no tenant ${validSlug}`);
+      process.stdout.write(`${describeTenant(updated)}\n`);
+    });
+  }));
+}

@@ -1,0 +1,75 @@
+import { InvalidArgumentError, Option, type Command } from 'commander';
+import { withTenant } from '../../shared/db/pool.ts';
+import { NotFoundError } from '../../shared/errors.ts';
+import { BUILT_IN_ROLES } from '../auth/permissions.ts';
+import { MIN_PASSWORD_LENGTH } from '../auth/passwords.ts';
+import { createUser, disableUser, listUsers, setUserRole, type User } from '../auth/users.ts';
+import { findTenantBySlug } from '../tenants/tenants.ts';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { opsAction, parseSlug, withConfiguredDatabase } from './tenants.ts';
+
+const roleOption = () => new Option('--role <role>', BUILT_IN_ROLES.join(' | ')).choices(BUILT_IN_ROLES);
+
+const describeUser = (u: User) => `${u.email}\t${u.role}\t${u.disabled ? 'disabled' : u.hasPassword ? 'active' : 'no password'}\t${u.id}`;
+
+async function inTenant<T>(pool: DatabasePool, slug: string, work: (tx: DatabaseTransactionConnection) => Promise<T>): Promise<T> {
+  const tenant = await findTenantBySlug(pool, slug);
+  if (!tenant) throw new NotFoundError(`no tenant ${slug}`);
+  return withTenant(pool, tenant.id, work);
+}
+
+export function registerUserCommands(program: Command): void {
+  const users = program.command('users').description("manage a tenant's logins and their roles");
+
+  users
+    .command('create <tenant>')
+    .description('create a login (or give a password to an account made from an employee roleId)')
+    .requiredOption('--email <email>')
+    .requiredOption('--password <password>', `at least ${MIN_PASSWORD_LENGTH} characters`)
+    .addOption(roleOption().makeOptionMandatory())
+    .action(opsAction(async (tenant: string, options: { email: string; password: string; role: string }) => {
+      const slug = parseSlug(tenant);
+      if (options.password.length < MIN_PASSWORD_LENGTH) throw new InvalidArgumentError(`--password must have at least ${MIN_PASSWORD_LENGTH} characters`);
+      await withConfiguredDatabase(async (pool) => {
+        const user = await inTenant(pool, slug, (tx) => createUser(tx, options));
+        process.stdout.write(`${describeUser(user)}\n`);
+      });
+    }));
+
+  users
+    .command('set-role <tenant>')
+    .description("change a user's role (effective at their next token refresh, at most 15 minutes)")
+    .requiredOption('--email <email>')
+    .addOption(roleOption().makeOptionMandatory())
+    .action(opsAction(async (tenant: string, options: { email: string; role: string }) => {
+      const slug = parseSlug(tenant);
+      await withConfiguredDatabase(async (pool) => {
+        const user = await inTenant(pool, slug, (tx) => setUserRole(tx, options.email, options.role));
+        process.stdout.write(`${describeUser(user)}\n`);
+      });
+    }));
+
+  users
+    .command('disable <tenant>')
+    .description('disable a login and revoke its refresh tokens (access tokens expire within 15 minutes)')
+    .requiredOption('--email <email>')
+    .action(opsAction(async (tenant: string, options: { email: string }) => {
+      const slug = parseSlug(tenant);
+      await withConfiguredDatabase(async (pool) => {
+        const user = await inTenant(pool, slug, (tx) => disableUser(tx, options.email));
+        process.stdout.write(`${describeUser(user)}\n`);
+      });
+    }));
+
+  users
+    .command('list <tenant>')
+    .description("list a tenant's users: email, role, state, id")
+    .action(opsAction(async (tenant: string) => {
+      const slug = parseSlug(tenant);
+      await withConfiguredDatabase(async (pool) => {
+        const all = await inTenant(pool, slug, (tx) => listUsers(tx));
+        process.stdout.write(['email\trole\tstate\tid', ...all.map(describeUser)].join('\n') + '\n');
+      });
+    }));
+}
