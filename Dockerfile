@@ -1,0 +1,51 @@
+# syntax=docker/dockerfile:1.7
+# One image for every role: `gateway`, `projector <name>`, `worker` (docker-compose.yml picks
+# the role with `command:`). TypeScript runs through tsx, as with `npm start`: no build output
+# to drift from the sources.
+
+ARG NODE_IMAGE=node:24-bookworm-slim
+
+# --- production dependencies only (glibc: argon2 and the KurrentDB client's native bridge ship gnu prebuilds)
+FROM ${NODE_IMAGE} AS deps
+WORKDIR /app
+ENV npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
+COPY package.json package-lock.json ./
+RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev
+
+# --- all dependencies + typecheck: a broken tree never becomes an image
+FROM ${NODE_IMAGE} AS check
+WORKDIR /app
+ENV npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
+COPY package.json package-lock.json ./
+RUN --mount=type=cache,target=/root/.npm npm ci
+COPY tsconfig.json ./
+COPY services ./services
+COPY projections ./projections
+COPY shared ./shared
+COPY scripts ./scripts
+COPY test ./test
+COPY bench ./bench
+COPY vitest.config.ts ./
+RUN npx tsc --noEmit -p . && touch /app/.checked
+
+# --- runtime
+FROM ${NODE_IMAGE} AS runtime
+WORKDIR /app
+ENV NODE_ENV=production HOST=0.0.0.0 PORT=3000 DATA_DIR=/app/.data
+# The typecheck stage must have passed for this stage to build.
+COPY --from=check /app/.checked /tmp/.checked
+COPY --from=deps --chown=node:node /app/node_modules ./node_modules
+COPY --chown=node:node package.json tsconfig.json ./
+COPY --chown=node:node services ./services
+COPY --chown=node:node projections ./projections
+COPY --chown=node:node shared ./shared
+COPY --chown=node:node scripts ./scripts
+RUN mkdir -p /app/.data && chown node:node /app/.data
+USER node
+EXPOSE 3000
+# Every role serves /health/live on $PORT (the gateway with the API, the others alone).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=5 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||3000)+'/health/live').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+# `node --import tsx`: node itself runs the service (no wrapper process), so SIGTERM reaches its shutdown handler.
+ENTRYPOINT ["node", "--import", "tsx", "services/main.ts"]
+CMD ["all"]
