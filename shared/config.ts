@@ -44,6 +44,8 @@ export const configSchema = z.object({
   ),
   KAFKA_METRICS_TOPIC: z.string().min(1).default('usage-samples'),
   REDIS_URL: optional(url(['redis', 'rediss'])),
+  /** Key prefix of the BullMQ queues (replays, KPI rollups); one per deployment sharing a Redis. */
+  QUEUE_PREFIX: z.string().min(1).regex(/^[A-Za-z0-9_.-]+$/).default('eas'),
   /** Largest accepted request body in bytes. */
   BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1_048_576),
   /** How long graceful shutdown may take before the process exits anyway. */

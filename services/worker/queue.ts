@@ -45,9 +45,10 @@ export async function enqueueReplay(queue: Queue<ReplayJobData, ReplayJobResult>
   return job.id;
 }
 
-export function replayProgress(processed: number, position: GlobalPosition, head: GlobalPosition, base: bigint, done: boolean): ReplayJobProgress {
-  const span = head.commit - base;
-  const percent = done ? 100 : span <= 0n ? 0 : Math.min(99, Math.max(0, Number(((position.commit - base) * 100n) / span)));
+/** Progress along the log: `prepare` grows with every event on both adapters (the ops CLI's bar does the same). */
+export function replayProgress(processed: number, position: GlobalPosition, head: GlobalPosition, done: boolean): ReplayJobProgress {
+  const span = head.prepare;
+  const percent = done ? 100 : span <= 0n ? 0 : Math.min(99, Math.max(0, Number((position.prepare * 100n) / span)));
   return { processed, position: formatPosition(position), head: formatPosition(head), percent, done };
 }
 

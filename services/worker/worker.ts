@@ -48,18 +48,16 @@ export async function startWorker(deps: WorkerDependencies): Promise<WorkerHandl
     const projection = byName.get(job.data.projection);
     if (!projection) throw new UnrecoverableError(`unknown projection ${job.data.projection}; known: ${[...byName.keys()].join(', ')}`);
     logger.info({ jobId: job.id, projection: projection.name }, 'replay started');
-    let base: bigint | undefined;
     let reported = 0;
     const result = await replayProjection(pool, eventStore, projection, {
       onProgress: ({ processed, position, head }) => {
-        base ??= position.commit;
         const done = comparePositions(position, head) >= 0;
         if (!done && Date.now() - reported < progressEveryMs) return;
         reported = Date.now();
-        void job.updateProgress(replayProgress(processed, position, head, base, done)).catch(() => undefined);
+        void job.updateProgress(replayProgress(processed, position, head, done)).catch(() => undefined);
       },
     });
-    await job.updateProgress(replayProgress(result.processed, result.position, result.position, base ?? 0n, true));
+    await job.updateProgress(replayProgress(result.processed, result.position, result.position, true));
     logger.info({ jobId: job.id, projection: projection.name, processed: result.processed }, 'replay swapped in');
     return { processed: result.processed, position: formatPosition(result.position) };
   };

@@ -1,0 +1,108 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { ConfigError, loadConfig, type Config } from '../../shared/config.ts';
+import { createLogger, type Logger } from '../../shared/logger.ts';
+import { createRuntime, type Runtime } from '../runtime.ts';
+
+/** A started part of the service; `close` stops it gracefully (drain, finish the batch in hand). */
+export type RoleHandle = { close(): Promise<void> };
+
+export type RoleContext = { readonly config: Config; readonly logger: Logger; readonly runtime: Runtime };
+
+/**
+ * Runs one role as this process: config, runtime, the role itself, and graceful shutdown on
+ * SIGINT/SIGTERM (bounded by SHUTDOWN_TIMEOUT_MS). A bad configuration exits with code 2.
+ */
+export async function runRole(role: string, start: (context: RoleContext) => Promise<RoleHandle>): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`${error.message}\n`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  const logger = createLogger(config, `eas-${role}`);
+  const started = Date.now();
+  const runtime = await createRuntime(config, logger);
+  let handle: RoleHandle;
+  try {
+    handle = await start({ config, logger, runtime });
+  } catch (error) {
+    logger.fatal({ err: error, role }, 'failed to start');
+    await runtime.close();
+    process.exit(1);
+  }
+  logger.info({ role, startupMs: Date.now() - started }, `${role} started`);
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal, role }, 'shutting down');
+    const timer = setTimeout(() => {
+      logger.error('shutdown timed out; exiting');
+      process.exit(1);
+    }, config.SHUTDOWN_TIMEOUT_MS);
+    timer.unref();
+    await handle.close().catch((error: unknown) => logger.error({ err: error }, 'error while stopping'));
+    await runtime.close();
+    clearTimeout(timer);
+    logger.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('uncaughtException', (error) => {
+    logger.fatal({ err: error }, 'uncaught exception');
+    void shutdown('uncaughtException');
+  });
+}
+
+/**
+ * `/health/live`, `/health/ready` and `/metrics` for roles without an HTTP API (projector,
+ * worker), so orchestrators probe every process the same way.
+ */
+export async function serveHealth(runtime: Runtime, host: string, port: number): Promise<RoleHandle & { readonly address: string }> {
+  const server = createServer((request, response) => {
+    const send = (status: number, body: unknown, type = 'application/json') => {
+      response.writeHead(status, { 'content-type': type });
+      response.end(typeof body === 'string' ? body : JSON.stringify(body));
+    };
+    void (async () => {
+      switch (request.url) {
+        case '/health/live':
+          return send(200, { status: 'ok' });
+        case '/health/ready': {
+          const results = await Promise.all(
+            runtime.readiness.map(async (d) => {
+              try {
+                await d.check();
+                return [d.name, { status: 'up' }] as const;
+              } catch (error) {
+                return [d.name, { status: 'down', error: (error as Error).message }] as const;
+              }
+            }),
+          );
+          const down = results.some(([, r]) => r.status === 'down');
+          return send(down ? 503 : 200, { status: down ? 'down' : 'up', checks: Object.fromEntries(results) });
+        }
+        case '/metrics':
+          return send(200, await runtime.registry.metrics(), runtime.registry.contentType);
+        default:
+          return send(404, { status: 404, title: 'Not Found' });
+      }
+    })().catch(() => send(500, { status: 500, title: 'Internal Server Error' }));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve());
+  });
+  const { port: bound } = server.address() as AddressInfo;
+  return {
+    address: `http://${host}:${bound}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}

@@ -1,0 +1,45 @@
+import { allProjections } from '../../projections/index.ts';
+import { connectQueueRedis } from '../worker/queue.ts';
+import { startWorker, type KpiRollupJob } from '../worker/worker.ts';
+import { serveHealth, type RoleContext, type RoleHandle } from './process.ts';
+
+/**
+ * The scheduled KPI job. The KPI capability owns the rollup tables; until it exports a
+ * compaction function this stays unset and the worker schedules no KPI job (see the report in
+ * docs/operations.md, "Worker").
+ */
+const kpiRollup: KpiRollupJob | undefined = undefined;
+
+/** Starts the BullMQ consumers on this runtime (also used by the all-in-one role when Redis is configured). */
+export async function startWorkers({ config, logger, runtime }: RoleContext): Promise<RoleHandle> {
+  if (!config.REDIS_URL) throw new Error('the worker needs REDIS_URL (BullMQ queues live in Redis)');
+  const connection = connectQueueRedis(config.REDIS_URL);
+  const worker = await startWorker({
+    pool: runtime.pool,
+    eventStore: runtime.eventStore,
+    projections: allProjections,
+    connection,
+    prefix: config.QUEUE_PREFIX,
+    logger,
+    ...(kpiRollup ? { kpiRollup } : {}),
+  });
+  return {
+    async close() {
+      await worker.close();
+      connection.disconnect();
+    },
+  };
+}
+
+/** `worker` as its own process: BullMQ consumers plus a health/metrics endpoint. */
+export async function startWorkerRole(context: RoleContext): Promise<RoleHandle> {
+  const workers = await startWorkers(context);
+  const health = await serveHealth(context.runtime, context.config.HOST, context.config.PORT);
+  process.stdout.write(`worker running (health: ${health.address}/health/live)\n`);
+  return {
+    async close() {
+      await health.close();
+      await workers.close();
+    },
+  };
+}
