@@ -1,0 +1,417 @@
+/**
+ * Employees benchmarks (SPEC §3 at scale). Each exported scenario returns a metrics object;
+ * `bench/run.ts` collects them, and running this file directly runs them all in order:
+ *
+ *   npx tsx bench/scenarios/employees.ts            # 1,000,000 employees (BENCH_EMPLOYEES to change)
+ *
+ * Setup: a fresh database on DATABASE_URL's server (default 127.0.0.1:5432), migrated; two
+ * tenants (1,000 and BENCH_EMPLOYEES employees) bulk-imported as events; the read model built by
+ * a replay (measured); then the service itself (`services/main.ts`) started as a child process,
+ * so client and server do not share one event loop, and driven over HTTP.
+ *
+ * Bulk import, documented: for each employee an `EmployeeHired` event on its own stream, an
+ * `EmployeeEmailReserved` event on its email's reservation stream (so uniqueness holds for
+ * imported staff too) and, for 20%, an `EmployeeStatusChanged` (10% on_leave, 10% inactive),
+ * written with COPY into es_streams and es_events in ONE transaction: the import is all or
+ * nothing, and the events become visible to projectors at once, in one commit.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import autocannon from 'autocannon';
+import pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import { monotonicFactory } from 'ulid';
+import { z } from 'zod';
+import { loadConfig } from '../../shared/config.ts';
+import { migrate } from '../../shared/db/migrate.ts';
+import { createDatabasePool, sql, type DatabasePool } from '../../shared/db/pool.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { comparePositions, parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
+import { allMigrations } from '../../services/schema.ts';
+import { provisionTenant } from '../../services/tenants/provision.ts';
+import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
+import { createTokenService } from '../../services/auth/tokens.ts';
+import { emailReservationStreamId } from '../../services/employees/emailReservation.ts';
+import { employeeStreamId } from '../../services/employees/events.ts';
+import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
+import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
+
+export type EmployeesBenchEnv = {
+  readonly pool: DatabasePool;
+  readonly databaseUrl: string;
+  readonly baseUrl: string;
+  readonly small: BenchTenant;
+  readonly large: BenchTenant;
+  close(): Promise<void>;
+};
+
+type BenchTenant = { readonly tenantId: string; readonly slug: string; readonly employees: number; readonly headers: Record<string, string> };
+
+const DEPARTMENTS = ['engineering', 'sales', 'marketing', 'support', 'finance', 'hr', 'legal', 'operations', 'research', 'design'];
+const say = (message: string) => process.stderr.write(`[bench employees] ${message}\n`);
+
+/** COPY text format: escape the characters COPY treats specially. */
+const copyField = (value: string) => value.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r');
+
+/**
+ * Bulk import of `count` employees as events, in one transaction (see the file comment).
+ * Returns the number of events written and how long it took.
+ */
+export async function importEmployees(databaseUrl: string, tenantId: string, count: number) {
+  const started = Date.now();
+  const nextId = monotonicFactory();
+  const yearMs = 365 * 24 * 3600 * 1000;
+  const now = Date.now();
+  const employees = Array.from({ length: count }, (_, i) => {
+    const id = nextId();
+    const roll = i % 10;
+    return {
+      id,
+      email: `employee-${i}-${id.toLowerCase()}@bench.example`,
+      department: DEPARTMENTS[(i * 7) % DEPARTMENTS.length] ?? 'engineering',
+      hiredAt: new Date(now - Math.floor(((i * 7919) % count) / count * 10 * yearMs)).toISOString(),
+      status: roll === 0 ? 'on_leave' : roll === 1 ? 'inactive' : 'active',
+    };
+  });
+  const metadata = JSON.stringify({ tenantId, actor: 'bulk-import', occurredAt: new Date(now).toISOString() });
+  let events = 0;
+  function* streamRows() {
+    for (const e of employees) {
+      yield `${employeeStreamId(tenantId, e.id)}\t${e.status === 'active' ? 0 : 1}\n`;
+      yield `${emailReservationStreamId(tenantId, e.email)}\t0\n`;
+    }
+  }
+  function* eventRows() {
+    for (const e of employees) {
+      const stream = employeeStreamId(tenantId, e.id);
+      const hired = { employeeId: e.id, email: e.email, firstName: 'Bench', lastName: `Person ${e.id.slice(-6)}`, department: e.department, status: 'active', hiredAt: e.hiredAt };
+      yield `${stream}\t0\t${randomUUID()}\tEmployeeHired\t${copyField(JSON.stringify(hired))}\t${copyField(metadata)}\n`;
+      if (e.status !== 'active') {
+        const changed = { employeeId: e.id, from: 'active', to: e.status, reason: 'imported', changedAt: e.hiredAt };
+        yield `${stream}\t1\t${randomUUID()}\tEmployeeStatusChanged\t${copyField(JSON.stringify(changed))}\t${copyField(metadata)}\n`;
+        events++;
+      }
+      const reserved = { employeeId: e.id, email: e.email };
+      yield `${emailReservationStreamId(tenantId, e.email)}\t0\t${randomUUID()}\tEmployeeEmailReserved\t${copyField(JSON.stringify(reserved))}\t${copyField(metadata)}\n`;
+      events += 2;
+    }
+  }
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    await client.query('begin');
+    await pipeline(Readable.from(streamRows(), { objectMode: false }), client.query(copyFrom('copy es_streams (stream_id, revision) from stdin')));
+    await pipeline(
+      Readable.from(eventRows(), { objectMode: false }),
+      client.query(copyFrom('copy es_events (stream_id, revision, event_id, type, data, metadata) from stdin')),
+    );
+    await client.query('commit');
+  } catch (error) {
+    await client.query('rollback').catch(() => undefined);
+    throw error;
+  } finally {
+    await client.end();
+  }
+  const ms = Date.now() - started;
+  return { employees: count, events, ms, eventsPerSecond: Math.round(events / (ms / 1000)) };
+}
+
+/** Replays the employees projection from the first event (shadow tables + swap), measured. */
+export async function replayThroughput(env: Pick<EmployeesBenchEnv, 'pool' | 'databaseUrl'>, batchSize = 5_000) {
+  const store = createPostgresEventStore(env.pool);
+  const started = Date.now();
+  const result = await replayProjection(env.pool, store, employeesProjection, { batchSize });
+  const ms = Date.now() - started;
+  await store.close();
+  const eventsPerSecond = Math.round(result.processed / (ms / 1000));
+  return { scenario: 'employees.replay', events: result.processed, ms, eventsPerSecond, goal: '≥ 50,000 events/s', met: eventsPerSecond >= 50_000 };
+}
+
+async function waitForHttp(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const response = await fetch(url);
+      if (response.ok) return;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error(`${url} did not become ready`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/**
+ * Creates the database, imports both tenants, builds the read model (replay) and starts the
+ * service. `replay` holds the replay measurement.
+ */
+export async function setUpEmployeesBench(options: { employees?: number; port?: number } = {}) {
+  const employees = options.employees ?? Number(process.env.BENCH_EMPLOYEES ?? 1_000_000);
+  const port = options.port ?? 3900 + Math.floor(Math.random() * 90);
+  const adminUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+  const name = `bench_employees_${Date.now().toString(36)}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  const databaseUrl = url.toString();
+  await migrate(databaseUrl, allMigrations);
+  const pool = await createDatabasePool(databaseUrl, { maximumPoolSize: 10 });
+
+  const config = loadConfig({});
+  const jwk = await generatePrivateJwk();
+  const tokens = createTokenService({ keys: await createKeyRing([jwk]), issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE });
+  const tenant = async (count: number): Promise<BenchTenant> => {
+    const slug = `bench-${count}-${Date.now().toString(36)}`;
+    const { tenant: t } = await provisionTenant(pool, { slug, plan: 'enterprise' });
+    const { accessToken } = await tokens.issue({ userId: randomUUID(), tenant: slug, roles: ['admin'] });
+    return { tenantId: t.id, slug, employees: count, headers: { authorization: `Bearer ${accessToken}`, 'x-tenant': slug } };
+  };
+  const small = await tenant(1_000);
+  const large = await tenant(employees);
+  say(`importing ${small.employees} + ${large.employees} employees as events (COPY, one transaction each)`);
+  const imports = [await importEmployees(databaseUrl, small.tenantId, small.employees), await importEmployees(databaseUrl, large.tenantId, large.employees)];
+  say(`imported: ${JSON.stringify(imports)}`);
+  await pool.query(sql.type(z.object({}))`analyze es_events`);
+  say('replaying the employees projection');
+  const replay = await replayThroughput({ pool, databaseUrl });
+  say(`replay: ${JSON.stringify(replay)}`);
+  await pool.query(sql.type(z.object({}))`analyze employees`);
+
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      NODE_ENV: 'production',
+      JWT_PRIVATE_JWKS: JSON.stringify([jwk]),
+      KAFKA_BROKERS: '',
+      REDIS_URL: '',
+      EVENTSTORE_URL: '',
+    },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const baseUrl = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${baseUrl}/health/ready`, 60_000);
+  say(`service up at ${baseUrl} (pid ${child.pid})`);
+
+  const env: EmployeesBenchEnv = {
+    pool,
+    databaseUrl,
+    baseUrl,
+    small,
+    large,
+    async close() {
+      if (child.exitCode === null) {
+        const exited = new Promise((r) => child.once('exit', r));
+        child.kill('SIGTERM');
+        await exited;
+      }
+      await pool.end();
+      if (process.env.BENCH_KEEP_DB !== '1') {
+        const c = new pg.Client({ connectionString: adminUrl });
+        await c.connect();
+        await c.query(`drop database if exists ${name} with (force)`);
+        await c.end();
+      }
+    },
+  };
+  return { env, imports, replay };
+}
+
+const run = (options: autocannon.Options) =>
+  new Promise<autocannon.Result>((resolve, reject) => {
+    autocannon(options, (error, result) => (error ? reject(error) : resolve(result)));
+  });
+
+const LIST_QUERIES: Record<string, string> = {
+  'no filter': '',
+  status: '?status=on_leave',
+  department: '?department=sales',
+  'department+status': '?department=sales&status=active',
+  'hired range (1 year)': `?hiredFrom=${new Date(Date.now() - 2 * 365 * 86_400_000).toISOString().slice(0, 10)}&hiredTo=${new Date(Date.now() - 365 * 86_400_000).toISOString().slice(0, 10)}`,
+  'page 50': '?page=50&limit=20',
+};
+
+/**
+ * GET /v1/employees at concurrency 32, for each filter, on the 1k and the 1M tenant: p50/p99
+ * and the ratio of p99 at 1M to p99 at 1k (goal ≤ 1.5).
+ */
+export async function listLatency(env: EmployeesBenchEnv, options: { durationSeconds?: number; connections?: number } = {}) {
+  const duration = options.durationSeconds ?? 8;
+  const connections = options.connections ?? 32;
+  const results = [];
+  for (const [label, query] of Object.entries(LIST_QUERIES)) {
+    const measure = async (tenant: BenchTenant) => {
+      const r = await run({ url: `${env.baseUrl}/v1/employees${query}`, headers: tenant.headers, connections, duration });
+      if (r.non2xx > 0) throw new Error(`GET ${query} answered ${r.non2xx} non-2xx`);
+      return { requestsPerSecond: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99 };
+    };
+    const small = await measure(env.small);
+    const large = await measure(env.large);
+    const ratio = Number((large.p99 / Math.max(small.p99, 1)).toFixed(2));
+    results.push({ filter: label, query, small, large, p99Ratio: ratio, met: ratio <= 1.5 });
+    say(`GET ${label}: 1k p99 ${small.p99} ms, ${env.large.employees} p99 ${large.p99} ms, ratio ${ratio}`);
+  }
+  return { scenario: 'employees.list', connections, durationSeconds: duration, goal: 'p99(1M) / p99(1k) ≤ 1.5', results };
+}
+
+/** POST /v1/employees as fast as it goes at concurrency 32, unique emails: sustained rate and p99. */
+export async function createThroughput(env: EmployeesBenchEnv, options: { durationSeconds?: number; connections?: number } = {}) {
+  const duration = options.durationSeconds ?? 10;
+  const connections = options.connections ?? 32;
+  let n = 0;
+  const prefix = Date.now().toString(36);
+  const r = await run({
+    url: `${env.baseUrl}/v1/employees`,
+    method: 'POST',
+    connections,
+    duration,
+    headers: { ...env.small.headers, 'content-type': 'application/json' },
+    requests: [
+      {
+        setupRequest: (request) => ({
+          ...request,
+          body: JSON.stringify({ email: `load-${prefix}-${n++}@bench.example`, firstName: 'Load', lastName: 'Test', department: 'sales' }),
+        }),
+      },
+    ],
+  });
+  const created = r['2xx'];
+  const perSecond = Math.round(created / duration);
+  return {
+    scenario: 'employees.create',
+    connections,
+    durationSeconds: duration,
+    created,
+    errors: r.non2xx + r.errors,
+    createsPerSecond: perSecond,
+    p50: r.latency.p50,
+    p99: r.latency.p99,
+    goal: '≥ 5,000 creates/s with p99 ≤ 20 ms',
+    met: perSecond >= 5_000 && r.latency.p99 <= 20,
+  };
+}
+
+const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
+
+/**
+ * Projection lag at a fixed write rate: creates are sent at `rate`/s (open loop, in 10 ms
+ * ticks); for each one, lag = from its 201 to the moment the projection checkpoint covers its
+ * X-Log-Position (what a read-your-writes read would wait). Goal p95 ≤ 50 ms at 1,000/s.
+ */
+export async function projectionLag(env: EmployeesBenchEnv, options: { rate?: number; durationSeconds?: number } = {}) {
+  const rate = options.rate ?? 1_000;
+  const durationMs = (options.durationSeconds ?? 10) * 1000;
+  const pending: Array<{ position: GlobalPosition; at: number }> = [];
+  const lags: number[] = [];
+  let sent = 0;
+  let failed = 0;
+  const prefix = Date.now().toString(36);
+  const inFlight = new Set<Promise<void>>();
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling || pending.length > 0) {
+      const checkpoint = await readCheckpoint(env.pool, employeesProjection.name);
+      const now = performance.now();
+      if (checkpoint) {
+        for (let i = pending.length - 1; i >= 0; i--) {
+          const write = pending[i];
+          if (write && comparePositions(checkpoint.position, write.position) >= 0) {
+            lags.push(now - write.at);
+            pending.splice(i, 1);
+          }
+        }
+      }
+      await new Promise((r) => setTimeout(r, 2));
+    }
+  })();
+  const send = async (i: number) => {
+    const response = await fetch(`${env.baseUrl}/v1/employees`, {
+      method: 'POST',
+      headers: { ...env.small.headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ email: `lag-${prefix}-${i}@bench.example`, firstName: 'Lag', lastName: 'Test' }),
+    });
+    await response.arrayBuffer();
+    const position = parsePosition(response.headers.get('x-log-position') ?? '');
+    if (response.status !== 201 || !position) failed++;
+    else pending.push({ position, at: performance.now() });
+  };
+  const started = performance.now();
+  while (performance.now() - started < durationMs) {
+    const due = Math.floor(((performance.now() - started) / 1000) * rate);
+    while (sent < due) {
+      const p = send(sent++).finally(() => inFlight.delete(p));
+      inFlight.add(p);
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await Promise.all(inFlight);
+  const achieved = Math.round(sent / (durationMs / 1000));
+  const deadline = performance.now() + 30_000;
+  while (pending.length > 0 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  sampling = false;
+  await sampler;
+  lags.sort((a, b) => a - b);
+  const p95 = Number(percentile(lags, 95).toFixed(1));
+  return {
+    scenario: 'employees.projectionLag',
+    targetRate: rate,
+    achievedRate: achieved,
+    writes: lags.length,
+    failed,
+    p50: Number(percentile(lags, 50).toFixed(1)),
+    p95,
+    p99: Number(percentile(lags, 99).toFixed(1)),
+    goal: 'p95 ≤ 50 ms at 1,000 writes/s',
+    met: p95 <= 50 && achieved >= rate * 0.95,
+  };
+}
+
+/** How `meta.total` is computed at 1M: EXPLAIN ANALYZE of the counter read vs counting the rows. */
+export async function countCost(env: EmployeesBenchEnv) {
+  const client = new pg.Client({ connectionString: env.databaseUrl });
+  await client.connect();
+  try {
+    const executionMs = async (text: string) => {
+      const { rows } = await client.query<Record<string, string>>(`explain analyze ${text}`, [env.large.tenantId]);
+      return Number(/Execution Time: ([\d.]+) ms/.exec(rows.map((r) => Object.values(r)[0]).join('\n'))?.[1] ?? Number.NaN);
+    };
+    return {
+      scenario: 'employees.countCost',
+      employees: env.large.employees,
+      countersMs: await executionMs('select coalesce(sum(count), 0) from employee_counts where tenant_id = $1::uuid'),
+      countStarMs: await executionMs('select count(*) from employees where tenant_id = $1::uuid'),
+    };
+  } finally {
+    await client.end();
+  }
+}
+
+/** Runs every scenario in order and prints one JSON document. */
+export async function runEmployeesBench() {
+  const { env, imports, replay } = await setUpEmployeesBench();
+  try {
+    const counts = await countCost(env);
+    say(`count cost: ${JSON.stringify(counts)}`);
+    const list = await listLatency(env);
+    const create = await createThroughput(env);
+    say(`create: ${JSON.stringify(create)}`);
+    const lag = await projectionLag(env);
+    say(`lag: ${JSON.stringify(lag)}`);
+    return { imports, replay, counts, list, create, lag };
+  } finally {
+    await env.close();
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const results = await runEmployeesBench();
+  process.stdout.write(`${JSON.stringify(results, null, 2)}\n`);
+}
