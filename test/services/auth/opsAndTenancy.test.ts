@@ -1,0 +1,120 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AuthContext } from '../../../services/gateway/requestContext.ts';
+import { authenticated, type AuthDeps } from '../../../services/auth/plugin.ts';
+import { bootstrapTenant } from '../../../services/tenants/bootstrap.ts';
+import { findTenantBySlug } from '../../../services/tenants/tenants.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { authHeaders, createTestApp, createTestAuth } from '../../support/auth.ts';
+
+const run = promisify(execFile);
+
+let db: TestDatabase;
+let auth: AuthDeps;
+let app: FastifyInstance;
+
+/** The ops CLI as an operator runs it, against this test's database, while `app` serves. */
+async function ops(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', 'scripts/ops.ts', ...args], {
+      env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn' },
+      timeout: 60_000,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: number; stdout?: string; stderr?: string };
+    return { code: failed.code ?? -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
+  }
+}
+
+const login = (slug: string, email: string, password: string) =>
+  app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'x-tenant': slug }, payload: { email, password } });
+
+async function eventually<T>(probe: () => Promise<T>, done: (value: T) => boolean, deadlineMs: number): Promise<{ value: T; ms: number }> {
+  const started = Date.now();
+  for (;;) {
+    const value = await probe();
+    if (done(value) || Date.now() - started > deadlineMs) return { value, ms: Date.now() - started };
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  auth = await createTestAuth(db.pool);
+  app = await createTestApp(
+    auth,
+    authenticated(auth, async (v1) => {
+      v1.get('/whoami', { config: { permission: 'roles:read' } }, async (request) => request.auth);
+    }),
+  );
+});
+afterAll(async () => {
+  await app?.close();
+  await auth?.close();
+  await db?.drop();
+});
+
+// Each CLI run starts a process (tsx, config, migrations check): seconds, more under load.
+describe('when an operator provisions with the ops CLI while the service runs', { timeout: 120_000 }, () => {
+  const slug = `ops-${randomBytes(4).toString('hex')}`;
+
+  it('tenants create makes a tenant whose admin can log in; a second create fails with exit 1', async () => {
+    const created = await ops('tenants', 'create', slug, '--plan', 'starter', '--admin-email', 'boss@ops.test', '--admin-password', 'boss-password');
+    expect(created, created.stderr).toMatchObject({ code: 0 });
+    expect(created.stdout).toContain(`created tenant ${slug}`);
+    expect((await login(slug, 'boss@ops.test', 'boss-password')).statusCode).toBe(200);
+    const again = await ops('tenants', 'create', slug, '--plan', 'pro', '--admin-email', 'x@ops.test', '--admin-password', 'x-password');
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain('already exists');
+    expect((await ops('tenants', 'create', 'Not_A_Slug', '--plan', 'pro', '--admin-email', 'x@ops.test', '--admin-password', 'x-password')).code).toBe(1);
+  });
+
+  it('tenants set-plan reaches request.auth of the running service within seconds, without restart', async () => {
+    const headers = await authHeaders(auth, { slug }, 'employee');
+    const whoami = async () => (await app.inject({ method: 'GET', url: '/v1/whoami', headers })).json<AuthContext>();
+    expect((await whoami()).plan).toBe('starter');
+    const changed = await ops('tenants', 'set-plan', slug, '--plan', 'enterprise', '--rate-per-minute', '1200', '--rate-burst', '40');
+    expect(changed, changed.stderr).toMatchObject({ code: 0 });
+    const seen = await eventually(whoami, (ctx) => ctx.plan === 'enterprise', 5_000);
+    expect(seen.value).toMatchObject({ plan: 'enterprise', rateLimitOverride: { perMinute: 1200, burst: 40 } });
+    expect(seen.ms).toBeLessThanOrEqual(5_000);
+    const listed = await ops('tenants', 'list', '--json');
+    expect(JSON.parse(listed.stdout)).toContainEqual(expect.objectContaining({ slug, plan: 'enterprise', rateLimitOverride: { perMinute: 1200, burst: 40 } }));
+  });
+
+  it('users create, set-role and disable take effect at login', async () => {
+    const created = await ops('users', 'create', slug, '--email', 'ann@ops.test', '--password', 'ann-password', '--role', 'analyst');
+    expect(created, created.stderr).toMatchObject({ code: 0 });
+    const first = await login(slug, 'ann@ops.test', 'ann-password');
+    expect(first.statusCode).toBe(200);
+    expect(JSON.parse(Buffer.from(first.json<{ accessToken: string }>().accessToken.split('.')[1] ?? '', 'base64url').toString()).roles).toEqual(['analyst']);
+
+    expect((await ops('users', 'set-role', slug, '--email', 'ANN@ops.test', '--role', 'hr_manager')).code).toBe(0);
+    const second = await login(slug, 'ann@ops.test', 'ann-password');
+    expect(JSON.parse(Buffer.from(second.json<{ accessToken: string }>().accessToken.split('.')[1] ?? '', 'base64url').toString()).roles).toEqual(['hr_manager']);
+
+    expect((await ops('users', 'disable', slug, '--email', 'ann@ops.test')).code).toBe(0);
+    expect((await login(slug, 'ann@ops.test', 'ann-password')).statusCode).toBe(401);
+    expect((await ops('users', 'disable', slug, '--email', 'nobody@ops.test')).code).toBe(1);
+  });
+});
+
+describe('when the service starts with BOOTSTRAP_*', () => {
+  it('creates the tenant and admin once; later starts change nothing', async () => {
+    const slug = `boot-${randomBytes(4).toString('hex')}`;
+    const config = { BOOTSTRAP_TENANT: slug, BOOTSTRAP_PLAN: 'pro' as const, BOOTSTRAP_ADMIN_EMAIL: 'root@boot.test', BOOTSTRAP_ADMIN_PASSWORD: 'root-password' };
+    const lines: string[] = [];
+    const logger = { info: (_: unknown, message: string) => void lines.push(message) };
+    // Two gateways starting at once, then a restart with a different password and plan.
+    await Promise.all([bootstrapTenant(db.pool, config, logger), bootstrapTenant(db.pool, config, logger)]);
+    await bootstrapTenant(db.pool, { ...config, BOOTSTRAP_PLAN: 'starter', BOOTSTRAP_ADMIN_PASSWORD: 'changed-password' }, logger);
+    expect(lines.filter((l) => l === 'bootstrap tenant provisioned')).toHaveLength(1);
+    expect((await findTenantBySlug(db.pool, slug))?.plan).toBe('pro');
+    expect((await login(slug, 'root@boot.test', 'root-password')).statusCode).toBe(200);
+    expect((await login(slug, 'root@boot.test', 'changed-password')).statusCode).toBe(401);
+  });
+});
