@@ -1,6 +1,5 @@
 import type { Config } from '../../shared/config.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
-import type { Logger } from '../../shared/logger.ts';
 import { provisionTenant } from './provision.ts';
 
 /**
@@ -11,7 +10,7 @@ import { provisionTenant } from './provision.ts';
 export async function bootstrapTenant(
   pool: DatabasePool,
   config: Pick<Config, 'BOOTSTRAP_TENANT' | 'BOOTSTRAP_PLAN' | 'BOOTSTRAP_ADMIN_EMAIL' | 'BOOTSTRAP_ADMIN_PASSWORD'>,
-  logger: Pick<Logger, 'info'>,
+  logger: { info(context: object, message: string): void },
 ): Promise<void> {
   const slug = config.BOOTSTRAP_TENANT;
   if (!slug) return;
