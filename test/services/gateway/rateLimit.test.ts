@@ -1,5 +1,6 @@
 import { createServer } from 'node:net';
 import type { FastifyInstance } from 'fastify';
+import pino from 'pino';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
@@ -13,14 +14,11 @@ import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { probeCapability } from './fixtures/probeCapability.ts';
 
-/** Records what the limiter logs, to show an outage is logged once, not per request. */
+/** A pino logger that keeps its lines, to show an outage is logged once, not per request. */
 const recordingLogger = () => {
-  const lines: Array<{ level: 'warn' | 'info'; message: string }> = [];
-  return {
-    lines,
-    warn: (_context: unknown, message: string) => void lines.push({ level: 'warn', message }),
-    info: (_context: unknown, message: string) => void lines.push({ level: 'info', message }),
-  };
+  const lines: Array<{ level: number; msg: string }> = [];
+  const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line) as { level: number; msg: string }) });
+  return Object.assign(logger, { lines });
 };
 
 const freePort = () =>
@@ -250,7 +248,7 @@ describe('when the rate-limit store is unreachable', () => {
       expect(Date.now() - started).toBeLessThan(2_000); // no request waits on Redis
       expect(responses.map((r) => r.statusCode)).toEqual(Array<number>(25).fill(200)); // more than Starter's burst
       expect(responses[0]?.headers).not.toHaveProperty('ratelimit');
-      expect(gateway.logger.lines.filter((l) => l.level === 'warn')).toHaveLength(1);
+      expect(gateway.logger.lines.filter((l) => l.level === pino.levels.values.warn)).toHaveLength(1);
       const metrics = await gateway.registry.metrics();
       expect(metrics).toMatch(/^rate_limit_store_incidents_total 1$/m);
       expect(metrics).toMatch(/^rate_limit_store_unavailable_requests_total\{outcome="allowed"\} 25$/m);
