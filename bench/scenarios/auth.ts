@@ -1,0 +1,131 @@
+/**
+ * Auth overhead benchmark: the same route (GET /v1/roles, one indexed query under row-level
+ * security) served through the auth plugin (bearer token verified, tenant looked up, permission
+ * checked) and without it (a hook that sets a fixed `request.auth`). Goal: ratio ≥ 0.85.
+ *
+ *   npx tsx bench/scenarios/auth.ts        # BENCH_DURATION seconds per run (default 10)
+ *
+ * The gateways run in a child process, so autocannon does not share their event loop. Each
+ * side is run twice, alternating, and the better run counts (machine noise only ever slows).
+ * One token is reused for every request, as a client does for its 15 minutes; both sides get
+ * the same request bytes (the baseline ignores the headers).
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import pg from 'pg';
+import { Registry } from 'prom-client';
+import { migrate } from '../../shared/db/migrate.ts';
+import { createDatabasePool } from '../../shared/db/pool.ts';
+import { allMigrations } from '../../services/schema.ts';
+import { createGateway, type V1Capability } from '../../services/gateway/app.ts';
+import { authenticated, createAuthDeps } from '../../services/auth/plugin.ts';
+import { rolesRoutes } from '../../services/auth/routes.ts';
+import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
+import { provisionTenant } from '../../services/tenants/provision.ts';
+
+export type AuthBenchResult = {
+  readonly name: string;
+  /** Requests per second through the auth plugin. */
+  readonly ours: number;
+  /** Requests per second of the same route without it. */
+  readonly baseline: number;
+  readonly ratio: number;
+  /** The same comparison on a route that does no work at all: the plugin's cost laid bare. */
+  readonly emptyRoute: { readonly ours: number; readonly baseline: number; readonly ratio: number };
+};
+
+const say = (message: string) => process.stderr.write(`[bench auth] ${message}\n`);
+const SERVER_FLAG = '--auth-bench-server';
+
+/** Child process: both gateways on one database; prints their ports and a token as JSON. */
+async function serve(databaseUrl: string): Promise<void> {
+  const pool = await createDatabasePool(databaseUrl, { maximumPoolSize: 20 });
+  const { tenant } = await provisionTenant(pool, { slug: `bench-${randomBytes(4).toString('hex')}`, plan: 'enterprise' });
+  const auth = await createAuthDeps({
+    pool,
+    config: { JWT_ISSUER: 'bench', JWT_AUDIENCE: 'bench', JWT_PRIVATE_JWKS: undefined, DATA_DIR: '.tmp/bench-auth' },
+    keys: await createKeyRing([await generatePrivateJwk()]),
+  });
+  const ping: V1Capability = async (v1) => {
+    v1.get('/ping', { config: { permission: 'roles:read' } }, async () => ({ ok: true }));
+  };
+  const gateway = (v1: V1Capability) =>
+    createGateway({ config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'production' }, readiness: [], registry: new Registry(), v1: [v1] });
+  const withAuth = await gateway(authenticated(auth, rolesRoutes(auth), ping));
+  const fixedContext = { tenantId: tenant.id, tenantSlug: tenant.slug, plan: tenant.plan, rateLimitOverride: null, userId: 'bench', roles: ['admin'] };
+  const withoutAuth = await gateway(async (v1) => {
+    await v1.register(async (scope) => {
+      scope.addHook('onRequest', async (request) => {
+        request.auth = fixedContext;
+      });
+      await rolesRoutes(auth)(scope);
+      await ping(scope);
+    });
+  });
+  const [ours, baseline] = await Promise.all([withAuth.listen({ port: 0, host: '127.0.0.1' }), withoutAuth.listen({ port: 0, host: '127.0.0.1' })]);
+  const { accessToken } = await auth.tokens.issue({ userId: 'bench', tenant: tenant.slug, roles: ['admin'] });
+  process.stdout.write(`${JSON.stringify({ ours, baseline, slug: tenant.slug, accessToken })}\n`);
+}
+
+async function load(url: string, headers: Record<string, string>, seconds: number): Promise<number> {
+  const result = await autocannon({ url, headers, connections: 32, duration: seconds });
+  if (result.non2xx > 0 || result.errors > 0) throw new Error(`${url}: ${result.non2xx} non-2xx, ${result.errors} errors`);
+  return result.requests.average;
+}
+
+export async function authBench(options: { databaseUrl?: string; seconds?: number } = {}): Promise<AuthBenchResult> {
+  const seconds = options.seconds ?? Number(process.env.BENCH_DURATION ?? 10);
+  const adminUrl = options.databaseUrl ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+  const name = `bench_auth_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), SERVER_FLAG, url.toString()], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  try {
+    await migrate(url.toString(), allMigrations);
+    const ready = await new Promise<{ ours: string; baseline: string; slug: string; accessToken: string }>((resolve, reject) => {
+      let buffered = '';
+      child.stdout.on('data', (chunk: Buffer) => {
+        buffered += chunk.toString();
+        if (buffered.includes('\n')) resolve(JSON.parse(buffered.split('\n')[0] ?? ''));
+      });
+      child.once('exit', (code) => reject(new Error(`bench server exited (${code})`)));
+    });
+    const headers = { authorization: `Bearer ${ready.accessToken}`, 'x-tenant': ready.slug };
+    const compare = async (path: string, rounds: number) => {
+      // Warm up both (JIT, pool connections, caches), then alternate.
+      await load(`${ready.ours}${path}`, headers, 2);
+      await load(`${ready.baseline}${path}`, headers, 2);
+      const ours: number[] = [];
+      const baseline: number[] = [];
+      for (let round = 0; round < rounds; round++) {
+        ours.push(await load(`${ready.ours}${path}`, headers, seconds));
+        baseline.push(await load(`${ready.baseline}${path}`, headers, seconds));
+        say(`${path} round ${round + 1}: with auth ${ours.at(-1)?.toFixed(0)} req/s, without ${baseline.at(-1)?.toFixed(0)} req/s`);
+      }
+      const best = (values: number[]) => Math.max(...values);
+      return { ours: best(ours), baseline: best(baseline), ratio: best(ours) / best(baseline) };
+    };
+    const roles = await compare('/v1/roles', 3);
+    const empty = await compare('/v1/ping', 3);
+    const result = { name: 'auth: GET /v1/roles with vs without the auth plugin', ...roles, emptyRoute: empty };
+    say(`ratio ${result.ratio.toFixed(3)} on /v1/roles (goal ≥ 0.85); ${empty.ratio.toFixed(3)} on an empty route`);
+    return result;
+  } finally {
+    child.kill('SIGTERM');
+    await admin.query(`drop database if exists ${name} with (force)`).catch(() => undefined);
+    await admin.end();
+  }
+}
+
+if (process.argv[2] === SERVER_FLAG && process.argv[3]) {
+  await serve(process.argv[3]);
+} else if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  process.stdout.write(`${JSON.stringify(await authBench(), null, 2)}\n`);
+}
