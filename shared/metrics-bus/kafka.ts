@@ -109,6 +109,7 @@ export function createKafkaPublisher(options: KafkaPublisherOptions): UsageSampl
     } catch (error) {
       failures++;
       if (failures === 1 || failures % 50 === 0) logger.warn({ err: error, buffered: buffer.size }, 'usage samples: Kafka send failed; buffering');
+      inFlight = 0;
       countDropped(buffer.requeue(samples));
       const old = producer;
       producer = undefined;
@@ -142,6 +143,9 @@ export function createKafkaPublisher(options: KafkaPublisherOptions): UsageSampl
     publish(sample) {
       if (closed) return;
       countDropped(buffer.push(sample));
+      // The batch out for sending counts against the bound too: it comes back if the send fails.
+      const excess = buffer.size + inFlight - capacity;
+      if (excess > 0) countDropped(buffer.take(excess).length);
       if (buffer.size >= batchSize) wake?.();
       else if (buffer.size === 1 && failures === 0) {
         // First sample after a quiet spell: start the linger timer now rather than in 1 s.
