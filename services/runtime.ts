@@ -10,6 +10,8 @@ import type { EventStore } from '../shared/event-store/port.ts';
 import type { Logger } from '../shared/logger.ts';
 import { createConfiguredRateLimiter } from '../shared/rate-limit/configured.ts';
 import type { RateLimiter } from '../shared/rate-limit/limiter.ts';
+import { createConfiguredUsageBus, type UsageBus } from '../shared/metrics-bus/configured.ts';
+import { DEFAULT_KPI_GROUP } from '../projections/kpi/consumer.ts';
 import type { ReadinessCheck } from './gateway/health.ts';
 import { allMigrations } from './schema.ts';
 import pg from 'pg';
@@ -45,6 +47,8 @@ export type Runtime = {
   readonly logger: Logger;
   /** Per-tenant token buckets: Redis when REDIS_URL is set, else in memory. */
   readonly rateLimiter: RateLimiter;
+  /** Usage samples: gateway publisher + KPI consumer source (Kafka when KAFKA_BROKERS is set, else in-process). */
+  readonly usage: UsageBus;
   /** Releases everything in reverse order of creation. */
   close(): Promise<void>;
 };
@@ -85,11 +89,16 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
     const rateLimiter = await createConfiguredRateLimiter(config, registry, logger);
     closers.push(() => rateLimiter.close());
 
+    const usage = createConfiguredUsageBus(config, { registry, logger, groupId: DEFAULT_KPI_GROUP });
+    closers.push(() => usage.source.stop());
+    closers.push(() => usage.publisher.close());
+
     const readiness: ReadinessCheck[] = [
       { name: 'postgres', check: async () => void (await pool.oneFirst(sql.type(z.object({ ok: z.number() }))`select 1 as ok`)) },
       ...(config.EVENTSTORE_URL ? [{ name: 'eventstore', check: () => eventStore.ping() }] : []),
+      ...(config.KAFKA_BROKERS ? [{ name: 'kafka', check: () => usage.source.ping() }] : []),
     ];
-    return { config, databaseUrl, pool, eventStore, registry, readiness, logger, rateLimiter, close };
+    return { config, databaseUrl, pool, eventStore, registry, readiness, logger, rateLimiter, usage, close };
   } catch (error) {
     await close();
     throw error;
