@@ -1,7 +1,7 @@
 import { allProjections } from '../../projections/index.ts';
 import type { Projection } from '../../projections/runner/projection.ts';
 import { runProjection } from '../../projections/runner/runner.ts';
-import { DEFAULT_KPI_GROUP, kafkaKpiSource, startKpiConsumer } from '../../projections/kpi/consumer.ts';
+import { DEFAULT_KPI_GROUP, startKpiConsumer } from '../../projections/kpi/consumer.ts';
 import { serveHealth, type RoleContext, type RoleHandle } from './process.ts';
 
 /** What `projector <name>` runs: the event-store projections of that name, plus its Kafka consumer. */
@@ -34,12 +34,8 @@ export async function startProjectors({ config, logger, runtime }: RoleContext, 
   );
   let consumer: { stop(): Promise<void> } | undefined;
   if (selection.usageConsumer) {
-    if (!config.KAFKA_BROKERS) throw new Error('the kpi projector in its own process needs KAFKA_BROKERS (usage samples come from Kafka)');
-    consumer = await startKpiConsumer(
-      runtime.pool,
-      kafkaKpiSource({ brokers: config.KAFKA_BROKERS, topic: config.KAFKA_METRICS_TOPIC, group: DEFAULT_KPI_GROUP, logger }),
-      DEFAULT_KPI_GROUP,
-    );
+    // The runtime's bus: Kafka when KAFKA_BROKERS is set, else in-process (only useful in the `all` role).
+    consumer = await startKpiConsumer(runtime.pool, runtime.usage.source, DEFAULT_KPI_GROUP);
   }
   return {
     async close() {
@@ -51,6 +47,9 @@ export async function startProjectors({ config, logger, runtime }: RoleContext, 
 /** `projector <name>` as its own process: the projectors plus a health/metrics endpoint. */
 export async function startProjectorRole(context: RoleContext, name: string): Promise<RoleHandle> {
   const selection = selectProjector(name);
+  if (selection.usageConsumer && context.runtime.usage.transport !== 'kafka') {
+    throw new Error('the kpi projector in its own process needs KAFKA_BROKERS (usage samples come from Kafka)');
+  }
   const projectors = await startProjectors(context, selection);
   const health = await serveHealth(context.runtime, context.config.HOST, context.config.PORT);
   context.logger.info(
