@@ -15,9 +15,10 @@ import {
  * exact counters per (tenant, status, department) so `meta.total` never has to count a big
  * tenant's rows when only those filters are used.
  *
- * A batch is applied set-wise, three statements whatever its size: load the rows it touches,
- * fold its events in memory, upsert the rows and add the counter deltas. Events at or below a
- * row's revision are skipped, so applying a batch twice changes nothing.
+ * A batch is applied set-wise, at most three statements whatever its size: load the rows of
+ * employees it does not hire itself, fold its events in memory, upsert the rows (guarded by
+ * revision) and add the counter deltas of the rows actually written. Events at or below a row's
+ * revision are skipped, so applying a batch twice changes nothing.
  */
 export const EMPLOYEES_PROJECTION = 'employees';
 
@@ -98,9 +99,6 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
   }
 }
 
-const tenantOf = (event: RecordedEvent): string | undefined =>
-  typeof event.metadata.tenantId === 'string' ? event.metadata.tenantId : parseEmployeeStreamId(event.streamId)?.tenantId;
-
 const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(event.type);
 
 async function handle(
@@ -108,53 +106,47 @@ async function handle(
   events: readonly RecordedEvent[],
   tables: Readonly<Record<'employees' | 'employee_counts', IdentifierSqlToken>>,
 ): Promise<void> {
-  const relevant = events.filter((e) => isEmployeeEvent(e) && parseEmployeeStreamId(e.streamId) && tenantOf(e));
-  if (relevant.length === 0) return;
   const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
-  const ids = new Map<string, { tenantId: string; id: string }>();
-  for (const e of relevant) {
-    const parsed = parseEmployeeStreamId(e.streamId);
-    if (parsed) ids.set(keyOf(parsed.tenantId, parsed.employeeId), { tenantId: parsed.tenantId, id: parsed.employeeId });
-  }
-  const keys = [...ids.values()];
-  const existing = await tx.any(sql.type(rowSchema)`
-    select e.tenant_id::text, e.id, e.email, e.first_name, e.last_name, e.department, e.status, e.hired_at,
-           e.revision, e.updated_at
-    from ${tables.employees} e
-    join unnest(${sql.array(keys.map((k) => k.tenantId), 'uuid')}, ${sql.array(keys.map((k) => k.id), 'text')}) as k(tenant_id, id)
-      on e.tenant_id = k.tenant_id and e.id = k.id
-  `);
-  const before = new Map<string, Row>(existing.map((r) => [keyOf(r.tenant_id, r.id), r]));
-  const after = new Map<string, Row>(before);
-  for (const recorded of relevant) {
-    const parsed = parseEmployeeStreamId(recorded.streamId);
+  // Per employee, its events of this batch in order (the batch is in global order).
+  const streams = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
+  for (const event of events) {
+    const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
     if (!parsed) continue;
     const key = keyOf(parsed.tenantId, parsed.employeeId);
-    const row = after.get(key);
-    if (row && recorded.revision <= row.revision) continue; // already applied
-    // The event store hands back what the write side stored for these types.
-    const next = apply(row, { type: recorded.type, data: recorded.data } as EmployeeEvent, recorded, parsed.tenantId);
-    if (next) after.set(key, next);
+    const stream = streams.get(key) ?? { tenantId: parsed.tenantId, id: parsed.employeeId, events: [] };
+    stream.events.push(event);
+    streams.set(key, stream);
   }
-
-  const changed = [...after.entries()].filter(([key, row]) => before.get(key)?.revision !== row.revision).map(([, row]) => row);
+  if (streams.size === 0) return;
+  // Only employees whose batch does not start with their hire can already have a row.
+  const known = [...streams.values()].filter((s) => (s.events[0]?.revision ?? 0) > 0);
+  const existing =
+    known.length === 0
+      ? []
+      : await tx.any(sql.type(rowSchema)`
+          select e.tenant_id::text, e.id, e.email, e.first_name, e.last_name, e.department, e.status, e.hired_at,
+                 e.revision, e.updated_at
+          from ${tables.employees} e
+          join unnest(${sql.array(known.map((k) => k.tenantId), 'uuid')}, ${sql.array(known.map((k) => k.id), 'text')}) as k(tenant_id, id)
+            on e.tenant_id = k.tenant_id and e.id = k.id
+        `);
+  const before = new Map<string, Row>(existing.map((r) => [keyOf(r.tenant_id, r.id), r]));
+  const changed: Row[] = [];
+  for (const [key, stream] of streams) {
+    const start = before.get(key);
+    let row = start;
+    for (const recorded of stream.events) {
+      if (row && recorded.revision <= row.revision) continue; // already applied
+      // The event store hands back what the write side stored for these types.
+      row = apply(row, { type: recorded.type, data: recorded.data } as EmployeeEvent, recorded, stream.tenantId) ?? row;
+    }
+    if (row && row.revision !== start?.revision) changed.push(row);
+  }
   if (changed.length === 0) return;
 
-  const deltas = new Map<string, { tenant_id: string; status: string; department: string; delta: number }>();
-  const bump = (row: Row, delta: number) => {
-    const key = counterKey(row);
-    const entry = deltas.get(key) ?? { tenant_id: row.tenant_id, status: row.status, department: row.department ?? '', delta: 0 };
-    entry.delta += delta;
-    deltas.set(key, entry);
-  };
-  for (const row of changed) {
-    const old = before.get(keyOf(row.tenant_id, row.id));
-    if (old) bump(old, -1);
-    bump(row, 1);
-  }
-
-  await tx.query(sql.type(z.object({}))`
-    insert into ${tables.employees}
+  // The revision guard makes a re-applied hire a no-op; only rows actually written count.
+  const written = await tx.any(sql.type(z.object({ tenant_id: z.string(), id: z.string() }))`
+    insert into ${tables.employees} as t
       (tenant_id, id, email, first_name, last_name, department, status, hired_at, revision, updated_at)
     select * from ${sql.unnest(
       changed.map((r) => [r.tenant_id, r.id, r.email, r.first_name, r.last_name, r.department, r.status, r.hired_at, r.revision, r.updated_at]),
@@ -164,7 +156,25 @@ async function handle(
       email = excluded.email, first_name = excluded.first_name, last_name = excluded.last_name,
       department = excluded.department, status = excluded.status, hired_at = excluded.hired_at,
       revision = excluded.revision, updated_at = excluded.updated_at
+    where t.revision < excluded.revision
+    returning t.tenant_id::text, t.id
   `);
+  const writtenKeys = new Set(written.map((w) => keyOf(w.tenant_id, w.id)));
+
+  const deltas = new Map<string, { tenant_id: string; status: string; department: string; delta: number }>();
+  const bump = (row: Pick<Row, 'tenant_id' | 'status' | 'department'>, delta: number) => {
+    const key = counterKey(row);
+    const entry = deltas.get(key) ?? { tenant_id: row.tenant_id, status: row.status, department: row.department ?? '', delta: 0 };
+    entry.delta += delta;
+    deltas.set(key, entry);
+  };
+  for (const row of changed) {
+    const key = keyOf(row.tenant_id, row.id);
+    if (!writtenKeys.has(key)) continue;
+    const old = before.get(key);
+    if (old) bump(old, -1);
+    bump(row, 1);
+  }
   const nonZero = [...deltas.values()].filter((d) => d.delta !== 0);
   if (nonZero.length > 0) {
     await tx.query(sql.type(z.object({}))`

@@ -13,13 +13,14 @@ import { employeeStreamId, normaliseEmail, type EmployeeEvent } from './events.t
  * A reservation is released (an event, at its exact revision) when its owner's email changes;
  * a released one can be taken over at its exact revision. A reservation whose owner never got
  * hired (a crash between the two appends) or has since moved to another address (a crash before
- * the release) is orphaned and is taken over the same way.
+ * the release) is orphaned once it is older than any command in flight (30 s), and is then taken
+ * over the same way.
  */
 export type EmailReserved = { readonly type: 'EmployeeEmailReserved'; readonly data: { readonly employeeId: string; readonly email: string } };
 export type EmailReleased = { readonly type: 'EmployeeEmailReleased'; readonly data: { readonly employeeId: string } };
 
-/** A hire appends its reservation first; an owner stream still missing after this is orphaned. */
-const HIRE_GRACE_MS = 30_000;
+/** Longer than any command between its reservation and its append to the employee stream. */
+const IN_FLIGHT_GRACE_MS = 30_000;
 
 export const emailReservationStreamId = (tenantId: string, email: string): string =>
   `employee-email-${tenantId}-${createHash('sha256').update(normaliseEmail(email)).digest('hex')}`;
@@ -38,10 +39,15 @@ async function employeeState(store: EventStore, tenantId: string, employeeId: st
   return events.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent).reduce(employeeDecider.evolve, employeeDecider.initialState);
 }
 
+/**
+ * Orphaned: held for longer than a command takes, by an employee who does not have this address.
+ * A younger reservation may belong to a command still in flight (reserved, not yet appended to
+ * the employee), so it is never taken over, whatever the owner's stream says yet.
+ */
 async function isOrphaned(store: EventStore, tenantId: string, email: string, holder: NonNullable<Holder>, now: string): Promise<boolean> {
+  if (Date.parse(now) - Date.parse(holder.since) <= IN_FLIGHT_GRACE_MS) return false;
   const owner = await employeeState(store, tenantId, holder.employeeId);
-  if (owner.kind === 'hired') return normaliseEmail(owner.email) !== normaliseEmail(email);
-  return Date.parse(now) - Date.parse(holder.since) > HIRE_GRACE_MS;
+  return owner.kind !== 'hired' || normaliseEmail(owner.email) !== normaliseEmail(email);
 }
 
 export type ReservationInput = {
@@ -60,15 +66,22 @@ const duplicate = (email: string) =>
 export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<void> {
   const { tenantId, email, employeeId, metadata, now } = input;
   const streamId = emailReservationStreamId(tenantId, email);
+  const reserved: EmailReserved = { type: 'EmployeeEmailReserved', data: { employeeId, email: normaliseEmail(email) } };
+  const append = (expectedRevision: 'no_stream' | number) =>
+    store.append(streamId, [{ id: randomUUID(), ...reserved, metadata }], { expectedRevision });
+  try {
+    // The common case: a new address. No read needed; the store refuses if it exists.
+    await append('no_stream');
+    return;
+  } catch (error) {
+    if (!(error instanceof WrongExpectedRevisionError)) throw error;
+  }
   const events = await store.readStream(streamId);
   const holder = currentHolder(events);
   if (holder?.employeeId === employeeId) return;
   if (holder && !(await isOrphaned(store, tenantId, email, holder, now))) throw duplicate(email);
-  const reserved: EmailReserved = { type: 'EmployeeEmailReserved', data: { employeeId, email: normaliseEmail(email) } };
   try {
-    await store.append(streamId, [{ id: randomUUID(), ...reserved, metadata }], {
-      expectedRevision: events.length === 0 ? 'no_stream' : events.length - 1,
-    });
+    await append(events.length - 1);
   } catch (error) {
     if (error instanceof WrongExpectedRevisionError) throw duplicate(email);
     throw error;

@@ -19,7 +19,7 @@ const nextId = monotonicFactory();
 beforeAll(async () => {
   db = await createTestDatabase();
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
-  projector = runProjection(db.pool, store, employeesProjection, { pollIntervalMs: 50 });
+  projector = runProjection(db.pool, store, employeesProjection, { pollIntervalMs: 50, onError: (error) => console.error('projector', error) });
 });
 afterAll(async () => {
   await projector?.stop();
