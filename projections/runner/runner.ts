@@ -8,6 +8,7 @@ import {
   comparePositions,
   type EventStore,
   type GlobalPosition,
+  type ReadAllPage,
   type RecordedEvent,
 } from '../../shared/event-store/port.ts';
 import type { Projection } from './projection.ts';
@@ -91,15 +92,56 @@ export async function replayProjection<T extends string>(
   projection: Projection<T>,
   options: { batchSize?: number; onProgress?: ProgressListener; signal?: AbortSignal } = {},
 ): Promise<{ processed: number; position: GlobalPosition }> {
+  // The store reads on its own connections. Bound here, outside the connection's async context,
+  // so slonik does not take the store's pool queries for a foreign connection inside it.
   const batchSize = options.batchSize ?? 2_000;
+  const readPage = AsyncResource.bind((after: GlobalPosition) =>
+    store.readAll({ after, maxCount: batchSize, eventTypes: projection.eventTypes }),
+  );
+  const readHead = AsyncResource.bind(() => store.headPosition());
+  // One replay per projection at a time, held for the whole build on one connection; it also
+  // makes it safe to drop shadow tables that a killed replay left behind.
+  return pool.connect(async (connection) => {
+    const lockKey = `projection-replay:${projection.name}`;
+    await connection.query(sql.type(z.object({}))`select pg_advisory_lock(hashtext(${lockKey}))`);
+    try {
+      await dropAbandonedShadows(connection, projection);
+      return await buildAndSwap(connection, { readPage, readHead }, projection, options);
+    } finally {
+      await connection.query(sql.type(z.object({}))`select pg_advisory_unlock(hashtext(${lockKey}))`);
+    }
+  });
+}
+
+async function dropAbandonedShadows(
+  connection: Pick<DatabasePool, 'any' | 'query'>,
+  projection: Projection<string>,
+): Promise<void> {
+  for (const logical of Object.keys(projection.tables)) {
+    const stale = await connection.any(sql.type(z.object({ name: z.string() }))`
+      select tablename as name from pg_tables
+      where schemaname = current_schema() and (tablename like ${`${logical}\\_\\_g%`} or tablename like ${`${logical}\\_\\_retired\\_%`})
+    `);
+    for (const { name } of stale) {
+      await connection.query(sql.type(z.object({}))`drop table if exists ${sql.identifier([name])}`);
+    }
+  }
+}
+
+async function buildAndSwap<T extends string>(
+  connection: Pick<DatabasePool, 'transaction'>,
+  log: { readPage(after: GlobalPosition): Promise<ReadAllPage>; readHead(): Promise<GlobalPosition> },
+  projection: Projection<T>,
+  options: { onProgress?: ProgressListener; signal?: AbortSignal },
+): Promise<{ processed: number; position: GlobalPosition }> {
   const generation = `${Date.now().toString(36)}${Math.floor(Math.random() * 1296).toString(36)}`;
   const shadowName = (logical: string) => `${logical}__g${generation}`;
   const shadow = tableIds(projection, shadowName);
-  await pool.transaction((tx) => createTables(tx, projection, shadowName));
+  await connection.transaction((tx) => createTables(tx, projection, shadowName));
 
   let position = START;
   let processed = 0;
-  const head = await store.headPosition();
+  const head = await log.readHead();
   const applyPage = async (tx: DatabaseTransactionConnection, events: readonly RecordedEvent[]) => {
     if (events.length > 0) await projection.handle(tx, events, shadow);
     processed += events.length;
@@ -107,34 +149,27 @@ export async function replayProjection<T extends string>(
   try {
     for (;;) {
       if (options.signal?.aborted) throw new Error('replay aborted');
-      const page = await store.readAll({ after: position, maxCount: batchSize, eventTypes: projection.eventTypes });
+      const page = await log.readPage(position);
       if (comparePositions(page.checkpoint, position) === 0) break;
-      await pool.transaction((tx) => applyPage(tx, page.events));
+      await connection.transaction((tx) => applyPage(tx, page.events));
       position = page.checkpoint;
       options.onProgress?.({ processed, position, head });
     }
-    // The store reads on its own connections: bound outside the transaction's async context, so
-    // slonik does not take a PostgreSQL store's pool query for a foreign connection inside it.
-    const readOutside = AsyncResource.bind((after: GlobalPosition) =>
-      store.readAll({ after, maxCount: batchSize, eventTypes: projection.eventTypes }),
-    );
-    await pool.transaction(async (tx) => {
-      await tx.query(sql.type(z.object({}))`select pg_advisory_xact_lock(hashtext(${`projection:${projection.name}`}))`);
+    await connection.transaction(async (tx) => {
       await readCheckpoint(tx, projection.name, true);
       // Under the checkpoint lock: apply whatever committed since the last page.
       for (;;) {
-        const page = await readOutside(position);
+        const page = await log.readPage(position);
         if (comparePositions(page.checkpoint, position) === 0) break;
         await applyPage(tx, page.events);
         position = page.checkpoint;
       }
       for (const logical of Object.keys(projection.tables)) {
         const live = sql.identifier([logical]);
-        const retired = `${logical}__retired_${generation}`;
-        await tx.query(sql.type(z.object({}))`drop table if exists ${sql.identifier([retired])}`);
-        await tx.query(sql.type(z.object({}))`alter table if exists ${live} rename to ${sql.identifier([retired])}`);
+        const retired = sql.identifier([`${logical}__retired_${generation}`]);
+        await tx.query(sql.type(z.object({}))`alter table if exists ${live} rename to ${retired}`);
         await tx.query(sql.type(z.object({}))`alter table ${sql.identifier([shadowName(logical)])} rename to ${live}`);
-        await tx.query(sql.type(z.object({}))`drop table if exists ${sql.identifier([retired])}`);
+        await tx.query(sql.type(z.object({}))`drop table if exists ${retired}`);
       }
       await tx.query(sql.type(z.object({}))`
         insert into projection_checkpoints (name, version, commit_position, prepare_position, events_applied, updated_at)
@@ -146,7 +181,7 @@ export async function replayProjection<T extends string>(
     options.onProgress?.({ processed, position, head: position });
     return { processed, position };
   } catch (error) {
-    await pool
+    await connection
       .transaction(async (tx) => {
         for (const logical of Object.keys(projection.tables)) {
           await tx.query(sql.type(z.object({}))`drop table if exists ${sql.identifier([shadowName(logical)])}`);
