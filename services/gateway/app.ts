@@ -44,6 +44,8 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
   }).withTypeProvider<ZodTypeProvider>();
 
+  // A JSON API: anything but application/json (and +json) bodies is 415, not parsed as text.
+  app.removeContentTypeParser('text/plain');
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.setErrorHandler(handleError);
