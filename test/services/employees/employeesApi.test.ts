@@ -524,3 +524,15 @@ describe('GET /v1/employees/{id}/history', () => {
     expectProblem(await read(headers, '/v1/employees/01JNGZ0000000000000000000A/history'), 404);
   });
 });
+
+describe('GET /v1/openapi.json', () => {
+  it('describes every employees endpoint from the same zod schemas', async () => {
+    const response = await h.app.inject({ method: 'GET', url: '/v1/openapi.json' });
+    expect(response.statusCode).toBe(200);
+    const paths = response.json<{ paths: Record<string, Record<string, unknown>> }>().paths;
+    expect(Object.keys(paths['/v1/employees'] ?? {}).sort()).toEqual(['get', 'post']);
+    expect(Object.keys(paths['/v1/employees/{id}'] ?? {}).sort()).toEqual(['get', 'patch']);
+    expect(Object.keys(paths['/v1/employees/{id}/status'] ?? {})).toEqual(['post']);
+    expect(Object.keys(paths['/v1/employees/{id}/history'] ?? {})).toEqual(['get']);
+  });
+});
