@@ -107,12 +107,14 @@ describe('when the service starts with BOOTSTRAP_*', () => {
   it('creates the tenant and admin once; later starts change nothing', async () => {
     const slug = `boot-${randomBytes(4).toString('hex')}`;
     const config = { BOOTSTRAP_TENANT: slug, BOOTSTRAP_PLAN: 'pro' as const, BOOTSTRAP_ADMIN_EMAIL: 'root@boot.test', BOOTSTRAP_ADMIN_PASSWORD: 'root-password' };
-    const lines: string[] = [];
-    const logger = { info: (_: unknown, message: string) => void lines.push(message) };
+    const starts: Array<{ tenantCreated?: boolean; adminCreated?: boolean }> = [];
+    const logger = { info: (context: object) => void starts.push(context) };
     // Two gateways starting at once, then a restart with a different password and plan.
     await Promise.all([bootstrapTenant(db.pool, config, logger), bootstrapTenant(db.pool, config, logger)]);
     await bootstrapTenant(db.pool, { ...config, BOOTSTRAP_PLAN: 'starter', BOOTSTRAP_ADMIN_PASSWORD: 'changed-password' }, logger);
-    expect(lines.filter((l) => l === 'bootstrap tenant provisioned')).toHaveLength(1);
+    expect(starts).toHaveLength(3);
+    expect(starts.filter((s) => s.tenantCreated)).toHaveLength(1);
+    expect(starts.filter((s) => s.adminCreated)).toHaveLength(1);
     expect((await findTenantBySlug(db.pool, slug))?.plan).toBe('pro');
     expect((await login(slug, 'root@boot.test', 'root-password')).statusCode).toBe(200);
     expect((await login(slug, 'root@boot.test', 'changed-password')).statusCode).toBe(401);
