@@ -1,0 +1,23 @@
+import { allProjections } from '../../projections/index.ts';
+import { startGatewayRole } from './gateway.ts';
+import { startProjectors } from './projector.ts';
+import { startWorkers } from './worker.ts';
+import type { RoleContext, RoleHandle } from './process.ts';
+
+/**
+ * `npm start` with no role: every part in one process (the embedded default when no URLs are
+ * set). The BullMQ worker joins only when REDIS_URL is set; without Redis, replays run from
+ * the ops CLI directly.
+ */
+export async function startAllRole(context: RoleContext): Promise<RoleHandle> {
+  const projectors = await startProjectors(context, { projections: allProjections, usageConsumer: true });
+  const workers = context.config.REDIS_URL ? await startWorkers(context) : undefined;
+  const gateway = await startGatewayRole(context);
+  return {
+    async close() {
+      await gateway.close();
+      await projectors.close();
+      await workers?.close();
+    },
+  };
+}
