@@ -55,6 +55,12 @@ export async function runRole(role: string, start: (context: RoleContext) => Pro
   };
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  // A launcher (npm, a shell) that dies without passing its signal on would orphan us, and
+  // with us the embedded PostgreSQL: follow the parent out.
+  const parent = process.ppid;
+  setInterval(() => {
+    if (process.ppid !== parent) void shutdown('parent exited');
+  }, 1_000).unref();
   process.on('uncaughtException', (error) => {
     logger.fatal({ err: error }, 'uncaught exception');
     void shutdown('uncaughtException');

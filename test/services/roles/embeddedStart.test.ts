@@ -1,0 +1,71 @@
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createServer } from 'node:net';
+import { afterAll, describe, expect, it } from 'vitest';
+
+/**
+ * The README's run command, as a new user runs it: `npm start` with no URLs configured starts
+ * an embedded PostgreSQL and every part in one process; SIGTERM stops all of it, postgres too.
+ */
+const freePort = () =>
+  new Promise<number>((resolvePort, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject(new Error('no port'))));
+    });
+  });
+
+const postgresProcessesFor = (dataDir: string) => {
+  const out = execFileSync('ps', ['-eo', 'pid,args'], { encoding: 'utf8' });
+  return out.split('\n').filter((line) => line.includes('postgres') && line.includes(dataDir));
+};
+
+describe('when the service starts on the embedded default', () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'eas-embedded-'));
+  afterAll(() => {
+    for (const line of postgresProcessesFor(dataDir)) {
+      const pid = Number.parseInt(line.trim(), 10);
+      if (pid) process.kill(pid, 'SIGKILL');
+    }
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('is ready within 30 s and leaves no postgres process after SIGTERM', async () => {
+    const [port, pgPort] = await Promise.all([freePort(), freePort()]);
+    const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), EMBEDDED_PG_PORT: String(pgPort), DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
+    for (const key of ['DATABASE_URL', 'EVENTSTORE_URL', 'KAFKA_BROKERS', 'REDIS_URL']) delete env[key];
+    const started = Date.now();
+    const child = spawn('npm', ['start'], { cwd: resolve(import.meta.dirname, '../../..'), env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (c: Buffer) => (output += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (output += c.toString()));
+    const exited = new Promise<string>((r) => child.once('exit', (code, signal) => r(`${code ?? signal}`)));
+
+    let readyAfter = -1;
+    while (Date.now() - started < 30_000 && child.exitCode === null) {
+      try {
+        const response = await fetch(`http://127.0.0.1:${port}/health/ready`);
+        if (response.status === 200) {
+          readyAfter = Date.now() - started;
+          break;
+        }
+      } catch {
+        // not listening yet
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(readyAfter, output).toBeGreaterThan(0);
+    expect(output).toContain(`listening on http://127.0.0.1:${port}`);
+    expect(postgresProcessesFor(dataDir).length).toBeGreaterThan(0);
+
+    child.kill('SIGTERM');
+    // npm re-raises the signal its child handled, so npm itself may report SIGTERM.
+    expect(['0', 'SIGTERM']).toContain(await exited);
+    await expect.poll(() => postgresProcessesFor(dataDir).length, { timeout: 10_000 }).toBe(0);
+    console.info(`[embedded start] ready after ${readyAfter} ms (cold: initdb included)`);
+  }, 60_000);
+});
