@@ -1,0 +1,188 @@
+/**
+ * Rate-limit overhead: the same route with the per-tenant limiter ÷ without it, in one run.
+ *
+ *   npx tsx bench/scenarios/rateLimit.ts
+ *
+ * Uses REDIS_URL (default redis://127.0.0.1:6379) and, for the authenticated route, a fresh
+ * database on DATABASE_URL's server (default postgres://postgres@127.0.0.1:5432/postgres),
+ * dropped afterwards.
+ *
+ * A child process (this file with RATE_LIMIT_BENCH_ROLE=server, so the load generator and the
+ * server do not share an event loop) runs two gateways that differ only by the limiter:
+ *   baseline: GET /v1/roles behind `authenticated(auth, rolesRoutes)`, and a trivial GET /v1/bench/probe
+ *   limited:  the same behind `authenticated(auth, rateLimited(limiter), rolesRoutes)` / the rate-limit plugin
+ * The limiter is the production one (Redis store, one EVALSHA per request). The tenant's negotiated
+ * override is a limit no run reaches, so every request pays the full check and none is refused
+ * (a non-2xx response fails the run). autocannon alternates baseline and limited, several
+ * rounds each, so drift on a shared machine hits both alike. Run directly, it also measures the
+ * in-memory store (the embedded default).
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import pg from 'pg';
+import { Registry } from 'prom-client';
+import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
+import { authenticated, createAuthDeps } from '../../services/auth/plugin.ts';
+import { rolesRoutes } from '../../services/auth/routes.ts';
+import { createGateway, type V1Capability } from '../../services/gateway/app.ts';
+import { rateLimited, rateLimitPlugin } from '../../services/gateway/rateLimit.ts';
+import { allMigrations } from '../../services/schema.ts';
+import { provisionTenant } from '../../services/tenants/provision.ts';
+import { migrate } from '../../shared/db/migrate.ts';
+import { createDatabasePool } from '../../shared/db/pool.ts';
+import { createLogger } from '../../shared/logger.ts';
+import { createRateLimiter } from '../../shared/rate-limit/limiter.ts';
+import { createMemoryRateLimitStore } from '../../shared/rate-limit/memory.ts';
+import { MAX_OVERRIDE } from '../../shared/rate-limit/policy.ts';
+import { createRedisRateLimitStore } from '../../shared/rate-limit/redis.ts';
+
+export type ScenarioResult = { name: string; ours: number; baseline: number; ratio: number };
+
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const ADMIN_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const say = (message: string) => process.stderr.write(`[bench rate-limit] ${message}\n`);
+
+type ServerInfo = { baseline: string; limited: string; headers: Record<string, string> };
+
+async function serve(): Promise<void> {
+  const database = `bench_rl_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: ADMIN_URL });
+  await admin.connect();
+  await admin.query(`create database ${database}`);
+  const url = new URL(ADMIN_URL);
+  url.pathname = `/${database}`;
+  await migrate(url.toString(), allMigrations);
+  const pool = await createDatabasePool(url.toString(), { applicationName: 'bench-rate-limit' });
+
+  const logger = createLogger({ LOG_LEVEL: 'warn' }, 'bench-rate-limit');
+  const auth = await createAuthDeps({
+    pool,
+    config: { JWT_ISSUER: 'bench', JWT_AUDIENCE: 'bench', JWT_PRIVATE_JWKS: undefined, DATA_DIR: '.tmp/unused' },
+    keys: await createKeyRing([await generatePrivateJwk()]),
+  });
+  const limitless = { perMinute: MAX_OVERRIDE, burst: MAX_OVERRIDE };
+  const { tenant } = await provisionTenant(pool, { slug: `bench-${randomBytes(4).toString('hex')}`, plan: 'starter', rateLimitOverride: limitless });
+  const { accessToken } = await auth.tokens.issue({ userId: randomUUID(), tenant: tenant.slug, roles: ['employee'] });
+
+  const limiter = createRateLimiter({
+    store:
+      process.env.RATE_LIMIT_BENCH_STORE === 'memory'
+        ? createMemoryRateLimitStore()
+        : await createRedisRateLimitStore({ url: REDIS_URL, prefix: `bench:rl:${randomUUID()}:` }),
+    failOpen: false, // a Redis problem must show up as errors, not as a fast unlimited run
+    registry: new Registry(),
+    logger,
+  });
+  const probe = (limit: boolean): V1Capability => async (v1) => {
+    await v1.register(async (scope) => {
+      if (limit) await scope.register(rateLimitPlugin, { limiter, target: () => ({ key: `tenant:${tenant.id}`, policy: limitless }) });
+      scope.get('/bench/probe', async () => ({ ok: true }));
+    });
+  };
+  const gateway = (limit: boolean) =>
+    createGateway({
+      config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'warn', NODE_ENV: 'production' },
+      logger,
+      readiness: [],
+      registry: new Registry(),
+      v1: [probe(limit), authenticated(auth, ...(limit ? [rateLimited(limiter)] : []), rolesRoutes(auth))],
+    });
+  const apps = [await gateway(false), await gateway(true)] as const;
+  const [baseline, limited] = await Promise.all(apps.map((app) => app.listen({ host: '127.0.0.1', port: 0 })));
+  const info: ServerInfo = { baseline: baseline ?? '', limited: limited ?? '', headers: { authorization: `Bearer ${accessToken}`, 'x-tenant': tenant.slug } };
+  process.stdout.write(`${JSON.stringify(info)}\n`);
+
+  process.on('SIGTERM', () => {
+    void (async () => {
+      for (const app of apps) await app.close();
+      await limiter.close();
+      await pool.end();
+      await admin.query(`drop database if exists ${database} with (force)`);
+      await admin.end();
+      process.exit(0);
+    })();
+  });
+}
+
+const load = (url: string, headers: Record<string, string>, durationSeconds: number, connections: number) =>
+  new Promise<autocannon.Result>((resolve, reject) => {
+    autocannon({ url, headers, duration: durationSeconds, connections }, (error, result) => (error ? reject(error) : resolve(result)));
+  });
+
+export type RateLimitBenchOptions = {
+  rounds?: number;
+  durationSeconds?: number;
+  connections?: number;
+  /** `redis` (default; what several gateways share) or `memory` (the embedded default). */
+  store?: 'redis' | 'memory';
+};
+
+/** Both routes, one server: the authenticated DB-backed route and the trivial one. */
+export async function runRateLimitBench(options: RateLimitBenchOptions = {}): Promise<ScenarioResult[]> {
+  const rounds = options.rounds ?? 4;
+  const durationSeconds = options.durationSeconds ?? 4;
+  const connections = options.connections ?? 32;
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
+    env: { ...process.env, RATE_LIMIT_BENCH_ROLE: 'server', RATE_LIMIT_BENCH_STORE: options.store ?? 'redis' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  try {
+    const server = await new Promise<ServerInfo>((resolve, reject) => {
+      let out = '';
+      child.stdout?.on('data', (chunk: Buffer) => {
+        out += chunk.toString();
+        const line = out.split('\n').find((l) => l.startsWith('{"baseline"'));
+        if (line) resolve(JSON.parse(line) as ServerInfo);
+      });
+      child.once('exit', (code) => reject(new Error(`bench server exited with ${code}`)));
+    });
+    const store = options.store ?? 'redis';
+    const routes = [
+      { path: '/v1/roles', name: `rate limit: GET /v1/roles (authenticated, PostgreSQL) with the ${store} limiter ÷ without, req/s` },
+      { path: '/v1/bench/probe', name: `rate limit: trivial route with the ${store} limiter ÷ without, req/s (worst case)` },
+    ];
+    const results: ScenarioResult[] = [];
+    for (const route of routes) {
+      // Warm-up: JIT, keep-alive sockets, caches, the Lua script in Redis's script cache.
+      for (const base of [server.baseline, server.limited]) await load(base + route.path, server.headers, 2, connections);
+      const totals = { baseline: { requests: 0, seconds: 0 }, limited: { requests: 0, seconds: 0 } };
+      for (let round = 0; round < rounds; round++) {
+        for (const side of ['baseline', 'limited'] as const) {
+          const result = await load(server[side] + route.path, server.headers, durationSeconds, connections);
+          if (result.non2xx > 0 || result.errors > 0) {
+            throw new Error(`${side} ${route.path}: ${result.non2xx} non-2xx responses and ${result.errors} errors`);
+          }
+          totals[side].requests += result.requests.total;
+          totals[side].seconds += result.duration;
+          say(`${route.path} round ${round + 1} ${side}: ${Math.round(result.requests.average)} req/s, p99 ${result.latency.p99} ms`);
+        }
+      }
+      const baseline = Math.round(totals.baseline.requests / totals.baseline.seconds);
+      const ours = Math.round(totals.limited.requests / totals.limited.seconds);
+      results.push({ name: route.name, ours, baseline, ratio: Number((ours / baseline).toFixed(3)) });
+    }
+    return results;
+  } finally {
+    child.kill('SIGTERM');
+  }
+}
+
+/** The headline scenario for bench/run.ts: an authenticated route with the limiter ÷ without. */
+export async function rateLimitScenario(options: RateLimitBenchOptions = {}): Promise<ScenarioResult> {
+  const [authenticatedRoute] = await runRateLimitBench(options);
+  if (!authenticatedRoute) throw new Error('rate-limit bench produced no result');
+  return authenticatedRoute;
+}
+
+export default rateLimitScenario;
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  if (process.env.RATE_LIMIT_BENCH_ROLE === 'server') await serve();
+  else {
+    for (const store of ['redis', 'memory'] as const) {
+      for (const result of await runRateLimitBench({ store })) process.stdout.write(`${JSON.stringify(result)}\n`);
+    }
+  }
+}
