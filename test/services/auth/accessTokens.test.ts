@@ -41,18 +41,28 @@ afterAll(async () => {
 
 const getRoles = (headers: Record<string, string>) => app.inject({ method: 'GET', url: '/v1/roles', headers });
 
-/** A token signed by our key with any header and claims (to build near-valid forgeries). */
-async function craft(options: { header?: Record<string, unknown>; claims?: Record<string, unknown>; issuer?: string; audience?: string } = {}) {
+/** Claims that would be valid, on any jose builder (signed or unsecured). */
+function validClaims<T extends SignJWT | UnsecuredJWT>(builder: T, options: { issuer?: string; audience?: string } = {}): T {
   const now = Math.floor(Date.now() / 1000);
-  return new SignJWT({ tenant: tenant.slug, roles: ['admin'], ...options.claims })
-    .setProtectedHeader({ alg: 'EdDSA', kid: jwk.kid, typ: 'at+jwt', ...options.header })
+  builder
     .setIssuer(options.issuer ?? TEST_ISSUER)
     .setAudience(options.audience ?? TEST_AUDIENCE)
     .setSubject(crypto.randomUUID())
     .setIssuedAt(now)
     .setExpirationTime(now + 900)
-    .setJti(crypto.randomUUID())
-    .sign(keys.signing.key);
+    .setJti(crypto.randomUUID());
+  return builder;
+}
+
+/** A token signed by our key with any header and claims (to build near-valid forgeries). */
+async function craft(options: { header?: Record<string, unknown>; claims?: Record<string, unknown>; issuer?: string; audience?: string } = {}) {
+  const builder = new SignJWT({ tenant: tenant.slug, roles: ['admin'], ...options.claims }).setProtectedHeader({
+    alg: 'EdDSA',
+    kid: jwk.kid,
+    typ: 'at+jwt',
+    ...options.header,
+  });
+  return validClaims(builder, options).sign(keys.signing.key);
 }
 
 const bearer = (token: string) => ({ authorization: `Bearer ${token}`, 'x-tenant': tenant.slug });
@@ -103,15 +113,7 @@ describe('when the request is refused', () => {
   });
 
   it('with alg: none: 401', async () => {
-    const now = Math.floor(Date.now() / 1000);
-    const token = new UnsecuredJWT({ tenant: tenant.slug, roles: ['admin'] })
-      .setIssuer(TEST_ISSUER)
-      .setAudience(TEST_AUDIENCE)
-      .setSubject('attacker')
-      .setIssuedAt(now)
-      .setExpirationTime(now + 900)
-      .setJti('x')
-      .encode();
+    const token = validClaims(new UnsecuredJWT({ tenant: tenant.slug, roles: ['admin'] })).encode();
     expect(decodeProtectedHeader(token).alg).toBe('none');
     expectInvalidToken(await getRoles(bearer(token)));
   });
@@ -122,16 +124,8 @@ describe('when the request is refused', () => {
     const jwks = JSON.stringify((await app.inject({ method: 'GET', url: '/.well-known/jwks.json' })).json());
     const secrets = [new TextEncoder().encode(String(pem)), base64url.decode(jwk.x), new TextEncoder().encode(jwks)];
     for (const secret of secrets) {
-      const now = Math.floor(Date.now() / 1000);
-      const token = await new SignJWT({ tenant: tenant.slug, roles: ['admin'] })
-        .setProtectedHeader({ alg: 'HS256', kid: jwk.kid, typ: 'at+jwt' })
-        .setIssuer(TEST_ISSUER)
-        .setAudience(TEST_AUDIENCE)
-        .setSubject('attacker')
-        .setIssuedAt(now)
-        .setExpirationTime(now + 900)
-        .setJti('x')
-        .sign(secret);
+      const builder = new SignJWT({ tenant: tenant.slug, roles: ['admin'] }).setProtectedHeader({ alg: 'HS256', kid: jwk.kid, typ: 'at+jwt' });
+      const token = await validClaims(builder).sign(secret);
       expectInvalidToken(await getRoles(bearer(token)));
     }
   });
