@@ -5,7 +5,6 @@ import type { Migration } from '../db/migrate.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
-  matchesExpected,
   type AppendResult,
   type EventStore,
   type ExpectedRevision,

@@ -59,7 +59,9 @@ async function providePostgres(): Promise<string> {
     cleanups.push(() => embedded.stop());
     return embedded.url;
   } catch (error) {
-    if (!hasDocker()) throw new Error(`PostgreSQL: none reachable and the embedded one failed (${(error as Error).message}). Set DATABASE_URL.`);
+    if (!hasDocker()) {
+      throw new Error(`PostgreSQL: none reachable and the embedded one failed (${(error as Error).message}). Set DATABASE_URL.`, { cause: error });
+    }
   }
   const { PostgreSqlContainer } = await import('@testcontainers/postgresql');
   const container = await new PostgreSqlContainer('postgres:17-alpine').start();
@@ -86,7 +88,9 @@ async function provideKafka(): Promise<string> {
     return await ensureKafka();
   } catch (error) {
     if (!hasDocker()) {
-      throw new Error(`Kafka: set KAFKA_BROKERS, or install Java 17+ and Maven so scripts/kafka.sh can run a broker (${(error as Error).message}).`);
+      throw new Error(`Kafka: set KAFKA_BROKERS, or install Java 17+ and Maven so scripts/kafka.sh can run a broker (${(error as Error).message}).`, {
+        cause: error,
+      });
     }
   }
   say('starting Kafka with testcontainers');
