@@ -6,6 +6,7 @@ import { bootstrapTenant } from '../tenants/bootstrap.ts';
 import { employeesCapability } from '../employees/capability.ts';
 import { analyticsRoutes } from '../analytics/routes.ts';
 import { usageSamples } from '../analytics/usageSamples.ts';
+import { rateLimited } from '../gateway/rateLimit.ts';
 import type { RoleContext, RoleHandle } from './process.ts';
 
 /**
@@ -22,7 +23,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     readiness: runtime.readiness,
     registry: runtime.registry,
     // Public auth routes first; every capability that needs a caller goes inside authenticated(...).
-    v1: [authRoutes(auth), authenticated(auth, usageSamples(runtime.usage.publisher), rolesRoutes(auth), employeesCapability({ pool: runtime.pool, eventStore: runtime.eventStore }), analyticsRoutes({ pool: runtime.pool, store: runtime.eventStore }))],
+    v1: [authRoutes(auth), authenticated(auth, rateLimited(runtime.rateLimiter), usageSamples(runtime.usage.publisher), rolesRoutes(auth), employeesCapability({ pool: runtime.pool, eventStore: runtime.eventStore }), analyticsRoutes({ pool: runtime.pool, store: runtime.eventStore }))],
     publicRoutes: [jwksRoutes(auth)],
   });
   const address = await listen(app, config.HOST, config.PORT);
