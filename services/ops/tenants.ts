@@ -1,4 +1,4 @@
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import pino from 'pino';
 import { loadConfig } from '../../shared/config.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
