@@ -7,6 +7,7 @@ import { handleError, sendProblem } from './problems.ts';
 import { healthRoutes, type ReadinessCheck } from './health.ts';
 import { openApiPlugin, openApiRoutes } from './openapi.ts';
 import { httpMetricsPlugin } from './httpMetrics.ts';
+import { deprecationPlugin } from './deprecation.ts';
 
 export type GatewayOptions = {
   readonly config: Pick<Config, 'BODY_LIMIT_BYTES' | 'LOG_LEVEL' | 'NODE_ENV'>;
@@ -59,6 +60,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   // Tier 1: infrastructure.
   await app.register(httpMetricsPlugin, { registry: options.registry });
   await app.register(openApiPlugin);
+  await app.register(deprecationPlugin);
 
   // Tier 2: public, unversioned routes.
   await app.register(healthRoutes, { readiness: options.readiness, registry: options.registry });

@@ -23,6 +23,11 @@ const probe = async (v1: FastifyInstance) => {
     },
     async (request) => request.body,
   );
+  typed.get(
+    '/probe/old',
+    { config: { deprecation: { since: new Date('2026-01-01T00:00:00Z'), sunset: new Date('2026-12-31T00:00:00Z'), link: '/docs' } } },
+    async () => ({ ok: true }),
+  );
   typed.get('/probe/conflict', async () => {
     throw new ConflictError('That already exists', { conflictingId: 'abc' });
   });
@@ -116,6 +121,16 @@ describe('gateway skeleton', () => {
       const body = expectProblem(response, 500);
       expect(body.requestId).toBe('req-123');
       expect(response.body).not.toMatch(/secret_table|db\.ts|stack/);
+    });
+  });
+
+  describe('when a route is deprecated', () => {
+    it('announces it with Deprecation (RFC 9745) and Sunset (RFC 8594)', async () => {
+      const response = await app.inject({ url: '/v1/probe/old' });
+      expect(response.headers.deprecation).toBe('@1767225600');
+      expect(response.headers.sunset).toBe('Thu, 31 Dec 2026 00:00:00 GMT');
+      expect(response.headers.link).toBe('</docs>; rel="deprecation"');
+      expect((await app.inject({ url: '/health/live' })).headers.deprecation).toBeUndefined();
     });
   });
 
