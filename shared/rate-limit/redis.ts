@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { UNITS_PER_TOKEN } from './bucket.ts';
-import type { RateLimitStore } from './port.ts';
+import type { BucketDecision, BucketPolicy, RateLimitStore } from './port.ts';
 
 /**
  * The token bucket of `bucket.ts`, as one Lua script so that read-refill-take-write is atomic
@@ -74,7 +74,7 @@ export type RedisRateLimitStoreOptions = {
 
 export type RedisRateLimitStore = RateLimitStore & {
   /** For tests only: one bucket step at an explicit time (µs) instead of Redis TIME. */
-  consumeAt(key: string, policy: { perMinute: number; burst: number }, nowUs: number): ReturnType<RateLimitStore['consume']>;
+  consumeAt(key: string, policy: BucketPolicy, nowUs: number): Promise<BucketDecision>;
   readonly client: Redis;
 };
 
@@ -116,9 +116,36 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     return { allowed: allowed === 1, remaining, resetMs: resetUs / 1000, waitMs: waitUs / 1000 };
   };
 
+  // A refusal holds until its wait has passed: tokens only flow back with time, and other
+  // gateways can only take them, so until then Redis would refuse too. Answering locally keeps
+  // a tenant that hammers past its limit from costing a Redis round trip per request. The
+  // wait is counted from before the command was sent, never from the reply, so it is never
+  // longer than Redis's own; a different policy (plan change) goes to Redis.
+  const refusals = new Map<string, { readonly policy: BucketPolicy; readonly sentAt: number; readonly decision: BucketDecision }>();
+  const forgetPassed = (now: number) => {
+    for (const [key, refusal] of refusals) if (now - refusal.sentAt >= refusal.decision.waitMs) refusals.delete(key);
+  };
+
   return {
     client,
-    consume: (key, policy) => run(key, [policy.perMinute, policy.burst]),
+    async consume(key, policy) {
+      const sentAt = performance.now();
+      const refusal = refusals.get(key);
+      if (refusal) {
+        const elapsed = sentAt - refusal.sentAt;
+        const same = refusal.policy.perMinute === policy.perMinute && refusal.policy.burst === policy.burst;
+        if (same && elapsed < refusal.decision.waitMs) {
+          return { allowed: false, remaining: 0, waitMs: refusal.decision.waitMs - elapsed, resetMs: refusal.decision.resetMs - elapsed };
+        }
+        refusals.delete(key);
+      }
+      const decision = await run(key, [policy.perMinute, policy.burst]);
+      if (!decision.allowed) {
+        if (refusals.size >= 10_000) forgetPassed(sentAt);
+        refusals.set(key, { policy, sentAt, decision });
+      }
+      return decision;
+    },
     consumeAt: (key, policy, nowUs) => run(key, [policy.perMinute, policy.burst, nowUs]),
     async close() {
       client.disconnect();
