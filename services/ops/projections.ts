@@ -7,6 +7,7 @@ import { readCheckpoint, replayProjection } from '../../projections/runner/runne
 import type { Projection } from '../../projections/runner/projection.ts';
 import { allProjections } from '../../projections/index.ts';
 import { createRuntime, type Runtime } from '../runtime.ts';
+import { enqueueReplayFromCli, replayJobRow, replayJobsForStatus } from '../worker/cli.ts';
 
 /**
  * `projections status` and `projections replay <name>`. Both run against the configured
@@ -74,12 +75,17 @@ export function registerProjectionCommands(program: Command): void {
             updatedAt: checkpoint?.updatedAt ?? null,
           });
         }
+        const jobs = await replayJobsForStatus(loadConfig());
         if (options.json) {
-          process.stdout.write(`${JSON.stringify({ head: formatPosition(head), projections: rows }, null, 2)}\n`);
+          process.stdout.write(`${JSON.stringify({ head: formatPosition(head), projections: rows, replayJobs: jobs }, null, 2)}\n`);
           return;
         }
         process.stdout.write(`head of the log: ${formatPosition(head)}\n`);
         console.table(rows);
+        if (jobs.length > 0) {
+          process.stdout.write('queued replays (newest first):\n');
+          console.table(jobs.map(replayJobRow));
+        }
       });
     });
 
@@ -88,7 +94,13 @@ export function registerProjectionCommands(program: Command): void {
     .description('rebuild a projection from the first event into shadow tables, then swap them in atomically')
     .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
     .option('--batch-size <n>', 'events per transaction', positiveInt, 5_000)
-    .action(async (projection: Projection, options: { batchSize: number }) => {
+    .option('--queue', 'enqueue the replay for the worker process (BullMQ) instead of running it here')
+    .option('--wait', 'with --queue: follow the job until it completes')
+    .action(async (projection: Projection, options: { batchSize: number; queue?: boolean; wait?: boolean }) => {
+      if (options.queue) {
+        await enqueueReplayFromCli(loadConfig(), projection.name, { wait: options.wait });
+        return;
+      }
       await withRuntime(async ({ pool, eventStore }) => {
         const bar = new cliProgress.SingleBar(
           {
@@ -96,6 +108,9 @@ export function registerProjectionCommands(program: Command): void {
             hideCursor: true,
             etaBuffer: 50,
             stream: process.stderr,
+            // Redrawn every 2 s when stderr is not a terminal (CI logs, `2> file`).
+            noTTYOutput: true,
+            notTTYSchedule: 2_000,
           },
           cliProgress.Presets.shades_classic,
         );
