@@ -4,9 +4,9 @@ import { startWorker, type KpiRollupJob } from '../worker/worker.ts';
 import { serveHealth, type RoleContext, type RoleHandle } from './process.ts';
 
 /**
- * The scheduled KPI job. The KPI capability owns the rollup tables; until it exports a
- * compaction function this stays unset and the worker schedules no KPI job (see the report in
- * docs/operations.md, "Worker").
+ * The scheduled KPI job (compacting old per-minute usage rollups). The KPI capability owns the
+ * rollup tables and has not exported a compaction function yet, so this stays unset: the worker
+ * then schedules no KPI job and removes a stale schedule (docs/operations.md, "Workers").
  */
 const kpiRollup: KpiRollupJob | undefined = undefined;
 
