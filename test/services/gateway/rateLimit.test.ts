@@ -1,4 +1,3 @@
-import { createServer } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { Registry } from 'prom-client';
@@ -12,6 +11,7 @@ import { createMemoryRateLimitStore } from '../../../shared/rate-limit/memory.ts
 import { createRedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { freePort } from './fixtures/processes.ts';
 import { probeCapability } from './fixtures/probeCapability.ts';
 
 /** A pino logger that keeps its lines, to show an outage is logged once, not per request. */
@@ -20,16 +20,6 @@ const recordingLogger = () => {
   const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line) as { level: number; msg: string }) });
   return Object.assign(logger, { lines });
 };
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 
 describe('per-tenant rate limits through the authenticated scope', () => {
   let db: TestDatabase;

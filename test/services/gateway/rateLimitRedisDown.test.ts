@@ -1,5 +1,4 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { Registry } from 'prom-client';
@@ -10,18 +9,8 @@ import { createRateLimiter, type RateLimiter } from '../../../shared/rate-limit/
 import { createRedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { createHttpClient, type HttpResponse } from './fixtures/processes.ts';
+import { createHttpClient, freePort, type HttpResponse } from './fixtures/processes.ts';
 import { probeCapability } from './fixtures/probeCapability.ts';
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 
 /** A throwaway redis-server of our own on `port`, so the test can kill and restart it. */
 async function startRedis(port: number): Promise<ChildProcess> {
