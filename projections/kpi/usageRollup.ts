@@ -21,37 +21,59 @@ export type BatchAggregate = {
 
 export function aggregateSamples(samples: readonly UsageSample[]): BatchAggregate {
   const agg: BatchAggregate = { minutes: new Map(), hours: new Map(), users: new Map(), dailyUsers: new Map(), tenants: new Map() };
-  const bucket = (map: Map<string, Bucket>, tenantId: string, start: number) => {
-    const key = `${tenantId}|${start}`;
-    let b = map.get(key);
-    if (!b) map.set(key, (b = { tenantId, start, samples: 0, errors: 0, durationSum: 0, sketch: createSketch() }));
-    return b;
-  };
+  // Hot loop: one map lookup per sample and level, no per-sample string building or Date.
+  let lastTenant = '';
+  let lastMinute = -1;
+  let minute: Bucket | undefined;
+  const days = new Map<number, string>();
   for (const s of samples) {
-    const duration = Math.max(0, s.durationMs);
-    for (const b of [bucket(agg.minutes, s.tenantId, s.timestamp - (s.timestamp % MINUTE)), bucket(agg.hours, s.tenantId, s.timestamp - (s.timestamp % HOUR))]) {
-      b.samples++;
-      if (s.status >= 500) b.errors++;
-      b.durationSum += duration;
-      addValue(b.sketch, duration);
+    const start = s.timestamp - (s.timestamp % MINUTE);
+    if (s.tenantId !== lastTenant || start !== lastMinute || !minute) {
+      const key = `${s.tenantId}|${start}`;
+      minute = agg.minutes.get(key);
+      if (!minute) {
+        minute = { tenantId: s.tenantId, start, samples: 0, errors: 0, durationSum: 0, sketch: createSketch() };
+        agg.minutes.set(key, minute);
+      }
+      lastTenant = s.tenantId;
+      lastMinute = start;
     }
+    const duration = s.durationMs > 0 ? s.durationMs : 0;
+    minute.samples++;
+    if (s.status >= 500) minute.errors++;
+    minute.durationSum += duration;
+    addValue(minute.sketch, duration);
+
     const userKey = `${s.tenantId}|${s.userId}`;
     const user = agg.users.get(userKey);
     if (!user) agg.users.set(userKey, { tenantId: s.tenantId, userId: s.userId, first: s.timestamp, last: s.timestamp });
     else {
-      user.first = Math.min(user.first, s.timestamp);
-      user.last = Math.max(user.last, s.timestamp);
+      if (s.timestamp < user.first) user.first = s.timestamp;
+      if (s.timestamp > user.last) user.last = s.timestamp;
     }
-    const day = new Date(s.timestamp - (s.timestamp % DAY)).toISOString().slice(0, 10);
-    const dayKey = `${s.tenantId}|${day}|${s.userId}`;
+    const dayStart = s.timestamp - (s.timestamp % DAY);
+    let day = days.get(dayStart);
+    if (day === undefined) days.set(dayStart, (day = new Date(dayStart).toISOString().slice(0, 10)));
+    const dayKey = `${userKey}|${dayStart}`;
     const daily = agg.dailyUsers.get(dayKey);
     if (daily) daily.samples++;
     else agg.dailyUsers.set(dayKey, { tenantId: s.tenantId, day, userId: s.userId, samples: 1 });
     const tenant = agg.tenants.get(s.tenantId);
     if (tenant) {
       tenant.samples++;
-      tenant.last = Math.max(tenant.last, s.timestamp);
+      if (s.timestamp > tenant.last) tenant.last = s.timestamp;
     } else agg.tenants.set(s.tenantId, { samples: 1, last: s.timestamp });
+  }
+  // Hours are the merge of their minutes: per bucket, not per sample.
+  for (const m of agg.minutes.values()) {
+    const start = m.start - (m.start % HOUR);
+    const key = `${m.tenantId}|${start}`;
+    let hour = agg.hours.get(key);
+    if (!hour) agg.hours.set(key, (hour = { tenantId: m.tenantId, start, samples: 0, errors: 0, durationSum: 0, sketch: createSketch() }));
+    hour.samples += m.samples;
+    hour.errors += m.errors;
+    hour.durationSum += m.durationSum;
+    mergeInto(hour.sketch, m.sketch);
   }
   return agg;
 }

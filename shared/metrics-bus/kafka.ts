@@ -1,7 +1,7 @@
 import kafkajs, { type Consumer, type EachBatchPayload, type Kafka, type Producer } from 'kafkajs';
 import type { Registry } from 'prom-client';
 import { BoundedBuffer } from './boundedBuffer.ts';
-import { decodeSample, encodeSample } from './codec.ts';
+import { decodeSamples, packSamples } from './codec.ts';
 import { publisherMetrics } from './metrics.ts';
 import type { UsageSample, UsageSamplePublisher, UsageSampleSink, UsageSampleSource } from './port.ts';
 
@@ -102,7 +102,7 @@ export function createKafkaPublisher(options: KafkaPublisherOptions): UsageSampl
       await p.send({
         topic: options.topic,
         acks: -1,
-        messages: samples.map((s) => ({ key: s.tenantId, value: encodeSample(s), timestamp: String(s.timestamp) })),
+        messages: packSamples(samples),
       });
       failures = 0;
       metrics?.published.inc(samples.length);
@@ -211,11 +211,15 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
     const offsets: string[] = [];
     let invalid = 0;
     for (const message of batch.messages) {
-      const sample = decodeSample(message.value);
-      if (sample) {
+      const decoded = decodeSamples(message.value);
+      if (!decoded) {
+        invalid++;
+        continue;
+      }
+      for (const sample of decoded) {
         samples.push(sample);
         offsets.push(message.offset);
-      } else invalid++;
+      }
     }
     const first = batch.messages[0]!;
     const last = batch.messages[batch.messages.length - 1]!;
