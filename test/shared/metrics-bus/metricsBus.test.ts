@@ -1,0 +1,115 @@
+import fc from 'fast-check';
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { BoundedBuffer } from '../../../shared/metrics-bus/boundedBuffer.ts';
+import { decodeSamples, MAX_SAMPLES_PER_MESSAGE, packSamples } from '../../../shared/metrics-bus/codec.ts';
+import { createInProcessBus } from '../../../shared/metrics-bus/inProcess.ts';
+import type { SampleBatch, UsageSample } from '../../../shared/metrics-bus/port.ts';
+
+const sample = (i: number, tenantId = 't1'): UsageSample => ({
+  tenantId,
+  userId: `u${i % 7}`,
+  route: '/v1/employees/:id',
+  method: 'GET',
+  status: 200,
+  durationMs: i / 10,
+  timestamp: 1_700_000_000_000 + i,
+});
+
+describe('BoundedBuffer', () => {
+  describe('when more is pushed than it holds', () => {
+    it('drops the oldest entries and says how many', () => {
+      const buffer = new BoundedBuffer<number>(3);
+      const dropped = [1, 2, 3, 4, 5].map((n) => buffer.push(n));
+      expect(dropped).toEqual([0, 0, 0, 1, 1]);
+      expect(buffer.take(10)).toEqual([3, 4, 5]);
+    });
+  });
+
+  describe('when a failed batch is requeued', () => {
+    it('goes back in front, and the oldest of the union is dropped beyond capacity', () => {
+      const buffer = new BoundedBuffer<number>(4);
+      for (const n of [1, 2, 3, 4]) buffer.push(n);
+      const batch = buffer.take(2); // [1, 2] out for sending
+      buffer.push(5);
+      buffer.push(6);
+      expect(buffer.requeue(batch)).toBe(2); // 1 and 2 were the oldest
+      expect(buffer.take(10)).toEqual([3, 4, 5, 6]);
+    });
+  });
+
+  it('keeps FIFO order under any interleaving (model check)', () => {
+    fc.assert(
+      fc.property(fc.array(fc.oneof(fc.integer({ min: 0, max: 100 }), fc.constant(-1)), { maxLength: 300 }), (ops) => {
+        const buffer = new BoundedBuffer<number>(16);
+        let model: number[] = [];
+        for (const op of ops) {
+          if (op === -1) expect(buffer.take(3)).toEqual(model.splice(0, 3));
+          else {
+            buffer.push(op);
+            model.push(op);
+            if (model.length > 16) model = model.slice(model.length - 16);
+          }
+          expect(buffer.size).toBe(model.length);
+        }
+      }),
+    );
+  });
+});
+
+describe('wire codec', () => {
+  it('round-trips samples, one tenant per message, at most 500 per message, order kept', () => {
+    const samples = [...Array.from({ length: 1_203 }, (_, i) => sample(i, 'a')), ...Array.from({ length: 10 }, (_, i) => sample(i, 'b'))];
+    const messages = packSamples(samples);
+    expect(messages.map((m) => m.key)).toEqual(['a', 'a', 'a', 'b']);
+    const decoded = messages.flatMap((m) => decodeSamples(m.value) ?? []);
+    expect(decoded).toEqual(samples);
+    expect(Math.max(...messages.map((m) => decodeSamples(m.value)?.length ?? 0))).toBe(MAX_SAMPLES_PER_MESSAGE);
+  });
+
+  it('rejects anything that is not a valid message instead of throwing', () => {
+    for (const bad of [null, 'not json', '{}', '{"v":1,"t":"a","s":[]}', '{"v":1,"t":"a","s":[["u","/r","GET",99,1,1]]}', '{"v":2,"t":"a","s":[["u","/r","GET",200,1,1]]}']) {
+      expect(decodeSamples(bad)).toBeUndefined();
+    }
+  });
+});
+
+describe('in-process bus', () => {
+  describe('when the sink is healthy', () => {
+    it('delivers every sample, in order, off the publishing call', async () => {
+      const { publisher, source } = createInProcessBus({ batchSize: 100 });
+      const received: UsageSample[] = [];
+      await source.start({ storedOffsets: async () => new Map(), apply: async (b: SampleBatch) => {
+          received.push(...b.samples);
+          return { kind: 'applied' as const };
+        },
+      });
+      for (let i = 0; i < 1_000; i++) publisher.publish(sample(i));
+      expect(received).toHaveLength(0); // nothing ran on the caller's stack
+      await publisher.flush();
+      expect(received).toEqual(Array.from({ length: 1_000 }, (_, i) => sample(i)));
+      await source.stop();
+    });
+  });
+
+  describe('when the sink keeps failing', () => {
+    it('holds at most `capacity` samples and counts the dropped ones', async () => {
+      const registry = new Registry();
+      const { publisher, source } = createInProcessBus({ capacity: 50, registry });
+      let attempts = 0;
+      await source.start({
+        storedOffsets: async () => new Map(),
+        apply: async () => {
+          attempts++;
+          throw new Error('database down');
+        },
+      });
+      for (let i = 0; i < 500; i++) publisher.publish(sample(i));
+      await new Promise((r) => setTimeout(r, 50));
+      const text = await registry.metrics();
+      expect(attempts).toBeGreaterThan(0);
+      expect(Number(/usage_samples_dropped_total\{reason="buffer_full"\} (\d+)/.exec(text)?.[1])).toBe(450);
+      await source.stop();
+    });
+  });
+});
