@@ -1,14 +1,8 @@
 import { allProjections } from '../../projections/index.ts';
 import { connectQueueRedis } from '../worker/queue.ts';
-import { startWorker, type KpiRollupJob } from '../worker/worker.ts';
+import { startWorker } from '../worker/worker.ts';
+import { createKpiRollupJob } from '../../projections/kpi/retention.ts';
 import { serveHealth, type RoleContext, type RoleHandle } from './process.ts';
-
-/**
- * The scheduled KPI job (compacting old per-minute usage rollups). The KPI capability owns the
- * rollup tables and has not exported a compaction function yet, so this stays unset: the worker
- * then schedules no KPI job and removes a stale schedule (docs/operations.md, "Workers").
- */
-const kpiRollup: KpiRollupJob | undefined = undefined;
 
 /** Starts the BullMQ consumers on this runtime (also used by the all-in-one role when Redis is configured). */
 export async function startWorkers({ config, logger, runtime }: RoleContext): Promise<RoleHandle> {
@@ -21,7 +15,8 @@ export async function startWorkers({ config, logger, runtime }: RoleContext): Pr
     connection,
     prefix: config.QUEUE_PREFIX,
     logger,
-    ...(kpiRollup ? { kpiRollup } : {}),
+    // The scheduled KPI job: drops per-minute usage rollups the hourly ones already cover.
+    kpiRollup: createKpiRollupJob(runtime.pool),
   });
   return {
     async close() {

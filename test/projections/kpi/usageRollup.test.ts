@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import type { SampleBatch, UsageSample } from '../../../shared/metrics-bus/port.ts';
+import { createKpiRollupJob } from '../../../projections/kpi/retention.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
@@ -79,5 +80,22 @@ describe('usage rollup sink (offsets stored with the rollups)', () => {
       `);
       expect(minutes).toBe(50);
     });
+  });
+});
+
+describe('scheduled KPI rollup job', () => {
+  it('drops per-minute rows older than the retention and keeps their hours', async () => {
+    const tenant = randomUUID();
+    const sink = createUsageRollupSink(db.pool, { group: `g-${randomUUID()}` });
+    await sink.apply(batch(tenant, 0, 120)); // 2 minutes of samples, one per second
+    const count = (table: 'kpi_usage_minutes' | 'kpi_usage_hours') =>
+      db.pool.oneFirst(sql.type(z.object({ n: z.number() }))`select count(*) as n from ${sql.identifier([table])} where tenant_id = ${tenant}`);
+    expect(await count('kpi_usage_minutes')).toBe(2);
+    const job = createKpiRollupJob(db.pool, { minuteRetentionHours: 1 });
+    await job(new Date(1_763_769_600_000 + 30 * 60_000)); // 30 min later: kept
+    expect(await count('kpi_usage_minutes')).toBe(2);
+    await job(new Date(1_763_769_600_000 + 3 * 3_600_000)); // 3 h later: gone
+    expect(await count('kpi_usage_minutes')).toBe(0);
+    expect(await count('kpi_usage_hours')).toBe(1);
   });
 });
