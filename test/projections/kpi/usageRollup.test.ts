@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import type { SampleBatch, UsageSample } from '../../../shared/metrics-bus/port.ts';
+import { addValue, createSketch, quantile, serializeSketch } from '../../../shared/sketch/ddsketch.ts';
 import { createKpiRollupJob } from '../../../projections/kpi/retention.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
@@ -97,5 +98,22 @@ describe('scheduled KPI rollup job', () => {
     await job(new Date(1_763_769_600_000 + 3 * 3_600_000)); // 3 h later: gone
     expect(await count('kpi_usage_minutes')).toBe(0);
     expect(await count('kpi_usage_hours')).toBe(1);
+  });
+});
+
+describe('kpi_sketch_quantile (SQL, for analysts)', () => {
+  it('answers the same quantiles as the TypeScript sketch (within float rounding; no min/max clamp)', async () => {
+    const sketch = createSketch();
+    for (let i = 0; i < 20_000; i++) addValue(sketch, Math.exp(Math.log(20) + Math.sin(i) * 2) + (i % 5 === 0 ? 0 : 0.5));
+    addValue(sketch, 0, 50);
+    const hex = serializeSketch(sketch).toString('hex');
+    for (const q of [0, 0.001, 0.5, 0.95, 0.99]) {
+      const fromSql = await db.pool.oneFirst(sql.type(z.object({ v: z.number().nullable() }))`
+        select kpi_sketch_quantile(decode(${hex}, 'hex'), ${q}) as v
+      `);
+      const expected = quantile(sketch, q)!;
+      if (expected === 0) expect(fromSql).toBe(0);
+      else expect(Math.abs(fromSql! - expected) / expected).toBeLessThan(0.006); // ≤ α where TS clamps to min/max
+    }
   });
 });
