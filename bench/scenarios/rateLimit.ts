@@ -13,8 +13,9 @@
  *   limited:  the same behind `authenticated(auth, rateLimited(limiter), rolesRoutes)` / the rate-limit plugin
  * The limiter is the production one (Redis store, one EVALSHA per request). The tenant's negotiated
  * override is a limit no run reaches, so every request pays the full check and none is refused
- * (a non-2xx response fails the run). autocannon alternates baseline and limited, several
- * rounds each, so drift on a shared machine hits both alike. Run directly, it also measures the
+ * (a non-2xx response fails the run). autocannon measures baseline and limited in pairs
+ * (ABBA order, short rounds) and the result is the median over the pairs, so drift and load
+ * spikes on a shared machine hit both sides alike. Run directly, it also measures the
  * in-memory store (the embedded default).
  */
 import { spawn } from 'node:child_process';
@@ -106,6 +107,12 @@ async function serve(): Promise<void> {
   });
 }
 
+const median = (values: readonly number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[middle] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
+};
+
 const load = (url: string, headers: Record<string, string>, durationSeconds: number, connections: number) =>
   new Promise<autocannon.Result>((resolve, reject) => {
     autocannon({ url, headers, duration: durationSeconds, connections }, (error, result) => (error ? reject(error) : resolve(result)));
@@ -121,8 +128,8 @@ export type RateLimitBenchOptions = {
 
 /** Both routes, one server: the authenticated DB-backed route and the trivial one. */
 export async function runRateLimitBench(options: RateLimitBenchOptions = {}): Promise<ScenarioResult[]> {
-  const rounds = options.rounds ?? 4;
-  const durationSeconds = options.durationSeconds ?? 4;
+  const rounds = options.rounds ?? 10;
+  const durationSeconds = options.durationSeconds ?? 2;
   const connections = options.connections ?? 32;
   const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
     env: { ...process.env, RATE_LIMIT_BENCH_ROLE: 'server', RATE_LIMIT_BENCH_STORE: options.store ?? 'redis' },
@@ -147,21 +154,28 @@ export async function runRateLimitBench(options: RateLimitBenchOptions = {}): Pr
     for (const route of routes) {
       // Warm-up: JIT, keep-alive sockets, caches, the Lua script in Redis's script cache.
       for (const base of [server.baseline, server.limited]) await load(base + route.path, server.headers, 2, connections);
-      const totals = { baseline: { requests: 0, seconds: 0 }, limited: { requests: 0, seconds: 0 } };
+      const pairs: Array<{ baseline: number; limited: number }> = [];
       for (let round = 0; round < rounds; round++) {
-        for (const side of ['baseline', 'limited'] as const) {
+        // ABBA order: a load that rises or falls during the pair hits both sides alike.
+        const order = round % 2 === 0 ? (['baseline', 'limited'] as const) : (['limited', 'baseline'] as const);
+        const pair = { baseline: 0, limited: 0 };
+        for (const side of order) {
           const result = await load(server[side] + route.path, server.headers, durationSeconds, connections);
           if (result.non2xx > 0 || result.errors > 0) {
             throw new Error(`${side} ${route.path}: ${result.non2xx} non-2xx responses and ${result.errors} errors`);
           }
-          totals[side].requests += result.requests.total;
-          totals[side].seconds += result.duration;
-          say(`${route.path} round ${round + 1} ${side}: ${Math.round(result.requests.average)} req/s, p99 ${result.latency.p99} ms`);
+          pair[side] = result.requests.total / result.duration;
         }
+        pairs.push(pair);
+        say(`${route.path} pair ${round + 1}: ${Math.round(pair.baseline)} vs ${Math.round(pair.limited)} req/s (${(pair.limited / pair.baseline).toFixed(3)})`);
       }
-      const baseline = Math.round(totals.baseline.requests / totals.baseline.seconds);
-      const ours = Math.round(totals.limited.requests / totals.limited.seconds);
-      results.push({ name: route.name, ours, baseline, ratio: Number((ours / baseline).toFixed(3)) });
+      // Medians: one pair disturbed by a neighbour's load spike does not move the result.
+      results.push({
+        name: route.name,
+        ours: Math.round(median(pairs.map((p) => p.limited))),
+        baseline: Math.round(median(pairs.map((p) => p.baseline))),
+        ratio: Number(median(pairs.map((p) => p.limited / p.baseline)).toFixed(3)),
+      });
     }
     return results;
   } finally {
