@@ -10,6 +10,8 @@ export const PERMISSIONS = [
   /** Billing-event ingestion and other analytics inputs. */
   'analytics:write',
   'roles:read',
+  /** Ending one's own session (logout); every role has it. */
+  'session:end',
 ] as const;
 
 export type Permission = (typeof PERMISSIONS)[number];
@@ -20,9 +22,9 @@ export type RoleName = (typeof BUILT_IN_ROLES)[number];
 
 export const ROLE_PERMISSIONS: Readonly<Record<RoleName, readonly Permission[]>> = {
   admin: PERMISSIONS,
-  hr_manager: ['employees:read', 'employees:write', 'roles:read'],
-  analyst: ['employees:read', 'analytics:read', 'roles:read'],
-  employee: ['employees:read', 'roles:read'],
+  hr_manager: ['employees:read', 'employees:write', 'roles:read', 'session:end'],
+  analyst: ['employees:read', 'analytics:read', 'roles:read', 'session:end'],
+  employee: ['employees:read', 'roles:read', 'session:end'],
 };
 
 const isRoleName = (name: string): name is RoleName => (BUILT_IN_ROLES as readonly string[]).includes(name);

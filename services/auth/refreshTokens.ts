@@ -77,9 +77,9 @@ export async function rotateRefreshToken(
 }
 
 /** Logout: revokes the token's family. Unknown tokens are ignored (revocation is idempotent). */
-export async function revokeRefreshTokenFamily(tx: Queryable, refreshToken: string): Promise<void> {
+export async function revokeRefreshTokenFamily(tx: Queryable, refreshToken: string, userId: string): Promise<void> {
   const familyId = await tx.maybeOneFirst(sql.type(z.object({ family_id: z.string() }))`
-    select family_id from refresh_tokens where token_hash = ${hashRefreshToken(refreshToken)}
+    select family_id from refresh_tokens where token_hash = ${hashRefreshToken(refreshToken)} and user_id = ${userId}
   `);
   if (familyId) await revokeFamilyById(tx, familyId);
 }

@@ -24,9 +24,9 @@ const tokenPairSchema = z
 const refreshBody = z.object({ refreshToken: z.string().min(1).max(200) });
 
 /**
- * POST /v1/auth/login, /refresh and /logout: public routes in their own encapsulated context
- * (no bearer token; the credentials are in the body). Logout needs only the refresh token: a
- * client whose access token has expired can still end its session.
+ * POST /v1/auth/login and /refresh: public routes in their own encapsulated context (no bearer
+ * token; the credentials are in the body). Logout is not among them: SPEC §2 exempts only login
+ * and refresh from the bearer token, so it lives in `sessionRoutes`, inside the authenticated scope.
  */
 export function authRoutes(deps: AuthDeps): V1Capability {
   return async (v1) => {
@@ -67,24 +67,38 @@ export function authRoutes(deps: AuthDeps): V1Capability {
         async (request) => deps.sessions.refresh(tenantHeader(request), request.body.refreshToken),
       );
 
-      app.post(
-        '/auth/logout',
-        {
-          schema: {
-            tags: ['auth'],
-            summary: "Revoke a refresh token's session",
-            security: [],
-            headers: tenantHeaders,
-            body: refreshBody,
-            response: { 204: z.null().describe('Revoked (also for an unknown token)'), 400: problemSchema },
-          },
-        },
-        async (request, reply) => {
-          await deps.sessions.logout(tenantHeader(request), request.body.refreshToken);
-          return reply.code(204).send(null);
-        },
-      );
     });
+  };
+}
+
+/**
+ * POST /v1/auth/logout: mount inside `authenticated(...)`. Revokes the refresh token's whole
+ * session (its family) when it belongs to the caller; answers 204 either way, so it tells
+ * nothing about other people's tokens.
+ */
+export function sessionRoutes(deps: AuthDeps): V1Capability {
+  return async (v1) => {
+    const app = v1.withTypeProvider<ZodTypeProvider>();
+    app.addHook('onSend', async (_request, reply) => {
+      reply.header('cache-control', 'no-store');
+    });
+    app.post(
+      '/auth/logout',
+      {
+        config: { permission: 'session:end' },
+        schema: {
+          tags: ['auth'],
+          summary: "End the caller's session: revoke the refresh token and its successors",
+          body: refreshBody,
+          response: { 204: z.null().describe('Revoked (also for an unknown or foreign token)'), 400: problemSchema, 401: problemSchema },
+        },
+      },
+      async (request, reply) => {
+        const caller = requireAuth(request);
+        await deps.sessions.logout(caller.tenantSlug, request.body.refreshToken, caller.userId);
+        return reply.code(204).send(null);
+      },
+    );
   };
 }
 

@@ -19,7 +19,8 @@ export type TokenPair = {
 export type Sessions = {
   login(tenantSlug: string, email: string, password: string): Promise<TokenPair>;
   refresh(tenantSlug: string, refreshToken: string): Promise<TokenPair>;
-  logout(tenantSlug: string, refreshToken: string): Promise<void>;
+  /** Revokes the token's family when it belongs to `userId` (the caller). */
+  logout(tenantSlug: string, refreshToken: string, userId: string): Promise<void>;
 };
 
 export type SessionDeps = {
@@ -84,10 +85,10 @@ export function createSessions(deps: SessionDeps): Sessions {
       }
     },
 
-    async logout(tenantSlug, refreshToken) {
+    async logout(tenantSlug, refreshToken, userId) {
       const tenant = await deps.tenants.bySlug(tenantSlug);
       if (!tenant) return;
-      await withTenant(deps.pool, tenant.id, (tx) => revokeRefreshTokenFamily(tx, refreshToken));
+      await withTenant(deps.pool, tenant.id, (tx) => revokeRefreshTokenFamily(tx, refreshToken, userId));
     },
   };
 }

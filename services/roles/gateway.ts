@@ -1,7 +1,7 @@
 import { createGateway } from '../gateway/app.ts';
 import { listen } from '../gateway/server.ts';
 import { authenticated, createAuthDeps, jwksRoutes } from '../auth/plugin.ts';
-import { authRoutes, rolesRoutes } from '../auth/routes.ts';
+import { authRoutes, rolesRoutes, sessionRoutes } from '../auth/routes.ts';
 import { bootstrapTenant } from '../tenants/bootstrap.ts';
 import { employeesCapability } from '../employees/capability.ts';
 import { analyticsRoutes } from '../analytics/routes.ts';
@@ -23,7 +23,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     readiness: runtime.readiness,
     registry: runtime.registry,
     // Public auth routes first; every capability that needs a caller goes inside authenticated(...).
-    v1: [authRoutes(auth), authenticated(auth, rateLimited(runtime.rateLimiter), usageSamples(runtime.usage.publisher), rolesRoutes(auth), employeesCapability({ pool: runtime.pool, eventStore: runtime.eventStore }), analyticsRoutes({ pool: runtime.pool, store: runtime.eventStore }))],
+    v1: [authRoutes(auth), authenticated(auth, rateLimited(runtime.rateLimiter), usageSamples(runtime.usage.publisher), sessionRoutes(auth), rolesRoutes(auth), employeesCapability({ pool: runtime.pool, eventStore: runtime.eventStore }), analyticsRoutes({ pool: runtime.pool, store: runtime.eventStore }))],
     publicRoutes: [jwksRoutes(auth)],
   });
   const address = await listen(app, config.HOST, config.PORT);

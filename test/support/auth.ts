@@ -8,7 +8,7 @@ import { createKeyRing, generatePrivateJwk, type KeyRing } from '../../services/
 import type { LoginThrottleOptions } from '../../services/auth/loginThrottle.ts';
 import type { RoleName } from '../../services/auth/permissions.ts';
 import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps } from '../../services/auth/plugin.ts';
-import { authRoutes, rolesRoutes } from '../../services/auth/routes.ts';
+import { authRoutes, rolesRoutes, sessionRoutes } from '../../services/auth/routes.ts';
 import { createUser } from '../../services/auth/users.ts';
 import { provisionTenant as provision } from '../../services/tenants/provision.ts';
 
@@ -47,7 +47,7 @@ export async function createTestAuth(
 
 /** The auth capabilities as the service mounts them: public auth routes, then the authenticated scope. */
 export function authCapabilities(auth: AuthDeps, ...capabilities: readonly V1Capability[]): V1Capability[] {
-  return [authRoutes(auth), authenticated(auth, rolesRoutes(auth), ...capabilities)];
+  return [authRoutes(auth), authenticated(auth, sessionRoutes(auth), rolesRoutes(auth), ...capabilities)];
 }
 
 /** A gateway with auth, /v1/roles, the JWKS and `capabilities` mounted behind authentication. */

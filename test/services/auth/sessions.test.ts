@@ -147,19 +147,46 @@ describe('when refreshing', () => {
 });
 
 describe('when logging out', () => {
+  const logout = (slug: string | undefined, accessToken: string | undefined, refreshToken: string) =>
+    app.inject({
+      method: 'POST',
+      url: '/v1/auth/logout',
+      headers: { ...(slug ? { 'x-tenant': slug } : {}), ...(accessToken ? { authorization: `Bearer ${accessToken}` } : {}) },
+      payload: { refreshToken },
+    });
+
   it('204, and the refresh token and its successors of that session are revoked', async () => {
     const { tenant, email, password } = await freshUser();
     const first = tokenPair.parse((await login(tenant.slug, email, password)).json());
     const second = tokenPair.parse((await refresh(tenant.slug, first.refreshToken)).json());
-    const response = await post('/v1/auth/logout', tenant.slug, { refreshToken: second.refreshToken });
+    const response = await logout(tenant.slug, second.accessToken, second.refreshToken);
     expect(response.statusCode).toBe(204);
     expect(response.body).toBe('');
     expect((await refresh(tenant.slug, second.refreshToken)).statusCode).toBe(401);
   });
 
+  it('needs the bearer token like every /v1 route but login and refresh (SPEC §2)', async () => {
+    const { tenant, email, password } = await freshUser();
+    const pair = tokenPair.parse((await login(tenant.slug, email, password)).json());
+    const response = await logout(tenant.slug, undefined, pair.refreshToken);
+    expect(response.statusCode).toBe(401);
+    expect(response.headers['www-authenticate']).toMatch(/^Bearer/);
+    expect((await refresh(tenant.slug, pair.refreshToken)).statusCode).toBe(200);
+  });
+
+  it("cannot end someone else's session, and says nothing about it", async () => {
+    const alice = await freshUser();
+    const mallory = { tenant: alice.tenant, ...(await createTestUser(db.pool, alice.tenant, 'employee')) };
+    const alicePair = tokenPair.parse((await login(alice.tenant.slug, alice.email, alice.password)).json());
+    const malloryPair = tokenPair.parse((await login(mallory.tenant.slug, mallory.email, mallory.password)).json());
+    expect((await logout(alice.tenant.slug, malloryPair.accessToken, alicePair.refreshToken)).statusCode).toBe(204);
+    expect((await refresh(alice.tenant.slug, alicePair.refreshToken)).statusCode).toBe(200);
+  });
+
   it('is idempotent: an unknown or already revoked token also gets 204', async () => {
-    const tenant: TestTenant = await provisionTenant(db.pool);
-    expect((await post('/v1/auth/logout', tenant.slug, { refreshToken: 'unknown' })).statusCode).toBe(204);
-    expect((await post('/v1/auth/logout', undefined, { refreshToken: 'unknown' })).statusCode).toBe(400);
+    const { tenant, email, password } = await freshUser();
+    const pair = tokenPair.parse((await login(tenant.slug, email, password)).json());
+    expect((await logout(tenant.slug, pair.accessToken, 'unknown')).statusCode).toBe(204);
+    expect((await logout(undefined, pair.accessToken, 'unknown')).statusCode).toBe(400);
   });
 });
