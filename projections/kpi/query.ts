@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ServiceUnavailableError } from '../../shared/errors.ts';
 import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import { START, type EventStore } from '../../shared/event-store/port.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile } from '../../shared/sketch/ddsketch.ts';
@@ -30,8 +31,10 @@ export type KpiSummary = {
  */
 export async function billingWatermark(pool: DatabasePool, store: EventStore, now: number): Promise<number> {
   const checkpoint = await readCheckpoint(pool, kpiBillingProjection.name);
+  // No checkpoint yet: the projector has not built its tables (first start, seconds).
+  if (!checkpoint) throw new ServiceUnavailableError('The KPI projection is being built; retry shortly', {}, { 'retry-after': '2' });
   const pending = await store.readAll({
-    after: checkpoint?.version === kpiBillingProjection.version ? checkpoint.position : START,
+    after: checkpoint.version === kpiBillingProjection.version ? checkpoint.position : START,
     maxCount: 1,
     eventTypes: Object.values(BILLING_STORED_TYPES),
   });

@@ -55,7 +55,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
           tags: ['analytics'],
           summary: 'KPI summary of the tenant',
           headers: z.object({ 'x-min-position': z.string().optional() }),
-          response: { 200: kpiSummarySchema, ...problems },
+          response: { 200: kpiSummarySchema, ...problems, 503: problemSchema },
         },
       },
       async (request) => {

@@ -2,10 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
-import type { EventStore } from '../../../shared/event-store/port.ts';
+import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { createInProcessBus } from '../../../shared/metrics-bus/inProcess.ts';
 import type { UsageSamplePublisher, UsageSampleSource } from '../../../shared/metrics-bus/port.ts';
-import { runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
@@ -28,6 +28,7 @@ beforeAll(async () => {
   bus = createInProcessBus();
   await bus.source.start(createUsageRollupSink(db.pool, { group: 'test' }));
   projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
+  await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
   app = await createTestApp(auth, usageSamples(bus.publisher), analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }));
 });
 
