@@ -106,6 +106,8 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
       closers.push(async () => void redis.disconnect());
       readiness.push({
         name: 'redis',
+        // With a fail-open limiter the gateway keeps serving without Redis: reported, not fatal.
+        critical: !config.RATE_LIMIT_FAIL_OPEN,
         check: async () => {
           if (redis.status === 'wait' || redis.status === 'end') await redis.connect();
           await redis.ping();

@@ -4,8 +4,11 @@ import type { Registry } from 'prom-client';
 import { z } from 'zod';
 import { sendProblem } from './problems.ts';
 
-/** A dependency the service needs to serve traffic (PostgreSQL, Redis, Kafka, ...). */
-export type ReadinessCheck = { readonly name: string; check(): Promise<void> };
+/**
+ * A dependency the service talks to (PostgreSQL, Redis, Kafka, ...). A non-critical one (e.g.
+ * Redis for a fail-open rate limiter) is reported when down but does not make the process unready.
+ */
+export type ReadinessCheck = { readonly name: string; readonly critical?: boolean; check(): Promise<void> };
 
 const CHECK_TIMEOUT_MS = 2_000;
 
@@ -35,12 +38,14 @@ export const healthRoutes: FastifyPluginAsync<{ readiness: readonly ReadinessChe
       }),
     );
     const checks = Object.fromEntries(results);
-    const down = results.filter(([, r]) => r.status === 'down').map(([name]) => name);
+    const critical = new Set(opts.readiness.filter((d) => d.critical !== false).map((d) => d.name));
+    const down = results.filter(([name, r]) => r.status === 'down' && critical.has(name)).map(([name]) => name);
     if (down.length > 0) {
       reply.header('retry-after', '5');
       return sendProblem(request, reply, 503, `Not ready: ${down.join(', ')} unavailable`, { checks });
     }
-    return reply.send({ status: 'ready', checks });
+    const degraded = results.some(([, r]) => r.status === 'down');
+    return reply.send({ status: degraded ? 'degraded' : 'ready', checks });
   });
 
   app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {

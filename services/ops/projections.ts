@@ -1,4 +1,4 @@
-import { Command, InvalidArgumentError } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import cliProgress from 'cli-progress';
 import pino from 'pino';
 import { loadConfig } from '../../shared/config.ts';

@@ -26,7 +26,7 @@ export function selectProjector(name: string, projections: readonly Projection[]
  * same projector: each page's checkpoint update is a compare-and-set, so exactly one instance
  * applies a page and the others resubscribe from the new checkpoint.
  */
-export async function startProjectors({ config, logger, runtime }: RoleContext, selection: ProjectorSelection): Promise<RoleHandle> {
+export async function startProjectors({ logger, runtime }: RoleContext, selection: ProjectorSelection): Promise<RoleHandle> {
   const handles = selection.projections.map((projection) =>
     runProjection(runtime.pool, runtime.eventStore, projection, {
       onError: (error) => logger.error({ err: error, projection: projection.name }, 'projector failed; retrying'),

@@ -7,7 +7,7 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { hashRefreshToken, REFRESH_TOKEN_TTL_SECONDS } from '../../../services/auth/refreshTokens.ts';
 import { disableUser } from '../../../services/auth/users.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { createTestApp, createTestAuth, createTestUser, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import { createTestApp, createTestAuth, createTestUser, provisionTenant } from '../../support/auth.ts';
 
 let db: TestDatabase;
 let app: FastifyInstance;

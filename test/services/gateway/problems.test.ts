@@ -39,11 +39,15 @@ const probe = async (v1: FastifyInstance) => {
 describe('gateway skeleton', () => {
   let app: FastifyInstance;
   let ready = true;
+  let optionalUp = true;
 
   beforeAll(async () => {
     app = await createGateway({
       config: { BODY_LIMIT_BYTES: 1024, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
-      readiness: [{ name: 'fixture', check: async () => void (ready || (await Promise.reject(new Error('down')))) }],
+      readiness: [
+        { name: 'fixture', check: async () => void (ready || (await Promise.reject(new Error('down')))) },
+        { name: 'optional', critical: false, check: async () => void (optionalUp || (await Promise.reject(new Error('down')))) },
+      ],
       registry: new Registry(),
       v1: [probe],
     });
@@ -138,7 +142,15 @@ describe('gateway skeleton', () => {
     it('reports liveness, readiness per dependency, and Prometheus metrics', async () => {
       expect((await app.inject({ url: '/health/live' })).json()).toEqual({ status: 'ok' });
       ready = true;
-      expect((await app.inject({ url: '/health/ready' })).json()).toEqual({ status: 'ready', checks: { fixture: { status: 'up' } } });
+      expect((await app.inject({ url: '/health/ready' })).json()).toEqual({
+        status: 'ready',
+        checks: { fixture: { status: 'up' }, optional: { status: 'up' } },
+      });
+      optionalUp = false;
+      const degraded = await app.inject({ url: '/health/ready' });
+      expect(degraded.statusCode).toBe(200);
+      expect(degraded.json()).toMatchObject({ status: 'degraded', checks: { optional: { status: 'down' } } });
+      optionalUp = true;
       ready = false;
       const down = await app.inject({ url: '/health/ready' });
       expect(down.statusCode).toBe(503);

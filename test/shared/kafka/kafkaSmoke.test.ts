@@ -39,7 +39,7 @@ describe('kafka broker smoke', () => {
       // Per-partition order must be preserved: track offsets as we go.
       const lastOffset = new Map<number, bigint>();
       let orderViolation: string | undefined;
-      let remaining: string[] = [];
+      let remaining: string[];
 
       await admin.connect();
       try {
