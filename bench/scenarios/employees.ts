@@ -226,9 +226,13 @@ export async function setUpEmployeesBench(options: { employees?: number; port?: 
     REDIS_URL: '',
     EVENTSTORE_URL: '',
   };
-  const start = (...role: string[]): ChildProcess =>
-    spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', ...role], { env: childEnv, stdio: ['ignore', 'ignore', 'inherit'] });
-  const children = [start('gateway'), start('projector', 'employees')];
+  const start = (port: number, ...role: string[]): ChildProcess =>
+    spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', ...role], {
+      env: { ...childEnv, PORT: String(port) },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+  // Each role listens on PORT (the projector for its health endpoint): one port each.
+  const children = [start(port, 'gateway'), start(await freePort(), 'projector', 'employees')];
   const baseUrl = `http://127.0.0.1:${port}`;
   await waitForHttp(`${baseUrl}/health/ready`, 60_000);
   say(`gateway up at ${baseUrl}, employees projector running (pids ${children.map((c) => c.pid).join(', ')})`);
