@@ -38,6 +38,18 @@ export const toCustomer = (row: z.infer<typeof subscriptionRow>): CustomerSubscr
 export { subscriptionRow };
 
 /**
+ * The columns of `subscriptionRow` for a customer row aliased `s`, with its periods as JSON
+ * (only those still open or ended after `endedAfter`, when given).
+ */
+export const customerColumns = (periods: IdentifierSqlToken, endedAfter: string | null) => sql.fragment`
+  s.customer_id, s.status, s.amount::text, s.interval, s.currency,
+  coalesce((select json_agg(json_build_object('startedAt', p.started_at, 'endedAt', p.ended_at) order by p.started_at)
+            from ${periods} p
+            where p.tenant_id = s.tenant_id and p.customer_id = s.customer_id
+              ${endedAfter === null ? sql.fragment`` : sql.fragment`and (p.ended_at is null or p.ended_at > ${endedAfter})`}), '[]'::json) as periods
+`;
+
+/**
  * Billing events → subscription state per customer (kpi_subscriptions), its periods
  * (kpi_subscription_periods, for churn), every MRR movement (kpi_mrr_movements, for
  * analysts) and the tenant's currency (kpi_billing_tenants). Amounts stay `numeric`.
@@ -104,10 +116,7 @@ export const kpiBillingProjection = defineProjection({
       let entry = customers.get(key);
       if (!entry) {
         const row = await tx.maybeOne(sql.type(subscriptionRow)`
-          select s.customer_id, s.status, s.amount::text, s.interval, s.currency,
-            coalesce((select json_agg(json_build_object('startedAt', p.started_at, 'endedAt', p.ended_at) order by p.started_at)
-                      from ${tables.kpi_subscription_periods} p
-                      where p.tenant_id = s.tenant_id and p.customer_id = s.customer_id), '[]'::json) as periods
+          select ${customerColumns(tables.kpi_subscription_periods, null)}
           from ${tables.kpi_subscriptions} s where s.tenant_id = ${tenantId} and s.customer_id = ${customerId}
         `);
         entry = { tenantId, state: row ? toCustomer(row) : undefined, changed: false };

@@ -5,7 +5,7 @@ import { START, type EventStore } from '../../shared/event-store/port.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile } from '../../shared/sketch/ddsketch.ts';
 import { readCheckpoint } from '../runner/runner.ts';
 import { BILLING_STORED_TYPES } from './billingEvents.ts';
-import { kpiBillingProjection, subscriptionRow, toCustomer } from './billingProjection.ts';
+import { customerColumns, kpiBillingProjection, subscriptionRow, toCustomer } from './billingProjection.ts';
 import { CHURN_WINDOW_MS, summarizeRevenue } from './subscriptions.ts';
 
 const MINUTE = 60_000;
@@ -91,11 +91,7 @@ export async function readKpiSummary(
     `);
     const windowStart = iso(asOf - CHURN_WINDOW_MS);
     const customers = await tx.any(sql.type(subscriptionRow)`
-      select s.customer_id, s.status, s.amount::text, s.interval, s.currency,
-        coalesce((select json_agg(json_build_object('startedAt', p.started_at, 'endedAt', p.ended_at) order by p.started_at)
-                  from kpi_subscription_periods p
-                  where p.tenant_id = s.tenant_id and p.customer_id = s.customer_id
-                    and (p.ended_at is null or p.ended_at > ${windowStart})), '[]'::json) as periods
+      select ${customerColumns(sql.identifier(['kpi_subscription_periods']), windowStart)}
       from kpi_subscriptions s
       where s.tenant_id = ${tenantId}
         and (s.status = 'active' or exists (

@@ -12,6 +12,7 @@ import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../..
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { readKpiSummary } from '../../../projections/kpi/query.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { seededRandom as random } from '../../shared/sketch/random.ts';
 
 /**
  * The KPI projector as a real child process on the real broker, SIGKILLed mid-stream ten
@@ -48,7 +49,9 @@ afterAll(async () => {
 });
 
 function startWorker(): { child: ChildProcess; exited: Promise<void> } {
-  const child = spawn(resolve(root, 'node_modules/.bin/tsx'), ['projections/kpi/worker.ts'], {
+  // `node --import tsx`, not the tsx wrapper: SIGKILL must hit the consumer itself, or an
+  // orphaned consumer keeps running (and keeps vitest's pipes open, so the run never ends).
+  const child = spawn(process.execPath, ['--import', 'tsx', 'projections/kpi/worker.ts'], {
     cwd: root,
     env: {
       ...process.env,
@@ -76,17 +79,6 @@ async function until(check: () => Promise<boolean>, timeoutMs: number, what: str
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
-}
-
-/** Random but reproducible. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 describe('KPI projector on Kafka', () => {
