@@ -243,38 +243,76 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
     await heartbeat();
   };
 
+  let stopped = false;
+  let running: Promise<void> | undefined;
+
+  const ensureTopic = async () => {
+    adminConnected ??= admin.connect().catch((error: unknown) => {
+      adminConnected = undefined;
+      throw error;
+    });
+    await adminConnected;
+    // Idempotent (false when it exists); the broker's default partition count applies.
+    await admin.createTopics({ topics: [{ topic: options.topic }], waitForLeaders: true });
+  };
+
+  const connectAndRun = async (sink: UsageSampleSink) => {
+    await ensureTopic();
+    const c = kafka.consumer({
+      groupId: options.groupId,
+      sessionTimeout: options.sessionTimeoutMs ?? 30_000,
+      heartbeatInterval: options.heartbeatIntervalMs ?? 3_000,
+      maxWaitTimeInMs: 100,
+      maxBytesPerPartition: options.maxBytesPerPartition ?? 1_048_576,
+      allowAutoTopicCreation: true,
+      retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 5_000 },
+    });
+    consumer = c;
+    c.on(c.events.GROUP_JOIN, ({ payload }) => {
+      void seekToStored(sink, c, payload.memberAssignment).catch((error: unknown) =>
+        logger.error({ err: error }, 'kpi consumer: could not seek to stored offsets'),
+      );
+    });
+    c.on(c.events.CRASH, ({ payload }) => logger.error({ err: payload.error, restart: payload.restart }, 'kpi consumer crashed'));
+    await c.connect();
+    await c.subscribe({ topic: options.topic, fromBeginning: true });
+    await c.run({
+      autoCommit: true,
+      autoCommitInterval: 1_000,
+      eachBatchAutoResolve: false,
+      partitionsConsumedConcurrently: options.concurrency ?? 4,
+      eachBatch: eachBatch(sink),
+    });
+  };
+
   return {
+    /** Starts consuming in the background, retrying until Kafka answers: a broker that is down
+     *  at start-up must not keep the process (and its gateway) from starting. */
     async start(sink) {
-      const c = kafka.consumer({
-        groupId: options.groupId,
-        sessionTimeout: options.sessionTimeoutMs ?? 30_000,
-        heartbeatInterval: options.heartbeatIntervalMs ?? 3_000,
-        maxWaitTimeInMs: 100,
-        maxBytesPerPartition: options.maxBytesPerPartition ?? 1_048_576,
-        allowAutoTopicCreation: true,
-        retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 5_000 },
-      });
-      c.on(c.events.GROUP_JOIN, ({ payload }) => {
-        void seekToStored(sink, c, payload.memberAssignment).catch((error: unknown) =>
-          logger.error({ err: error }, 'kpi consumer: could not seek to stored offsets'),
-        );
-      });
-      c.on(c.events.CRASH, ({ payload }) => logger.error({ err: payload.error, restart: payload.restart }, 'kpi consumer crashed'));
-      await c.connect();
-      await c.subscribe({ topic: options.topic, fromBeginning: true });
-      await c.run({
-        autoCommit: true,
-        autoCommitInterval: 1_000,
-        eachBatchAutoResolve: false,
-        partitionsConsumedConcurrently: options.concurrency ?? 4,
-        eachBatch: eachBatch(sink),
-      });
-      consumer = c;
+      stopped = false;
+      running = (async () => {
+        for (let attempt = 0; !stopped; attempt++) {
+          try {
+            await connectAndRun(sink);
+            return;
+          } catch (error) {
+            if (stopped) return;
+            logger.error({ err: error, attempt }, 'kpi consumer: cannot start yet; retrying');
+            await consumer?.disconnect().catch(() => undefined);
+            consumer = undefined;
+            await new Promise((r) => setTimeout(r, Math.min(5_000, 200 * 2 ** Math.min(attempt, 5))));
+          }
+        }
+      })();
     },
     async stop() {
+      stopped = true;
+      await consumer?.disconnect().catch(() => undefined);
+      await running;
       await consumer?.disconnect().catch(() => undefined);
       consumer = undefined;
       if (adminConnected) await admin.disconnect().catch(() => undefined);
+      adminConnected = undefined;
     },
     async ping() {
       adminConnected ??= admin.connect().catch((error: unknown) => {

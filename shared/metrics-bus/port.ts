@@ -56,7 +56,7 @@ export interface UsageSampleSink {
 }
 
 export interface UsageSampleSource {
-  /** Starts delivering batches to `sink`; resolves once the source is consuming. */
+  /** Starts delivering batches to `sink` (in the background; a source retries until its transport answers). */
   start(sink: UsageSampleSink): Promise<void>;
   stop(): Promise<void>;
   /** Throws when the transport is unusable (readiness). */
