@@ -124,7 +124,7 @@ export async function kpiIngestThroughput(samples = Number(process.env.BENCH_KPI
   const publisher = createKafkaPublisher({ brokers, topic, capacity: 2_000_000, batchSize: 10_000, lingerMs: 5 });
   // The consumer runs as its own process (the production worker), as deployed: the gateway's
   // publisher and the KPI projector do not share an event loop.
-  const worker = spawn(resolve(root, 'node_modules/.bin/tsx'), ['projections/kpi/worker.ts'], {
+  const worker = spawn(process.execPath, ['--import', 'tsx', 'projections/kpi/worker.ts'], {
     cwd: root,
     env: { ...process.env, DATABASE_URL: env.url, KAFKA_BROKERS: brokers.join(','), KAFKA_METRICS_TOPIC: topic, KPI_CONSUMER_GROUP: group, LOG_LEVEL: 'error' },
     stdio: ['ignore', 'pipe', 'inherit'],
