@@ -42,7 +42,8 @@ type Row = {
   updated_at: string;
 };
 
-const rowSchema = z.object({
+/** A row of the `employees` read model, as PostgreSQL returns it (queries.ts reads the same shape). */
+export const employeeRowSchema = z.object({
   tenant_id: z.string(),
   id: z.string(),
   email: z.string(),
@@ -123,7 +124,7 @@ async function handle(
   const existing =
     known.length === 0
       ? []
-      : await tx.any(sql.type(rowSchema)`
+      : await tx.any(sql.type(employeeRowSchema)`
           select e.tenant_id::text, e.id, e.email, e.first_name, e.last_name, e.department, e.status, e.hired_at,
                  e.revision, e.updated_at
           from ${tables.employees} e

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { EmployeeStatus } from '../../services/employees/events.ts';
+import { employeeRowSchema } from './employeesProjection.ts';
 
 /**
  * Reads of the employees read model. Every read runs through `withTenant` (row-level security
@@ -17,17 +18,8 @@ export type EmployeeRecord = {
   readonly revision: number;
 };
 
-const recordRow = z
-  .object({
-    id: z.string(),
-    email: z.string(),
-    first_name: z.string(),
-    last_name: z.string(),
-    department: z.string().nullable(),
-    status: z.enum(['active', 'inactive', 'on_leave']),
-    hired_at: z.string(),
-    revision: z.number(),
-  })
+const recordRow = employeeRowSchema
+  .omit({ tenant_id: true, updated_at: true })
   .transform(
     (r): EmployeeRecord => ({
       id: r.id,
