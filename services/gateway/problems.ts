@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError } from 'slonik';
 import { AppError } from '../../shared/errors.ts';
 
 /** RFC 9457 problem details, the body of every error response. */
@@ -94,6 +95,23 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   if (statusCode >= 400 && statusCode < 500 && !isResponseSerializationError(error)) {
     return sendProblem(request, reply, statusCode, error.message);
   }
+  if (isDependencyDown(error)) {
+    request.log.error({ err: error }, 'dependency unavailable');
+    reply.header('retry-after', '5');
+    return sendProblem(request, reply, 503, 'A service this request depends on is unavailable; retry shortly');
+  }
   request.log.error({ err: error }, 'request failed');
   return sendProblem(request, reply, 500, `An internal error occurred; quote request id ${request.id} when reporting it`);
+}
+
+/** PostgreSQL (or another dependency) unreachable, restarting or full: a 503, not a 500. */
+const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '53300']);
+
+function isDependencyDown(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e instanceof ConnectionError || e instanceof BackendTerminatedError || e instanceof BackendTerminatedUnexpectedlyError) return true;
+    if ('code' in e && UNAVAILABLE_CODES.has(String(e.code))) return true;
+    if (e.name === 'UnavailableError') return true; // KurrentDB / EventStoreDB client
+  }
+  return false;
 }
