@@ -12,6 +12,8 @@ export const PERMISSIONS = [
   'roles:read',
   /** Ending one's own session (logout); every role has it. */
   'session:end',
+  /** Giving a person a role (`roleId` on POST /v1/employees): admin only, or an hr_manager could make anyone admin. */
+  'roles:assign',
 ] as const;
 
 export type Permission = (typeof PERMISSIONS)[number];

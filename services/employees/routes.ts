@@ -3,13 +3,14 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
-import { BadRequestError, NotFoundError, UnauthorizedError } from '../../shared/errors.ts';
+import { BadRequestError, ForbiddenError, NotFoundError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../projections/runner/runner.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
 import { findEmployee, listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import type { AuthContext } from '../gateway/requestContext.ts';
+import { requireAuth } from '../gateway/requestContext.ts';
+import { rolesAllow } from '../auth/permissions.ts';
 import type { CommandMetadata, EmployeeState } from './decide.ts';
 import { toEmployeeView } from './decide.ts';
 import { changeEmployeeDetails, changeEmployeeStatus, hireEmployee, type EmployeeResult } from './commands.ts';
@@ -37,11 +38,6 @@ export type EmployeesRoutesDeps = {
   /** Longest a read waits for the projection to reach a client's `minPosition`. */
   readonly readWaitMs?: number;
 };
-
-function requireAuth(request: FastifyRequest): AuthContext {
-  if (!request.auth) throw new UnauthorizedError('Authentication is required', {}, { 'www-authenticate': 'Bearer' });
-  return request.auth;
-}
 
 const params = z.object({ id: employeeIdSchema });
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema } as const;
@@ -110,6 +106,11 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         const metadata = metadataOf(request);
         const employeeId = nextId(Date.parse(metadata.now));
         const { roleId, ...rest } = request.body;
+        // A role is an account's privilege, not an employee attribute: setting one needs its own
+        // permission, or `employees:write` would let an hr_manager make anyone (themselves) admin.
+        if (roleId !== undefined && !rolesAllow(requireAuth(request).roles, 'roles:assign')) {
+          throw new ForbiddenError('Assigning a role (roleId) needs the roles:assign permission (admin)');
+        }
         const result = await hireEmployee(
           { store: deps.store, assertRoleExists: deps.assertRoleExists },
           { type: 'HireEmployee', data: { employeeId, ...rest, ...(roleId !== undefined && { roleId }) }, metadata },

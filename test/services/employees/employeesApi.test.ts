@@ -75,7 +75,7 @@ describe('POST /v1/employees', () => {
     });
 
     it('assigns a known roleId to the person (users.role_id) and records it in the stream', async () => {
-      const { headers, tenant } = await h.tenant();
+      const { headers, tenant } = await h.tenant('admin');
       const roles = await withTenant(h.db.pool, tenant.tenantId, (tx) => listRoles(tx));
       const analyst = roles.find((r) => r.name === 'analyst');
       const email = uniqueEmail('analyst');
@@ -104,9 +104,21 @@ describe('POST /v1/employees', () => {
     });
   });
 
+  describe('when an hr_manager sends a roleId', () => {
+    it('answers 403 and changes nobody\'s role: only admins assign roles (regression: hr_manager could make itself admin)', async () => {
+      const { headers, tenant } = await h.tenant('hr_manager');
+      const roles = await withTenant(h.db.pool, tenant.tenantId, (tx) => listRoles(tx));
+      const admin = roles.find((r) => r.name === 'admin');
+      const email = uniqueEmail('escalate');
+      expectProblem(await hire(headers, { email, roleId: admin?.id }), 403);
+      expect(await withTenant(h.db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, email))).toBeNull();
+      await hired(headers, { email }); // nothing was reserved either
+    });
+  });
+
   describe('when the roleId names no role of the tenant', () => {
     it('answers 422 and creates nothing', async () => {
-      const { headers } = await h.tenant();
+      const { headers } = await h.tenant('admin');
       const email = uniqueEmail('norole');
       expectProblem(await hire(headers, { email, roleId: '00000000-0000-4000-8000-000000000000' }), 422);
       await hired(headers, { email }); // the address was not left reserved
@@ -115,7 +127,7 @@ describe('POST /v1/employees', () => {
     it("answers 422 for another tenant's role", async () => {
       const other = await h.tenant();
       const roles = await withTenant(h.db.pool, other.tenant.tenantId, (tx) => listRoles(tx));
-      const { headers } = await h.tenant();
+      const { headers } = await h.tenant('admin');
       expectProblem(await hire(headers, { roleId: roles[0]?.id }), 422);
     });
   });
