@@ -43,6 +43,7 @@ export class WrongExpectedRevisionError extends defineError(409, 'concurrency-co
     readonly expected: string,
     readonly actual: number | 'no_stream',
   ) {
-    super(`Stream ${streamId} is at ${String(actual)}, expected ${expected}`);
+    // The detail reaches clients: it must not carry internal stream ids (they embed the tenant id).
+    super('The resource was changed by another request at the same time; read it again and retry');
   }
 }

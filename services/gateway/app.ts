@@ -40,21 +40,36 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
       const incoming = req.headers['x-request-id'];
       return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
     },
-    return503OnClosing: true,
+    // While closing, requests get our own 503 problem with Retry-After (hook below).
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
+    // Router-level failures (malformed URL encoding, over-long parameters) are problems too.
+    frameworkErrors: (error, request, reply) => handleError(error, request, reply),
   }).withTypeProvider<ZodTypeProvider>();
 
-  // A JSON API: anything but application/json (and +json) bodies is 415, not parsed as text.
+  // A JSON API: application/json and +json bodies (e.g. merge-patch+json); anything else is 415.
   app.removeContentTypeParser('text/plain');
+  app.addContentTypeParser(/^application\/[\w.-]+\+json$/, { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.setErrorHandler(handleError);
   app.setNotFoundHandler((request, reply) =>
     sendProblem(request, reply, 404, `No route ${request.method} ${request.url.split('?')[0]}; this service serves /v1`),
   );
+  let closing = false;
+  app.addHook('onClose', async () => {
+    closing = true;
+  });
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+    if (closing) {
+      reply.header('retry-after', '1').header('connection', 'close');
+      return sendProblem(request, reply, 503, 'This instance is shutting down; retry (another instance will answer)');
+    }
   });
 
   // Tier 1: infrastructure.

@@ -34,6 +34,7 @@ const TITLES: Record<number, [code: string, title: string]> = {
   409: ['conflict', 'Conflict'],
   412: ['precondition-failed', 'Precondition Failed'],
   413: ['content-too-large', 'Content Too Large'],
+  414: ['uri-too-long', 'URI Too Long'],
   415: ['unsupported-media-type', 'Unsupported Media Type'],
   422: ['unprocessable-content', 'Unprocessable Content'],
   429: ['too-many-requests', 'Too Many Requests'],
@@ -60,6 +61,8 @@ export function sendProblem(
     requestId: request.id,
     ...extras,
   };
+  // Also for failures before the onRequest hooks ran (router errors): the id is always echoed.
+  if (!reply.hasHeader('x-request-id')) reply.header('x-request-id', request.id);
   return reply.code(status).type(PROBLEM_CONTENT_TYPE).serializer(JSON.stringify).send(body);
 }
 
@@ -76,6 +79,8 @@ const FASTIFY_CODES: Record<string, [status: number, detail: string]> = {
 export function handleError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   if (error instanceof AppError) {
     reply.headers(error.headers);
+    // RFC 9110: every 401 names its scheme.
+    if (error.status === 401 && !reply.hasHeader('www-authenticate')) reply.header('www-authenticate', 'Bearer realm="employee-analytics"');
     return sendProblem(request, reply, error.status, error.message, error.extras, error.code, error.title);
   }
   if (hasZodFastifySchemaValidationErrors(error)) {

@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ConflictError } from '../../../shared/errors.ts';
+import { ConflictError, UnauthorizedError } from '../../../shared/errors.ts';
 import { createGateway } from '../../../services/gateway/app.ts';
 
 /**
@@ -30,6 +30,10 @@ const probe = async (v1: FastifyInstance) => {
   );
   typed.get('/probe/conflict', async () => {
     throw new ConflictError('That already exists', { conflictingId: 'abc' });
+  });
+  typed.get('/probe/:id', { schema: { params: z.object({ id: z.string() }) } }, async (request) => ({ id: request.params.id }));
+  typed.get('/probe/unauthorized', async () => {
+    throw new UnauthorizedError('No session');
   });
   typed.get('/probe/crash', async () => {
     throw new Error('relation "secret_table" does not exist at /srv/app/db.ts:42');
@@ -105,6 +109,16 @@ describe('gateway skeleton', () => {
       );
     });
 
+    it('accepts +json media types such as merge-patch+json', async () => {
+      const response = await app.inject({
+        method: 'POST',
+        url: '/v1/probe',
+        headers: { 'content-type': 'application/merge-patch+json' },
+        payload: JSON.stringify({ name: 'b', count: 3 }),
+      });
+      expect(response.statusCode).toBe(200);
+    });
+
     it('accepts a valid body', async () => {
       const response = await app.inject({ method: 'POST', url: '/v1/probe', payload: { name: 'a', count: 2 } });
       expect(response.statusCode).toBe(200);
@@ -112,7 +126,22 @@ describe('gateway skeleton', () => {
     });
   });
 
+  describe('when the URL itself is broken', () => {
+    it('answers a 400 problem for malformed percent-encoding, not the framework default', async () => {
+      const response = await app.inject({ method: 'GET', url: '/v1/probe/%E0%A4%A' });
+      expect(response.statusCode).toBe(400);
+      expectProblem(response, 400);
+    });
+  });
+
   describe('when a handler fails', () => {
+    it('names the Bearer scheme on every 401', async () => {
+      const response = await app.inject({ method: 'GET', url: '/v1/probe/unauthorized' });
+      expect(response.statusCode).toBe(401);
+      expect(response.headers['www-authenticate']).toMatch(/^Bearer/);
+      expectProblem(response, 401);
+    });
+
     it('maps a domain error to its problem with its extension members', async () => {
       const response = await app.inject({ method: 'GET', url: '/v1/probe/conflict' });
       expect(response.statusCode).toBe(409);
