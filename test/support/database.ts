@@ -1,5 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import { afterAll, beforeAll } from 'vitest';
+import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import type { EventStore } from '../../shared/event-store/port.ts';
 import { createDatabasePool, type DatabasePool } from '../../shared/db/pool.ts';
 
 /**
@@ -47,6 +50,35 @@ export async function createTestDatabase(): Promise<TestDatabase> {
       await client.connect();
       await client.query(`drop database if exists "${name}" with (force)`).catch(() => undefined);
       await client.end();
+    },
+  };
+}
+
+/**
+ * A fresh database and a PostgreSQL event store on it for the enclosing `describe` (registers
+ * its own beforeAll/afterAll). Read `db` and `store` inside tests and hooks, not at collection.
+ */
+export function useTestEventStore(): { readonly db: TestDatabase; readonly store: EventStore } {
+  let db: TestDatabase | undefined;
+  let store: EventStore | undefined;
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+  });
+  afterAll(async () => {
+    await store?.close();
+    await db?.drop();
+  });
+  const ready = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error('useTestEventStore: used before its beforeAll ran');
+    return value;
+  };
+  return {
+    get db() {
+      return ready(db);
+    },
+    get store() {
+      return ready(store);
     },
   };
 }

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, comparePositions, type EventStore, type RecordedEvent } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { createTestDatabase, useTestEventStore, type TestDatabase } from '../../support/database.ts';
 import { TALLIED, expectedTally, readTally, tallyProjection } from './fixtures/tallyProjection.ts';
 
 async function allEvents(store: EventStore): Promise<RecordedEvent[]> {
@@ -28,20 +28,11 @@ async function appendMany(store: EventStore, streams: number, perStream: number,
 }
 
 describe('projection runner', () => {
-  let db: TestDatabase;
-  let store: EventStore;
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    store = createPostgresEventStore(db.pool, { listenUrl: db.url });
-  });
-  afterAll(async () => {
-    await store.close();
-    await db.drop();
-  });
+  const fixture = useTestEventStore();
 
   describe('when events exist before the projection starts', () => {
     it('builds the model, commits the checkpoint with it, and follows live events', async () => {
+      const { db, store } = fixture;
       await appendMany(store, 5, 4, 'build');
       const handle = runProjection(db.pool, store, tallyProjection(), { batchSize: 7, pollIntervalMs: 20 });
       try {
@@ -59,6 +50,7 @@ describe('projection runner', () => {
 
   describe('when the version changes', () => {
     it('rebuilds the model from the first event with the new meaning', async () => {
+      const { db, store } = fixture;
       const v2 = tallyProjection(2, 10);
       const handle = runProjection(db.pool, store, v2, { pollIntervalMs: 20 });
       try {
@@ -73,6 +65,7 @@ describe('projection runner', () => {
 
   describe('when replaying while readers read', () => {
     it('readers only ever see a complete model, and the swap equals a fresh fold', async () => {
+      const { db, store } = fixture;
       await appendMany(store, 20, 25, 'replay');
       const v2 = tallyProjection(2, 10);
       await replayProjection(db.pool, store, v2);

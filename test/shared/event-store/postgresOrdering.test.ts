@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
-import { comparePositions, type EventStore, type RecordedEvent } from '../../../shared/event-store/port.ts';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { describe, expect, it } from 'vitest';
+import { comparePositions, type RecordedEvent } from '../../../shared/event-store/port.ts';
+import { useTestEventStore } from '../../support/database.ts';
 
 /**
  * Regression for the "sequence committed out of order" gap (emmett PR #336, PITFALLS.md):
@@ -11,19 +10,10 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
  * position alone skips events whose transaction commits late.
  */
 describe('when many writers commit out of order', () => {
-  let db: TestDatabase;
-  let store: EventStore;
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    store = createPostgresEventStore(db.pool, { listenUrl: db.url });
-  });
-  afterAll(async () => {
-    await store.close();
-    await db.drop();
-  });
+  const fixture = useTestEventStore();
 
   it('a live subscriber sees every event exactly once, in global order', async () => {
+    const { db, store } = fixture;
     const WRITERS = 8;
     const EVENTS_PER_WRITER = 2_000;
     const SLOW_COMMITS = 20;
