@@ -14,12 +14,17 @@ declare module 'fastify' {
 
 export const deprecationPlugin = fp(
   async (app) => {
-    app.addHook('onSend', async (request, reply) => {
-      const deprecation = request.routeOptions.config.deprecation;
+    // Attached per route at registration, so routes that are not deprecated pay nothing.
+    app.addHook('onRoute', (route) => {
+      const deprecation = route.config?.deprecation;
       if (!deprecation) return;
-      reply.header('deprecation', `@${Math.floor(deprecation.since.getTime() / 1000)}`);
-      reply.header('sunset', deprecation.sunset.toUTCString());
-      if (deprecation.link) reply.header('link', `<${deprecation.link}>; rel="deprecation"`);
+      const announce = async (_request: unknown, reply: { header(name: string, value: string): unknown }) => {
+        reply.header('deprecation', `@${Math.floor(deprecation.since.getTime() / 1000)}`);
+        reply.header('sunset', deprecation.sunset.toUTCString());
+        if (deprecation.link) reply.header('link', `<${deprecation.link}>; rel="deprecation"`);
+      };
+      const existing = route.onSend;
+      route.onSend = existing ? [...[existing].flat(), announce] : [announce];
     });
   },
   { name: 'deprecation' },
