@@ -147,13 +147,17 @@ async function buildAndSwap<T extends string>(
     processed += events.length;
   };
   try {
-    for (;;) {
+    // Pipelined: the next page is read (on the store's connections) while this one is applied.
+    let page = await log.readPage(position);
+    while (comparePositions(page.checkpoint, position) !== 0) {
       if (options.signal?.aborted) throw new Error('replay aborted');
-      const page = await log.readPage(position);
-      if (comparePositions(page.checkpoint, position) === 0) break;
-      await connection.transaction((tx) => applyPage(tx, page.events));
-      position = page.checkpoint;
+      const current = page;
+      const next = log.readPage(current.checkpoint);
+      next.catch(() => undefined); // awaited below; this only keeps a failure of an abandoned read quiet
+      await connection.transaction((tx) => applyPage(tx, current.events));
+      position = current.checkpoint;
       options.onProgress?.({ processed, position, head });
+      page = await next;
     }
     await connection.transaction(async (tx) => {
       await readCheckpoint(tx, projection.name, true);
