@@ -67,11 +67,11 @@ export type ReplayJobView = {
 const isProgress = (value: unknown): value is ReplayJobProgress =>
   typeof value === 'object' && value !== null && 'processed' in value && 'percent' in value;
 
-async function view(job: Job<ReplayJobData, ReplayJobResult>): Promise<ReplayJobView> {
+async function view(job: Job<ReplayJobData, ReplayJobResult>, knownState?: JobState | 'unknown'): Promise<ReplayJobView> {
   return {
     id: job.id ?? '',
     projection: job.data.projection,
-    state: await job.getState(),
+    state: knownState ?? (await job.getState()),
     progress: isProgress(job.progress) ? job.progress : null,
     result: job.returnvalue ?? null,
     failedReason: job.failedReason || null,
@@ -82,14 +82,17 @@ async function view(job: Job<ReplayJobData, ReplayJobResult>): Promise<ReplayJob
 }
 
 export async function getReplayJob(queue: Queue<ReplayJobData, ReplayJobResult>, id: string): Promise<ReplayJobView | null> {
+  // State first, then the job's fields: read the other way round, a job that fails in between
+  // shows 'failed' with the fields (attempts, reason) of before (a flaky test caught this).
+  const state = await queue.getJobState(id);
   const job = await queue.getJob(id);
-  return job ? view(job) : null;
+  return job ? view(job, state) : null;
 }
 
 /** The newest replay jobs in any state, newest first (for `ops projections status`). */
 export async function listReplayJobs(queue: Queue<ReplayJobData, ReplayJobResult>, limit = 20): Promise<ReplayJobView[]> {
   const jobs = await queue.getJobs(['active', 'waiting', 'delayed', 'prioritized', 'completed', 'failed'], 0, limit - 1, false);
-  const views = await Promise.all(jobs.filter((j): j is Job<ReplayJobData, ReplayJobResult> => Boolean(j)).map(view));
+  const views = await Promise.all(jobs.filter((j): j is Job<ReplayJobData, ReplayJobResult> => Boolean(j)).map((job) => view(job)));
   return views.sort((a, b) => b.createdAt.localeCompare(a.createdAt)).slice(0, limit);
 }
 
