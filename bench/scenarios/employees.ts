@@ -26,11 +26,10 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
 import { loadConfig } from '../../shared/config.ts';
-import { migrate } from '../../shared/db/migrate.ts';
 import { createDatabasePool, sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { comparePositions, parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
-import { allMigrations } from '../../services/schema.ts';
+import { createBenchDatabase } from '../support/database.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
 import { createTokenService } from '../../services/auth/tokens.ts';
@@ -181,16 +180,8 @@ async function settled(pool: DatabasePool, timeoutMs: number): Promise<void> {
 export async function setUpEmployeesBench(options: { employees?: number; port?: number } = {}) {
   const employees = options.employees ?? Number(process.env.BENCH_EMPLOYEES ?? 1_000_000);
   const port = options.port ?? (await freePort());
-  const adminUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-  const name = `bench_employees_${Date.now().toString(36)}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  const databaseUrl = url.toString();
-  await migrate(databaseUrl, allMigrations);
+  const database = await createBenchDatabase('bench_employees');
+  const databaseUrl = database.url;
   const pool = await createDatabasePool(databaseUrl, { maximumPoolSize: 10 });
 
   const config = loadConfig({});
@@ -253,12 +244,7 @@ export async function setUpEmployeesBench(options: { employees?: number; port?: 
         await exited;
       }
       await pool.end();
-      if (process.env.BENCH_KEEP_DB !== '1') {
-        const c = new pg.Client({ connectionString: adminUrl });
-        await c.connect();
-        await c.query(`drop database if exists ${name} with (force)`);
-        await c.end();
-      }
+      if (process.env.BENCH_KEEP_DB !== '1') await database.drop();
     },
   };
   return { env, imports, replay };
@@ -363,7 +349,9 @@ export async function projectionLag(env: EmployeesBenchEnv, options: { rate?: nu
   const inFlight = new Set<Promise<void>>();
   let sampling = true;
   const sampler = (async () => {
-    while (sampling || pending.length > 0) {
+    // Stops when told to: writes the projection never reached by the deadline stay in `pending`
+    // and are reported as unreached instead of hanging the run.
+    while (sampling) {
       const checkpoint = await readCheckpoint(env.pool, employeesProjection.name);
       const now = performance.now();
       if (checkpoint) {
@@ -379,11 +367,16 @@ export async function projectionLag(env: EmployeesBenchEnv, options: { rate?: nu
     }
   })();
   const send = async (i: number) => {
+    // Open loop: a refused or reset connection is a failed write, not the end of the run.
     const response = await fetch(`${env.baseUrl}/v1/employees`, {
       method: 'POST',
       headers: { ...env.small.headers, 'content-type': 'application/json' },
       body: JSON.stringify({ email: `lag-${prefix}-${i}@bench.example`, firstName: 'Lag', lastName: 'Test' }),
-    });
+    }).catch(() => null);
+    if (!response) {
+      failed++;
+      return;
+    }
     await response.arrayBuffer();
     const position = parsePosition(response.headers.get('x-log-position') ?? '');
     if (response.status !== 201 || !position) failed++;
@@ -412,11 +405,12 @@ export async function projectionLag(env: EmployeesBenchEnv, options: { rate?: nu
     achievedRate: achieved,
     writes: lags.length,
     failed,
+    unreached: pending.length,
     p50: Number(percentile(lags, 50).toFixed(1)),
     p95,
     p99: Number(percentile(lags, 99).toFixed(1)),
     goal: 'p95 ≤ 50 ms at 1,000 writes/s',
-    met: p95 <= 50 && achieved >= rate * 0.95,
+    met: p95 <= 50 && achieved >= rate * 0.95 && pending.length === 0,
   };
 }
 

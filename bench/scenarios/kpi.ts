@@ -28,10 +28,8 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import { z } from 'zod';
-import { allMigrations } from '../../services/schema.ts';
-import { migrate } from '../../shared/db/migrate.ts';
+import { createBenchDatabase } from '../support/database.ts';
 import { createDatabasePool, sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
@@ -47,35 +45,24 @@ export type ScenarioResult = { name: string; ours: number; baseline: number; rat
 
 const say = (message: string) => process.stderr.write(`[bench kpi] ${message}\n`);
 const brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
-const adminUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const root = resolve(import.meta.dirname, '../..');
 
 type Env = { pool: DatabasePool; eventStore: EventStore; url: string; close(): Promise<void> };
 
 async function setUp(): Promise<Env> {
-  const name = `kpi_bench_${Date.now().toString(36)}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  await migrate(url.toString(), allMigrations);
-  const pool = await createDatabasePool(url.toString(), { maximumPoolSize: 16 });
-  const store = createPostgresEventStore(pool, { listenUrl: url.toString() });
+  const database = await createBenchDatabase('kpi_bench');
+  const pool = await createDatabasePool(database.url, { maximumPoolSize: 16 });
+  const store = createPostgresEventStore(pool, { listenUrl: database.url });
   // The KPI query reads the billing tables too: build them (empty log → instant).
   await replayProjection(pool, store, kpiBillingProjection);
   return {
     pool,
-    url: url.toString(),
+    url: database.url,
     eventStore: store,
     async close() {
       await store.close();
       await pool.end();
-      const client = new pg.Client({ connectionString: adminUrl });
-      await client.connect();
-      await client.query(`drop database if exists ${name} with (force)`);
-      await client.end();
+      await database.drop();
     },
   };
 }
