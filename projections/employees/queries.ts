@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import type { Employee } from '../../services/employees/decide.ts';
 import type { EmployeeStatus } from '../../services/employees/events.ts';
 import { employeeRowSchema } from './employeesProjection.ts';
 
@@ -7,16 +8,7 @@ import { employeeRowSchema } from './employeesProjection.ts';
  * Reads of the employees read model. Every read runs through `withTenant` (row-level security
  * as the second wall) and also filters by tenant explicitly (so the indexes apply).
  */
-export type EmployeeRecord = {
-  readonly id: string;
-  readonly email: string;
-  readonly firstName: string;
-  readonly lastName: string;
-  readonly department: string | null;
-  readonly status: EmployeeStatus;
-  readonly hiredAt: string;
-  readonly revision: number;
-};
+export type EmployeeRecord = Omit<Employee, 'roleId'> & { readonly revision: number };
 
 const recordRow = employeeRowSchema
   .omit({ tenant_id: true, updated_at: true })

@@ -1,12 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
-import type { EventStore } from '../../../shared/event-store/port.ts';
 import { defineProjection } from '../../../projections/runner/projection.ts';
 import { readCheckpoint, replayProjection } from '../../../projections/runner/runner.ts';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { useTestEventStore } from '../../support/database.ts';
 
 /**
  * Regression: the swap transaction of a replay reads the PostgreSQL store (same slonik pool
@@ -24,18 +22,10 @@ const ids = defineProjection({
 });
 
 describe('when a projection is replayed over the PostgreSQL store', () => {
-  let db: TestDatabase;
-  let store: EventStore;
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    store = createPostgresEventStore(db.pool);
-  });
-  afterAll(async () => {
-    await store?.close();
-    await db?.drop();
-  });
+  const fixture = useTestEventStore();
 
   it('builds the model, swaps it in and checkpoints it', async () => {
+    const { db, store } = fixture;
     const events = Array.from({ length: 5 }, () => ({ id: randomUUID(), type: 'Seen', data: {} }));
     const { position } = await store.append(`seen-${randomUUID()}`, events);
     const result = await replayProjection(db.pool, store, ids, { batchSize: 2 });

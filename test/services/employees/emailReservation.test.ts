@@ -1,30 +1,19 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { monotonicFactory } from 'ulid';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
-import type { EventStore } from '../../../shared/event-store/port.ts';
+import { useTestEventStore } from '../../support/database.ts';
 import { ConflictError } from '../../../shared/errors.ts';
 import { emailReservationStreamId, releaseEmail, reserveEmail } from '../../../services/employees/emailReservation.ts';
 import { changeEmployeeDetails, hireEmployee } from '../../../services/employees/commands.ts';
 import type { CommandMetadata } from '../../../services/employees/decide.ts';
 
 /** The reservation streams on the PostgreSQL adapter: release, takeover, orphans. */
-let db: TestDatabase;
-let store: EventStore;
+const fixture = useTestEventStore();
 const nextId = monotonicFactory();
-beforeAll(async () => {
-  db = await createTestDatabase();
-  store = createPostgresEventStore(db.pool);
-});
-afterAll(async () => {
-  await store?.close();
-  await db?.drop();
-});
 
 const at = (offsetMs: number) => new Date(Date.now() + offsetMs).toISOString();
 const reservation = (tenantId: string, email: string, employeeId: string, now = at(0)) => ({ tenantId, email, employeeId, now, metadata: { tenantId } });
-const ports = () => ({ store, assertRoleExists: async () => undefined });
+const ports = () => ({ store: fixture.store, assertRoleExists: async () => undefined });
 const meta = (tenantId: string, now = at(0)): CommandMetadata => ({ tenantId, actor: 'spec', now });
 const hire = (tenantId: string, email: string, now = at(0)) =>
   hireEmployee(ports(), { type: 'HireEmployee', data: { employeeId: nextId(), email, firstName: 'A', lastName: 'B' }, metadata: meta(tenantId, now) });
@@ -33,18 +22,18 @@ describe('when an address is reserved', () => {
   it('refuses another employee, and lets the holder reserve it again', async () => {
     const tenantId = randomUUID();
     const holder = nextId();
-    await reserveEmail(store, reservation(tenantId, 'x@example.test', holder));
-    await expect(reserveEmail(store, reservation(tenantId, 'X@EXAMPLE.TEST', nextId()))).rejects.toThrow(ConflictError);
-    await expect(reserveEmail(store, reservation(tenantId, 'x@example.test', holder))).resolves.toBeUndefined();
+    await reserveEmail(fixture.store, reservation(tenantId, 'x@example.test', holder));
+    await expect(reserveEmail(fixture.store, reservation(tenantId, 'X@EXAMPLE.TEST', nextId()))).rejects.toThrow(ConflictError);
+    await expect(reserveEmail(fixture.store, reservation(tenantId, 'x@example.test', holder))).resolves.toBeUndefined();
   });
 
   it('is taken over at its exact revision once released', async () => {
     const tenantId = randomUUID();
     const first = nextId();
-    await reserveEmail(store, reservation(tenantId, 'y@example.test', first));
-    await releaseEmail(store, reservation(tenantId, 'y@example.test', first));
-    await reserveEmail(store, reservation(tenantId, 'y@example.test', nextId()));
-    const events = await store.readStream(emailReservationStreamId(tenantId, 'y@example.test'));
+    await reserveEmail(fixture.store, reservation(tenantId, 'y@example.test', first));
+    await releaseEmail(fixture.store, reservation(tenantId, 'y@example.test', first));
+    await reserveEmail(fixture.store, reservation(tenantId, 'y@example.test', nextId()));
+    const events = await fixture.store.readStream(emailReservationStreamId(tenantId, 'y@example.test'));
     expect(events.map((e) => e.type)).toEqual(['EmployeeEmailReserved', 'EmployeeEmailReleased', 'EmployeeEmailReserved']);
   });
 });
@@ -52,13 +41,13 @@ describe('when an address is reserved', () => {
 describe('when a reservation is orphaned', () => {
   it('is not taken over while a command could still be in flight', async () => {
     const tenantId = randomUUID();
-    await reserveEmail(store, reservation(tenantId, 'z@example.test', nextId())); // never hired
+    await reserveEmail(fixture.store, reservation(tenantId, 'z@example.test', nextId())); // never hired
     await expect(hire(tenantId, 'z@example.test', at(1_000))).rejects.toThrow(ConflictError);
   });
 
   it('is taken over when its owner was never hired (crash between the appends)', async () => {
     const tenantId = randomUUID();
-    await reserveEmail(store, reservation(tenantId, 'w@example.test', nextId())); // never hired
+    await reserveEmail(fixture.store, reservation(tenantId, 'w@example.test', nextId())); // never hired
     const result = await hire(tenantId, 'w@example.test', at(60_000));
     expect(result.state.kind).toBe('hired');
   });
@@ -68,9 +57,9 @@ describe('when a reservation is orphaned', () => {
     const owner = await hire(tenantId, 'v@example.test');
     const ownerId = owner.state.kind === 'hired' ? owner.state.id : '';
     // The change without its release: the employee stream moves on, the reservation stays.
-    await reserveEmail(store, reservation(tenantId, 'v2@example.test', ownerId));
+    await reserveEmail(fixture.store, reservation(tenantId, 'v2@example.test', ownerId));
     await changeEmployeeDetails(ports(), ownerId, { type: 'ChangeEmployeeDetails', data: { email: 'v2@example.test' }, metadata: meta(tenantId) });
-    await reserveEmail(store, reservation(tenantId, 'v@example.test', ownerId)); // re-held, as if never released
+    await reserveEmail(fixture.store, reservation(tenantId, 'v@example.test', ownerId)); // re-held, as if never released
     await expect(hire(tenantId, 'v@example.test', at(1_000))).rejects.toThrow(ConflictError);
     expect((await hire(tenantId, 'v@example.test', at(60_000))).state.kind).toBe('hired');
   });
