@@ -10,6 +10,8 @@ export type RateLimitOutcome =
 
 export type RateLimiter = {
   check(key: string, policy: BucketPolicy | null): Promise<RateLimitOutcome>;
+  /** The store's readiness (a Redis PING on its own fail-fast connection). */
+  ping(): Promise<void>;
   close(): Promise<void>;
 };
 
@@ -79,6 +81,7 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
       if (!decision.allowed) refused.inc();
       return { kind: 'decided', policy, decision };
     },
+    ping: () => store.ping(),
     close: () => store.close(),
   };
 }

@@ -34,6 +34,7 @@ export function createMemoryRateLimitStore(options: MemoryRateLimitStoreOptions 
       buckets.set(key, { state, fullAtUs: state.atUs + Math.ceil(decision.resetMs * 1000) });
       return decision;
     },
+    async ping() {},
     async close() {
       buckets.clear();
     },

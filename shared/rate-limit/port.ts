@@ -24,5 +24,7 @@ export type BucketDecision = {
 export interface RateLimitStore {
   /** Takes one token from `key`'s bucket if it has one. Rejects when the backing store is unreachable. */
   consume(key: string, policy: BucketPolicy): Promise<BucketDecision>;
+  /** Resolves when the backing store answers (readiness); rejects at once when it does not. */
+  ping(): Promise<void>;
   close(): Promise<void>;
 }

@@ -147,6 +147,9 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
       return decision;
     },
     consumeAt: (key, policy, nowUs) => run(key, [policy.perMinute, policy.burst, nowUs]),
+    async ping() {
+      await client.ping();
+    },
     async close() {
       client.disconnect();
     },
