@@ -17,11 +17,9 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import type { FastifyInstance } from 'fastify';
-import pg from 'pg';
+import { createBenchDatabase } from '../support/database.ts';
 import { Registry } from 'prom-client';
-import { migrate } from '../../shared/db/migrate.ts';
 import { createDatabasePool } from '../../shared/db/pool.ts';
-import { allMigrations } from '../../services/schema.ts';
 import { createGateway, type V1Capability } from '../../services/gateway/app.ts';
 import { authenticated, createAuthDeps } from '../../services/auth/plugin.ts';
 import { rolesRoutes } from '../../services/auth/routes.ts';
@@ -106,18 +104,11 @@ async function load(url: string, headers: Record<string, string>, seconds: numbe
 
 export async function authBench(options: { databaseUrl?: string; seconds?: number } = {}): Promise<AuthBenchResult> {
   const seconds = options.seconds ?? Number(process.env.BENCH_DURATION ?? 10);
-  const adminUrl = options.databaseUrl ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-  const name = `bench_auth_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), SERVER_FLAG, url.toString()], {
+  const database = await createBenchDatabase('bench_auth', options.databaseUrl);
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), SERVER_FLAG, database.url], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   try {
-    await migrate(url.toString(), allMigrations);
     const ready = await new Promise<{ ours: string; baseline: string; slug: string; accessToken: string }>((resolve, reject) => {
       let buffered = '';
       child.stdout.on('data', (chunk: Buffer) => {
@@ -163,8 +154,7 @@ export async function authBench(options: { databaseUrl?: string; seconds?: numbe
     return result;
   } finally {
     child.kill('SIGTERM');
-    await admin.query(`drop database if exists ${name} with (force)`).catch(() => undefined);
-    await admin.end();
+    await database.drop().catch(() => undefined);
   }
 }
 

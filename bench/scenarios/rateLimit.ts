@@ -22,16 +22,14 @@ import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
-import pg from 'pg';
+import { createBenchDatabase } from '../support/database.ts';
 import { Registry } from 'prom-client';
 import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
 import { authenticated, createAuthDeps } from '../../services/auth/plugin.ts';
 import { rolesRoutes } from '../../services/auth/routes.ts';
 import { createGateway, type V1Capability } from '../../services/gateway/app.ts';
 import { rateLimited, rateLimitPlugin } from '../../services/gateway/rateLimit.ts';
-import { allMigrations } from '../../services/schema.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
-import { migrate } from '../../shared/db/migrate.ts';
 import { createDatabasePool } from '../../shared/db/pool.ts';
 import { createLogger } from '../../shared/logger.ts';
 import { createRateLimiter } from '../../shared/rate-limit/limiter.ts';
@@ -48,14 +46,8 @@ const say = (message: string) => process.stderr.write(`[bench rate-limit] ${mess
 type ServerInfo = { baseline: string; limited: string; headers: Record<string, string> };
 
 async function serve(): Promise<void> {
-  const database = `bench_rl_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: ADMIN_URL });
-  await admin.connect();
-  await admin.query(`create database ${database}`);
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${database}`;
-  await migrate(url.toString(), allMigrations);
-  const pool = await createDatabasePool(url.toString(), { applicationName: 'bench-rate-limit' });
+  const database = await createBenchDatabase('bench_rl', ADMIN_URL);
+  const pool = await createDatabasePool(database.url, { applicationName: 'bench-rate-limit' });
 
   const logger = createLogger({ LOG_LEVEL: 'warn' }, 'bench-rate-limit');
   const auth = await createAuthDeps({
@@ -100,8 +92,7 @@ async function serve(): Promise<void> {
       for (const app of apps) await app.close();
       await limiter.close();
       await pool.end();
-      await admin.query(`drop database if exists ${database} with (force)`);
-      await admin.end();
+      await database.drop();
       process.exit(0);
     })();
   });

@@ -8,8 +8,8 @@ export type BenchDatabase = { readonly url: string; readonly name: string; drop(
 
 export const benchAdminUrl = () => process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 
-async function asAdmin(statement: string): Promise<void> {
-  const admin = new pg.Client({ connectionString: benchAdminUrl() });
+async function asAdmin(adminUrl: string, statement: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   try {
     await admin.query(statement);
@@ -18,11 +18,11 @@ async function asAdmin(statement: string): Promise<void> {
   }
 }
 
-export async function createBenchDatabase(prefix: string): Promise<BenchDatabase> {
+export async function createBenchDatabase(prefix: string, adminUrl = benchAdminUrl()): Promise<BenchDatabase> {
   const name = `${prefix}_${randomBytes(4).toString('hex')}`;
-  await asAdmin(`create database ${name}`);
-  const url = new URL(benchAdminUrl());
+  await asAdmin(adminUrl, `create database ${name}`);
+  const url = new URL(adminUrl);
   url.pathname = `/${name}`;
   await migrate(url.toString(), allMigrations);
-  return { url: url.toString(), name, drop: () => asAdmin(`drop database if exists ${name} with (force)`) };
+  return { url: url.toString(), name, drop: () => asAdmin(adminUrl, `drop database if exists ${name} with (force)`) };
 }
