@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1.7
 # One image for every role: `gateway`, `projector <name>`, `worker` (docker-compose.yml picks
-# the role with `command:`). TypeScript runs through tsx, as with `npm start`: no build output
-# to drift from the sources.
+# the role with `command:`). Node 24 runs the TypeScript sources itself (type stripping; the
+# code is erasable-only, `erasableSyntaxOnly` in tsconfig), as with `npm start`: no build output
+# to drift from the sources and no loader in the process.
 
 ARG NODE_IMAGE=node:24-bookworm-slim
 
@@ -46,6 +47,6 @@ EXPOSE 3000
 # Every role serves /health/live on $PORT (the gateway with the API, the others alone).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=5 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||3000)+'/health/live').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
-# `node --import tsx`: node itself runs the service (no wrapper process), so SIGTERM reaches its shutdown handler.
-ENTRYPOINT ["node", "--import", "tsx", "services/main.ts"]
+# Plain `node`: no wrapper process or loader, so SIGTERM reaches the service's shutdown handler.
+ENTRYPOINT ["node", "services/main.ts"]
 CMD ["all"]

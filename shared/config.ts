@@ -64,9 +64,11 @@ export const configSchema = z.object({
 export type Config = z.infer<typeof configSchema>;
 
 export class ConfigError extends Error {
-  constructor(readonly issues: readonly string[]) {
+  readonly issues: readonly string[];
+  constructor(issues: readonly string[]) {
     super(`Invalid configuration:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
     this.name = 'ConfigError';
+    this.issues = issues;
   }
 }
 

@@ -38,12 +38,14 @@ export class ServiceUnavailableError extends defineError(503, 'service-unavailab
 
 /** The event store refused an append because the stream is not at the expected revision. */
 export class WrongExpectedRevisionError extends defineError(409, 'concurrency-conflict', 'Concurrency Conflict') {
-  constructor(
-    readonly streamId: string,
-    readonly expected: string,
-    readonly actual: number | 'no_stream',
-  ) {
+  readonly streamId: string;
+  readonly expected: string;
+  readonly actual: number | 'no_stream';
+  constructor(streamId: string, expected: string, actual: number | 'no_stream') {
     // The detail reaches clients: it must not carry internal stream ids (they embed the tenant id).
     super('The resource was changed by another request at the same time; read it again and retry');
+    this.streamId = streamId;
+    this.expected = expected;
+    this.actual = actual;
   }
 }

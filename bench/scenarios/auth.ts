@@ -3,7 +3,7 @@
  * security) served through the auth plugin (bearer token verified, tenant looked up, permission
  * checked) and without it (a hook that sets a fixed `request.auth`). Goal: ratio ≥ 0.85.
  *
- *   npx tsx bench/scenarios/auth.ts        # BENCH_DURATION seconds per run (default 10)
+ *   node bench/scenarios/auth.ts        # BENCH_DURATION seconds per run (default 10)
  *
  * The gateways run in a child process, so autocannon does not share their event loop. Each
  * side is run three times, alternating, and the better run counts (machine noise only ever
@@ -105,7 +105,7 @@ async function load(url: string, headers: Record<string, string>, seconds: numbe
 export async function authBench(options: { databaseUrl?: string; seconds?: number } = {}): Promise<AuthBenchResult> {
   const seconds = options.seconds ?? Number(process.env.BENCH_DURATION ?? 10);
   const database = await createBenchDatabase('bench_auth', options.databaseUrl);
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), SERVER_FLAG, database.url], {
+  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), SERVER_FLAG, database.url], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   try {

@@ -2,7 +2,7 @@
  * Employees benchmarks (SPEC §3 at scale). Each exported scenario returns a metrics object;
  * `bench/run.ts` collects them, and running this file directly runs them all in order:
  *
- *   npx tsx bench/scenarios/employees.ts            # 1,000,000 employees (BENCH_EMPLOYEES to change)
+ *   node bench/scenarios/employees.ts            # 1,000,000 employees (BENCH_EMPLOYEES to change)
  *
  * Setup: a fresh database on DATABASE_URL's server (default 127.0.0.1:5432), migrated; two
  * tenants (1,000 and BENCH_EMPLOYEES employees) bulk-imported as events; the read model built by
@@ -218,7 +218,7 @@ export async function setUpEmployeesBench(options: { employees?: number; port?: 
     EVENTSTORE_URL: '',
   };
   const start = (port: number, ...role: string[]): ChildProcess =>
-    spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', ...role], {
+    spawn(process.execPath, ['services/main.ts', ...role], {
       env: { ...childEnv, PORT: String(port) },
       stdio: ['ignore', 'ignore', 'inherit'],
     });

@@ -35,7 +35,7 @@ async function rps(url: string, seconds: number): Promise<number> {
 export async function healthScenario(options: { rounds?: number; seconds?: number } = {}): Promise<ScenarioResult> {
   const rounds = options.rounds ?? 3;
   const seconds = options.seconds ?? Number(process.env.BENCH_DURATION ?? 5);
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
+  const child = spawn(process.execPath, [fileURLToPath(import.meta.url)], {
     env: { ...process.env, HEALTH_BENCH_ROLE: 'server' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

@@ -2,7 +2,7 @@
  * KPI pipeline benchmarks (SPEC §4), each an exported async function returning
  * `{name, ours, baseline, ratio}`; running this file runs them all and prints JSON lines:
  *
- *   npx tsx bench/scenarios/kpi.ts
+ *   node bench/scenarios/kpi.ts
  *
  * Uses the real broker on KAFKA_BROKERS (default 127.0.0.1:9092; `npm run kafka -- start`) and
  * a fresh database on DATABASE_URL's server (default postgres://postgres@127.0.0.1:5432/postgres),
@@ -111,7 +111,7 @@ export async function kpiIngestThroughput(samples = Number(process.env.BENCH_KPI
   const publisher = createKafkaPublisher({ brokers, topic, capacity: 2_000_000, batchSize: 10_000, lingerMs: 5 });
   // The consumer runs as its own process (the production worker), as deployed: the gateway's
   // publisher and the KPI projector do not share an event loop.
-  const worker = spawn(process.execPath, ['--import', 'tsx', 'projections/kpi/worker.ts'], {
+  const worker = spawn(process.execPath, ['projections/kpi/worker.ts'], {
     cwd: root,
     env: { ...process.env, DATABASE_URL: env.url, KAFKA_BROKERS: brokers.join(','), KAFKA_METRICS_TOPIC: topic, KPI_CONSUMER_GROUP: group, LOG_LEVEL: 'error' },
     stdio: ['ignore', 'pipe', 'inherit'],

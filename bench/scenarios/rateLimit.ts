@@ -1,7 +1,7 @@
 /**
  * Rate-limit overhead: the same route with the per-tenant limiter ÷ without it, in one run.
  *
- *   npx tsx bench/scenarios/rateLimit.ts
+ *   node bench/scenarios/rateLimit.ts
  *
  * Uses REDIS_URL (default redis://127.0.0.1:6379) and, for the authenticated route, a fresh
  * database on DATABASE_URL's server (default postgres://postgres@127.0.0.1:5432/postgres),
@@ -122,7 +122,7 @@ export async function runRateLimitBench(options: RateLimitBenchOptions = {}): Pr
   const rounds = options.rounds ?? 10;
   const durationSeconds = options.durationSeconds ?? 2;
   const connections = options.connections ?? 32;
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
+  const child = spawn(process.execPath, [fileURLToPath(import.meta.url)], {
     env: { ...process.env, RATE_LIMIT_BENCH_ROLE: 'server', RATE_LIMIT_BENCH_STORE: options.store ?? 'redis' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

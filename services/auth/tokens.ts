@@ -13,8 +13,10 @@ export type VerifiedAccessToken = AccessTokenSubject & { readonly jti: string; r
 
 /** Why a token was refused; becomes the `error_description` of `WWW-Authenticate`. */
 export class InvalidAccessTokenError extends Error {
-  constructor(readonly reason: 'expired' | 'invalid') {
+  readonly reason: 'expired' | 'invalid';
+  constructor(reason: 'expired' | 'invalid') {
     super(reason === 'expired' ? 'The access token expired' : 'The access token is invalid');
+    this.reason = reason;
   }
 }
 

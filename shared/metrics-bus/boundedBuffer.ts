@@ -6,7 +6,9 @@ export class BoundedBuffer<T> {
   private items: (T | undefined)[] = [];
   private head = 0;
 
-  constructor(readonly capacity: number) {
+  readonly capacity: number;
+  constructor(capacity: number) {
+    this.capacity = capacity;
     if (!(Number.isInteger(capacity) && capacity > 0)) throw new RangeError('capacity must be a positive integer');
   }
 

@@ -140,7 +140,10 @@ class Writer {
 
 class Reader {
   private offset = 0;
-  constructor(private readonly buffer: Uint8Array) {}
+  private readonly buffer: Uint8Array;
+  constructor(buffer: Uint8Array) {
+    this.buffer = buffer;
+  }
   byte(): number {
     const value = this.buffer[this.offset++];
     if (value === undefined) throw new RangeError('truncated sketch');

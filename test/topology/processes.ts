@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 
 /**
  * Runs roles of the service as real child processes, as `npm start -- <role>` does
- * (`node --import tsx services/main.ts <role>`), each on its own port, and stops them.
+ * (`node services/main.ts <role>`), each on its own port, and stops them.
  */
 const ROOT = resolve(fileURLToPath(new URL('.', import.meta.url)), '..', '..');
 
@@ -32,7 +32,7 @@ export async function freePort(): Promise<number> {
 
 export async function startRole(name: string, args: readonly string[], env: Record<string, string>): Promise<RoleProcess> {
   const port = await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', ...args], {
+  const child = spawn(process.execPath, ['services/main.ts', ...args], {
     cwd: ROOT,
     env: { ...process.env, ...env, HOST: '127.0.0.1', PORT: String(port) },
     stdio: ['ignore', 'pipe', 'pipe'],

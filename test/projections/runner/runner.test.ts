@@ -106,11 +106,11 @@ describe('when the projector process is killed at random points', () => {
     await db.drop();
   });
 
-  // `node --import tsx`, not the tsx wrapper: SIGKILL must hit the projector itself, not a
+  // Plain `node` (no npm or loader wrapper): SIGKILL must hit the projector itself, not a
   // wrapper that would leave its child running.
   const startProjector = () =>
     new Promise<ChildProcess>((resolveStarted, reject) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', fixture], {
+      const child = spawn(process.execPath, [fixture], {
         env: { ...process.env, DATABASE_URL: db.url, BATCH_SIZE: '25' },
         stdio: ['ignore', 'pipe', 'inherit'],
       });

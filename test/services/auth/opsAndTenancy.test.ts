@@ -19,7 +19,7 @@ let app: FastifyInstance;
 /** The ops CLI as an operator runs it, against this test's database, while `app` serves. */
 async function ops(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', 'scripts/ops.ts', ...args], {
+    const { stdout, stderr } = await run(process.execPath, ['scripts/ops.ts', ...args], {
       env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn' },
       timeout: 60_000,
     });
@@ -58,7 +58,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-// Each CLI run starts a process (tsx, config, migrations check): seconds, more under load.
+// Each CLI run starts a process (node, config, migrations check): seconds, more under load.
 describe('when an operator provisions with the ops CLI while the service runs', { timeout: 120_000 }, () => {
   const slug = `ops-${randomBytes(4).toString('hex')}`;
 
