@@ -1,8 +1,4 @@
 import { runRole } from './roles/process.ts';
-import { startAllRole } from './roles/all.ts';
-import { startGatewayRole } from './roles/gateway.ts';
-import { startProjectorRole } from './roles/projector.ts';
-import { startWorkerRole } from './roles/worker.ts';
 
 /**
  * `npm start [-- <role>]`:
@@ -11,28 +7,36 @@ import { startWorkerRole } from './roles/worker.ts';
  *   projector <name>     one projector (employees, kpi) — several copies may run
  *   worker               BullMQ consumers: queued projection replays, scheduled KPI rollups
  * SIGINT/SIGTERM drain requests, let projectors finish their batch, and stop the embedded
- * PostgreSQL.
+ * PostgreSQL. Each role's modules load only when that role runs.
  */
 const usage = 'usage: npm start [-- all | gateway | projector <employees|kpi> | worker]';
 const [role = 'all', name] = process.argv.slice(2);
 
 switch (role) {
-  case 'all':
+  case 'all': {
+    const { startAllRole } = await import('./roles/all.ts');
     await runRole('all', startAllRole);
     break;
-  case 'gateway':
+  }
+  case 'gateway': {
+    const { startGatewayRole } = await import('./roles/gateway.ts');
     await runRole('gateway', startGatewayRole);
     break;
-  case 'projector':
+  }
+  case 'projector': {
     if (!name) {
       process.stderr.write(`projector needs a name\n${usage}\n`);
       process.exit(2);
     }
+    const { startProjectorRole } = await import('./roles/projector.ts');
     await runRole(`projector-${name}`, (context) => startProjectorRole(context, name));
     break;
-  case 'worker':
+  }
+  case 'worker': {
+    const { startWorkerRole } = await import('./roles/worker.ts');
     await runRole('worker', startWorkerRole);
     break;
+  }
   default:
     process.stderr.write(`unknown role ${JSON.stringify(role)}\n${usage}\n`);
     process.exit(2);

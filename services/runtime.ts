@@ -5,7 +5,6 @@ import { createDatabasePool, sql, type DatabasePool } from '../shared/db/pool.ts
 import { z } from 'zod';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../shared/db/embedded.ts';
 import { createPostgresEventStore } from '../shared/event-store/postgres.ts';
-import { connectEventStoreDb, createEventStoreDbEventStore } from '../shared/event-store/eventstoredb.ts';
 import type { EventStore } from '../shared/event-store/port.ts';
 import type { Logger } from '../shared/logger.ts';
 import { createConfiguredRateLimiter } from '../shared/rate-limit/configured.ts';
@@ -79,8 +78,11 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
     const pool = await createDatabasePool(databaseUrl, { applicationName: 'employee-analytics' });
     closers.push(() => pool.end());
     // EVENTSTORE_URL switches the log to KurrentDB/EventStoreDB; checkpoints and read models stay in PostgreSQL.
+    // Engine clients load only when configured (the KurrentDB client and its gRPC stack are ~35 MB).
     const eventStore = config.EVENTSTORE_URL
-      ? createEventStoreDbEventStore(connectEventStoreDb(config.EVENTSTORE_URL))
+      ? await import('../shared/event-store/eventstoredb.ts').then((esdb) =>
+          esdb.createEventStoreDbEventStore(esdb.connectEventStoreDb(config.EVENTSTORE_URL as string)),
+        )
       : createPostgresEventStore(pool, { listenUrl: databaseUrl });
     closers.push(() => eventStore.close());
 
@@ -89,7 +91,7 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
     const rateLimiter = await createConfiguredRateLimiter(config, registry, logger);
     closers.push(() => rateLimiter.close());
 
-    const usage = createConfiguredUsageBus(config, { registry, logger, groupId: DEFAULT_KPI_GROUP });
+    const usage = await createConfiguredUsageBus(config, { registry, logger, groupId: DEFAULT_KPI_GROUP });
     closers.push(() => usage.source.stop());
     closers.push(() => usage.publisher.close());
 

@@ -30,6 +30,8 @@ export const configSchema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(3000),
   HOST: z.string().min(1).default('127.0.0.1'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** auto: coloured one-line logs when stdout is a terminal, JSON lines otherwise. */
+  LOG_FORMAT: z.enum(['auto', 'pretty', 'json']).default('auto'),
   /** Where the embedded PostgreSQL keeps its data and where generated keys live. */
   DATA_DIR: z.string().min(1).default('./.data'),
   DATABASE_URL: optional(url(['postgres', 'postgresql'])),

@@ -1,5 +1,4 @@
 import type { DatabasePool } from '../../shared/db/pool.ts';
-import { createKafkaSource } from '../../shared/metrics-bus/kafka.ts';
 import type { UsageSampleSource } from '../../shared/metrics-bus/port.ts';
 import { createUsageRollupSink } from './usageRollup.ts';
 
@@ -17,22 +16,4 @@ export async function startKpiConsumer(pool: DatabasePool, source: UsageSampleSo
   const sink = createUsageRollupSink(pool, { group });
   await source.start(sink);
   return { applied: sink.applied, source, stop: () => source.stop() };
-}
-
-export type KafkaKpiConsumerOptions = {
-  readonly brokers: readonly string[];
-  readonly topic: string;
-  readonly group?: string;
-  readonly sessionTimeoutMs?: number;
-  readonly logger?: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
-};
-
-export function kafkaKpiSource(options: KafkaKpiConsumerOptions): UsageSampleSource {
-  return createKafkaSource({
-    brokers: options.brokers,
-    topic: options.topic,
-    groupId: options.group ?? DEFAULT_KPI_GROUP,
-    ...(options.sessionTimeoutMs ? { sessionTimeoutMs: options.sessionTimeoutMs, heartbeatIntervalMs: Math.max(500, Math.floor(options.sessionTimeoutMs / 6)) } : {}),
-    ...(options.logger ? { logger: options.logger } : {}),
-  });
 }

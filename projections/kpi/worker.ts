@@ -2,7 +2,9 @@ import { z } from 'zod';
 import { loadConfig } from '../../shared/config.ts';
 import { createDatabasePool } from '../../shared/db/pool.ts';
 import { createLogger } from '../../shared/logger.ts';
-import { DEFAULT_KPI_GROUP, kafkaKpiSource, startKpiConsumer } from './consumer.ts';
+import { createKafkaSource } from '../../shared/metrics-bus/kafka.ts';
+import type { UsageSampleSource } from '../../shared/metrics-bus/port.ts';
+import { DEFAULT_KPI_GROUP, startKpiConsumer } from './consumer.ts';
 
 /**
  * The KPI projector as its own process (scaled-out deployments; the crash tests SIGKILL it):
@@ -44,3 +46,20 @@ const stop = async () => {
 };
 process.on('SIGTERM', () => void stop());
 process.on('SIGINT', () => void stop());
+
+function kafkaKpiSource(options: {
+  readonly brokers: readonly string[];
+  readonly topic: string;
+  readonly group?: string;
+  readonly sessionTimeoutMs?: number;
+  readonly logger?: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
+}): UsageSampleSource {
+  return createKafkaSource({
+    brokers: options.brokers,
+    topic: options.topic,
+    groupId: options.group ?? DEFAULT_KPI_GROUP,
+    ...(options.sessionTimeoutMs ? { sessionTimeoutMs: options.sessionTimeoutMs, heartbeatIntervalMs: Math.max(500, Math.floor(options.sessionTimeoutMs / 6)) } : {}),
+    ...(options.logger ? { logger: options.logger } : {}),
+  });
+}
+

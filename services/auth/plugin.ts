@@ -123,6 +123,9 @@ function createAuthHook(deps: AuthDeps) {
       userId: claims.userId,
       roles: claims.roles,
     };
+    // Every later log line of this request (the completion line included) names its caller.
+    request.log = request.log.child({ tenant: tenant.slug, userId: claims.userId });
+    reply.log = request.log;
     const permission = request.routeOptions.config.permission;
     if (permission === undefined || !rolesAllow(claims.roles, permission)) {
       reply.header('www-authenticate', challenge({ code: 'insufficient_scope', description: `Requires ${permission ?? 'a declared permission'}` }));

@@ -1,8 +1,58 @@
 import fastifySwagger from '@fastify/swagger';
-import scalar from '@scalar/fastify-api-reference';
-import type { FastifyPluginAsync } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
+
+/**
+ * The Scalar page's configuration. It must work on a machine without internet and must not send
+ * the API's description anywhere: no web fonts from Scalar's CDN, no "Ask AI" agent, no MCP
+ * generator, no developer-tools toolbar (its "Deploy"/"Share" actions talk to scalar.com), no
+ * request proxy, no telemetry. "Try it" requests go straight to this service.
+ */
+export const apiReferenceConfiguration = {
+  url: '/v1/openapi.json',
+  withDefaultFonts: false,
+  telemetry: false,
+  agent: { disabled: true },
+  mcp: { disabled: true },
+  showDeveloperTools: 'never',
+  hideClientButton: true,
+  documentDownloadType: 'json',
+  customCss: '.darklight-reference a[href*="scalar.com"] { display: none; }',
+} as const;
+
+/**
+ * The API reference at /docs, loaded on its first request: the Scalar plugin embeds a 4 MB
+ * browser bundle and an OpenAPI parser (~40 MB RSS), which a gateway that nobody browses
+ * should not carry. It runs in a private Fastify instance that this gateway forwards /docs to.
+ */
+const apiReferencePage: FastifyPluginAsync = async (app) => {
+  let page: Promise<FastifyInstance> | undefined;
+  const loadPage = async () => {
+    const { default: scalar } = await import('@scalar/fastify-api-reference');
+    const docs = Fastify({ logger: false });
+    await docs.register(scalar, { routePrefix: '/docs', configuration: apiReferenceConfiguration });
+    await docs.ready();
+    return docs;
+  };
+  const forward = async (url: string) => {
+    page ??= loadPage().catch((error: unknown) => {
+      page = undefined;
+      throw error;
+    });
+    return (await page).inject({ method: 'GET', url });
+  };
+  for (const url of ['/docs', '/docs/*']) {
+    app.get(url, { schema: { hide: true } }, async (request, reply) => {
+      const response = await forward(request.url);
+      for (const name of ['content-type', 'location', 'cache-control']) {
+        const value = response.headers[name];
+        if (typeof value === 'string') reply.header(name, value);
+      }
+      return reply.code(response.statusCode).send(response.rawPayload);
+    });
+  }
+};
 
 /** OpenAPI 3.1 generated from the routes' zod schemas; served at /v1/openapi.json and /docs. */
 export const openApiPlugin = fp(
@@ -24,7 +74,7 @@ export const openApiPlugin = fp(
       transform: jsonSchemaTransform,
       transformObject: jsonSchemaTransformObject,
     });
-    await app.register(scalar, { routePrefix: '/docs', configuration: { url: '/v1/openapi.json' } });
+    await app.register(apiReferencePage);
   },
   { name: 'openapi' },
 );

@@ -1,7 +1,6 @@
 import { allProjections } from '../../projections/index.ts';
 import { startGatewayRole } from './gateway.ts';
 import { startProjectors } from './projector.ts';
-import { startWorkers } from './worker.ts';
 import type { RoleContext, RoleHandle } from './process.ts';
 
 /**
@@ -11,7 +10,8 @@ import type { RoleContext, RoleHandle } from './process.ts';
  */
 export async function startAllRole(context: RoleContext): Promise<RoleHandle> {
   const projectors = await startProjectors(context, { projections: allProjections, usageConsumer: true });
-  const workers = context.config.REDIS_URL ? await startWorkers(context) : undefined;
+  // BullMQ (and its Redis client) load only when Redis is configured.
+  const workers = context.config.REDIS_URL ? await (await import('./worker.ts')).startWorkers(context) : undefined;
   const gateway = await startGatewayRole(context);
   return {
     async close() {

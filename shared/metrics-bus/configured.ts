@@ -1,7 +1,6 @@
 import type { Registry } from 'prom-client';
 import type { Config } from '../config.ts';
 import { createInProcessBus } from './inProcess.ts';
-import { createKafkaPublisher, createKafkaSource } from './kafka.ts';
 import type { UsageSamplePublisher, UsageSampleSource } from './port.ts';
 
 type Log = { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
@@ -18,11 +17,13 @@ export type UsageBus = {
  * KAFKA_BROKERS set → kafkajs on KAFKA_METRICS_TOPIC (gateways and KPI projectors may then be
  * separate processes); unset → the in-process transport (the embedded default, one process).
  */
-export function createConfiguredUsageBus(
+export async function createConfiguredUsageBus(
   config: Pick<Config, 'KAFKA_BROKERS' | 'KAFKA_METRICS_TOPIC'>,
   options: { registry: Registry; logger?: Log; groupId: string },
-): UsageBus {
+): Promise<UsageBus> {
   if (config.KAFKA_BROKERS) {
+    // kafkajs is loaded only when Kafka is configured: the embedded default never pays for it.
+    const { createKafkaPublisher, createKafkaSource } = await import('./kafka.ts');
     return {
       transport: 'kafka',
       publisher: createKafkaPublisher({

@@ -3,7 +3,6 @@ import type { Config } from '../config.ts';
 import type { Logger } from '../logger.ts';
 import { createRateLimiter, type RateLimiter } from './limiter.ts';
 import { createMemoryRateLimitStore } from './memory.ts';
-import { createRedisRateLimitStore } from './redis.ts';
 
 /**
  * The process's rate limiter: REDIS_URL set → buckets in Redis, shared by every gateway;
@@ -15,7 +14,9 @@ export async function createConfiguredRateLimiter(
   registry: Registry,
   logger: Logger,
 ): Promise<RateLimiter> {
-  const store = config.REDIS_URL ? await createRedisRateLimitStore({ url: config.REDIS_URL }) : createMemoryRateLimitStore();
+  const store = config.REDIS_URL
+    ? await import('./redis.ts').then(({ createRedisRateLimitStore }) => createRedisRateLimitStore({ url: config.REDIS_URL as string }))
+    : createMemoryRateLimitStore();
   logger.info({ store: config.REDIS_URL ? 'redis' : 'memory', failOpen: config.RATE_LIMIT_FAIL_OPEN }, 'rate limiter ready');
   return createRateLimiter({ store, failOpen: config.RATE_LIMIT_FAIL_OPEN, registry, logger });
 }
