@@ -43,7 +43,7 @@ const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const ADMIN_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const say = (message: string) => process.stderr.write(`[bench rate-limit] ${message}\n`);
 
-type ServerInfo = { baseline: string; limited: string; headers: Record<string, string> };
+type ServerInfo = { baseline: string; limited: string; headers: Record<string, string>; unlimitedHeaders: Record<string, string> };
 
 async function serve(): Promise<void> {
   const database = await createBenchDatabase('bench_rl', ADMIN_URL);
@@ -58,6 +58,10 @@ async function serve(): Promise<void> {
   const limitless = { perMinute: MAX_OVERRIDE, burst: MAX_OVERRIDE };
   const { tenant } = await provisionTenant(pool, { slug: `bench-${randomBytes(4).toString('hex')}`, plan: 'starter', rateLimitOverride: limitless });
   const { accessToken } = await auth.tokens.issue({ userId: randomUUID(), tenant: tenant.slug, roles: ['employee'] });
+  // The second method's baseline: an Enterprise tenant without an override is never limited, so
+  // its requests skip the limiter (and Redis) on the very same gateway.
+  const { tenant: unlimitedTenant } = await provisionTenant(pool, { slug: `bench-${randomBytes(4).toString('hex')}`, plan: 'enterprise' });
+  const { accessToken: unlimitedToken } = await auth.tokens.issue({ userId: randomUUID(), tenant: unlimitedTenant.slug, roles: ['employee'] });
 
   const limiter = createRateLimiter({
     store:
@@ -84,7 +88,12 @@ async function serve(): Promise<void> {
     });
   const apps = [await gateway(false), await gateway(true)] as const;
   const [baseline, limited] = await Promise.all(apps.map((app) => app.listen({ host: '127.0.0.1', port: 0 })));
-  const info: ServerInfo = { baseline: baseline ?? '', limited: limited ?? '', headers: { authorization: `Bearer ${accessToken}`, 'x-tenant': tenant.slug } };
+  const info: ServerInfo = {
+    baseline: baseline ?? '',
+    limited: limited ?? '',
+    headers: { authorization: `Bearer ${accessToken}`, 'x-tenant': tenant.slug },
+    unlimitedHeaders: { authorization: `Bearer ${unlimitedToken}`, 'x-tenant': unlimitedTenant.slug },
+  };
   process.stdout.write(`${JSON.stringify(info)}\n`);
 
   process.on('SIGTERM', () => {
@@ -137,32 +146,50 @@ export async function runRateLimitBench(options: RateLimitBenchOptions = {}): Pr
       child.once('exit', (code) => reject(new Error(`bench server exited with ${code}`)));
     });
     const store = options.store ?? 'redis';
-    const routes = [
-      { path: '/v1/roles', name: `rate limit: GET /v1/roles (authenticated, PostgreSQL) with the ${store} limiter ÷ without, req/s` },
-      { path: '/v1/bench/probe', name: `rate limit: trivial route with the ${store} limiter ÷ without, req/s (worst case)` },
+    type Side = { readonly url: string; readonly headers: Record<string, string> };
+    // Two methods, because they disagree: (1) two gateways that differ only by the limiter, one
+    // tenant; (2) one gateway with the limiter, a tenant with a limit (every request checked)
+    // vs an Enterprise tenant without one (never checked), same route.
+    const comparisons: Array<{ name: string; limited: Side; baseline: Side }> = [
+      {
+        name: `rate limit: GET /v1/roles (authenticated, PostgreSQL) with the ${store} limiter ÷ without (two gateways), req/s`,
+        limited: { url: server.limited + '/v1/roles', headers: server.headers },
+        baseline: { url: server.baseline + '/v1/roles', headers: server.headers },
+      },
+      {
+        name: `rate limit: GET /v1/roles, one gateway, limited tenant ÷ unlimited Enterprise tenant (${store} store), req/s`,
+        limited: { url: server.limited + '/v1/roles', headers: server.headers },
+        baseline: { url: server.limited + '/v1/roles', headers: server.unlimitedHeaders },
+      },
+      {
+        name: `rate limit: trivial route with the ${store} limiter ÷ without, req/s (worst case)`,
+        limited: { url: server.limited + '/v1/bench/probe', headers: server.headers },
+        baseline: { url: server.baseline + '/v1/bench/probe', headers: server.headers },
+      },
     ];
     const results: ScenarioResult[] = [];
-    for (const route of routes) {
+    for (const comparison of comparisons) {
       // Warm-up: JIT, keep-alive sockets, caches, the Lua script in Redis's script cache.
-      for (const base of [server.baseline, server.limited]) await load(base + route.path, server.headers, 2, connections);
+      for (const side of [comparison.baseline, comparison.limited]) await load(side.url, side.headers, 2, connections);
       const pairs: Array<{ baseline: number; limited: number }> = [];
       for (let round = 0; round < rounds; round++) {
         // ABBA order: a load that rises or falls during the pair hits both sides alike.
         const order = round % 2 === 0 ? (['baseline', 'limited'] as const) : (['limited', 'baseline'] as const);
         const pair = { baseline: 0, limited: 0 };
         for (const side of order) {
-          const result = await load(server[side] + route.path, server.headers, durationSeconds, connections);
+          const { url, headers } = comparison[side];
+          const result = await load(url, headers, durationSeconds, connections);
           if (result.non2xx > 0 || result.errors > 0) {
-            throw new Error(`${side} ${route.path}: ${result.non2xx} non-2xx responses and ${result.errors} errors`);
+            throw new Error(`${side} ${url}: ${result.non2xx} non-2xx responses and ${result.errors} errors`);
           }
           pair[side] = result.requests.total / result.duration;
         }
         pairs.push(pair);
-        say(`${route.path} pair ${round + 1}: ${Math.round(pair.baseline)} vs ${Math.round(pair.limited)} req/s (${(pair.limited / pair.baseline).toFixed(3)})`);
+        say(`${comparison.name} pair ${round + 1}: ${Math.round(pair.baseline)} vs ${Math.round(pair.limited)} req/s (${(pair.limited / pair.baseline).toFixed(3)})`);
       }
       // Medians: one pair disturbed by a neighbour's load spike does not move the result.
       results.push({
-        name: route.name,
+        name: comparison.name,
         ours: Math.round(median(pairs.map((p) => p.limited))),
         baseline: Math.round(median(pairs.map((p) => p.baseline))),
         ratio: Number(median(pairs.map((p) => p.limited / p.baseline)).toFixed(3)),
