@@ -1,4 +1,15 @@
-import { runRole } from './roles/process.ts';
+import { register } from 'node:module';
+
+// Tracing is off unless an OTLP endpoint is configured. When on, the SDK starts before any
+// other module of ours loads (everything below is imported dynamically), so its pg, ioredis and
+// kafkajs instrumentations can wrap those clients as they are first imported (ESM: through
+// import-in-the-middle's loader hook).
+if (process.env.OTEL_EXPORTER_OTLP_ENDPOINT) {
+  register('@opentelemetry/instrumentation/hook.mjs', import.meta.url);
+  const { startTracing } = await import('../shared/telemetry/sdk.ts');
+  startTracing({ serviceName: `eas-${process.argv[2] ?? 'all'}` });
+}
+const { runRole } = await import('./roles/process.ts');
 
 /**
  * `npm start [-- <role>]`:
@@ -7,7 +18,8 @@ import { runRole } from './roles/process.ts';
  *   projector <name>     one projector (employees, kpi) — several copies may run
  *   worker               BullMQ consumers: queued projection replays, scheduled KPI rollups
  * SIGINT/SIGTERM drain requests, let projectors finish their batch, and stop the embedded
- * PostgreSQL. Each role's modules load only when that role runs.
+ * PostgreSQL. Each role's modules load only when that role runs. OTEL_EXPORTER_OTLP_ENDPOINT turns
+ * on OpenTelemetry traces (docs/operations.md).
  */
 const usage = 'usage: npm start [-- all | gateway | projector <employees|kpi> | worker]';
 const [role = 'all', name] = process.argv.slice(2);

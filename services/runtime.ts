@@ -12,6 +12,7 @@ import type { RateLimiter } from '../shared/rate-limit/limiter.ts';
 import { createConfiguredUsageBus, type UsageBus } from '../shared/metrics-bus/configured.ts';
 import { DEFAULT_KPI_GROUP } from '../projections/kpi/consumer.ts';
 import type { ReadinessCheck } from './gateway/health.ts';
+import { activeTracing, traceEventStore } from '../shared/telemetry/tracing.ts';
 import { allMigrations } from './schema.ts';
 import pg from 'pg';
 
@@ -59,6 +60,8 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
       await closeOne().catch((error: unknown) => logger.error({ err: error }, 'error while closing'));
     }
   };
+  const tracing = activeTracing();
+  if (tracing) closers.push(() => tracing.shutdown());
   try {
     let databaseUrl = config.DATABASE_URL ?? (await runningEmbeddedPostgres(config));
     if (!databaseUrl) {
@@ -79,11 +82,13 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
     closers.push(() => pool.end());
     // EVENTSTORE_URL switches the log to KurrentDB/EventStoreDB; checkpoints and read models stay in PostgreSQL.
     // Engine clients load only when configured (the KurrentDB client and its gRPC stack are ~35 MB).
-    const eventStore = config.EVENTSTORE_URL
+    const untracedStore = config.EVENTSTORE_URL
       ? await import('../shared/event-store/eventstoredb.ts').then((esdb) =>
           esdb.createEventStoreDbEventStore(esdb.connectEventStoreDb(config.EVENTSTORE_URL as string)),
         )
       : createPostgresEventStore(pool, { listenUrl: databaseUrl });
+    // With tracing on, each append is a span and carries the request's trace context in its events' metadata.
+    const eventStore = tracing ? traceEventStore(untracedStore) : untracedStore;
     closers.push(() => eventStore.close());
 
     const registry = new Registry();

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync, type FastifyPluginCallback } from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
 import type { Config } from '../../shared/config.ts';
@@ -19,6 +19,8 @@ export type GatewayOptions = {
   readonly publicRoutes?: readonly FastifyPluginAsync[];
   /** The process's pino logger; without one the gateway makes its own at LOG_LEVEL. */
   readonly logger?: FastifyBaseLogger;
+  /** OpenTelemetry's Fastify instrumentation, when tracing is on: registered before anything else. */
+  readonly tracing?: FastifyPluginCallback;
 };
 
 export type V1Capability = (v1: FastifyInstance) => Promise<void>;
@@ -72,7 +74,8 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     }
   });
 
-  // Tier 1: infrastructure.
+  // Tier 1: infrastructure (tracing first, so every later hook and route is inside the request's span).
+  if (options.tracing) await app.register(options.tracing);
   await app.register(httpMetricsPlugin, { registry: options.registry });
   await app.register(openApiPlugin);
   await app.register(deprecationPlugin);

@@ -7,6 +7,7 @@ import { employeesCapability } from '../employees/capability.ts';
 import { analyticsRoutes } from '../analytics/routes.ts';
 import { usageSamples } from '../analytics/usageSamples.ts';
 import { rateLimited } from '../gateway/rateLimit.ts';
+import { activeTracing } from '../../shared/telemetry/tracing.ts';
 import type { RoleContext, RoleHandle } from './process.ts';
 
 /**
@@ -25,6 +26,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     // Public auth routes first; every capability that needs a caller goes inside authenticated(...).
     v1: [authRoutes(auth), authenticated(auth, rateLimited(runtime.rateLimiter), usageSamples(runtime.usage.publisher), sessionRoutes(auth), rolesRoutes(auth), employeesCapability({ pool: runtime.pool, eventStore: runtime.eventStore }), analyticsRoutes({ pool: runtime.pool, store: runtime.eventStore }))],
     publicRoutes: [jwksRoutes(auth)],
+    ...(activeTracing() ? { tracing: activeTracing()?.fastifyPlugin } : {}),
   });
   const address = await listen(app, config.HOST, config.PORT);
   logger.info({ address }, `listening on ${address}`);

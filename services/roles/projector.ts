@@ -2,6 +2,7 @@ import { allProjections } from '../../projections/index.ts';
 import type { Projection } from '../../projections/runner/projection.ts';
 import { runProjection } from '../../projections/runner/runner.ts';
 import { DEFAULT_KPI_GROUP, startKpiConsumer } from '../../projections/kpi/consumer.ts';
+import { activeTracing, traceProjection } from '../../shared/telemetry/tracing.ts';
 import { serveHealth, type RoleContext, type RoleHandle } from './process.ts';
 
 /** What `projector <name>` runs: the event-store projections of that name, plus its Kafka consumer. */
@@ -28,7 +29,7 @@ export function selectProjector(name: string, projections: readonly Projection[]
  */
 export async function startProjectors({ logger, runtime }: RoleContext, selection: ProjectorSelection): Promise<RoleHandle> {
   const handles = selection.projections.map((projection) =>
-    runProjection(runtime.pool, runtime.eventStore, projection, {
+    runProjection(runtime.pool, runtime.eventStore, activeTracing() ? traceProjection(projection) : projection, {
       onError: (error) => logger.error({ err: error, projection: projection.name }, 'projector failed; retrying'),
     }),
   );

@@ -1,0 +1,92 @@
+import { Registry } from 'prom-client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-node';
+import { startTracing } from '../../../shared/telemetry/sdk.ts';
+import { traceEventStore, traceProjection, type Tracing } from '../../../shared/telemetry/tracing.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createGateway } from '../../../services/gateway/app.ts';
+import { employeesCapability } from '../../../services/employees/capability.ts';
+import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
+import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { authCapabilities, authHeaders, createTestAuth, provisionTenant } from '../../support/auth.ts';
+import { waitFor } from '../../services/employees/harness.ts';
+import type { FastifyInstance } from 'fastify';
+import type { EventStore } from '../../../shared/event-store/port.ts';
+
+describe('when tracing is on', () => {
+  const exporter = new InMemorySpanExporter();
+  let tracing: Tracing;
+  let db: TestDatabase;
+  let store: EventStore;
+  let projector: ProjectorHandle;
+  let app: FastifyInstance;
+  let auth: Awaited<ReturnType<typeof createTestAuth>>;
+
+  beforeAll(async () => {
+    tracing = startTracing({ serviceName: 'tracing-test', exporter });
+    db = await createTestDatabase();
+    store = traceEventStore(createPostgresEventStore(db.pool, { listenUrl: db.url }));
+    projector = runProjection(db.pool, store, traceProjection(employeesProjection), { pollIntervalMs: 50 });
+    await waitFor(() => readCheckpoint(db.pool, employeesProjection.name));
+    auth = await createTestAuth(db.pool);
+    app = await createGateway({
+      config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
+      readiness: [],
+      registry: new Registry(),
+      v1: authCapabilities(auth, employeesCapability({ pool: db.pool, eventStore: store })),
+      tracing: tracing.fastifyPlugin,
+    });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await auth?.close();
+    await projector?.stop();
+    await store?.close();
+    await db?.drop();
+    await tracing?.shutdown();
+  });
+
+  it('one POST /v1/employees is one trace: the HTTP request, its appends, and the projector applying them', async () => {
+    const tenant = await provisionTenant(db.pool);
+    const headers = await authHeaders(auth, tenant, 'hr_manager');
+    exporter.reset();
+    const created = await app.inject({
+      method: 'POST',
+      url: '/v1/employees',
+      headers,
+      payload: { email: 'traced@example.test', firstName: 'Tracy', lastName: 'Span', department: 'ops' },
+    });
+    expect(created.statusCode).toBe(201);
+
+    const spans = await waitFor(async () => {
+      const all = exporter.getFinishedSpans();
+      return all.some((s) => s.name === 'projection.apply employees') ? all : undefined;
+    });
+    const request = spans.find((s) => s.instrumentationScope.name === '@fastify/otel' && s.parentSpanContext === undefined);
+    expect(request, `a root span for the request among ${spans.map((s) => s.name).join(', ')}`).toBeDefined();
+    const traceId = request!.spanContext().traceId;
+    const inTrace = spans.filter((s) => s.spanContext().traceId === traceId);
+    const byId = new Map(inTrace.map((s) => [s.spanContext().spanId, s]));
+    const descendsFromRequest = (span: ReadableSpan): boolean => {
+      for (let at: ReadableSpan | undefined = span; at; at = byId.get(at.parentSpanContext?.spanId ?? '')) {
+        if (at === request) return true;
+      }
+      return false;
+    };
+
+    const appends = inTrace.filter((s) => s.name === 'eventstore.append');
+    expect(appends.length).toBeGreaterThanOrEqual(1);
+    for (const append of appends) expect(descendsFromRequest(append)).toBe(true);
+    expect(appends.flatMap((s) => s.attributes['eas.events.types'] as string[])).toContain('EmployeeHired');
+
+    const apply = inTrace.find((s) => s.name === 'projection.apply employees');
+    expect(apply, 'the projector span continues the request trace').toBeDefined();
+    expect(descendsFromRequest(apply!)).toBe(true);
+
+    const stored = await store.readAll({ eventTypes: ['EmployeeHired'] });
+    const hired = stored.events.find((e) => (e.data as { email?: string }).email === 'traced@example.test');
+    expect(hired?.metadata.traceparent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
+  });
+});
