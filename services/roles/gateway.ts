@@ -1,6 +1,10 @@
-import { createGateway } from '../gateway/app.ts';
+import { createGateway, type GatewayOptions } from '../gateway/app.ts';
 import { listen } from '../gateway/server.ts';
-import { authenticated, createAuthDeps, jwksRoutes } from '../auth/plugin.ts';
+import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps } from '../auth/plugin.ts';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { EventStore } from '../../shared/event-store/port.ts';
+import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
+import type { UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
 import { authRoutes, rolesRoutes, sessionRoutes } from '../auth/routes.ts';
 import { bootstrapTenant } from '../tenants/bootstrap.ts';
 import { employeesCapability } from '../employees/capability.ts';
@@ -9,6 +13,39 @@ import { usageSamples } from '../analytics/usageSamples.ts';
 import { rateLimited } from '../gateway/rateLimit.ts';
 import { activeTracing } from '../../shared/telemetry/tracing.ts';
 import type { RoleContext, RoleHandle } from './process.ts';
+
+/** The ports the gateway's capabilities are bound to. */
+export type GatewayPorts = {
+  readonly auth: AuthDeps;
+  readonly pool: DatabasePool;
+  readonly eventStore: EventStore;
+  readonly rateLimiter: RateLimiter;
+  readonly usagePublisher: UsageSamplePublisher;
+};
+
+/**
+ * Every capability of the API, bound to its ports: the one place where they are wired (the
+ * gateway role and the OpenAPI/typed-client generator both build the gateway from it).
+ */
+export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 'publicRoutes'> {
+  const { auth, pool, eventStore } = ports;
+  return {
+    // Public auth routes first; every capability that needs a caller goes inside authenticated(...).
+    v1: [
+      authRoutes(auth),
+      authenticated(
+        auth,
+        rateLimited(ports.rateLimiter),
+        usageSamples(ports.usagePublisher),
+        sessionRoutes(auth),
+        rolesRoutes(auth),
+        employeesCapability({ pool, eventStore }),
+        analyticsRoutes({ pool, store: eventStore }),
+      ),
+    ],
+    publicRoutes: [jwksRoutes(auth)],
+  };
+}
 
 /**
  * The HTTP gateway: auth, tenancy, rate limits, the /v1 capabilities. Stateless apart from
@@ -23,9 +60,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     logger,
     readiness: runtime.readiness,
     registry: runtime.registry,
-    // Public auth routes first; every capability that needs a caller goes inside authenticated(...).
-    v1: [authRoutes(auth), authenticated(auth, rateLimited(runtime.rateLimiter), usageSamples(runtime.usage.publisher), sessionRoutes(auth), rolesRoutes(auth), employeesCapability({ pool: runtime.pool, eventStore: runtime.eventStore }), analyticsRoutes({ pool: runtime.pool, store: runtime.eventStore }))],
-    publicRoutes: [jwksRoutes(auth)],
+    ...gatewayRoutes({ auth, pool: runtime.pool, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher }),
     ...(activeTracing() ? { tracing: activeTracing()?.fastifyPlugin } : {}),
   });
   const address = await listen(app, config.HOST, config.PORT);

@@ -1,0 +1,133 @@
+import createClient, { type Client } from 'openapi-fetch';
+import type { paths } from './schema.d.ts';
+
+export type { paths, components, operations } from './schema.d.ts';
+
+/**
+ * A typed client for the Employee & Analytics Service, generated from its OpenAPI document
+ * (`schema.d.ts`, by `npm run client:generate`) on top of openapi-fetch. Every path, parameter,
+ * body and response is typed; the client also keeps the session:
+ *
+ *   const eas = createEasClient({ baseUrl: 'http://127.0.0.1:3000', tenant: 'acme' });
+ *   await eas.login('admin@acme.test', 'change-me-now');
+ *   const { data, error } = await eas.api.GET('/v1/employees', { params: { query: { limit: 50 } } });
+ *
+ * It sends `X-Tenant` and the bearer token on every call; when the access token has expired (a
+ * 401), it rotates the refresh token once and repeats the request. Errors come back as
+ * RFC 9457 problem details in `error`.
+ */
+export type Session = { readonly accessToken: string; readonly refreshToken: string; readonly expiresAt: number };
+
+export type EasClientOptions = {
+  readonly baseUrl: string;
+  readonly tenant: string;
+  readonly fetch?: (request: Request) => Promise<Response>;
+  /** Called whenever tokens change (login, refresh, logout → null), e.g. to persist them. */
+  readonly onSession?: (session: Session | null) => void;
+};
+
+export type EasClient = {
+  readonly api: Client<paths>;
+  login(email: string, password: string): Promise<Session>;
+  refresh(): Promise<Session>;
+  logout(): Promise<void>;
+  /** Resume a stored session. */
+  useSession(session: Session | null): void;
+  session(): Session | null;
+};
+
+type TokenPair = { accessToken: string; refreshToken: string; expiresIn: number };
+
+export class EasAuthError extends Error {
+  readonly status: number;
+  constructor(status: number, detail: string) {
+    super(detail);
+    this.name = 'EasAuthError';
+    this.status = status;
+  }
+}
+
+const SESSION_FREE = new Set(['/v1/auth/login', '/v1/auth/refresh']);
+
+export function createEasClient(options: EasClientOptions): EasClient {
+  const fetchImpl = options.fetch ?? ((request: Request) => globalThis.fetch(request));
+  let current: Session | null = null;
+  let refreshing: Promise<Session> | undefined;
+
+  const setSession = (session: Session | null) => {
+    current = session;
+    options.onSession?.(session);
+  };
+  const toSession = (pair: TokenPair): Session => ({ accessToken: pair.accessToken, refreshToken: pair.refreshToken, expiresAt: Date.now() + pair.expiresIn * 1000 });
+
+  const authPost = async (path: string, body: unknown): Promise<Response> =>
+    fetchImpl(
+      new Request(new URL(path, options.baseUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-tenant': options.tenant, ...(current && path === '/v1/auth/logout' ? { authorization: `Bearer ${current.accessToken}` } : {}) },
+        body: JSON.stringify(body),
+      }),
+    );
+  const problemDetail = async (response: Response) => {
+    const body = (await response.json().catch(() => ({}))) as { detail?: unknown };
+    return typeof body.detail === 'string' ? body.detail : `HTTP ${response.status}`;
+  };
+
+  const refresh = (): Promise<Session> => {
+    // One refresh at a time: a rotated refresh token presented twice revokes the whole family.
+    refreshing ??= (async () => {
+      try {
+        if (!current) throw new EasAuthError(401, 'not signed in');
+        const response = await authPost('/v1/auth/refresh', { refreshToken: current.refreshToken });
+        if (!response.ok) {
+          setSession(null);
+          throw new EasAuthError(response.status, await problemDetail(response));
+        }
+        const session = toSession((await response.json()) as TokenPair);
+        setSession(session);
+        return session;
+      } finally {
+        refreshing = undefined;
+      }
+    })();
+    return refreshing;
+  };
+
+  const withAuth = (request: Request, session: Session | null): Request => {
+    const headers = new Headers(request.headers);
+    headers.set('x-tenant', options.tenant);
+    if (session) headers.set('authorization', `Bearer ${session.accessToken}`);
+    return new Request(request, { headers });
+  };
+
+  const sessionFetch = async (request: Request): Promise<Response> => {
+    const path = new URL(request.url).pathname;
+    if (SESSION_FREE.has(path)) return fetchImpl(withAuth(request, null));
+    const retry = request.clone(); // the body can be sent once; keep a copy for the retry
+    const response = await fetchImpl(withAuth(request, current));
+    if (response.status !== 401 || !current) return response;
+    await refresh();
+    return fetchImpl(withAuth(retry, current));
+  };
+
+  const api = createClient<paths>({ baseUrl: options.baseUrl, fetch: sessionFetch });
+
+  return {
+    api,
+    async login(email, password) {
+      const response = await authPost('/v1/auth/login', { email, password });
+      if (!response.ok) throw new EasAuthError(response.status, await problemDetail(response));
+      const session = toSession((await response.json()) as TokenPair);
+      setSession(session);
+      return session;
+    },
+    refresh,
+    async logout() {
+      if (!current) return;
+      await authPost('/v1/auth/logout', { refreshToken: current.refreshToken });
+      setSession(null);
+    },
+    useSession: setSession,
+    session: () => current,
+  };
+}
