@@ -1,6 +1,7 @@
 import type { Projection } from './runner/projection.ts';
 import { employeesProjection } from './employees/employeesProjection.ts';
 import { kpiBillingProjection } from './kpi/billingProjection.ts';
+import { changesProjection } from './changes/changesProjection.ts';
 
 /** Every projection the service keeps live. */
-export const allProjections: readonly Projection[] = [employeesProjection, kpiBillingProjection];
+export const allProjections: readonly Projection[] = [employeesProjection, kpiBillingProjection, changesProjection];

@@ -37,7 +37,8 @@ export async function openApiDocument(pool: DatabasePool): Promise<Record<string
     config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'production' },
     readiness: [],
     registry,
-    ...gatewayRoutes({ auth, pool, eventStore, rateLimiter, usagePublisher: createInProcessBus({ registry }).publisher }),
+    // databaseUrl: the feed's LISTEN connection opens on a long-poll only, never here.
+    ...gatewayRoutes({ auth, pool, eventStore, rateLimiter, usagePublisher: createInProcessBus({ registry }).publisher, databaseUrl: 'postgres://unused' }),
   });
   try {
     const response = await app.inject({ method: 'GET', url: '/v1/openapi.json' });

@@ -8,6 +8,7 @@ import type { UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
 import { authRoutes, rolesRoutes, sessionRoutes } from '../auth/routes.ts';
 import { bootstrapTenant } from '../tenants/bootstrap.ts';
 import { employeesCapability } from '../employees/capability.ts';
+import { changesCapability } from '../changes/capability.ts';
 import { analyticsRoutes } from '../analytics/routes.ts';
 import { usageSamples } from '../analytics/usageSamples.ts';
 import { rateLimited } from '../gateway/rateLimit.ts';
@@ -21,6 +22,8 @@ export type GatewayPorts = {
   readonly eventStore: EventStore;
   readonly rateLimiter: RateLimiter;
   readonly usagePublisher: UsageSamplePublisher;
+  /** For the change feed's LISTEN connection (opened on the first long-poll only). */
+  readonly databaseUrl: string;
 };
 
 /**
@@ -39,6 +42,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         usageSamples(ports.usagePublisher),
         sessionRoutes(auth),
         rolesRoutes(auth),
+        changesCapability({ pool, databaseUrl: ports.databaseUrl }),
         employeesCapability({ pool, eventStore }),
         analyticsRoutes({ pool, store: eventStore }),
       ),
@@ -60,7 +64,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     logger,
     readiness: runtime.readiness,
     registry: runtime.registry,
-    ...gatewayRoutes({ auth, pool: runtime.pool, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher }),
+    ...gatewayRoutes({ auth, pool: runtime.pool, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, databaseUrl: runtime.databaseUrl }),
     ...(activeTracing() ? { tracing: activeTracing()?.fastifyPlugin } : {}),
   });
   const address = await listen(app, config.HOST, config.PORT);

@@ -1,0 +1,172 @@
+import { z } from 'zod';
+import type { IdentifierSqlToken } from 'slonik';
+import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import type { RecordedEvent } from '../../shared/event-store/port.ts';
+import { defineProjection } from '../runner/projection.ts';
+import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeEventType } from '../../services/employees/events.ts';
+// The feed's `employee` must be exactly the state the write side computes after the change, so
+// it folds with the aggregate's own `evolve` instead of a second copy that could drift.
+import { evolve, toEmployeeView, type EmployeeState } from '../../services/employees/decide.ts';
+
+/**
+ * The change feed's read model (SPEC §7): one row per employee event, keyed by tenant and the
+ * event's global log position, carrying the public change type and the employee's state after
+ * it. Rows only ever appear in checkpoint order (each batch commits with the runner's
+ * checkpoint, batches are serialised on it, and the store never hands out an event while an
+ * earlier one could still commit), so a reader paging by position never sees a gap fill in
+ * behind it. A rebuild (replay) writes the same positions, so cursors stay valid across it.
+ */
+export const CHANGES_PROJECTION = 'employees-changes';
+/** NOTIFY channel, payload = tenant id: wakes long-polling feed readers and webhook dispatch. */
+export const CHANGES_CHANNEL = 'employee_changes';
+
+export const CHANGE_TYPES = {
+  EmployeeHired: 'employee.hired',
+  EmployeeDetailsChanged: 'employee.details_changed',
+  EmployeeEmailChanged: 'employee.email_changed',
+  EmployeeStatusChanged: 'employee.status_changed',
+  EmployeeRoleAssigned: 'employee.role_assigned',
+} as const satisfies Record<EmployeeEventType, string>;
+
+export type ChangeType = (typeof CHANGE_TYPES)[EmployeeEventType];
+export const PUBLIC_CHANGE_TYPES = Object.values(CHANGE_TYPES) as readonly ChangeType[];
+
+const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => [
+  sql.fragment`alter table ${table} enable row level security`,
+  sql.fragment`alter table ${table} force row level security`,
+  sql.fragment`create policy ${named('tenant')} on ${table} using (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid)`,
+  sql.fragment`grant select on ${table} to eas_tenant`,
+];
+
+const lastStateRow = z.object({
+  tenant_id: z.string(),
+  employee_id: z.string(),
+  revision: z.number(),
+  employee: z.record(z.string(), z.unknown()),
+  role_id: z.string().nullable(),
+});
+
+const employeeView = z.object({
+  id: z.string(),
+  email: z.string(),
+  firstName: z.string(),
+  lastName: z.string(),
+  department: z.string().nullable(),
+  status: z.enum(['active', 'inactive', 'on_leave']),
+  hiredAt: z.string(),
+});
+
+const isEmployeeEvent = (type: string): type is EmployeeEventType => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(type);
+
+type ChangeRow = {
+  tenantId: string;
+  commit: string;
+  prepare: string;
+  employeeId: string;
+  revision: number;
+  type: ChangeType;
+  occurredAt: string;
+  employee: string;
+  roleId: string | null;
+};
+
+async function handle(
+  tx: DatabaseTransactionConnection,
+  events: readonly RecordedEvent[],
+  tables: Readonly<Record<'employee_changes', IdentifierSqlToken>>,
+): Promise<void> {
+  const key = (tenantId: string, id: string) => `${tenantId}/${id}`;
+  const streams = new Map<string, { tenantId: string; employeeId: string; events: RecordedEvent[] }>();
+  for (const event of events) {
+    const parsed = isEmployeeEvent(event.type) ? parseEmployeeStreamId(event.streamId) : undefined;
+    if (!parsed) continue;
+    const k = key(parsed.tenantId, parsed.employeeId);
+    const stream = streams.get(k) ?? { ...parsed, events: [] };
+    stream.events.push(event);
+    streams.set(k, stream);
+  }
+  if (streams.size === 0) return;
+
+  // The state before this batch, for employees whose batch does not start with their hire.
+  const known = [...streams.values()].filter((s) => (s.events[0]?.revision ?? 0) > 0);
+  const previous = new Map<string, { revision: number; state: EmployeeState }>();
+  if (known.length > 0) {
+    const rows = await tx.any(sql.type(lastStateRow)`
+      select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id
+      from ${tables.employee_changes} c
+      join unnest(${sql.array(known.map((k) => k.tenantId), 'uuid')}, ${sql.array(known.map((k) => k.employeeId), 'text')}) as k(tenant_id, employee_id)
+        on c.tenant_id = k.tenant_id and c.employee_id = k.employee_id
+      order by c.tenant_id, c.employee_id, c.revision desc
+    `);
+    for (const row of rows) {
+      const view = employeeView.parse(row.employee);
+      previous.set(key(row.tenant_id, row.employee_id), { revision: row.revision, state: { kind: 'hired', ...view, roleId: row.role_id } });
+    }
+  }
+
+  const out: ChangeRow[] = [];
+  for (const [k, stream] of streams) {
+    const before = previous.get(k);
+    let state: EmployeeState = before?.state ?? { kind: 'none' };
+    for (const recorded of stream.events) {
+      if (before && recorded.revision <= before.revision) continue; // applied by an earlier batch
+      // The store hands back what the write side stored for these types (events.ts is the contract).
+      const event = { type: recorded.type, data: recorded.data } as EmployeeEvent;
+      state = evolve(state, event);
+      if (state.kind !== 'hired') continue; // a change to an employee never hired: nothing to show
+      const occurredAt = typeof recorded.metadata.occurredAt === 'string' ? recorded.metadata.occurredAt : recorded.recordedAt;
+      out.push({
+        tenantId: stream.tenantId,
+        commit: recorded.position.commit.toString(),
+        prepare: recorded.position.prepare.toString(),
+        employeeId: stream.employeeId,
+        revision: recorded.revision,
+        type: CHANGE_TYPES[event.type],
+        occurredAt,
+        employee: JSON.stringify(toEmployeeView(state)),
+        roleId: state.roleId,
+      });
+    }
+  }
+  if (out.length === 0) return;
+  await tx.query(sql.type(z.object({}))`
+    insert into ${tables.employee_changes}
+      (tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id)
+    select * from ${sql.unnest(
+      out.map((r) => [r.tenantId, r.commit, r.prepare, r.employeeId, r.revision, r.type, r.occurredAt, r.employee, r.roleId]),
+      ['uuid', 'numeric', 'numeric', 'text', 'int4', 'text', 'timestamptz', 'jsonb', 'text'],
+    )}
+    on conflict do nothing
+  `);
+  // Delivered at commit (and only if it commits): wakes feed long-polls and webhook dispatch.
+  // One NOTIFY per batch and tenant, not per event.
+  const tenants = [...new Set(out.map((r) => r.tenantId))];
+  await tx.query(sql.type(z.object({}))`
+    select pg_notify(${CHANGES_CHANNEL}, t) from unnest(${sql.array(tenants, 'text')}) as t
+  `);
+}
+
+export const changesProjection = defineProjection({
+  name: CHANGES_PROJECTION,
+  version: 1,
+  eventTypes: EMPLOYEE_EVENT_TYPES,
+  tables: {
+    employee_changes: (table, named) => [
+      sql.fragment`create table ${table} (
+        tenant_id uuid not null,
+        commit_position numeric(20, 0) not null,
+        prepare_position numeric(20, 0) not null,
+        employee_id text not null,
+        revision integer not null,
+        type text not null,
+        occurred_at timestamptz not null,
+        employee jsonb not null,
+        role_id text,
+        constraint ${named('pkey')} primary key (tenant_id, commit_position, prepare_position)
+      )`,
+      sql.fragment`create index ${named('employee')} on ${table} (tenant_id, employee_id, revision desc)`,
+      ...tenantPolicy(table, named),
+    ],
+  },
+  handle,
+});

@@ -1,0 +1,125 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import { BadRequestError } from '../../shared/errors.ts';
+import { START } from '../../shared/event-store/port.ts';
+import { PUBLIC_CHANGE_TYPES, type ChangeType } from '../../projections/changes/changesProjection.ts';
+import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
+import { employeeSchema } from '../employees/schemas.ts';
+import { problemSchema } from '../gateway/problems.ts';
+import { requireAuth } from '../gateway/requestContext.ts';
+import { decodeCursor, encodeCursor } from './cursor.ts';
+import type { ChangeWakeups } from './wakeups.ts';
+
+export type ChangesRoutesDeps = {
+  readonly pool: DatabasePool;
+  readonly wakeups: ChangeWakeups;
+  /** Upper bound of `wait` (seconds); SPEC §7 says 30. */
+  readonly maxWaitSeconds?: number;
+};
+
+export const changeTypeSchema = z.enum(PUBLIC_CHANGE_TYPES as [ChangeType, ...ChangeType[]]).describe('What happened to the employee');
+
+export const cursorSchema = z
+  .string()
+  .max(64)
+  .describe('Opaque cursor: a `cursor` or `next` value this feed returned');
+
+export const changeSchema = z
+  .object({
+    cursor: z.string().describe('Position of this change; pass it as `after` to read what follows'),
+    type: changeTypeSchema,
+    employeeId: z.string(),
+    occurredAt: z.string().describe('ISO 8601 UTC instant the change was made'),
+    employee: employeeSchema.describe('The employee as it was right after this change'),
+  })
+  .meta({ id: 'EmployeeChange' });
+
+const changesQuery = z
+  .object({
+    after: cursorSchema.optional().describe('Read changes strictly after this cursor; omitted: from the first change'),
+    limit: z.coerce.number().int().min(1).max(1000).default(100),
+    wait: z.coerce.number().int().min(0).max(30).default(0).describe('Long-poll: seconds to wait for a change when none is pending'),
+  })
+  .strict();
+
+const changesResponse = z.object({
+  data: z.array(changeSchema),
+  next: z.string().describe('Cursor to pass as `after` next time (also when `data` is empty)'),
+  hasMore: z.boolean().describe('True when more changes are pending right now'),
+});
+
+export const toChange = (record: ChangeRecord) => ({
+  cursor: encodeCursor(record.position),
+  type: record.type,
+  employeeId: record.employeeId,
+  occurredAt: record.occurredAt,
+  employee: record.employee,
+});
+
+/** Parses `after`; a malformed cursor is a 400 naming the parameter. */
+export function parseAfter(after: string | undefined) {
+  if (after === undefined) return START;
+  const position = decodeCursor(after);
+  if (!position) throw new BadRequestError('after is not a cursor of this feed', { errors: [{ path: 'after', message: 'malformed cursor' }] });
+  return position;
+}
+
+/**
+ * GET /v1/employees/changes (SPEC §7): the tenant's employee changes in global log order. A
+ * client that stores `next` and calls again gets every later change exactly once, in order.
+ * The path is static, so the router matches it before `/employees/:id`.
+ */
+export function changesRoutes(deps: ChangesRoutesDeps) {
+  const maxWait = deps.maxWaitSeconds ?? 30;
+  return async (v1: FastifyInstance): Promise<void> => {
+    const app = v1.withTypeProvider<ZodTypeProvider>();
+    app.get(
+      '/employees/changes',
+      {
+        config: { permission: 'employees:read' },
+        schema: {
+          tags: ['employees'],
+          summary: 'Change feed: every employee change, in log order, with the state after it',
+          querystring: changesQuery,
+          response: { 200: changesResponse, 400: problemSchema, 401: problemSchema, 403: problemSchema },
+        },
+      },
+      async (request, reply) => {
+        const auth = requireAuth(request);
+        const after = parseAfter(request.query.after);
+        const { limit } = request.query;
+        const waitMs = Math.min(request.query.wait, maxWait) * 1000;
+        const deadline = Date.now() + waitMs;
+        // Watch before the first read, so a change committed between the read and the wait still wakes us.
+        const watch = waitMs > 0 ? await deps.wakeups.watch(auth.tenantId) : undefined;
+        const aborted = new AbortController();
+        const onClose = () => aborted.abort();
+        // The response's 'close' also fires when the client goes away mid-wait.
+        reply.raw.once('close', onClose);
+        try {
+          for (;;) {
+            // One more than asked tells whether more is pending.
+            const page = await readChanges(deps.pool, auth.tenantId, after, limit + 1);
+            if (!page.known) {
+              throw new BadRequestError('after names no change of this tenant: use a cursor this feed returned', {
+                errors: [{ path: 'after', message: 'unknown cursor' }],
+              });
+            }
+            const remaining = deadline - Date.now();
+            if (page.changes.length > 0 || !watch || remaining <= 0 || aborted.signal.aborted) {
+              const data = page.changes.slice(0, limit).map(toChange);
+              return { data, next: data.at(-1)?.cursor ?? encodeCursor(after), hasMore: page.changes.length > limit };
+            }
+            // Bounded slices: a lost notification costs at most a second of latency.
+            await watch.wait(Math.min(remaining, 1_000), aborted.signal);
+          }
+        } finally {
+          watch?.cancel();
+          reply.raw.off('close', onClose);
+        }
+      },
+    );
+  };
+}

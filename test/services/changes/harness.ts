@@ -1,0 +1,92 @@
+import type { FastifyInstance } from 'fastify';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import type { AuthDeps } from '../../../services/auth/plugin.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { START, type EventStore, type GlobalPosition } from '../../../shared/event-store/port.ts';
+import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { changesProjection } from '../../../projections/changes/changesProjection.ts';
+import { changesCapability } from '../../../services/changes/capability.ts';
+import { changeEmployeeDetails, hireEmployee } from '../../../services/employees/commands.ts';
+import { parseEmployeeStreamId, EMPLOYEE_EVENT_TYPES } from '../../../services/employees/events.ts';
+import { monotonicFactory } from 'ulid';
+import type { V1Capability } from '../../../services/gateway/app.ts';
+
+export async function waitFor<T>(probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error('condition not met before the deadline');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export type ChangesHarness = {
+  readonly db: TestDatabase;
+  readonly store: EventStore;
+  readonly app: FastifyInstance;
+  readonly auth: AuthDeps;
+  projector: ProjectorHandle;
+  tenant(): Promise<{ tenant: TestTenant; headers: Record<string, string> }>;
+  close(): Promise<void>;
+};
+
+/** A fresh database, the live changes projector and a gateway with the feed (and `extra`) behind real auth. */
+export async function createChangesHarness(...extra: V1Capability[]): Promise<ChangesHarness> {
+  const db = await createTestDatabase();
+  const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+  const projector = runProjection(db.pool, store, changesProjection, { pollIntervalMs: 100 });
+  await waitFor(() => readCheckpoint(db.pool, changesProjection.name));
+  const auth = await createTestAuth(db.pool);
+  const app = await createTestApp(auth, changesCapability({ pool: db.pool, databaseUrl: db.url }), ...extra);
+  const harness: ChangesHarness = {
+    db,
+    store,
+    app,
+    auth,
+    projector,
+    async tenant() {
+      const tenant = await provisionTenant(db.pool);
+      return { tenant, headers: await authHeaders(auth, tenant, 'employee') };
+    },
+    async close() {
+      await app.close();
+      await harness.projector.stop();
+      await auth.close();
+      await store.close();
+      await db.drop();
+    },
+  };
+  return harness;
+}
+
+const nextId = monotonicFactory();
+const noRoles = async () => undefined;
+
+/** Writes through the command handler: hires an employee, returns a function that renames them (one event each). */
+export async function hire(store: EventStore, tenantId: string, label: string) {
+  const employeeId = nextId();
+  const metadata = () => ({ tenantId, actor: 'test', now: new Date().toISOString() });
+  await hireEmployee(
+    { store, assertRoleExists: noRoles },
+    { type: 'HireEmployee', data: { employeeId, email: `${label}-${employeeId.toLowerCase()}@example.test`, firstName: `${label}-0`, lastName: 'Test' }, metadata: metadata() },
+  );
+  return {
+    employeeId,
+    rename: (firstName: string) =>
+      changeEmployeeDetails({ store, assertRoleExists: noRoles }, employeeId, { type: 'ChangeEmployeeDetails', data: { firstName }, metadata: metadata() }),
+  };
+}
+
+/** The tenant's employee events as the log orders them: what the feed must show, exactly. */
+export async function logPositionsOf(store: EventStore, tenantId: string): Promise<GlobalPosition[]> {
+  const out: GlobalPosition[] = [];
+  let after = START;
+  for (;;) {
+    const page = await store.readAll({ after, maxCount: 1000, eventTypes: EMPLOYEE_EVENT_TYPES });
+    for (const e of page.events) if (parseEmployeeStreamId(e.streamId)?.tenantId === tenantId) out.push(e.position);
+    if (page.checkpoint === after || (page.checkpoint.commit === after.commit && page.checkpoint.prepare === after.prepare)) return out;
+    after = page.checkpoint;
+  }
+}
