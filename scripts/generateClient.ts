@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import openapiTS, { astToString } from 'openapi-typescript';
@@ -6,6 +7,7 @@ import { createKeyRing, generatePrivateJwk } from '../services/auth/keys.ts';
 import { createAuthDeps } from '../services/auth/plugin.ts';
 import { createGateway } from '../services/gateway/app.ts';
 import { gatewayRoutes } from '../services/roles/gateway.ts';
+import { createSecretBox } from '../services/webhooks/secrets.ts';
 import { createDatabasePool, type DatabasePool } from '../shared/db/pool.ts';
 import { createPostgresEventStore } from '../shared/event-store/postgres.ts';
 import { createInProcessBus } from '../shared/metrics-bus/inProcess.ts';
@@ -38,7 +40,7 @@ export async function openApiDocument(pool: DatabasePool): Promise<Record<string
     readiness: [],
     registry,
     // databaseUrl: the feed's LISTEN connection opens on a long-poll only, never here.
-    ...gatewayRoutes({ auth, pool, eventStore, rateLimiter, usagePublisher: createInProcessBus({ registry }).publisher, databaseUrl: 'postgres://unused' }),
+    ...gatewayRoutes({ auth, pool, eventStore, rateLimiter, usagePublisher: createInProcessBus({ registry }).publisher, databaseUrl: 'postgres://unused', webhooks: { secrets: createSecretBox(randomBytes(32)), allowHosts: [] } }),
   });
   try {
     const response = await app.inject({ method: 'GET', url: '/v1/openapi.json' });

@@ -4,6 +4,7 @@ import { projectionRunnerMigrations } from '../projections/runner/runner.ts';
 import { tenantMigrations } from './tenants/schema.ts';
 import { authMigrations } from './auth/schema.ts';
 import { kpiMigrations } from '../projections/kpi/schema.ts';
+import { webhookMigrations } from './webhooks/schema.ts';
 
 /**
  * Every migration of the service, in the order they apply. Each capability owns its DDL next
@@ -16,4 +17,5 @@ export const allMigrations: readonly Migration[] = [
   ...tenantMigrations,
   ...authMigrations,
   ...kpiMigrations,
+  ...webhookMigrations,
 ];

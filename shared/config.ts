@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isAllowHostEntry } from '../services/webhooks/targets.ts';
 
 /**
  * The one place that reads the environment. Every variable is validated here; a bad value
@@ -57,6 +58,26 @@ export const configSchema = z.object({
   JWT_AUDIENCE: z.string().min(1).default('employee-analytics-api'),
   /** JSON array of private JWKs (Ed25519, with `kid`); first signs, all verify. Generated under DATA_DIR when unset. */
   JWT_PRIVATE_JWKS: optional(z.string()),
+  /**
+   * Webhook targets the SSRF guard lets through (comma-separated host names, IP addresses or CIDR
+   * ranges): plain http and loopback/private addresses are allowed for what it names.
+   */
+  WEBHOOK_ALLOW_HOSTS: z
+    .string()
+    .default('')
+    .transform((v) => v.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean))
+    .pipe(z.array(z.string().refine(isAllowHostEntry, 'each entry must be a host name, an IP address or a CIDR range'))),
+  /** Base64 of 32 random bytes sealing webhook signing secrets; unset: generated under DATA_DIR. */
+  WEBHOOK_SECRETS_KEY: optional(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'must be base64 of 32 bytes')),
+  /** Retry delays in ms, comma-separated (default ≈ 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 1 d, 1 d). */
+  WEBHOOK_RETRY_SCHEDULE_MS: optional(
+    z
+      .string()
+      .transform((v) => v.split(',').map((d) => (/^\s*\d+\s*$/.test(d) ? Number(d) : Number.NaN)))
+      .pipe(z.array(z.number().int().min(0).max(7 * 86_400_000)).min(1).max(50)),
+  ),
+  /** Per delivery attempt. */
+  WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(15_000),
   BOOTSTRAP_TENANT: optional(z.string().regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/)),
   BOOTSTRAP_PLAN: z.preprocess(emptyAsUndefined, z.enum(['starter', 'pro', 'enterprise']).default('starter')),
   BOOTSTRAP_ADMIN_EMAIL: optional(z.email()),

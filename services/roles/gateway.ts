@@ -9,6 +9,8 @@ import { authRoutes, rolesRoutes, sessionRoutes } from '../auth/routes.ts';
 import { bootstrapTenant } from '../tenants/bootstrap.ts';
 import { employeesCapability } from '../employees/capability.ts';
 import { changesCapability } from '../changes/capability.ts';
+import { webhooksCapability } from '../webhooks/capability.ts';
+import { loadSecretBox, type SecretBox } from '../webhooks/secrets.ts';
 import { analyticsRoutes } from '../analytics/routes.ts';
 import { usageSamples } from '../analytics/usageSamples.ts';
 import { rateLimited } from '../gateway/rateLimit.ts';
@@ -24,6 +26,8 @@ export type GatewayPorts = {
   readonly usagePublisher: UsageSamplePublisher;
   /** For the change feed's LISTEN connection (opened on the first long-poll only). */
   readonly databaseUrl: string;
+  /** Seals webhook signing secrets; the SSRF guard's allow-list (WEBHOOK_ALLOW_HOSTS). */
+  readonly webhooks: { readonly secrets: SecretBox; readonly allowHosts: readonly string[] };
 };
 
 /**
@@ -43,6 +47,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         sessionRoutes(auth),
         rolesRoutes(auth),
         changesCapability({ pool, databaseUrl: ports.databaseUrl }),
+        webhooksCapability({ pool, secrets: ports.webhooks.secrets, targets: { allowHosts: ports.webhooks.allowHosts } }),
         employeesCapability({ pool, eventStore }),
         analyticsRoutes({ pool, store: eventStore }),
       ),
@@ -58,13 +63,14 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
  */
 export async function startGatewayRole({ config, logger, runtime }: RoleContext): Promise<RoleHandle & { readonly address: string }> {
   await bootstrapTenant(runtime.pool, config, logger);
+  const webhookSecrets = await loadSecretBox(config);
   const auth = await createAuthDeps({ pool: runtime.pool, config, redisUrl: config.REDIS_URL });
   const app = await createGateway({
     config,
     logger,
     readiness: runtime.readiness,
     registry: runtime.registry,
-    ...gatewayRoutes({ auth, pool: runtime.pool, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, databaseUrl: runtime.databaseUrl }),
+    ...gatewayRoutes({ auth, pool: runtime.pool, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS } }),
     ...(activeTracing() ? { tracing: activeTracing()?.fastifyPlugin } : {}),
   });
   const address = await listen(app, config.HOST, config.PORT);

@@ -1,0 +1,76 @@
+import http from 'node:http';
+import https from 'node:https';
+import type { LookupFunction } from 'node:net';
+import { Webhook } from 'standardwebhooks';
+import { parseRetryAfter } from './schedule.ts';
+import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
+
+/** What a Standard Webhooks delivery carries: `id` is the change cursor, stable across retries. */
+export type WebhookMessage = { readonly id: string; readonly type: string; readonly timestamp: string; readonly data: unknown };
+
+export type DeliveryOutcome =
+  | { readonly kind: 'delivered'; readonly status: number }
+  | { readonly kind: 'gone'; readonly status: 410 }
+  | { readonly kind: 'failed'; readonly status: number | null; readonly error: string; readonly retryAfterMs?: number };
+
+export type SendOptions = { readonly policy: TargetPolicy; readonly timeoutMs: number; readonly now?: () => Date };
+
+/**
+ * One delivery attempt (Standard Webhooks): body `{type, timestamp, data}`, headers
+ * `webhook-id`, `webhook-timestamp` (this attempt, seconds), `webhook-signature` (v1, HMAC-SHA256
+ * of `id.timestamp.body`, signed by the `standardwebhooks` package). The target is resolved and
+ * checked now, and the connection goes to the address that was checked (a custom `lookup`),
+ * with the URL's host name kept for TLS (SNI, certificate) and the Host header.
+ * Redirects are not followed (a redirect could point anywhere); they count as failures.
+ */
+export async function sendWebhook(url: string, secret: string, message: WebhookMessage, options: SendOptions): Promise<DeliveryOutcome> {
+  let target;
+  try {
+    target = await resolveTarget(url, options.policy);
+  } catch (error) {
+    if (error instanceof TargetRefusedError) return { kind: 'failed', status: null, error: `refused: ${error.message}` };
+    throw error;
+  }
+  const now = options.now?.() ?? new Date();
+  const body = JSON.stringify({ type: message.type, timestamp: message.timestamp, data: message.data });
+  const signature = new Webhook(secret).sign(message.id, now, body);
+  const pinned = target.address;
+  const lookup: LookupFunction = (_hostname, lookupOptions, callback) => {
+    if (lookupOptions.all) callback(null, [{ address: pinned.address, family: pinned.family }]);
+    else callback(null, pinned.address, pinned.family);
+  };
+  const transport = target.url.protocol === 'https:' ? https : http;
+  return new Promise<DeliveryOutcome>((resolve) => {
+    const request = transport.request(
+      target.url,
+      {
+        method: 'POST',
+        lookup,
+        timeout: options.timeoutMs,
+        signal: AbortSignal.timeout(options.timeoutMs),
+        headers: {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(body),
+          'user-agent': 'employee-analytics-webhooks/1',
+          'webhook-id': message.id,
+          'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+          'webhook-signature': signature,
+        },
+      },
+      (response) => {
+        const status = response.statusCode ?? 0;
+        const retryAfter = response.headers['retry-after'];
+        response.resume(); // the body is not used; drain it so the socket can be reused
+        response.on('error', () => undefined);
+        response.on('end', () => undefined);
+        if (status >= 200 && status < 300) return resolve({ kind: 'delivered', status });
+        if (status === 410) return resolve({ kind: 'gone', status: 410 });
+        const retryAfterMs = parseRetryAfter(typeof retryAfter === 'string' ? retryAfter : undefined, now.getTime());
+        resolve({ kind: 'failed', status, error: `HTTP ${status}`, ...(retryAfterMs !== undefined && { retryAfterMs }) });
+      },
+    );
+    request.on('timeout', () => request.destroy(new Error(`no answer within ${options.timeoutMs} ms`)));
+    request.on('error', (error) => resolve({ kind: 'failed', status: null, error: error.message.slice(0, 500) }));
+    request.end(body);
+  });
+}

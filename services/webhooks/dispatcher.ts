@@ -1,0 +1,214 @@
+import { randomUUID } from 'node:crypto';
+import { Queue, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { Logger } from '../../shared/logger.ts';
+import { readChanges } from '../../projections/changes/queries.ts';
+import { encodeCursor } from '../changes/cursor.ts';
+import { toChange } from '../changes/routes.ts';
+import { createChangeWakeups } from '../changes/wakeups.ts';
+import { sendWebhook } from './deliver.ts';
+import { DEFAULT_RETRY_POLICY, nextRetryDelay, type RetryPolicy } from './schedule.ts';
+import type { SecretBox } from './secrets.ts';
+import { acquireLease, dueEndpoints, recordAttempt, releaseLease, type EndpointRecord } from './store.ts';
+import type { TargetPolicy } from './targets.ts';
+
+export const WEBHOOK_QUEUE = 'webhook-delivery';
+
+type DrainJob = { readonly endpointId: string; readonly tenantId: string };
+
+export type WebhookDispatcherOptions = {
+  readonly pool: DatabasePool;
+  /** For the LISTEN connection that wakes dispatch when the changes projection commits. */
+  readonly databaseUrl: string;
+  readonly redisUrl: string;
+  /** BullMQ key prefix (QUEUE_PREFIX). */
+  readonly prefix: string;
+  readonly secrets: SecretBox;
+  readonly targets: TargetPolicy;
+  readonly retry?: RetryPolicy;
+  /** Per attempt (SPEC: 15 s). */
+  readonly timeoutMs?: number;
+  /** How often PostgreSQL is swept for endpoints with work and no job (e.g. after Redis lost its jobs). */
+  readonly sweepEveryMs?: number;
+  /** Deliveries in flight at once, across endpoints; per endpoint it is always one (in order). */
+  readonly concurrency?: number;
+  /** Deliveries one job makes before it yields its slot to other endpoints. */
+  readonly batchPerJob?: number;
+  readonly logger?: Pick<Logger, 'info' | 'warn' | 'error'>;
+  readonly random?: () => number;
+};
+
+export type WebhookDispatcher = {
+  /** Sweeps now (tests, and after a replay request). */
+  sweep(): Promise<void>;
+  close(): Promise<void>;
+};
+
+/**
+ * Delivers every endpoint's changes, in order, at least once (SPEC §7).
+ *
+ * PostgreSQL holds all delivery state: each endpoint's cursor (the last change it acknowledged),
+ * its failed-attempt count and next-attempt time, and a lease that lets one worker at a time
+ * deliver to it, so one delivery per endpoint is in flight and the cursor moves only after a 2xx.
+ * BullMQ jobs are triggers: "drain endpoint E" now (from the sweep, woken by the changes
+ * projection's NOTIFY and on a timer) or at its retry time (a delayed job). If Redis loses every
+ * job, the next sweep re-creates them from PostgreSQL; if a worker dies mid-delivery, its lease
+ * runs out and the change is delivered again (same `webhook-id`). A failing endpoint holds only
+ * its own lease: the others keep going.
+ */
+export async function startWebhookDispatcher(options: WebhookDispatcherOptions): Promise<WebhookDispatcher> {
+  const { pool, secrets, targets, prefix, logger } = options;
+  const retry = options.retry ?? DEFAULT_RETRY_POLICY;
+  const timeoutMs = options.timeoutMs ?? 15_000;
+  const leaseMs = timeoutMs + 30_000;
+  const batchPerJob = options.batchPerJob ?? 100;
+  const random = options.random ?? Math.random;
+  const quiet = () => undefined;
+
+  // Workers block on their connection (BullMQ wants maxRetriesPerRequest: null); producers fail
+  // fast instead, so a sweep during a Redis outage errors out and the next one tries again.
+  const workerConnection = new Redis(options.redisUrl, { maxRetriesPerRequest: null });
+  const queueConnection = new Redis(options.redisUrl, { maxRetriesPerRequest: 1 });
+  workerConnection.on('error', quiet);
+  queueConnection.on('error', quiet);
+  const queue = new Queue<DrainJob>(WEBHOOK_QUEUE, {
+    connection: queueConnection,
+    prefix,
+    defaultJobOptions: { removeOnComplete: true, removeOnFail: 1000, attempts: 1 },
+  });
+  queue.on('error', quiet);
+
+  const enqueue = async (job: DrainJob, delayMs = 0, jobId?: string) => {
+    await queue.add('drain', job, { ...(delayMs > 0 && { delay: delayMs }), ...(jobId && { jobId }) });
+  };
+
+  const attempt = async (endpoint: EndpointRecord, token: string): Promise<'next' | 'stop'> => {
+    if (endpoint.nextAttemptAt && Date.parse(endpoint.nextAttemptAt) > Date.now()) return 'stop'; // its retry job will come
+    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, 1, endpoint.eventTypes);
+    const change = page.changes[0];
+    if (!change) return 'stop';
+    const id = encodeCursor(change.position);
+    const outcome = await sendWebhook(endpoint.url, secrets.open(endpoint.secretSealed), { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) }, {
+      policy: targets,
+      timeoutMs,
+    });
+    const base = { change: { position: change.position, type: change.type } };
+    switch (outcome.kind) {
+      case 'delivered': {
+        const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, statusCode: outcome.status, error: null, outcome: { kind: 'delivered' } });
+        if (!kept) return 'stop';
+        Object.assign(endpoint, { cursor: change.position, failedAttempts: 0, nextAttemptAt: null });
+        return 'next';
+      }
+      case 'gone':
+        await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
+          ...base,
+          statusCode: 410,
+          error: 'HTTP 410',
+          outcome: { kind: 'disable', reason: 'The receiver answered 410 Gone' },
+        });
+        logger?.warn({ endpointId: endpoint.id }, 'webhook endpoint disabled: 410 Gone');
+        return 'stop';
+      case 'failed': {
+        const failedAttempts = endpoint.failedAttempts + 1;
+        const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs);
+        if (delay === null) {
+          await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
+            ...base,
+            statusCode: outcome.status,
+            error: outcome.error,
+            outcome: { kind: 'disable', reason: `Every retry failed (last: ${outcome.error}); replay to resume` },
+          });
+          return 'stop';
+        }
+        const nextAttemptAt = new Date(Date.now() + delay);
+        const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
+          ...base,
+          statusCode: outcome.status,
+          error: outcome.error,
+          outcome: { kind: 'retry', failedAttempts, nextAttemptAt },
+        });
+        if (kept) {
+          const jobId = `retry-${endpoint.id}-${failedAttempts}-${change.position.commit}-${change.position.prepare}`;
+          await enqueue({ endpointId: endpoint.id, tenantId: endpoint.tenantId }, delay, jobId).catch((error: unknown) =>
+            logger?.warn({ err: error, endpointId: endpoint.id }, 'could not schedule a webhook retry; the sweep will'),
+          );
+        }
+        return 'stop';
+      }
+      default: {
+        const never: never = outcome;
+        return never;
+      }
+    }
+  };
+
+  const drain = async (job: DrainJob) => {
+    const token = randomUUID();
+    const endpoint = await acquireLease(pool, job.tenantId, job.endpointId, token, leaseMs);
+    if (!endpoint) return; // someone else is delivering to it, or it is gone/disabled
+    let made = 0;
+    try {
+      while (made < batchPerJob && (await attempt(endpoint, token)) === 'next') made++;
+    } finally {
+      await releaseLease(pool, job.tenantId, job.endpointId, token);
+    }
+    // Closes the gap between our last look and the release: work that is due now gets a job.
+    if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await enqueue(job);
+  };
+
+  const worker = new Worker<DrainJob>(WEBHOOK_QUEUE, (job) => drain(job.data), {
+    connection: workerConnection,
+    prefix,
+    concurrency: options.concurrency ?? 16,
+  });
+  worker.on('error', quiet);
+  worker.on('failed', (job, error) => logger?.error({ err: error, endpointId: job?.data.endpointId }, 'webhook drain job failed'));
+
+  let sweeping: Promise<void> | undefined;
+  let again = false;
+  const sweepOnce = async () => {
+    const due = await dueEndpoints(pool, 1_000);
+    if (due.length > 0) await queue.addBulk(due.map((d) => ({ name: 'drain', data: { endpointId: d.id, tenantId: d.tenantId } })));
+  };
+  const sweep = (): Promise<void> => {
+    if (sweeping) {
+      again = true;
+      return sweeping;
+    }
+    sweeping = (async () => {
+      do {
+        again = false;
+        await sweepOnce().catch((error: unknown) => logger?.warn({ err: error }, 'webhook sweep failed; retrying on the next one'));
+      } while (again);
+    })().finally(() => (sweeping = undefined));
+    return sweeping;
+  };
+
+  const stop = new AbortController();
+  const wakeups = createChangeWakeups(options.databaseUrl);
+  const watch = await wakeups.watch('*');
+  const loop = (async () => {
+    while (!stop.signal.aborted) {
+      await sweep();
+      await watch.wait(options.sweepEveryMs ?? 5_000, stop.signal);
+    }
+  })();
+  await worker.waitUntilReady().catch(quiet);
+
+  return {
+    sweep,
+    async close() {
+      stop.abort();
+      watch.cancel();
+      await loop;
+      await sweeping;
+      await wakeups.close();
+      await worker.close();
+      await queue.close();
+      workerConnection.disconnect();
+      queueConnection.disconnect();
+    },
+  };
+}

@@ -1,0 +1,189 @@
+import { randomUUID } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { sql, type DatabasePool } from '../../shared/db/pool.ts';
+import { BadRequestError, NotFoundError, UnprocessableError } from '../../shared/errors.ts';
+import { START } from '../../shared/event-store/port.ts';
+import { CHANGES_CHANNEL } from '../../projections/changes/changesProjection.ts';
+import { readChanges } from '../../projections/changes/queries.ts';
+import { encodeCursor } from '../changes/cursor.ts';
+import { changeTypeSchema, cursorSchema, parseAfter } from '../changes/routes.ts';
+import { problemSchema } from '../gateway/problems.ts';
+import { requireAuth } from '../gateway/requestContext.ts';
+import { generateSigningSecret, type SecretBox } from './secrets.ts';
+import { deleteEndpoint, findEndpoint, insertEndpoint, latestChange, listDeliveries, listEndpoints, rewindEndpoint, type EndpointRecord } from './store.ts';
+import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
+
+export type WebhooksRoutesDeps = {
+  readonly pool: DatabasePool;
+  readonly secrets: SecretBox;
+  readonly targets: TargetPolicy;
+};
+
+const endpointId = z.uuid().describe('Webhook endpoint id');
+const params = z.object({ id: endpointId });
+
+const endpointSchema = z
+  .object({
+    id: endpointId,
+    url: z.string(),
+    events: z.array(changeTypeSchema),
+    status: z.enum(['active', 'disabled']),
+    disabledReason: z.string().nullable().describe('Why deliveries stopped (410 Gone, retries exhausted); replay re-enables'),
+    cursor: z.string().describe('The last change delivered (or where deliveries start)'),
+    createdAt: z.string(),
+  })
+  .meta({ id: 'WebhookEndpoint' });
+
+const createBody = z
+  .object({
+    url: z.string().max(2048).describe('https URL (plain http only for hosts in WEBHOOK_ALLOW_HOSTS)'),
+    events: z.array(changeTypeSchema).min(1).max(20).describe('Change types to deliver'),
+    after: cursorSchema.optional().describe('Deliver changes after this cursor; default: only changes from now on'),
+  })
+  .strict();
+
+const deliverySchema = z.object({
+  cursor: z.string().describe('The change (also the `webhook-id` header)'),
+  type: z.string(),
+  status: z.enum(['retrying', 'succeeded', 'failed']),
+  attempts: z.number().int(),
+  lastStatusCode: z.number().int().nullable(),
+  lastError: z.string().nullable(),
+  lastAttemptAt: z.string(),
+  nextAttemptAt: z.string().nullable().describe('When the next retry is due (status retrying)'),
+});
+
+const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } as const;
+
+const toView = (e: EndpointRecord) => ({
+  id: e.id,
+  url: e.url,
+  events: e.eventTypes.map((t) => changeTypeSchema.parse(t)),
+  status: e.status,
+  disabledReason: e.disabledReason,
+  cursor: encodeCursor(e.cursor),
+  createdAt: e.createdAt,
+});
+
+/**
+ * Webhook endpoints (SPEC §7), permission `webhooks:manage`. The signing secret is returned by
+ * POST only; it is stored sealed (secrets.ts) and never shown again. Targets are checked here
+ * (https, resolves to a public address) and again at every delivery.
+ */
+export function webhooksRoutes(deps: WebhooksRoutesDeps) {
+  /** A cursor to start from: the start, or a change of this tenant (400 otherwise). */
+  const startingPoint = async (tenantId: string, after: string | undefined) => {
+    if (after === undefined) return (await latestChange(deps.pool, tenantId)) ?? START;
+    const position = parseAfter(after);
+    const page = await readChanges(deps.pool, tenantId, position, 1);
+    if (!page.known) throw new BadRequestError('after names no change of this tenant', { errors: [{ path: 'after', message: 'unknown cursor' }] });
+    return position;
+  };
+  // Wakes the delivery workers (they LISTEN on the feed's channel) instead of waiting for a sweep.
+  const wakeDispatch = (tenantId: string) =>
+    deps.pool.query(sql.type(z.object({}))`select pg_notify(${CHANGES_CHANNEL}, ${tenantId})`).then(
+      () => undefined,
+      () => undefined,
+    );
+
+  return async (v1: FastifyInstance): Promise<void> => {
+    const app = v1.withTypeProvider<ZodTypeProvider>();
+    const tags = ['webhooks'];
+    const config = { permission: 'webhooks:manage' } as const;
+
+    app.post(
+      '/webhooks',
+      {
+        config,
+        schema: {
+          tags,
+          summary: 'Register a webhook endpoint; the signing secret is in this response only',
+          body: createBody,
+          response: { 201: endpointSchema.extend({ secret: z.string().describe('whsec_…: shown once') }), ...problems, 422: problemSchema },
+        },
+      },
+      async (request, reply) => {
+        const auth = requireAuth(request);
+        const { url, events, after } = request.body;
+        try {
+          await resolveTarget(url, deps.targets);
+        } catch (error) {
+          if (!(error instanceof TargetRefusedError)) throw error;
+          throw new UnprocessableError(`url refused: ${error.message}`, { errors: [{ path: 'url', message: error.message }] });
+        }
+        const cursor = await startingPoint(auth.tenantId, after);
+        const secret = generateSigningSecret();
+        const endpoint = await insertEndpoint(deps.pool, {
+          id: randomUUID(),
+          tenantId: auth.tenantId,
+          url,
+          eventTypes: [...new Set(events)],
+          secretSealed: deps.secrets.seal(secret),
+          cursor,
+        });
+        await wakeDispatch(auth.tenantId);
+        reply.code(201).header('location', `/v1/webhooks/${endpoint.id}`);
+        return { ...toView(endpoint), secret };
+      },
+    );
+
+    app.get(
+      '/webhooks',
+      { config, schema: { tags, summary: 'List webhook endpoints (without secrets)', response: { 200: z.object({ data: z.array(endpointSchema) }), ...problems } } },
+      async (request) => ({ data: (await listEndpoints(deps.pool, requireAuth(request).tenantId)).map(toView) }),
+    );
+
+    app.delete(
+      '/webhooks/:id',
+      { config, schema: { tags, summary: 'Delete a webhook endpoint and its delivery log', params, response: { 204: z.null(), ...problems, 404: problemSchema } } },
+      async (request, reply) => {
+        if (!(await deleteEndpoint(deps.pool, requireAuth(request).tenantId, request.params.id))) throw new NotFoundError('No such webhook endpoint');
+        return reply.code(204).send(null);
+      },
+    );
+
+    app.get(
+      '/webhooks/:id/deliveries',
+      {
+        config,
+        schema: {
+          tags,
+          summary: 'Recent deliveries of an endpoint, newest first: attempts, status, next retry',
+          params,
+          querystring: z.object({ limit: z.coerce.number().int().min(1).max(100).default(50) }).strict(),
+          response: { 200: z.object({ data: z.array(deliverySchema) }), ...problems, 404: problemSchema },
+        },
+      },
+      async (request) => {
+        const { tenantId } = requireAuth(request);
+        if (!(await findEndpoint(deps.pool, tenantId, request.params.id))) throw new NotFoundError('No such webhook endpoint');
+        const rows = await listDeliveries(deps.pool, tenantId, request.params.id, request.query.limit);
+        return { data: rows.map(({ position, ...d }) => ({ cursor: encodeCursor(position), ...d })) };
+      },
+    );
+
+    app.post(
+      '/webhooks/:id/replay',
+      {
+        config,
+        schema: {
+          tags,
+          summary: 'Redeliver every change after a cursor (also re-enables a disabled endpoint)',
+          params,
+          body: z.object({ after: cursorSchema.describe('Redeliver changes after this cursor (the start cursor: all)') }).strict(),
+          response: { 202: endpointSchema, ...problems, 404: problemSchema },
+        },
+      },
+      async (request, reply) => {
+        const { tenantId } = requireAuth(request);
+        const cursor = await startingPoint(tenantId, request.body.after);
+        const endpoint = await rewindEndpoint(deps.pool, tenantId, request.params.id, cursor);
+        if (!endpoint) throw new NotFoundError('No such webhook endpoint');
+        await wakeDispatch(tenantId);
+        return reply.code(202).send(toView(endpoint));
+      },
+    );
+  };
+}

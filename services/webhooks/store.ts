@@ -1,0 +1,249 @@
+import { z } from 'zod';
+import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import type { GlobalPosition } from '../../shared/event-store/port.ts';
+
+/** The SQL of the webhooks capability: endpoints, their feed position and lease, the delivery log. */
+const endpointRow = z.object({
+  id: z.string(),
+  tenant_id: z.string(),
+  url: z.string(),
+  event_types: z.array(z.string()),
+  secret_sealed: z.string(),
+  status: z.enum(['active', 'disabled']),
+  disabled_reason: z.string().nullable(),
+  created_at: z.string(),
+  cursor_commit: z.string(),
+  cursor_prepare: z.string(),
+  failed_attempts: z.number(),
+  next_attempt_at: z.string().nullable(),
+});
+
+export type EndpointRecord = {
+  readonly id: string;
+  readonly tenantId: string;
+  readonly url: string;
+  readonly eventTypes: readonly string[];
+  readonly secretSealed: string;
+  readonly status: 'active' | 'disabled';
+  readonly disabledReason: string | null;
+  readonly createdAt: string;
+  /** The last change delivered (or the start position it was created/replayed at). */
+  readonly cursor: GlobalPosition;
+  readonly failedAttempts: number;
+  readonly nextAttemptAt: string | null;
+};
+
+const toEndpoint = (r: z.infer<typeof endpointRow>): EndpointRecord => ({
+  id: r.id,
+  tenantId: r.tenant_id,
+  url: r.url,
+  eventTypes: r.event_types,
+  secretSealed: r.secret_sealed,
+  status: r.status,
+  disabledReason: r.disabled_reason,
+  createdAt: r.created_at,
+  cursor: { commit: BigInt(r.cursor_commit), prepare: BigInt(r.cursor_prepare) },
+  failedAttempts: r.failed_attempts,
+  nextAttemptAt: r.next_attempt_at,
+});
+
+const endpointColumns = sql.fragment`
+  id::text, tenant_id::text, url, event_types, secret_sealed, status, disabled_reason, created_at,
+  cursor_commit::text, cursor_prepare::text, failed_attempts, next_attempt_at
+`;
+
+export async function insertEndpoint(
+  pool: DatabasePool,
+  e: { id: string; tenantId: string; url: string; eventTypes: readonly string[]; secretSealed: string; cursor: GlobalPosition },
+): Promise<EndpointRecord> {
+  return withTenant(pool, e.tenantId, async (tx) =>
+    toEndpoint(
+      await tx.one(sql.type(endpointRow)`
+        insert into webhook_endpoints (id, tenant_id, url, event_types, secret_sealed, cursor_commit, cursor_prepare)
+        values (${e.id}, ${e.tenantId}, ${e.url}, ${sql.array([...e.eventTypes], 'text')}, ${e.secretSealed},
+                ${e.cursor.commit.toString()}, ${e.cursor.prepare.toString()})
+        returning ${endpointColumns}
+      `),
+    ),
+  );
+}
+
+export async function listEndpoints(pool: DatabasePool, tenantId: string): Promise<EndpointRecord[]> {
+  const rows = await withTenant(pool, tenantId, (tx) =>
+    tx.any(sql.type(endpointRow)`select ${endpointColumns} from webhook_endpoints where tenant_id = ${tenantId} order by created_at, id`),
+  );
+  return rows.map(toEndpoint);
+}
+
+export async function findEndpoint(pool: DatabasePool, tenantId: string, id: string): Promise<EndpointRecord | null> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(endpointRow)`select ${endpointColumns} from webhook_endpoints where tenant_id = ${tenantId} and id = ${id}`),
+  );
+  return row ? toEndpoint(row) : null;
+}
+
+export async function deleteEndpoint(pool: DatabasePool, tenantId: string, id: string): Promise<boolean> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(z.object({ id: z.string() }))`delete from webhook_endpoints where tenant_id = ${tenantId} and id = ${id} returning id::text`),
+  );
+  return row !== null;
+}
+
+/** Replay: move the endpoint back (or forward) to `cursor`, re-activate it, forget its retry state. */
+export async function rewindEndpoint(pool: DatabasePool, tenantId: string, id: string, cursor: GlobalPosition): Promise<EndpointRecord | null> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(endpointRow)`
+      update webhook_endpoints set cursor_commit = ${cursor.commit.toString()}, cursor_prepare = ${cursor.prepare.toString()},
+        status = 'active', disabled_reason = null, failed_attempts = 0, next_attempt_at = null,
+        -- An attempt in flight must not move the cursor back past the rewind: its lease ends here.
+        lease_token = null, lease_until = null
+      where tenant_id = ${tenantId} and id = ${id}
+      returning ${endpointColumns}
+    `),
+  );
+  return row ? toEndpoint(row) : null;
+}
+
+const deliveryRow = z.object({
+  commit: z.string(),
+  prepare: z.string(),
+  type: z.string(),
+  status: z.enum(['retrying', 'succeeded', 'failed']),
+  attempts: z.number(),
+  last_status_code: z.number().nullable(),
+  last_error: z.string().nullable(),
+  last_attempt_at: z.string(),
+  next_attempt_at: z.string().nullable(),
+});
+
+export type DeliveryRecord = {
+  readonly position: GlobalPosition;
+  readonly type: string;
+  readonly status: 'retrying' | 'succeeded' | 'failed';
+  readonly attempts: number;
+  readonly lastStatusCode: number | null;
+  readonly lastError: string | null;
+  readonly lastAttemptAt: string;
+  readonly nextAttemptAt: string | null;
+};
+
+export async function listDeliveries(pool: DatabasePool, tenantId: string, endpointId: string, limit: number): Promise<DeliveryRecord[]> {
+  const rows = await withTenant(pool, tenantId, (tx) =>
+    tx.any(sql.type(deliveryRow)`
+      select commit_position::text as commit, prepare_position::text as prepare, type, status, attempts,
+             last_status_code, last_error, last_attempt_at, next_attempt_at
+      from webhook_deliveries where tenant_id = ${tenantId} and endpoint_id = ${endpointId}
+      order by last_attempt_at desc, commit_position desc, prepare_position desc limit ${limit}
+    `),
+  );
+  return rows.map((r) => ({
+    position: { commit: BigInt(r.commit), prepare: BigInt(r.prepare) },
+    type: r.type,
+    status: r.status,
+    attempts: r.attempts,
+    lastStatusCode: r.last_status_code,
+    lastError: r.last_error,
+    lastAttemptAt: r.last_attempt_at,
+    nextAttemptAt: r.next_attempt_at,
+  }));
+}
+
+/** Newest change position of the tenant (where a new endpoint starts), or null when it has none. */
+export async function latestChange(pool: DatabasePool, tenantId: string): Promise<GlobalPosition | null> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(z.object({ commit: z.string(), prepare: z.string() }))`
+      select commit_position::text as commit, prepare_position::text as prepare from employee_changes
+      where tenant_id = ${tenantId} order by commit_position desc, prepare_position desc limit 1
+    `),
+  );
+  return row ? { commit: BigInt(row.commit), prepare: BigInt(row.prepare) } : null;
+}
+
+// ---- The delivery worker's side ----------------------------------------------------------
+
+/**
+ * Endpoints that have something to deliver now and that nobody is delivering to: active, not
+ * waiting for a retry, not leased, with a change of a subscribed type after their cursor.
+ * Reads across tenants (the worker's role bypasses RLS).
+ */
+export async function dueEndpoints(pool: DatabasePool, limit: number, onlyId?: string): Promise<Array<{ id: string; tenantId: string }>> {
+  const rows = await pool.any(sql.type(z.object({ id: z.string(), tenant_id: z.string() }))`
+    select e.id::text, e.tenant_id::text from webhook_endpoints e
+    where e.status = 'active' ${onlyId === undefined ? sql.fragment`` : sql.fragment`and e.id = ${onlyId}`}
+      and (e.next_attempt_at is null or e.next_attempt_at <= now())
+      and (e.lease_until is null or e.lease_until < now())
+      and exists (
+        select 1 from employee_changes c
+        where c.tenant_id = e.tenant_id
+          and (c.commit_position, c.prepare_position) > (e.cursor_commit, e.cursor_prepare)
+          and c.type = any(e.event_types))
+    limit ${limit}
+  `);
+  return rows.map((r) => ({ id: r.id, tenantId: r.tenant_id }));
+}
+
+/** Takes the endpoint's delivery lease (one delivery in flight per endpoint), or null when someone holds it. */
+export async function acquireLease(pool: DatabasePool, tenantId: string, id: string, token: string, leaseMs: number): Promise<EndpointRecord | null> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(endpointRow)`
+      update webhook_endpoints set lease_token = ${token}, lease_until = now() + make_interval(secs => ${leaseMs / 1000})
+      where tenant_id = ${tenantId} and id = ${id} and status = 'active' and (lease_until is null or lease_until < now())
+      returning ${endpointColumns}
+    `),
+  );
+  return row ? toEndpoint(row) : null;
+}
+
+export async function releaseLease(pool: DatabasePool, tenantId: string, id: string, token: string): Promise<void> {
+  await withTenant(pool, tenantId, (tx) =>
+    tx.query(sql.type(z.object({}))`
+      update webhook_endpoints set lease_token = null, lease_until = null where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
+    `),
+  );
+}
+
+export type AttemptRecord = {
+  readonly change: { readonly position: GlobalPosition; readonly type: string };
+  readonly statusCode: number | null;
+  readonly error: string | null;
+  /** What the endpoint becomes: moved past the change, retrying it at `nextAttemptAt`, or disabled. */
+  readonly outcome:
+    | { readonly kind: 'delivered' }
+    | { readonly kind: 'retry'; readonly failedAttempts: number; readonly nextAttemptAt: Date }
+    | { readonly kind: 'disable'; readonly reason: string };
+};
+
+/**
+ * Records one attempt and moves the endpoint accordingly, in one transaction, only while the
+ * lease is ours (false: it was lost, and whoever holds it now carries on).
+ */
+export async function recordAttempt(pool: DatabasePool, tenantId: string, id: string, token: string, attempt: AttemptRecord): Promise<boolean> {
+  const { change, outcome } = attempt;
+  const commit = change.position.commit.toString();
+  const prepare = change.position.prepare.toString();
+  return withTenant(pool, tenantId, async (tx) => {
+    const moved = await tx.maybeOne(sql.type(z.object({ id: z.string() }))`
+      update webhook_endpoints set
+        cursor_commit = case when ${outcome.kind} = 'delivered' then ${commit}::numeric else cursor_commit end,
+        cursor_prepare = case when ${outcome.kind} = 'delivered' then ${prepare}::numeric else cursor_prepare end,
+        failed_attempts = ${outcome.kind === 'retry' ? outcome.failedAttempts : 0},
+        next_attempt_at = ${outcome.kind === 'retry' ? outcome.nextAttemptAt.toISOString() : null}::timestamptz,
+        status = case when ${outcome.kind} = 'disable' then 'disabled' else status end,
+        disabled_reason = ${outcome.kind === 'disable' ? outcome.reason : null}
+      where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
+      returning id::text
+    `);
+    if (!moved) return false;
+    const status = outcome.kind === 'delivered' ? 'succeeded' : outcome.kind === 'retry' ? 'retrying' : 'failed';
+    await tx.query(sql.type(z.object({}))`
+      insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
+        last_status_code, last_error, last_attempt_at, next_attempt_at)
+      values (${id}, ${tenantId}, ${commit}, ${prepare}, ${change.type}, ${status}, 1, ${attempt.statusCode}, ${attempt.error}, now(),
+        ${outcome.kind === 'retry' ? outcome.nextAttemptAt.toISOString() : null}::timestamptz)
+      on conflict (endpoint_id, commit_position, prepare_position) do update set
+        status = excluded.status, attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
+        last_error = excluded.last_error, last_attempt_at = excluded.last_attempt_at, next_attempt_at = excluded.next_attempt_at
+    `);
+    return true;
+  });
+}

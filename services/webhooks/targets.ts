@@ -1,0 +1,142 @@
+import { lookup } from 'node:dns/promises';
+import { BlockList, isIP } from 'node:net';
+
+/**
+ * Where webhooks may be sent (SPEC §7): https only, never to loopback, private, link-local,
+ * metadata or otherwise special addresses, judged on the addresses the name resolves to at
+ * every delivery (a name that resolved to a public address at registration can point at
+ * 169.254.169.254 tomorrow). The delivery then connects to the very address that was checked
+ * (see deliver.ts), so a second resolution cannot swap it. An operator allow-list
+ * (WEBHOOK_ALLOW_HOSTS: host names, IP addresses or CIDR ranges) lifts the rules for what it names.
+ */
+const special = new BlockList();
+for (const [network, prefix] of [
+  ['0.0.0.0', 8], // "this network"
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10], // carrier-grade NAT
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16], // link-local, cloud metadata (169.254.169.254)
+  ['172.16.0.0', 12],
+  ['192.0.0.0', 24],
+  ['192.0.2.0', 24],
+  ['192.168.0.0', 16],
+  ['198.18.0.0', 15],
+  ['198.51.100.0', 24],
+  ['203.0.113.0', 24],
+  ['224.0.0.0', 4], // multicast
+  ['240.0.0.0', 4], // reserved, broadcast
+] as const) {
+  special.addSubnet(network, prefix, 'ipv4');
+}
+for (const [network, prefix] of [
+  ['::', 96], // unspecified, loopback (::1), IPv4-compatible
+  ['::ffff:0:0', 96], // IPv4-mapped: could name any IPv4 address above
+  ['64:ff9b::', 96], // NAT64, same
+  ['100::', 64], // discard
+  ['2001:db8::', 32], // documentation
+  ['fc00::', 7], // unique local (incl. fd00:ec2::254, a metadata address)
+  ['fe80::', 10], // link-local
+  ['ff00::', 8], // multicast
+] as const) {
+  special.addSubnet(network, prefix, 'ipv6');
+}
+
+export type ResolvedAddress = { readonly address: string; readonly family: 4 | 6 };
+/** DNS resolution, injectable so tests can make a name resolve to 10.x or a metadata address. */
+export type Resolver = (hostname: string) => Promise<readonly ResolvedAddress[]>;
+
+export const systemResolver: Resolver = async (hostname) =>
+  (await lookup(hostname, { all: true, verbatim: true })).map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
+
+export type TargetPolicy = {
+  /** WEBHOOK_ALLOW_HOSTS: lower-case host names, IP addresses, CIDR ranges. */
+  readonly allowHosts: readonly string[];
+  readonly resolver?: Resolver;
+};
+
+export class TargetRefusedError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'TargetRefusedError';
+  }
+}
+
+const familyOf = (address: string): 'ipv4' | 'ipv6' => (isIP(address) === 6 ? 'ipv6' : 'ipv4');
+const bare = (hostname: string) => hostname.replace(/^\[(.*)\]$/, '$1').toLowerCase();
+
+function allowList(entries: readonly string[]) {
+  const names = new Set<string>();
+  const addresses = new BlockList();
+  for (const entry of entries) {
+    const [ip, prefix] = entry.split('/');
+    if (ip && isIP(ip)) {
+      if (prefix === undefined) addresses.addAddress(ip, familyOf(ip));
+      else addresses.addSubnet(ip, Number(prefix), familyOf(ip));
+      names.add(bare(ip));
+    } else {
+      names.add(entry.toLowerCase());
+    }
+  }
+  return { names, addresses };
+}
+
+/** Whether `entry` is a valid WEBHOOK_ALLOW_HOSTS item (host name, IP address, CIDR). */
+export function isAllowHostEntry(entry: string): boolean {
+  const [ip, prefix, extra] = entry.split('/');
+  if (extra !== undefined || !ip) return false;
+  if (isIP(ip)) {
+    if (prefix === undefined) return true;
+    if (!/^\d{1,3}$/.test(prefix)) return false;
+    return Number(prefix) <= (isIP(ip) === 6 ? 128 : 32);
+  }
+  return prefix === undefined && /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/i.test(ip);
+}
+
+/** The shape rules, without DNS: an absolute http(s) URL without credentials; http only for allow-listed hosts. */
+export function checkTargetUrl(raw: string, policy: TargetPolicy): URL {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new TargetRefusedError('url is not an absolute URL');
+  }
+  if (url.username || url.password) throw new TargetRefusedError('url must not carry credentials');
+  const allowed = allowList(policy.allowHosts);
+  if (url.protocol === 'http:') {
+    if (!allowed.names.has(bare(url.hostname))) throw new TargetRefusedError('url must use https (plain http only for hosts in WEBHOOK_ALLOW_HOSTS)');
+  } else if (url.protocol !== 'https:') {
+    throw new TargetRefusedError('url must use https');
+  }
+  return url;
+}
+
+/**
+ * Resolves the target and checks every address it resolves to; returns the one to connect to.
+ * Refuses (TargetRefusedError) a special address unless the allow-list names the host or address.
+ */
+export async function resolveTarget(raw: string, policy: TargetPolicy): Promise<{ url: URL; address: ResolvedAddress }> {
+  const url = checkTargetUrl(raw, policy);
+  const host = bare(url.hostname);
+  const allowed = allowList(policy.allowHosts);
+  let addresses: readonly ResolvedAddress[];
+  if (isIP(host)) {
+    addresses = [{ address: host, family: isIP(host) === 6 ? 6 : 4 }];
+  } else {
+    try {
+      addresses = await (policy.resolver ?? systemResolver)(host);
+    } catch {
+      throw new TargetRefusedError(`${host} does not resolve`);
+    }
+  }
+  if (addresses.length === 0) throw new TargetRefusedError(`${host} does not resolve`);
+  const hostAllowed = allowed.names.has(host);
+  for (const { address } of addresses) {
+    if (hostAllowed || allowed.addresses.check(address, familyOf(address))) continue;
+    if (special.check(address, familyOf(address))) {
+      throw new TargetRefusedError(`${host} resolves to ${address}, a loopback, private, link-local or reserved address`);
+    }
+  }
+  const first = addresses[0];
+  if (!first) throw new TargetRefusedError(`${host} does not resolve`);
+  return { url, address: first };
+}
