@@ -9,7 +9,10 @@ import { BlockList, isIP } from 'node:net';
  * (see deliver.ts), so a second resolution cannot swap it. An operator allow-list
  * (WEBHOOK_ALLOW_HOSTS: host names, IP addresses or CIDR ranges) lifts the rules for what it names.
  */
-const special = new BlockList();
+// Two lists: Node's BlockList matches IPv4 addresses against IPv4-mapped IPv6 rules, so one
+// list holding ::ffff:0:0/96 would refuse every IPv4 address.
+const special4 = new BlockList();
+const special6 = new BlockList();
 for (const [network, prefix] of [
   ['0.0.0.0', 8], // "this network"
   ['10.0.0.0', 8],
@@ -26,7 +29,7 @@ for (const [network, prefix] of [
   ['224.0.0.0', 4], // multicast
   ['240.0.0.0', 4], // reserved, broadcast
 ] as const) {
-  special.addSubnet(network, prefix, 'ipv4');
+  special4.addSubnet(network, prefix, 'ipv4');
 }
 for (const [network, prefix] of [
   ['::', 96], // unspecified, loopback (::1), IPv4-compatible
@@ -38,7 +41,7 @@ for (const [network, prefix] of [
   ['fe80::', 10], // link-local
   ['ff00::', 8], // multicast
 ] as const) {
-  special.addSubnet(network, prefix, 'ipv6');
+  special6.addSubnet(network, prefix, 'ipv6');
 }
 
 export type ResolvedAddress = { readonly address: string; readonly family: 4 | 6 };
@@ -132,7 +135,8 @@ export async function resolveTarget(raw: string, policy: TargetPolicy): Promise<
   const hostAllowed = allowed.names.has(host);
   for (const { address } of addresses) {
     if (hostAllowed || allowed.addresses.check(address, familyOf(address))) continue;
-    if (special.check(address, familyOf(address))) {
+    const family = familyOf(address);
+    if (family === 'ipv4' ? special4.check(address, 'ipv4') : special6.check(address, 'ipv6')) {
       throw new TargetRefusedError(`${host} resolves to ${address}, a loopback, private, link-local or reserved address`);
     }
   }

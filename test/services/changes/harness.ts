@@ -33,13 +33,13 @@ export type ChangesHarness = {
 };
 
 /** A fresh database, the live changes projector and a gateway with the feed (and `extra`) behind real auth. */
-export async function createChangesHarness(...extra: V1Capability[]): Promise<ChangesHarness> {
+export async function createChangesHarness(...extra: Array<(db: TestDatabase) => V1Capability>): Promise<ChangesHarness> {
   const db = await createTestDatabase();
   const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
   const projector = runProjection(db.pool, store, changesProjection, { pollIntervalMs: 100 });
   await waitFor(() => readCheckpoint(db.pool, changesProjection.name));
   const auth = await createTestAuth(db.pool);
-  const app = await createTestApp(auth, changesCapability({ pool: db.pool, databaseUrl: db.url }), ...extra);
+  const app = await createTestApp(auth, changesCapability({ pool: db.pool, databaseUrl: db.url }), ...extra.map((make) => make(db)));
   const harness: ChangesHarness = {
     db,
     store,

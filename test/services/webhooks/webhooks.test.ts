@@ -1,0 +1,214 @@
+import { randomBytes } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { Webhook } from 'standardwebhooks';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { authHeaders, createTestApp } from '../../support/auth.ts';
+import { expectProblem } from '../employees/harness.ts';
+import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
+import { webhooksCapability } from '../../../services/webhooks/capability.ts';
+import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
+import { createSecretBox } from '../../../services/webhooks/secrets.ts';
+import { dueEndpoints } from '../../../services/webhooks/store.ts';
+import { firstArrivals, startReceiver } from './receiver.ts';
+
+const secrets = createSecretBox(randomBytes(32));
+const FAST_RETRIES = { scheduleMs: [100, 100, 100, 100, 100, 100], jitter: 0.2, maxRetryAfterMs: 5_000 };
+
+let h: ChangesHarness;
+let dispatcher: WebhookDispatcher;
+let strictApp: FastifyInstance;
+
+beforeAll(async () => {
+  h = await createChangesHarness((db) => webhooksCapability({ pool: db.pool, secrets, targets: { allowHosts: ['127.0.0.1'] } }));
+  dispatcher = await startWebhookDispatcher({
+    pool: h.db.pool,
+    databaseUrl: h.db.url,
+    redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    prefix: `test-wh-${randomBytes(4).toString('hex')}`,
+    secrets,
+    targets: { allowHosts: ['127.0.0.1'] },
+    retry: FAST_RETRIES,
+    timeoutMs: 2_000,
+    sweepEveryMs: 250,
+  });
+  // The same capability with no allow-list: what production looks like.
+  strictApp = await createTestApp(h.auth, webhooksCapability({ pool: h.db.pool, secrets, targets: { allowHosts: [] } }));
+});
+afterAll(async () => {
+  await strictApp?.close();
+  await dispatcher?.close();
+  await h?.close();
+});
+
+async function admin() {
+  const { tenant } = await h.tenant();
+  return { tenant, headers: await authHeaders(h.auth, tenant, 'admin') };
+}
+
+async function register(headers: Record<string, string>, url: string, events = ['employee.hired', 'employee.details_changed']) {
+  const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events } });
+  if (response.statusCode !== 201) throw new Error(`${response.statusCode} ${response.body}`);
+  return response.json<{ id: string; secret: string; cursor: string; status: string }>();
+}
+
+/** The tenant's change cursors in feed order (what each endpoint must receive, in this order). */
+async function feedCursors(headers: Record<string, string>, count: number): Promise<string[]> {
+  return waitFor(async () => {
+    const response = await h.app.inject({ method: 'GET', url: '/v1/employees/changes?limit=1000', headers });
+    const cursors = response.json<{ data: Array<{ cursor: string }> }>().data.map((c) => c.cursor);
+    return cursors.length >= count ? cursors : undefined;
+  });
+}
+
+describe('when changes happen for a registered endpoint', () => {
+  it('delivers them signed per Standard Webhooks, verifiable with the standardwebhooks library', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver();
+    try {
+      const endpoint = await register(headers, receiver.url);
+      expect(endpoint.secret).toMatch(/^whsec_[A-Za-z0-9+/=]{32}$/);
+      const listed = await h.app.inject({ method: 'GET', url: '/v1/webhooks', headers });
+      expect(listed.body).not.toContain(endpoint.secret);
+      expect(listed.body).not.toContain(endpoint.secret.slice(6));
+
+      const e = await hire(h.store, tenant.tenantId, 'sig');
+      await e.rename('signed');
+      const cursors = await feedCursors(headers, 2);
+      await waitFor(() => receiver.acknowledged().length >= 2);
+      const verifier = new Webhook(endpoint.secret);
+      const bodies = receiver.requests.map((r) => {
+        const headerMap = { 'webhook-id': String(r.headers['webhook-id']), 'webhook-timestamp': String(r.headers['webhook-timestamp']), 'webhook-signature': String(r.headers['webhook-signature']) };
+        expect(headerMap['webhook-signature']).toMatch(/^v1,[A-Za-z0-9+/=]+$/);
+        return verifier.verify(r.body, headerMap) as { type: string; timestamp: string; data: { cursor: string; employee: { firstName: string } } };
+      });
+      expect(receiver.requests.map((r) => r.id)).toEqual(cursors);
+      expect(bodies.map((b) => b.type)).toEqual(['employee.hired', 'employee.details_changed']);
+      expect(bodies.map((b) => b.data.cursor)).toEqual(cursors);
+      expect(bodies[1]?.data.employee.firstName).toBe('signed');
+      // A forged body does not verify.
+      const first = receiver.requests[0];
+      if (!first) throw new Error('no request');
+      expect(() =>
+        verifier.verify(first.body.replace('employee.hired', 'employee.fired'), {
+          'webhook-id': first.id,
+          'webhook-timestamp': String(first.headers['webhook-timestamp']),
+          'webhook-signature': String(first.headers['webhook-signature']),
+        }),
+      ).toThrow();
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
+describe('when a receiver fails the first 3 attempts', () => {
+  it('gets every change exactly once, in order, afterwards; another endpoint is not held up meanwhile', async () => {
+    const { tenant, headers } = await admin();
+    const flaky = await startReceiver((n) => ({ status: n < 3 ? 500 : 200 }));
+    const healthy = await startReceiver();
+    try {
+      const flakyEndpoint = await register(headers, flaky.url);
+      await register(headers, healthy.url);
+      const e = await hire(h.store, tenant.tenantId, 'flaky');
+      for (let i = 1; i <= 5; i++) await e.rename(`flaky-${i}`);
+      const cursors = await feedCursors(headers, 6);
+      await waitFor(() => healthy.acknowledged().length >= 6);
+      await waitFor(() => flaky.acknowledged().length >= 6);
+      expect(flaky.requests.slice(0, 4).map((r) => r.id)).toEqual([cursors[0], cursors[0], cursors[0], cursors[0]]);
+      expect(flaky.acknowledged()).toEqual(cursors);
+      expect(healthy.acknowledged()).toEqual(cursors);
+      expect(firstArrivals(flaky.requests.map((r) => r.id)).regressions).toBe(0);
+
+      // The receiver answers before the worker records the attempt: wait for the log to catch up.
+      const log = await waitFor(async () => {
+        const deliveries = await h.app.inject({ method: 'GET', url: `/v1/webhooks/${flakyEndpoint.id}/deliveries`, headers });
+        const data = deliveries.json<{ data: Array<{ cursor: string; status: string; attempts: number; lastStatusCode: number | null }> }>().data;
+        return data.filter((d) => d.status === 'succeeded').length === 6 ? data : undefined;
+      });
+      const firstDelivery = log.find((d) => d.cursor === cursors[0]);
+      expect(firstDelivery).toMatchObject({ status: 'succeeded', attempts: 4, lastStatusCode: 200 });
+      expect(log.filter((d) => d.status === 'succeeded')).toHaveLength(6);
+    } finally {
+      await flaky.close();
+      await healthy.close();
+    }
+  });
+
+  it('honours Retry-After and shows the pending retry in the deliveries log', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver((n) => (n === 0 ? { status: 503, headers: { 'retry-after': '2' } } : { status: 200 }));
+    try {
+      const endpoint = await register(headers, receiver.url);
+      await hire(h.store, tenant.tenantId, 'later');
+      await waitFor(() => receiver.requests.length >= 1);
+      const log = await waitFor(async () => {
+        const r = await h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers });
+        return r.json<{ data: Array<{ status: string; attempts: number; nextAttemptAt: string | null; lastStatusCode: number }> }>().data[0];
+      });
+      expect(log).toMatchObject({ status: 'retrying', attempts: 1, lastStatusCode: 503 });
+      expect(Date.parse(log.nextAttemptAt ?? '') - (receiver.requests[0]?.at ?? 0)).toBeGreaterThan(1_500);
+      await waitFor(() => receiver.acknowledged().length >= 1);
+      const [first, second] = receiver.requests;
+      expect((second?.at ?? 0) - (first?.at ?? 0)).toBeGreaterThanOrEqual(1_900); // the schedule alone says ~100 ms
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
+describe('when the receiver answers 410 Gone', () => {
+  it('disables the endpoint; replay re-enables it and redelivers from the cursor', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver(() => ({ status: 410 }));
+    try {
+      const endpoint = await register(headers, receiver.url);
+      const e = await hire(h.store, tenant.tenantId, 'gone');
+      await waitFor(() => receiver.requests.length >= 1);
+      const disabled = await waitFor(async () => {
+        const list = (await h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{ data: Array<{ id: string; status: string; disabledReason: string | null }> }>();
+        const found = list.data.find((w) => w.id === endpoint.id);
+        return found?.status === 'disabled' ? found : undefined;
+      });
+      expect(disabled.disabledReason).toMatch(/410/);
+      await e.rename('after-gone');
+      await feedCursors(headers, 2);
+      // Nothing is scheduled for a disabled endpoint, however many changes come.
+      expect((await dueEndpoints(h.db.pool, 10, endpoint.id)).length).toBe(0);
+      expect(receiver.requests).toHaveLength(1);
+
+      receiver.setAnswer(() => ({ status: 200 }));
+      const replay = await h.app.inject({ method: 'POST', url: `/v1/webhooks/${endpoint.id}/replay`, headers, payload: { after: endpoint.cursor } });
+      expect(replay.statusCode).toBe(202);
+      const cursors = await feedCursors(headers, 2);
+      await waitFor(() => receiver.acknowledged().length >= 2);
+      expect(receiver.acknowledged()).toEqual(cursors);
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
+describe('when a target is loopback, private, link-local or metadata and not allow-listed', () => {
+  it('refuses to register it (422), after resolving names', async () => {
+    const { headers } = await admin();
+    for (const url of [
+      'https://127.0.0.1/hook',
+      'https://10.1.2.3/hook',
+      'https://169.254.169.254/latest/meta-data',
+      'https://[::1]/hook',
+      'https://localhost/hook',
+      'http://example.com/hook',
+      'ftp://example.com/hook',
+      'https://user:pw@example.com/hook',
+    ]) {
+      const response = await strictApp.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events: ['employee.hired'] } });
+      expectProblem(response, 422);
+    }
+  });
+
+  it('needs webhooks:manage (admin)', async () => {
+    const { tenant } = await h.tenant();
+    const hr = await authHeaders(h.auth, tenant, 'hr_manager');
+    expectProblem(await h.app.inject({ method: 'GET', url: '/v1/webhooks', headers: hr }), 403);
+  });
+});
