@@ -8,7 +8,7 @@ export type Answer = { status: number; headers?: Record<string, string> };
  * A real HTTP receiver on loopback. `answer` decides each response from the request number
  * (0-based) and the webhook id; every request is recorded with the status it got.
  */
-export async function startReceiver(answer: (n: number, id: string) => Answer = () => ({ status: 204 })) {
+export async function startReceiver(answer: (n: number, id: string) => Answer = () => ({ status: 204 }), options: { delayMs?: number } = {}) {
   const requests: Received[] = [];
   let respond = answer;
   const server = createServer((req, res) => {
@@ -18,7 +18,9 @@ export async function startReceiver(answer: (n: number, id: string) => Answer = 
       const id = String(req.headers['webhook-id'] ?? '');
       const { status, headers } = respond(requests.length, id);
       requests.push({ id, headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), status, at: Date.now() });
-      res.writeHead(status, headers).end();
+      const send = () => res.writeHead(status, headers).end();
+      if (options.delayMs) setTimeout(send, options.delayMs);
+      else send();
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
