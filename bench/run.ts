@@ -10,6 +10,7 @@ import { runEmployeesBench } from './scenarios/employees.ts';
 import { healthScenario } from './scenarios/health.ts';
 import { runKpiBench } from './scenarios/kpi.ts';
 import { runRateLimitBench } from './scenarios/rateLimit.ts';
+import { runFeedBench } from './scenarios/feed.ts';
 
 const scenarios: Record<string, () => Promise<unknown>> = {
   health: () => healthScenario(),
@@ -17,6 +18,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   'rate-limit': () => runRateLimitBench(),
   employees: () => runEmployeesBench(),
   kpi: () => runKpiBench(),
+  feed: () => runFeedBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));

@@ -3,14 +3,14 @@ import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
-import { readChanges } from '../../projections/changes/queries.ts';
+import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/routes.ts';
 import { createChangeWakeups } from '../changes/wakeups.ts';
 import { sendWebhook } from './deliver.ts';
 import { DEFAULT_RETRY_POLICY, nextRetryDelay, type RetryPolicy } from './schedule.ts';
 import type { SecretBox } from './secrets.ts';
-import { acquireLease, dueEndpoints, recordAttempt, releaseLease, type EndpointRecord } from './store.ts';
+import { acquireLease, dueEndpoints, recordAttempt, recordDelivered, releaseLease, type EndpointRecord } from './store.ts';
 import type { TargetPolicy } from './targets.ts';
 
 export const WEBHOOK_QUEUE = 'webhook-delivery';
@@ -33,7 +33,7 @@ export type WebhookDispatcherOptions = {
   readonly sweepEveryMs?: number;
   /** Deliveries in flight at once, across endpoints; per endpoint it is always one (in order). */
   readonly concurrency?: number;
-  /** Deliveries one job makes before it yields its slot to other endpoints. */
+  /** Deliveries one job makes before it yields its slot to other endpoints (read and recorded a page at a time). */
   readonly batchPerJob?: number;
   readonly logger?: Pick<Logger, 'info' | 'warn' | 'error'>;
   readonly random?: () => number;
@@ -62,7 +62,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   const retry = options.retry ?? DEFAULT_RETRY_POLICY;
   const timeoutMs = options.timeoutMs ?? 15_000;
   const leaseMs = timeoutMs + 30_000;
-  const batchPerJob = options.batchPerJob ?? 100;
+  const batchPerJob = options.batchPerJob ?? 500;
   const random = options.random ?? Math.random;
   const quiet = () => undefined;
 
@@ -83,65 +83,62 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     await queue.add('drain', job, { ...(delayMs > 0 && { delay: delayMs }), ...(jobId && { jobId }) });
   };
 
-  const attempt = async (endpoint: EndpointRecord, token: string): Promise<'next' | 'stop'> => {
-    if (endpoint.nextAttemptAt && Date.parse(endpoint.nextAttemptAt) > Date.now()) return 'stop'; // its retry job will come
-    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, 1, endpoint.eventTypes);
-    const change = page.changes[0];
-    if (!change) return 'stop';
-    const id = encodeCursor(change.position);
-    const outcome = await sendWebhook(endpoint.url, secrets.open(endpoint.secretSealed), { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) }, {
-      policy: targets,
-      timeoutMs,
-    });
-    const base = { change: { position: change.position, type: change.type } };
-    switch (outcome.kind) {
-      case 'delivered': {
-        const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, statusCode: outcome.status, error: null, outcome: { kind: 'delivered' } });
-        if (!kept) return 'stop';
-        Object.assign(endpoint, { cursor: change.position, failedAttempts: 0, nextAttemptAt: null });
-        return 'next';
+  /**
+   * Delivers the endpoint's next changes in order, up to `budget`, reading them a page at a
+   * time; successes are recorded (cursor moved) once per page, a failure ends the run after
+   * recording what succeeded before it. Returns how many were delivered and whether to go on.
+   */
+  const deliverRun = async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
+    if (endpoint.nextAttemptAt && Date.parse(endpoint.nextAttemptAt) > Date.now()) return { delivered: 0, more: false }; // its retry job will come
+    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes);
+    if (page.changes.length === 0) return { delivered: 0, more: false };
+    const secret = secrets.open(endpoint.secretSealed);
+    const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date }> = [];
+    const flush = async () => {
+      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded);
+      const last = succeeded.at(-1);
+      if (kept && last) Object.assign(endpoint, { cursor: last.position, failedAttempts: 0, nextAttemptAt: null });
+      return kept;
+    };
+    for (const change of page.changes) {
+      const id = encodeCursor(change.position);
+      const outcome = await sendWebhook(endpoint.url, secret, { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) }, {
+        policy: targets,
+        timeoutMs,
+      });
+      if (outcome.kind === 'delivered') {
+        succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at: new Date() });
+        continue;
       }
-      case 'gone':
+      if (!(await flush())) return { delivered: succeeded.length, more: false };
+      const base = { change: { position: change.position, type: change.type }, statusCode: outcome.status };
+      if (outcome.kind === 'gone') {
+        await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: 'HTTP 410', outcome: { kind: 'disable', reason: 'The receiver answered 410 Gone' } });
+        logger?.warn({ endpointId: endpoint.id }, 'webhook endpoint disabled: 410 Gone');
+        return { delivered: succeeded.length, more: false };
+      }
+      const failedAttempts = endpoint.failedAttempts + 1;
+      const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs);
+      if (delay === null) {
         await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
           ...base,
-          statusCode: 410,
-          error: 'HTTP 410',
-          outcome: { kind: 'disable', reason: 'The receiver answered 410 Gone' },
-        });
-        logger?.warn({ endpointId: endpoint.id }, 'webhook endpoint disabled: 410 Gone');
-        return 'stop';
-      case 'failed': {
-        const failedAttempts = endpoint.failedAttempts + 1;
-        const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs);
-        if (delay === null) {
-          await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
-            ...base,
-            statusCode: outcome.status,
-            error: outcome.error,
-            outcome: { kind: 'disable', reason: `Every retry failed (last: ${outcome.error}); replay to resume` },
-          });
-          return 'stop';
-        }
-        const nextAttemptAt = new Date(Date.now() + delay);
-        const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
-          ...base,
-          statusCode: outcome.status,
           error: outcome.error,
-          outcome: { kind: 'retry', failedAttempts, nextAttemptAt },
+          outcome: { kind: 'disable', reason: `Every retry failed (last: ${outcome.error}); replay to resume` },
         });
-        if (kept) {
-          const jobId = `retry-${endpoint.id}-${failedAttempts}-${change.position.commit}-${change.position.prepare}`;
-          await enqueue({ endpointId: endpoint.id, tenantId: endpoint.tenantId }, delay, jobId).catch((error: unknown) =>
-            logger?.warn({ err: error, endpointId: endpoint.id }, 'could not schedule a webhook retry; the sweep will'),
-          );
-        }
-        return 'stop';
+        return { delivered: succeeded.length, more: false };
       }
-      default: {
-        const never: never = outcome;
-        return never;
+      const nextAttemptAt = new Date(Date.now() + delay);
+      const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: outcome.error, outcome: { kind: 'retry', failedAttempts, nextAttemptAt } });
+      if (kept) {
+        const jobId = `retry-${endpoint.id}-${failedAttempts}-${change.position.commit}-${change.position.prepare}`;
+        await enqueue({ endpointId: endpoint.id, tenantId: endpoint.tenantId }, delay, jobId).catch((error: unknown) =>
+          logger?.warn({ err: error, endpointId: endpoint.id }, 'could not schedule a webhook retry; the sweep will'),
+        );
       }
+      return { delivered: succeeded.length, more: false };
     }
+    const kept = await flush();
+    return { delivered: succeeded.length, more: kept };
   };
 
   const drain = async (job: DrainJob) => {
@@ -150,7 +147,11 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     if (!endpoint) return; // someone else is delivering to it, or it is gone/disabled
     let made = 0;
     try {
-      while (made < batchPerJob && (await attempt(endpoint, token)) === 'next') made++;
+      for (;;) {
+        const run = await deliverRun(endpoint, token, batchPerJob - made);
+        made += run.delivered;
+        if (!run.more || made >= batchPerJob) break;
+      }
     } finally {
       await releaseLease(pool, job.tenantId, job.endpointId, token);
     }

@@ -247,3 +247,41 @@ export async function recordAttempt(pool: DatabasePool, tenantId: string, id: st
     return true;
   });
 }
+
+/**
+ * Records a run of successful deliveries and moves the cursor past the last, in one
+ * transaction, only while the lease is ours. Batching these is safe for at-least-once: a crash
+ * before this commits only means those changes are delivered again (same `webhook-id`).
+ */
+export async function recordDelivered(
+  pool: DatabasePool,
+  tenantId: string,
+  id: string,
+  token: string,
+  delivered: ReadonlyArray<{ readonly position: GlobalPosition; readonly type: string; readonly statusCode: number; readonly at: Date }>,
+): Promise<boolean> {
+  const last = delivered.at(-1);
+  if (!last) return true;
+  return withTenant(pool, tenantId, async (tx) => {
+    const moved = await tx.maybeOne(sql.type(z.object({ id: z.string() }))`
+      update webhook_endpoints set cursor_commit = ${last.position.commit.toString()}, cursor_prepare = ${last.position.prepare.toString()},
+        failed_attempts = 0, next_attempt_at = null
+      where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
+      returning id::text
+    `);
+    if (!moved) return false;
+    await tx.query(sql.type(z.object({}))`
+      insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
+        last_status_code, last_error, last_attempt_at, next_attempt_at)
+      select ${id}, ${tenantId}, t.commit_position, t.prepare_position, t.type, 'succeeded', 1, t.status_code, null, t.at, null
+      from ${sql.unnest(
+        delivered.map((d) => [d.position.commit.toString(), d.position.prepare.toString(), d.type, d.statusCode, d.at.toISOString()]),
+        ['numeric', 'numeric', 'text', 'int4', 'timestamptz'],
+      )} as t(commit_position, prepare_position, type, status_code, at)
+      on conflict (endpoint_id, commit_position, prepare_position) do update set
+        status = 'succeeded', attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
+        last_error = null, last_attempt_at = excluded.last_attempt_at, next_attempt_at = null
+    `);
+    return true;
+  });
+}

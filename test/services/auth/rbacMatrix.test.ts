@@ -6,6 +6,9 @@ import { BUILT_IN_ROLES, PERMISSIONS, ROLE_PERMISSIONS, rolesAllow, type RoleNam
 import { authenticated, type AuthDeps } from '../../../services/auth/plugin.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
+import { changesCapability } from '../../../services/changes/capability.ts';
+import { webhooksCapability } from '../../../services/webhooks/capability.ts';
+import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
 
@@ -28,6 +31,8 @@ beforeAll(async () => {
     auth,
     employeesCapability({ pool: db.pool, eventStore: store }, { readWaitMs: 0 }),
     analyticsRoutes({ pool: db.pool, store, readWaitMs: 0 }),
+    changesCapability({ pool: db.pool, databaseUrl: db.url }),
+    webhooksCapability({ pool: db.pool, secrets: createSecretBox(Buffer.alloc(32, 1)), targets: { allowHosts: [] } }),
   );
   tenant = await provisionTenant(db.pool);
 });
@@ -49,7 +54,7 @@ describe('the permission matrix', () => {
 
   it('covers the routes of every mounted capability (the matrix below is not empty)', () => {
     const urls = new Set(auth.routes.map((r) => r.url));
-    for (const url of ['/v1/roles', '/v1/employees', '/v1/analytics/kpi', '/v1/analytics/billing-events']) expect(urls).toContain(url);
+    for (const url of ['/v1/roles', '/v1/employees', '/v1/analytics/kpi', '/v1/analytics/billing-events', '/v1/employees/changes', '/v1/webhooks']) expect(urls).toContain(url);
   });
 });
 
