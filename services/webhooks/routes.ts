@@ -106,9 +106,11 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
       },
       async (request, reply) => {
         const auth = requireAuth(request);
-        const { url, events, after } = request.body;
+        const { events, after } = request.body;
+        let url: string;
         try {
-          await resolveTarget(url, deps.targets);
+          // Stored as the parser normalised it (percent-encoded), so what is stored is what is checked.
+          url = (await resolveTarget(request.body.url, deps.targets)).url.href;
         } catch (error) {
           if (!(error instanceof TargetRefusedError)) throw error;
           throw new UnprocessableError(`url refused: ${error.message}`, { errors: [{ path: 'url', message: error.message }] });

@@ -206,6 +206,20 @@ describe('when a target is loopback, private, link-local or metadata and not all
     }
   });
 
+  it('stores a URL as normalised (a NUL or lone surrogate in the path is percent-encoded, never a 500)', async () => {
+    const { headers } = await admin();
+    const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url: 'http://127.0.0.1:9/a\u0000b\ud800', events: ['employee.hired'] } });
+    expect(response.statusCode).toBe(201);
+    expect(response.json<{ url: string }>().url).toBe('http://127.0.0.1:9/a%00b%EF%BF%BD');
+  });
+
+  it('is described in the OpenAPI document', async () => {
+    const doc = (await h.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json<{ paths: Record<string, unknown> }>();
+    for (const path of ['/v1/employees/changes', '/v1/webhooks', '/v1/webhooks/{id}', '/v1/webhooks/{id}/deliveries', '/v1/webhooks/{id}/replay']) {
+      expect(Object.keys(doc.paths)).toContain(path);
+    }
+  });
+
   it('needs webhooks:manage (admin)', async () => {
     const { tenant } = await h.tenant();
     const hr = await authHeaders(h.auth, tenant, 'hr_manager');
