@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /**
@@ -42,9 +42,16 @@ export async function loadSecretBox(config: { WEBHOOK_SECRETS_KEY?: string | und
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
   }
   await mkdir(config.DATA_DIR, { recursive: true });
-  // 'wx': two processes starting together must not both write a different key.
-  await writeFile(file, randomBytes(32).toString('base64'), { mode: 0o600, flag: 'wx' }).catch((error: NodeJS.ErrnoException) => {
-    if (error.code !== 'EEXIST') throw error;
-  });
+  // Written aside, then linked into place: link fails if another process got there first, and
+  // nobody ever reads a half-written key (processes sharing DATA_DIR start together).
+  const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
+  await writeFile(aside, randomBytes(32).toString('base64'), { mode: 0o600 });
+  try {
+    await link(aside, file).catch((error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EEXIST') throw error;
+    });
+  } finally {
+    await rm(aside, { force: true });
+  }
   return createSecretBox(Buffer.from((await readFile(file, 'utf8')).trim(), 'base64'));
 }
