@@ -88,19 +88,26 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
    * time; successes are recorded (cursor moved) once per page, a failure ends the run after
    * recording what succeeded before it. Returns how many were delivered and whether to go on.
    */
-  const deliverRun = async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
+  const deliverRun = async (endpoint: EndpointRecord, lease: { readonly token: string; renewedAt: number }, budget: number): Promise<{ delivered: number; more: boolean }> => {
     if (endpoint.nextAttemptAt && Date.parse(endpoint.nextAttemptAt) > Date.now()) return { delivered: 0, more: false }; // its retry job will come
     const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes);
     if (page.changes.length === 0) return { delivered: 0, more: false };
+    const { token } = lease;
     const secret = secrets.open(endpoint.secretSealed);
     const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date }> = [];
     const flush = async () => {
-      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded);
+      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs);
+      lease.renewedAt = Date.now();
       const last = succeeded.at(-1);
       if (kept && last) Object.assign(endpoint, { cursor: last.position, failedAttempts: 0, nextAttemptAt: null });
+      succeeded.length = 0;
       return kept;
     };
+    let sent = 0;
     for (const change of page.changes) {
+      // The lease must outlive the next attempt: record what succeeded so far, which renews it.
+      if (Date.now() - lease.renewedAt > leaseMs - timeoutMs - 5_000 && !(await flush())) return { delivered: sent, more: false };
+      sent++;
       const id = encodeCursor(change.position);
       const outcome = await sendWebhook(endpoint.url, secret, { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) }, {
         policy: targets,
@@ -110,12 +117,12 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
         succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at: new Date() });
         continue;
       }
-      if (!(await flush())) return { delivered: succeeded.length, more: false };
+      if (!(await flush())) return { delivered: sent - 1, more: false };
       const base = { change: { position: change.position, type: change.type }, statusCode: outcome.status };
       if (outcome.kind === 'gone') {
         await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: 'HTTP 410', outcome: { kind: 'disable', reason: 'The receiver answered 410 Gone' } });
         logger?.warn({ endpointId: endpoint.id }, 'webhook endpoint disabled: 410 Gone');
-        return { delivered: succeeded.length, more: false };
+        return { delivered: sent - 1, more: false };
       }
       const failedAttempts = endpoint.failedAttempts + 1;
       const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs);
@@ -125,7 +132,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
           error: outcome.error,
           outcome: { kind: 'disable', reason: `Every retry failed (last: ${outcome.error}); replay to resume` },
         });
-        return { delivered: succeeded.length, more: false };
+        return { delivered: sent - 1, more: false };
       }
       const nextAttemptAt = new Date(Date.now() + delay);
       const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: outcome.error, outcome: { kind: 'retry', failedAttempts, nextAttemptAt } });
@@ -135,20 +142,21 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
           logger?.warn({ err: error, endpointId: endpoint.id }, 'could not schedule a webhook retry; the sweep will'),
         );
       }
-      return { delivered: succeeded.length, more: false };
+      return { delivered: sent - 1, more: false };
     }
     const kept = await flush();
-    return { delivered: succeeded.length, more: kept };
+    return { delivered: sent, more: kept };
   };
 
   const drain = async (job: DrainJob) => {
-    const token = randomUUID();
+    const lease = { token: randomUUID(), renewedAt: Date.now() };
+    const { token } = lease;
     const endpoint = await acquireLease(pool, job.tenantId, job.endpointId, token, leaseMs);
     if (!endpoint) return; // someone else is delivering to it, or it is gone/disabled
     let made = 0;
     try {
       for (;;) {
-        const run = await deliverRun(endpoint, token, batchPerJob - made);
+        const run = await deliverRun(endpoint, lease, batchPerJob - made);
         made += run.delivered;
         if (!run.more || made >= batchPerJob) break;
       }

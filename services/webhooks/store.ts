@@ -259,17 +259,23 @@ export async function recordDelivered(
   id: string,
   token: string,
   delivered: ReadonlyArray<{ readonly position: GlobalPosition; readonly type: string; readonly statusCode: number; readonly at: Date }>,
+  /** Extends the lease by this much from now (a long run of deliveries keeps it). */
+  leaseMs: number,
 ): Promise<boolean> {
   const last = delivered.at(-1);
-  if (!last) return true;
   return withTenant(pool, tenantId, async (tx) => {
     const moved = await tx.maybeOne(sql.type(z.object({ id: z.string() }))`
-      update webhook_endpoints set cursor_commit = ${last.position.commit.toString()}, cursor_prepare = ${last.position.prepare.toString()},
-        failed_attempts = 0, next_attempt_at = null
+      update webhook_endpoints set
+        cursor_commit = ${last ? sql.fragment`${last.position.commit.toString()}::numeric` : sql.fragment`cursor_commit`},
+        cursor_prepare = ${last ? sql.fragment`${last.position.prepare.toString()}::numeric` : sql.fragment`cursor_prepare`},
+        failed_attempts = ${last ? sql.fragment`0` : sql.fragment`failed_attempts`},
+        next_attempt_at = ${last ? sql.fragment`null` : sql.fragment`next_attempt_at`},
+        lease_until = now() + make_interval(secs => ${leaseMs / 1000})
       where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
       returning id::text
     `);
     if (!moved) return false;
+    if (!last) return true;
     await tx.query(sql.type(z.object({}))`
       insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
         last_status_code, last_error, last_attempt_at, next_attempt_at)
