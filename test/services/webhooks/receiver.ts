@@ -11,6 +11,7 @@ export type Answer = { status: number; headers?: Record<string, string> };
 export async function startReceiver(answer: (n: number, id: string) => Answer = () => ({ status: 204 }), options: { delayMs?: number } = {}) {
   const requests: Received[] = [];
   let respond = answer;
+  let delayMs = options.delayMs ?? 0;
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -19,7 +20,7 @@ export async function startReceiver(answer: (n: number, id: string) => Answer = 
       const { status, headers } = respond(requests.length, id);
       requests.push({ id, headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), status, at: Date.now() });
       const send = () => res.writeHead(status, headers).end();
-      if (options.delayMs) setTimeout(send, options.delayMs);
+      if (delayMs > 0) setTimeout(send, delayMs);
       else send();
     });
   });
@@ -32,6 +33,9 @@ export async function startReceiver(answer: (n: number, id: string) => Answer = 
     acknowledged: () => requests.filter((r) => r.status >= 200 && r.status < 300).map((r) => r.id),
     setAnswer(next: (n: number, id: string) => Answer) {
       respond = next;
+    },
+    setDelay(ms: number) {
+      delayMs = ms;
     },
     close: () =>
       new Promise<void>((resolve) => {

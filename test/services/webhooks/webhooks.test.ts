@@ -156,6 +156,54 @@ describe('when a receiver fails the first 3 attempts', () => {
   });
 });
 
+describe('when a receiver never succeeds, or does not answer in time', () => {
+  it('retries on the schedule, then disables the endpoint with the reason; the log says failed', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver(() => ({ status: 500 }));
+    try {
+      const endpoint = await register(headers, receiver.url);
+      await hire(h.store, tenant.tenantId, 'doomed');
+      const disabled = await waitFor(async () => {
+        const list = (await h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{ data: Array<{ id: string; status: string; disabledReason: string | null }> }>();
+        const found = list.data.find((w) => w.id === endpoint.id);
+        return found?.status === 'disabled' ? found : undefined;
+      });
+      expect(disabled.disabledReason).toMatch(/Every retry failed.*HTTP 500/);
+      expect(receiver.requests).toHaveLength(1 + FAST_RETRIES.scheduleMs.length);
+      const log = (await h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers })).json<{ data: Array<{ status: string; attempts: number }> }>().data;
+      expect(log).toEqual([expect.objectContaining({ status: 'failed', attempts: 1 + FAST_RETRIES.scheduleMs.length })]);
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it('counts a response slower than the timeout as a failure and delivers on a later attempt', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver(undefined, { delayMs: 2_500 }); // the test dispatcher waits 2 s
+    try {
+      const endpoint = await register(headers, receiver.url);
+      await hire(h.store, tenant.tenantId, 'slow');
+      const first = await waitFor(async () => {
+        const r = await h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers });
+        return r.json<{ data: Array<{ status: string; lastError: string | null }> }>().data[0];
+      });
+      expect(first).toMatchObject({ status: 'retrying', lastError: expect.stringMatching(/no answer within 2000 ms|aborted/i) });
+      receiver.setDelay(0);
+      const done = await waitFor(async () => {
+        const r = await h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers });
+        const row = r.json<{ data: Array<{ status: string; attempts: number; lastError: string | null }> }>().data[0];
+        return row?.status === 'succeeded' ? row : undefined;
+      });
+      expect(done).toMatchObject({ attempts: 2, lastError: null });
+      const ids = receiver.requests.map((r) => r.id);
+      expect(ids).toHaveLength(2);
+      expect(ids[0]).toBe(ids[1]); // the same webhook-id on the retry
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
 describe('when the receiver answers 410 Gone', () => {
   it('disables the endpoint; replay re-enables it and redelivers from the cursor', async () => {
     const { tenant, headers } = await admin();
