@@ -261,6 +261,476 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/employees/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Change feed: every employee change, in log order, with the state after it */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description Read changes strictly after this cursor; omitted: from the first change */
+                    after?: string;
+                    limit?: number;
+                    /** @description Long-poll: seconds to wait for a change when none is pending */
+                    wait?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            data: components["schemas"]["EmployeeChange"][];
+                            /** @description Cursor to pass as `after` next time (also when `data` is empty) */
+                            next: string;
+                            /** @description True when more changes are pending right now */
+                            hasMore: boolean;
+                        };
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List webhook endpoints (without secrets) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            data: components["schemas"]["WebhookEndpoint"][];
+                        };
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        /** Register a webhook endpoint; the signing secret is in this response only */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description https URL (plain http only for hosts in WEBHOOK_ALLOW_HOSTS) */
+                        url: string;
+                        /** @description Change types to deliver */
+                        events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+                        /** @description Deliver changes after this cursor; default: only changes from now on */
+                        after?: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description Default Response */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /**
+                             * Format: uuid
+                             * @description Webhook endpoint id
+                             */
+                            id: string;
+                            url: string;
+                            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+                            /** @enum {string} */
+                            status: "active" | "disabled";
+                            /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
+                            disabledReason: string | null;
+                            /** @description The last change delivered (or where deliveries start) */
+                            cursor: string;
+                            createdAt: string;
+                            /** @description whsec_…: shown once */
+                            secret: string;
+                        };
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete a webhook endpoint and its delivery log */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Webhook endpoint id */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Recent deliveries of an endpoint, newest first: attempts, status, next retry */
+        get: {
+            parameters: {
+                query?: {
+                    limit?: number;
+                };
+                header?: never;
+                path: {
+                    /** @description Webhook endpoint id */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            data: {
+                                /** @description The change (also the `webhook-id` header) */
+                                cursor: string;
+                                type: string;
+                                /** @enum {string} */
+                                status: "retrying" | "succeeded" | "failed";
+                                attempts: number;
+                                lastStatusCode: number | null;
+                                lastError: string | null;
+                                lastAttemptAt: string;
+                                /** @description When the next retry is due (status retrying) */
+                                nextAttemptAt: string | null;
+                            }[];
+                        };
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Redeliver every change after a cursor (also re-enables a disabled endpoint) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Webhook endpoint id */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description Redeliver changes after this cursor (the start cursor: all) */
+                        after: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description Default Response */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WebhookEndpoint"];
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/employees": {
         parameters: {
             query?: never;
@@ -1020,7 +1490,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             name: string;
-            permissions: ("employees:read" | "employees:write" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign")[];
+            permissions: ("employees:read" | "employees:write" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
         };
         EmployeeInput: {
             /** @description Employee id (ULID) */
@@ -1034,6 +1504,36 @@ export interface components {
             status: "active" | "inactive" | "on_leave";
             /** @description ISO 8601 UTC */
             hiredAt: string;
+        };
+        EmployeeChangeInput: {
+            /** @description Position of this change; pass it as `after` to read what follows */
+            cursor: string;
+            /**
+             * @description What happened to the employee
+             * @enum {string}
+             */
+            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned";
+            employeeId: string;
+            /** @description ISO 8601 UTC instant the change was made */
+            occurredAt: string;
+            /** @description The employee as it was right after this change */
+            employee: components["schemas"]["EmployeeInput"];
+        };
+        WebhookEndpointInput: {
+            /**
+             * Format: uuid
+             * @description Webhook endpoint id
+             */
+            id: string;
+            url: string;
+            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+            /** @enum {string} */
+            status: "active" | "disabled";
+            /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
+            disabledReason: string | null;
+            /** @description The last change delivered (or where deliveries start) */
+            cursor: string;
+            createdAt: string;
         };
         KpiSummaryInput: {
             /** @description Monthly recurring revenue, major currency units (exact, rounded to 4 decimals) */
@@ -1084,7 +1584,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             name: string;
-            permissions: ("employees:read" | "employees:write" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign")[];
+            permissions: ("employees:read" | "employees:write" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
         };
         Employee: {
             /** @description Employee id (ULID) */
@@ -1098,6 +1598,36 @@ export interface components {
             status: "active" | "inactive" | "on_leave";
             /** @description ISO 8601 UTC */
             hiredAt: string;
+        };
+        EmployeeChange: {
+            /** @description Position of this change; pass it as `after` to read what follows */
+            cursor: string;
+            /**
+             * @description What happened to the employee
+             * @enum {string}
+             */
+            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned";
+            employeeId: string;
+            /** @description ISO 8601 UTC instant the change was made */
+            occurredAt: string;
+            /** @description The employee as it was right after this change */
+            employee: components["schemas"]["Employee"];
+        };
+        WebhookEndpoint: {
+            /**
+             * Format: uuid
+             * @description Webhook endpoint id
+             */
+            id: string;
+            url: string;
+            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+            /** @enum {string} */
+            status: "active" | "disabled";
+            /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
+            disabledReason: string | null;
+            /** @description The last change delivered (or where deliveries start) */
+            cursor: string;
+            createdAt: string;
         };
         KpiSummary: {
             /** @description Monthly recurring revenue, major currency units (exact, rounded to 4 decimals) */
