@@ -11,6 +11,7 @@ import { healthScenario } from './scenarios/health.ts';
 import { runKpiBench } from './scenarios/kpi.ts';
 import { runRateLimitBench } from './scenarios/rateLimit.ts';
 import { runFeedBench } from './scenarios/feed.ts';
+import { runRuntimeBench } from './scenarios/runtime.ts';
 
 const scenarios: Record<string, () => Promise<unknown>> = {
   health: () => healthScenario(),
@@ -19,6 +20,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   employees: () => runEmployeesBench(),
   kpi: () => runKpiBench(),
   feed: () => runFeedBench(),
+  runtime: () => runRuntimeBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));

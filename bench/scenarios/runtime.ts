@@ -1,0 +1,133 @@
+/**
+ * The process itself: cold start to ready, Node RSS at idle and under a sustained mixed load, on
+ * the embedded default exactly as `npm start` runs it (plain `node services/main.ts`, embedded
+ * PostgreSQL in a fresh data directory). Baseline in the same run: a bare Node process serving
+ * one Fastify route (what any Fastify service costs before it does anything).
+ *
+ *   npm run bench -- runtime          # BENCH_SOAK_SECONDS (default 120), BENCH_SOAK_RATE (default 400 req/s)
+ *
+ * The load is a mix of creates, list pages, single reads and the KPI summary from 16
+ * connections at a fixed overall rate; RSS is sampled every second from /proc.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import autocannon from 'autocannon';
+
+type Sample = { readonly at: number; readonly rssMb: number };
+
+const rssMb = async (pid: number) => {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 'NaN');
+  return Math.round((kb / 1024) * 10) / 10;
+};
+
+async function waitReady(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ok = await fetch(url).then((r) => r.ok, () => false);
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`${url} not ready within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+const stop = (child: ChildProcess) =>
+  new Promise<void>((done) => {
+    if (child.exitCode !== null) return done();
+    child.once('exit', () => done());
+    child.kill('SIGTERM');
+  });
+
+async function bareFastifyRss(): Promise<number> {
+  const code = `const f = (await import('fastify')).default({ logger: false }); f.get('/', async () => ({ ok: true })); await f.listen({ port: 0, host: '127.0.0.1' }); process.stdout.write('up\\n');`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code], { cwd: resolve(import.meta.dirname, '../..'), stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise((r) => child.stdout?.once('data', r));
+  await new Promise((r) => setTimeout(r, 3_000));
+  const rss = await rssMb(child.pid ?? 0);
+  await stop(child);
+  return rss;
+}
+
+export async function runRuntimeBench(): Promise<Record<string, unknown>> {
+  const seconds = Number(process.env.BENCH_SOAK_SECONDS ?? 120);
+  const rate = Number(process.env.BENCH_SOAK_RATE ?? 400);
+  const port = 3600 + Math.floor(Math.random() * 300);
+  const dataDir = await mkdtemp(join(tmpdir(), 'eas-runtime-bench-'));
+  const password = `pw-${randomBytes(8).toString('hex')}`;
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    PORT: String(port),
+    EMBEDDED_PG_PORT: String(port + 50_000 > 65_000 ? 54_500 : port + 50_000),
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'warn',
+    BOOTSTRAP_TENANT: 'bench',
+    BOOTSTRAP_PLAN: 'enterprise',
+    BOOTSTRAP_ADMIN_EMAIL: 'admin@bench.test',
+    BOOTSTRAP_ADMIN_PASSWORD: password,
+  };
+  for (const engine of ['DATABASE_URL', 'EVENTSTORE_URL', 'KAFKA_BROKERS', 'REDIS_URL', 'OTEL_EXPORTER_OTLP_ENDPOINT']) delete env[engine];
+  const base = `http://127.0.0.1:${port}`;
+  const start = async () => {
+    const started = performance.now();
+    const child = spawn(process.execPath, ['services/main.ts'], { cwd: resolve(import.meta.dirname, '../..'), env, stdio: ['ignore', 'ignore', 'inherit'] });
+    await waitReady(`${base}/health/ready`, 60_000);
+    return { child, readyMs: Math.round(performance.now() - started) };
+  };
+  try {
+    const cold = await start();
+    await new Promise((r) => setTimeout(r, 5_000));
+    const idleCold = await rssMb(cold.child.pid ?? 0);
+    await stop(cold.child);
+    const warm = await start();
+    const child = warm.child;
+    await new Promise((r) => setTimeout(r, 5_000));
+    const idle = await rssMb(child.pid ?? 0);
+
+    const login = await fetch(`${base}/v1/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-tenant': 'bench' },
+      body: JSON.stringify({ email: 'admin@bench.test', password }),
+    });
+    const { accessToken } = (await login.json()) as { accessToken: string };
+    const headers = { authorization: `Bearer ${accessToken}`, 'x-tenant': 'bench', 'content-type': 'application/json' };
+    const first = await fetch(`${base}/v1/employees`, { method: 'POST', headers, body: JSON.stringify({ email: 'first@bench.test', firstName: 'F', lastName: 'L', department: 'eng' }) });
+    const { id } = (await first.json()) as { id: string };
+
+    const samples: Sample[] = [];
+    const t0 = Date.now();
+    const sampler = setInterval(() => void rssMb(child.pid ?? 0).then((rss) => samples.push({ at: Date.now() - t0, rssMb: rss }), () => undefined), 1_000);
+    let n = 0;
+    const result = await autocannon({
+      url: base,
+      connections: 16,
+      duration: seconds,
+      overallRate: rate,
+      headers,
+      requests: [
+        { method: 'POST', path: '/v1/employees', setupRequest: (req) => ({ ...req, body: JSON.stringify({ email: `e${n++}-${randomBytes(3).toString('hex')}@bench.test`, firstName: 'Soak', lastName: 'Test', department: `d${n % 20}` }) }) },
+        { method: 'GET', path: '/v1/employees?limit=20' },
+        { method: 'GET', path: `/v1/employees/${id}` },
+        { method: 'GET', path: '/v1/analytics/kpi' },
+      ],
+    });
+    clearInterval(sampler);
+    const loaded = samples.map((s) => s.rssMb);
+    const report = {
+      unit: 'MB (Node process RSS; the embedded PostgreSQL processes are not counted)',
+      coldStartToReadyMs: cold.readyMs,
+      warmStartToReadyMs: warm.readyMs,
+      idleRssColdStart: idleCold,
+      idleRss: idle,
+      load: { seconds, targetRate: rate, requests: result.requests.total, non2xx: result.non2xx, errors: result.errors, p99Ms: result.latency.p99, averageRate: result.requests.average },
+      loadedRss: { first: loaded[0], peak: Math.max(...loaded), last: loaded.at(-1), atQuarterMarks: [0.25, 0.5, 0.75, 1].map((q) => loaded[Math.max(0, Math.round(loaded.length * q) - 1)]) },
+      baselineBareFastifyIdleRss: await bareFastifyRss(),
+    };
+    await stop(child);
+    return report;
+  } finally {
+    await rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
+  }
+}
