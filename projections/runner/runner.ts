@@ -12,6 +12,10 @@ import {
   type RecordedEvent,
 } from '../../shared/event-store/port.ts';
 import type { Projection } from './projection.ts';
+import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNotifications.ts';
+import { classifyFailure } from './failures.ts';
+import { DEFAULT_ISOLATION, applyWithParking, type IsolationPolicy } from './isolation.ts';
+import { hasParkedEvents, parkedEventsMigration, parkedStreams } from './parking.ts';
 
 export const projectionRunnerMigrations: readonly Migration[] = [
   {
@@ -28,7 +32,33 @@ export const projectionRunnerMigrations: readonly Migration[] = [
       grant select on projection_checkpoints to eas_tenant;
     `,
   },
+  parkedEventsMigration,
+  checkpointNotifyMigration,
 ];
+
+/**
+ * Thrown when the stored model was built by a newer version of a projection than this code's:
+ * during a rolling deploy the old projector must stop, not rebuild the model back (defect 10).
+ */
+export class ProjectionSupersededError extends Error {
+  readonly projection: string;
+  readonly storedVersion: number;
+  readonly codeVersion: number;
+  constructor(projection: string, storedVersion: number, codeVersion: number) {
+    super(`projection ${projection} is built at version ${storedVersion}, newer than this code's version ${codeVersion}: not rebuilding it`);
+    this.name = 'ProjectionSupersededError';
+    this.projection = projection;
+    this.storedVersion = storedVersion;
+    this.codeVersion = codeVersion;
+  }
+}
+
+/** The version guard: never replace a model built by a newer version with an older one. */
+export function assertNotSuperseded(checkpoint: Pick<Checkpoint, 'version'> | null, projection: Pick<Projection, 'name' | 'version'>): void {
+  if (checkpoint && checkpoint.version > projection.version) {
+    throw new ProjectionSupersededError(projection.name, checkpoint.version, projection.version);
+  }
+}
 
 const checkpointRow = z.object({
   version: z.number(),
@@ -90,7 +120,13 @@ export async function replayProjection<T extends string>(
   pool: DatabasePool,
   store: EventStore,
   projection: Projection<T>,
-  options: { batchSize?: number; onProgress?: ProgressListener; signal?: AbortSignal } = {},
+  options: {
+    batchSize?: number;
+    onProgress?: ProgressListener;
+    signal?: AbortSignal;
+    /** Replace a model built by a NEWER version (an explicit operator rollback). Default: refuse. */
+    allowDowngrade?: boolean;
+  } = {},
 ): Promise<{ processed: number; position: GlobalPosition }> {
   // The store reads on its own connections. Bound here, outside the connection's async context,
   // so slonik does not take the store's pool queries for a foreign connection inside it.
@@ -105,6 +141,7 @@ export async function replayProjection<T extends string>(
     const lockKey = `projection-replay:${projection.name}`;
     await connection.query(sql.type(z.object({}))`select pg_advisory_lock(hashtext(${lockKey}))`);
     try {
+      if (!options.allowDowngrade) assertNotSuperseded(await readCheckpoint(connection, projection.name), projection);
       await dropAbandonedShadows(connection, projection);
       return await buildAndSwap(connection, { readPage, readHead }, projection, options);
     } finally {
@@ -132,7 +169,7 @@ async function buildAndSwap<T extends string>(
   connection: Pick<DatabasePool, 'transaction'>,
   log: { readPage(after: GlobalPosition): Promise<ReadAllPage>; readHead(): Promise<GlobalPosition> },
   projection: Projection<T>,
-  options: { onProgress?: ProgressListener; signal?: AbortSignal },
+  options: { onProgress?: ProgressListener; signal?: AbortSignal; allowDowngrade?: boolean },
 ): Promise<{ processed: number; position: GlobalPosition }> {
   const generation = `${Date.now().toString(36)}${Math.floor(Math.random() * 1296).toString(36)}`;
   const shadowName = (logical: string) => `${logical}__g${generation}`;
@@ -160,7 +197,9 @@ async function buildAndSwap<T extends string>(
       page = await next;
     }
     await connection.transaction(async (tx) => {
-      await readCheckpoint(tx, projection.name, true);
+      const stored = await readCheckpoint(tx, projection.name, true);
+      // A newer version swapped in while this one was building: keep it (version guard).
+      if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
       // Under the checkpoint lock: apply whatever committed since the last page.
       for (;;) {
         const page = await log.readPage(position);
@@ -196,10 +235,14 @@ async function buildAndSwap<T extends string>(
   }
 }
 
+/** Why a projector stopped: asked to (`stop()`), or a newer version owns the model (version guard). */
+export type ProjectorStopReason = 'stopped' | 'superseded';
+
 export type ProjectorHandle = {
   /** Resolves when the projector has stopped (after finishing the batch in hand). */
   stop(): Promise<void>;
-  readonly done: Promise<void>;
+  /** Resolves with why it stopped: `superseded` when a newer version of the projection owns the model. */
+  readonly done: Promise<ProjectorStopReason>;
 };
 
 export type RunProjectionOptions = {
@@ -207,13 +250,62 @@ export type RunProjectionOptions = {
   readonly pollIntervalMs?: number;
   readonly onBatch?: (checkpoint: Checkpoint) => void;
   readonly onError?: (error: unknown) => void;
+  /** Called for each event parked (after its bounded retries), with the error that parked it. */
+  readonly onParked?: (event: RecordedEvent, error: string) => void;
+  /** Retries of a failing event before it is parked, and their backoff (defaults: 3 tries, 20 ms doubling). */
+  readonly isolation?: Partial<Pick<IsolationPolicy, 'maxAttempts' | 'backoffMs'>>;
 };
 
+/** Backoff after a transient failure (database down, deadlock): doubles from 50 ms up to 2 s. */
+const TRANSIENT_BACKOFF_MS = { first: 50, max: 2_000 };
+
+const abortableSleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
+
 /**
- * Keeps one projection live: (re)builds it when it is missing or its version changed, then
+ * The next page is requested while the current one is applied (read and apply pipelined): the
+ * subscription has already moved its cursor past a page it yielded, so reading ahead never
+ * skips or repeats an event. Under load a page holds whatever committed meanwhile (up to the
+ * batch size): the projector batches by itself.
+ */
+async function* readAhead<T>(source: AsyncIterable<T>): AsyncGenerator<T> {
+  const iterator = source[Symbol.asyncIterator]();
+  let next = iterator.next();
+  try {
+    for (;;) {
+      const current = await next;
+      if (current.done) return;
+      next = iterator.next();
+      next.catch(() => undefined); // awaited on the next turn; only keeps an abandoned read quiet
+      yield current.value;
+    }
+  } finally {
+    await iterator.return?.();
+  }
+}
+
+/**
+ * Keeps one projection live: (re)builds it when it is missing or its version is older, then
  * follows the log. Each page's writes and its checkpoint commit in one transaction; the
  * checkpoint update is a compare-and-set, so a second projector instance that raced this one
  * rolls back instead of applying a page twice.
+ *
+ * Poison events never stop it: a page that fails deterministically is applied again with the
+ * failing events isolated (see isolation.ts), retried a bounded number of times, then parked in
+ * projection_parked_events and skipped; the checkpoint moves on. Transient failures (database
+ * down, deadlock, serialization) retry the page with backoff instead; nothing is parked for them.
+ *
+ * Version guard: when the stored model was built by a NEWER version (a rolling deploy has
+ * started the next release), this projector does not rebuild; it reports a
+ * ProjectionSupersededError through `onError` and stops (`done` resolves to 'superseded').
  */
 export function runProjection<T extends string>(
   pool: DatabasePool,
@@ -224,61 +316,93 @@ export function runProjection<T extends string>(
   const controller = new AbortController();
   const { signal } = controller;
   const live = tableIds(projection, (logical) => logical);
+  const policy: IsolationPolicy = {
+    maxAttempts: options.isolation?.maxAttempts ?? DEFAULT_ISOLATION.maxAttempts,
+    backoffMs: options.isolation?.backoffMs ?? DEFAULT_ISOLATION.backoffMs,
+    signal,
+    onParked: options.onParked,
+  };
 
   const ensureBuilt = async () => {
     const checkpoint = await readCheckpoint(pool, projection.name);
+    assertNotSuperseded(checkpoint, projection);
     if (checkpoint?.version === projection.version) return;
     await replayProjection(pool, store, projection, { batchSize: options.batchSize, signal });
   };
 
-  const follow = async () => {
+  /** Applies one page and moves the checkpoint to `to`; null when the checkpoint is not where we left it. */
+  const commitPage = (events: readonly RecordedEvent[], expected: GlobalPosition, to: GlobalPosition, isolate: boolean, mayHaveParked: boolean) =>
+    pool.transaction(async (tx) => {
+      const current = await readCheckpoint(tx, projection.name, true);
+      if (!current || current.version !== projection.version || comparePositions(current.position, expected) !== 0) {
+        return null; // someone else moved it (replay swap, another instance, a newer version): resubscribe
+      }
+      let outcome = { applied: 0, parked: 0 };
+      if (events.length > 0) {
+        // A stream with a parked event has its later events parked behind it (never out of order).
+        const blocked = mayHaveParked ? await parkedStreams(tx, projection, [...new Set(events.map((e) => e.streamId))]) : new Map<string, string>();
+        outcome = await applyWithParking(tx, projection, events, live, { isolate, blocked, policy });
+      }
+      const row = await tx.one(sql.type(checkpointRow)`
+        update projection_checkpoints
+        set commit_position = ${to.commit.toString()}, prepare_position = ${to.prepare.toString()},
+            events_applied = events_applied + ${outcome.applied}, updated_at = now()
+        where name = ${projection.name}
+        returning version, commit_position::text, prepare_position::text, events_applied, updated_at
+      `);
+      return { checkpoint: toCheckpoint(projection.name, row), parked: outcome.parked };
+    });
+
+  const follow = async (onProgress: () => void) => {
     const start = await readCheckpoint(pool, projection.name);
     if (!start) throw new Error(`projection ${projection.name} has no checkpoint`);
     let expected = start.position;
-    const pages = store.subscribeToAll({
-      after: expected,
-      eventTypes: projection.eventTypes,
-      maxCount: options.batchSize ?? 500,
-      pollIntervalMs: options.pollIntervalMs,
-      signal,
-    });
+    let mayHaveParked = await hasParkedEvents(pool, projection);
+    const pages = readAhead(
+      store.subscribeToAll({
+        after: expected,
+        eventTypes: projection.eventTypes,
+        maxCount: options.batchSize ?? 500,
+        pollIntervalMs: options.pollIntervalMs,
+        signal,
+      }),
+    );
     for await (const page of pages) {
       // Drop anything at or before the checkpoint (duplicates after a reconnect). A page that
       // ends at or before it is stale as a whole: committing it would move the checkpoint back.
       if (comparePositions(page.checkpoint, expected) <= 0) continue;
       const events = page.events.filter((e) => comparePositions(e.position, expected) > 0);
-      const committed = await pool.transaction(async (tx) => {
-        const current = await readCheckpoint(tx, projection.name, true);
-        if (!current || current.version !== projection.version || comparePositions(current.position, expected) !== 0) {
-          return null; // someone else moved it (replay swap, another instance): resubscribe
-        }
-        if (events.length > 0) await projection.handle(tx, events, live);
-        const row = await tx.one(sql.type(checkpointRow)`
-          update projection_checkpoints
-          set commit_position = ${page.checkpoint.commit.toString()}, prepare_position = ${page.checkpoint.prepare.toString()},
-              events_applied = events_applied + ${events.length}, updated_at = now()
-          where name = ${projection.name}
-          returning version, commit_position::text, prepare_position::text, events_applied, updated_at
-        `);
-        return toCheckpoint(projection.name, row);
-      });
+      let committed;
+      try {
+        committed = await commitPage(events, expected, page.checkpoint, false, mayHaveParked);
+      } catch (error) {
+        if (signal.aborted || classifyFailure(error) === 'transient') throw error;
+        // Deterministic: some event of the page cannot be applied. Isolate it, park it, go on.
+        committed = await commitPage(events, expected, page.checkpoint, true, mayHaveParked);
+      }
       if (!committed) return;
-      expected = committed.position;
-      options.onBatch?.(committed);
+      if (committed.parked > 0) mayHaveParked = true;
+      expected = committed.checkpoint.position;
+      onProgress();
+      options.onBatch?.(committed.checkpoint);
     }
   };
 
-  const done = (async () => {
+  const done = (async (): Promise<ProjectorStopReason> => {
+    let backoff = TRANSIENT_BACKOFF_MS.first;
     while (!signal.aborted) {
       try {
         await ensureBuilt();
-        await follow();
+        await follow(() => (backoff = TRANSIENT_BACKOFF_MS.first));
       } catch (error) {
         if (signal.aborted) break;
         options.onError?.(error);
-        await new Promise((r) => setTimeout(r, 1_000));
+        if (error instanceof ProjectionSupersededError) return 'superseded';
+        await abortableSleep(backoff, signal);
+        backoff = Math.min(backoff * 2, TRANSIENT_BACKOFF_MS.max);
       }
     }
+    return 'stopped';
   })();
 
   return {
@@ -292,21 +416,54 @@ export function runProjection<T extends string>(
 
 /**
  * Read-your-writes: waits until the projection's checkpoint has reached `position`, or the
- * timeout passes. Returns whether it was reached. Polls the checkpoint table, so it works for
- * a gateway in another process than the projector.
+ * timeout passes. Returns whether it was reached. Works for a gateway in another process than
+ * the projector: checkpoint commits are NOTIFYed (checkpointNotifications.ts) and every waiter
+ * of the process shares one LISTEN connection; a waiter reads the checkpoint table once, then
+ * only on a notification that reaches its position (or a reconnect). If the LISTEN connection
+ * cannot be had, it falls back to polling every `fallbackPollMs`.
  */
 export async function waitForCheckpoint(
   pool: DatabasePool,
   name: string,
   position: GlobalPosition,
   timeoutMs: number,
-  pollMs = 10,
+  fallbackPollMs = 250,
 ): Promise<boolean> {
+  const listener = checkpointListenerFor(pool);
+  let listening = await listener.ready();
+  const announced = listening ? listener.latest(name) : undefined;
+  if (announced && comparePositions(announced, position) >= 0) return true;
   const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const checkpoint = await readCheckpoint(pool, name);
-    if (checkpoint && comparePositions(checkpoint.position, position) >= 0) return true;
-    if (Date.now() >= deadline) return false;
-    await new Promise((r) => setTimeout(r, Math.min(pollMs, Math.max(0, deadline - Date.now()))));
+  let signalled: 'reached' | 'reconnected' | undefined;
+  let wake: (() => void) | undefined;
+  // Registered before the read: a commit between the read and the wait still wakes us.
+  const unwatch = listener.watch(name, position, (reached) => {
+    signalled = reached ? 'reached' : 'reconnected';
+    wake?.();
+  });
+  try {
+    for (;;) {
+      signalled = undefined;
+      const checkpoint = await readCheckpoint(pool, name);
+      if (checkpoint && comparePositions(checkpoint.position, position) >= 0) return true;
+      for (;;) {
+        if (signalled === 'reached') return true; // notified after the commit that reached it
+        const left = deadline - Date.now();
+        if (left <= 0) return false;
+        if (signalled === 'reconnected') break; // notifications may have been missed: read again
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, listening ? left : Math.min(left, fallbackPollMs));
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = undefined;
+        if (!listening) break;
+      }
+      listening = await listener.ready();
+    }
+  } finally {
+    unwatch();
   }
 }

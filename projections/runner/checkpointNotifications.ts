@@ -1,0 +1,148 @@
+import { Socket } from 'node:net';
+import pg from 'pg';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { Migration } from '../../shared/db/migrate.ts';
+import { comparePositions, parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
+
+/**
+ * Checkpoint commits, pushed: a trigger on projection_checkpoints NOTIFYs `<name> <position>`
+ * when a checkpoint row is written, i.e. at the commit of the transaction that applied the
+ * page (live page, retry, replay swap: every writer, in every process). Read-your-writes
+ * waiters listen on ONE connection per process (per pool) instead of each polling the table.
+ *
+ * The NOTIFY is inside the projector's transaction (PostgreSQL sends it at commit, never for a
+ * rolled-back page). That costs the commit the notification queue's lock, which is why the
+ * event store moved its NOTIFY out of appends; here it is one per applied page, not per write.
+ */
+export const CHECKPOINT_CHANNEL = 'projection_checkpoints';
+
+export const checkpointNotifyMigration: Migration = {
+  id: 'projections/003-checkpoint-notify',
+  sql: `
+    create function projection_checkpoint_notify() returns trigger language plpgsql as $fn$
+    begin
+      perform pg_notify('${CHECKPOINT_CHANNEL}', new.name || ' ' || new.commit_position::text || '-' || new.prepare_position::text);
+      return null;
+    end
+    $fn$;
+    create trigger projection_checkpoints_notify after insert or update on projection_checkpoints
+      for each row execute function projection_checkpoint_notify();
+  `,
+};
+
+type Waiter = { readonly name: string; readonly position: GlobalPosition; readonly wake: (reached: boolean) => void };
+
+/** How long the LISTEN connection stays open with nobody waiting. */
+const LINGER_MS = 30_000;
+
+export type CheckpointListener = {
+  /** The highest position a notification announced for `name` (a lower bound of its checkpoint). */
+  latest(name: string): GlobalPosition | undefined;
+  /** Registers a waiter; returns its removal. `wake` fires on a notification at or past `position`, or on reconnect. */
+  watch(name: string, position: GlobalPosition, wake: (reached: boolean) => void): () => void;
+  /** Resolves once the LISTEN is in place (true) or the connection failed (false: callers poll). */
+  ready(): Promise<boolean>;
+  close(): Promise<void>;
+};
+
+export function createCheckpointListener(url: string): CheckpointListener {
+  const latest = new Map<string, GlobalPosition>();
+  const waiters = new Set<Waiter>();
+  let client: pg.Client | undefined;
+  let connecting: Promise<boolean> | undefined;
+  let lingerTimer: NodeJS.Timeout | undefined;
+  let closed = false;
+
+  const onNotification = (message: pg.Notification) => {
+    const [name, text] = (message.payload ?? '').split(' ');
+    const position = text ? parsePosition(text) : undefined;
+    if (!name || !position) return;
+    const known = latest.get(name);
+    if (!known || comparePositions(position, known) > 0) latest.set(name, position);
+    for (const waiter of waiters) {
+      if (waiter.name === name && comparePositions(position, waiter.position) >= 0) waiter.wake(true);
+    }
+  };
+
+  const drop = (c: pg.Client) => {
+    if (client === c) client = undefined;
+    // What arrived while we were not listening is unknown: forget it and let waiters re-read.
+    latest.clear();
+    for (const waiter of waiters) waiter.wake(false);
+    void c.end().catch(() => undefined);
+  };
+
+  const connect = async (): Promise<boolean> => {
+    if (closed) return false;
+    // An unref'd socket: a process with nothing else to do is not kept alive by its listener.
+    const c = new pg.Client({
+      connectionString: url,
+      stream: () => {
+        const socket = new Socket();
+        socket.unref();
+        return socket;
+      },
+    });
+    c.on('notification', onNotification);
+    c.on('error', () => drop(c));
+    c.on('end', () => drop(c));
+    try {
+      await c.connect();
+      await c.query(`listen ${CHECKPOINT_CHANNEL}`);
+      client = c;
+      return true;
+    } catch {
+      await c.end().catch(() => undefined);
+      return false;
+    }
+  };
+
+  const scheduleLinger = () => {
+    if (lingerTimer) clearTimeout(lingerTimer);
+    lingerTimer = setTimeout(() => {
+      lingerTimer = undefined;
+      if (waiters.size > 0 || !client) return;
+      const c = client;
+      client = undefined;
+      latest.clear();
+      void c.end().catch(() => undefined);
+    }, LINGER_MS);
+    lingerTimer.unref();
+  };
+
+  return {
+    latest: (name) => (client ? latest.get(name) : undefined),
+    watch(name, position, wake) {
+      const waiter = { name, position, wake };
+      waiters.add(waiter);
+      return () => {
+        waiters.delete(waiter);
+        if (waiters.size === 0) scheduleLinger();
+      };
+    },
+    ready() {
+      if (client) return Promise.resolve(true);
+      connecting ??= connect().finally(() => (connecting = undefined));
+      return connecting;
+    },
+    async close() {
+      closed = true;
+      if (lingerTimer) clearTimeout(lingerTimer);
+      const c = client;
+      client = undefined;
+      await c?.end().catch(() => undefined);
+    },
+  };
+}
+
+const listeners = new WeakMap<DatabasePool, CheckpointListener>();
+
+/** The process's listener for the database behind `pool` (created on first use). */
+export function checkpointListenerFor(pool: DatabasePool): CheckpointListener {
+  let listener = listeners.get(pool);
+  if (!listener) {
+    listener = createCheckpointListener(pool.configuration.connectionUri);
+    listeners.set(pool, listener);
+  }
+  return listener;
+}

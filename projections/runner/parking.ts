@@ -1,0 +1,257 @@
+import type { IdentifierSqlToken } from 'slonik';
+import { z } from 'zod';
+import { sql, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
+import type { Migration } from '../../shared/db/migrate.ts';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { RecordedEvent } from '../../shared/event-store/port.ts';
+import { classifyFailure, describeFailure } from './failures.ts';
+import type { Projection } from './projection.ts';
+
+/**
+ * The dead-letter table of the projection runner. An event that a projection cannot apply
+ * (after bounded retries) is parked here with its error and everything needed to apply it
+ * later (type, data, metadata, position), then skipped, so one bad event never stalls the
+ * projection for every tenant. Later events of the same stream are parked behind it (status
+ * `parked`, error naming the blocker), so that a stream's events are never applied out of
+ * order. `projections retry <name>` re-applies parked events in log order after a fix.
+ *
+ * Rows belong to the projection version that parked them: a rebuild to another version starts
+ * from a clean slate, and counts, metrics and retries only look at the version that is live.
+ */
+export const PARKED_EVENTS_TABLE = 'projection_parked_events';
+
+export const parkedEventsMigration: Migration = {
+  id: 'projections/002-parked-events',
+  sql: `
+    create table projection_parked_events (
+      projection text not null,
+      version integer not null,
+      commit_position numeric(20, 0) not null,
+      prepare_position numeric(20, 0) not null,
+      event_id text not null,
+      stream_id text not null,
+      revision bigint not null,
+      event_type text not null,
+      tenant_id text,
+      data jsonb not null,
+      metadata jsonb not null,
+      recorded_at timestamptz not null,
+      error text not null,
+      attempts integer not null,
+      first_failed_at timestamptz not null default now(),
+      last_failed_at timestamptz not null default now(),
+      status text not null default 'parked' check (status in ('parked', 'retried', 'resolved')),
+      resolved_at timestamptz,
+      primary key (projection, version, event_id)
+    );
+    create index projection_parked_events_open on projection_parked_events (projection, version, stream_id) where status = 'parked';
+  `,
+};
+
+export type ParkedStatus = 'parked' | 'retried' | 'resolved';
+
+const parkedRow = z.object({
+  projection: z.string(),
+  version: z.number(),
+  commit_position: z.string(),
+  prepare_position: z.string(),
+  event_id: z.string(),
+  stream_id: z.string(),
+  revision: z.number(),
+  event_type: z.string(),
+  tenant_id: z.string().nullable(),
+  data: z.unknown(),
+  metadata: z.record(z.string(), z.unknown()),
+  recorded_at: z.string(),
+  error: z.string(),
+  attempts: z.number(),
+  first_failed_at: z.string(),
+  last_failed_at: z.string(),
+  status: z.enum(['parked', 'retried', 'resolved']),
+});
+
+export type ParkedEvent = {
+  readonly projection: string;
+  readonly version: number;
+  readonly event: RecordedEvent;
+  readonly tenantId: string | null;
+  readonly error: string;
+  readonly attempts: number;
+  readonly firstFailedAt: string;
+  readonly lastFailedAt: string;
+  readonly status: ParkedStatus;
+};
+
+const toParked = (row: z.infer<typeof parkedRow>): ParkedEvent => ({
+  projection: row.projection,
+  version: row.version,
+  event: {
+    id: row.event_id,
+    streamId: row.stream_id,
+    revision: row.revision,
+    type: row.event_type,
+    data: row.data,
+    metadata: row.metadata,
+    position: { commit: BigInt(row.commit_position), prepare: BigInt(row.prepare_position) },
+    recordedAt: row.recorded_at,
+  },
+  tenantId: row.tenant_id,
+  error: row.error,
+  attempts: row.attempts,
+  firstFailedAt: row.first_failed_at,
+  lastFailedAt: row.last_failed_at,
+  status: row.status,
+});
+
+const parkedColumns = sql.fragment`
+  projection, version, commit_position::text, prepare_position::text, event_id, stream_id, revision, event_type, tenant_id,
+  data, metadata, recorded_at, error, attempts, first_failed_at, last_failed_at, status
+`;
+
+const tenantOf = (event: RecordedEvent): string | null => (typeof event.metadata.tenantId === 'string' ? event.metadata.tenantId : null);
+
+/** Parks one event (inside the caller's transaction, so it commits with the checkpoint that skips it). */
+export async function parkEvent(
+  tx: DatabaseTransactionConnection,
+  projection: Pick<Projection, 'name' | 'version'>,
+  event: RecordedEvent,
+  failure: { readonly error: string; readonly attempts: number },
+): Promise<void> {
+  await tx.query(sql.type(z.object({}))`
+    insert into projection_parked_events as p (
+      projection, version, commit_position, prepare_position, event_id, stream_id, revision, event_type, tenant_id,
+      data, metadata, recorded_at, error, attempts
+    ) values (
+      ${projection.name}, ${projection.version}, ${event.position.commit.toString()}, ${event.position.prepare.toString()},
+      ${event.id}, ${event.streamId}, ${event.revision}, ${event.type}, ${tenantOf(event)},
+      ${sql.jsonb(JSON.parse(JSON.stringify(event.data ?? null)))}, ${sql.jsonb(JSON.parse(JSON.stringify(event.metadata)))},
+      ${event.recordedAt}, ${failure.error}, ${failure.attempts}
+    )
+    on conflict (projection, version, event_id) do update set
+      error = excluded.error, attempts = p.attempts + excluded.attempts, last_failed_at = now(), status = 'parked', resolved_at = null
+  `);
+}
+
+/** Streams of `streamIds` that have a parked event in this projection version: their later events wait behind it. */
+export async function parkedStreams(db: Queryable, projection: Pick<Projection, 'name' | 'version'>, streamIds: readonly string[]): Promise<Map<string, string>> {
+  if (streamIds.length === 0) return new Map();
+  const rows = await db.any(sql.type(z.object({ stream_id: z.string(), event_id: z.string() }))`
+    select distinct on (stream_id) stream_id, event_id from projection_parked_events
+    where projection = ${projection.name} and version = ${projection.version} and status = 'parked'
+      and stream_id = any(${sql.array([...streamIds], 'text')})
+    order by stream_id, commit_position, prepare_position
+  `);
+  return new Map(rows.map((r) => [r.stream_id, r.event_id]));
+}
+
+/** Whether this projection version has any parked event (the runner skips the per-page lookup when not). */
+export async function hasParkedEvents(db: Queryable, projection: Pick<Projection, 'name' | 'version'>): Promise<boolean> {
+  return db.exists(sql.type(z.object({ one: z.number() }))`
+    select 1 as one from projection_parked_events
+    where projection = ${projection.name} and version = ${projection.version} and status = 'parked'
+  `);
+}
+
+/**
+ * Parked events per projection, for the live version of each (the one in projection_checkpoints).
+ * Every built projection appears, with 0 when nothing is parked.
+ */
+export async function countParkedEvents(db: Queryable): Promise<Map<string, number>> {
+  const rows = await db.any(sql.type(z.object({ name: z.string(), parked: z.number() }))`
+    select c.name, count(p.event_id)::int8 as parked
+    from projection_checkpoints c
+    left join projection_parked_events p on p.projection = c.name and p.version = c.version and p.status = 'parked'
+    group by c.name order by c.name
+  `);
+  return new Map(rows.map((r) => [r.name, r.parked]));
+}
+
+/** The parked events of a projection's live version, in log order. */
+export async function listParkedEvents(db: Queryable, name: string, options: { status?: ParkedStatus; limit?: number } = {}): Promise<ParkedEvent[]> {
+  const rows = await db.any(sql.type(parkedRow)`
+    select ${parkedColumns} from projection_parked_events p
+    where projection = ${name} and version = (select version from projection_checkpoints where name = ${name})
+      and (${options.status ?? null}::text is null or status = ${options.status ?? null})
+    order by commit_position, prepare_position limit ${options.limit ?? 1_000}
+  `);
+  return rows.map(toParked);
+}
+
+export type RetryResult = { readonly retried: number; readonly stillParked: number };
+
+/**
+ * Re-applies the parked events of a projection's live version, in log order, in ONE
+ * transaction with the live model: the checkpoint row is locked first, so the live projector
+ * cannot commit in between. An event applied here is marked `retried` in the same
+ * transaction, so it is never applied twice (the live projector is already past it). One that
+ * still fails stays parked with attempts + 1, and so do the later events of its stream.
+ * A transient failure (see failures.ts) rolls the whole retry back and is thrown.
+ */
+export async function retryParkedEvents<T extends string>(
+  pool: DatabasePool,
+  projection: Projection<T>,
+  tables: Readonly<Record<T, IdentifierSqlToken>>,
+): Promise<RetryResult> {
+  return pool.transaction(async (tx) => {
+    const version = await tx.maybeOneFirst(sql.type(z.object({ version: z.number() }))`
+      select version from projection_checkpoints where name = ${projection.name} for update
+    `);
+    if (version === null) throw new Error(`projection ${projection.name} is not built`);
+    if (version !== projection.version) {
+      throw new Error(`projection ${projection.name} is built at version ${version}, this code is version ${projection.version}`);
+    }
+    const rows = await tx.any(sql.type(parkedRow)`
+      select ${parkedColumns} from projection_parked_events
+      where projection = ${projection.name} and version = ${version} and status = 'parked'
+      order by commit_position, prepare_position
+      for update
+    `);
+    const blocked = new Map<string, string>();
+    let retried = 0;
+    for (const parked of rows.map(toParked)) {
+      const { event } = parked;
+      let failure: string | undefined = blocked.has(event.streamId)
+        ? `waiting behind parked event ${blocked.get(event.streamId) ?? ''} of the same stream`
+        : undefined;
+      if (!failure) {
+        try {
+          await tx.transaction((savepoint) => projection.handle(savepoint, [event], tables));
+        } catch (error) {
+          if (classifyFailure(error) === 'transient') throw error;
+          failure = describeFailure(error);
+        }
+      }
+      if (failure) {
+        blocked.set(event.streamId, blocked.get(event.streamId) ?? event.id);
+        await tx.query(sql.type(z.object({}))`
+          update projection_parked_events set attempts = attempts + 1, last_failed_at = now(), error = ${failure}
+          where projection = ${projection.name} and version = ${version} and event_id = ${event.id}
+        `);
+        continue;
+      }
+      retried++;
+      await tx.query(sql.type(z.object({}))`
+        update projection_parked_events set status = 'retried', attempts = attempts + 1, resolved_at = now()
+        where projection = ${projection.name} and version = ${version} and event_id = ${event.id}
+      `);
+    }
+    if (retried > 0) {
+      await tx.query(sql.type(z.object({}))`
+        update projection_checkpoints set events_applied = events_applied + ${retried}, updated_at = now() where name = ${projection.name}
+      `);
+    }
+    return { retried, stillParked: rows.length - retried };
+  });
+}
+
+/** Marks parked events as resolved without applying them (an operator decided to drop them). */
+export async function resolveParkedEvents(pool: DatabasePool, name: string, eventIds?: readonly string[]): Promise<number> {
+  const rows = await pool.any(sql.type(z.object({ event_id: z.string() }))`
+    update projection_parked_events set status = 'resolved', resolved_at = now()
+    where projection = ${name} and status = 'parked'
+      and version = (select version from projection_checkpoints where name = ${name})
+      and (${eventIds ? sql.array([...eventIds], 'text') : null}::text[] is null or event_id = any(${eventIds ? sql.array([...eventIds], 'text') : null}::text[]))
+    returning event_id
+  `);
+  return rows.length;
+}
