@@ -14,6 +14,7 @@ import { DEFAULT_KPI_GROUP } from '../projections/kpi/consumer.ts';
 import type { ReadinessCheck } from './gateway/health.ts';
 import { activeTracing, traceEventStore } from '../shared/telemetry/tracing.ts';
 import { allMigrations } from './schema.ts';
+import { parkedEventsReadiness, registerParkedEventsMetric } from '../projections/runner/monitoring.ts';
 import pg from 'pg';
 
 /**
@@ -104,7 +105,10 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
       { name: 'postgres', check: async () => void (await pool.oneFirst(sql.type(z.object({ ok: z.number() }))`select 1 as ok`)) },
       ...(config.EVENTSTORE_URL ? [{ name: 'eventstore', check: () => eventStore.ping() }] : []),
       ...(config.KAFKA_BROKERS ? [{ name: 'kafka', check: () => usage.source.ping() }] : []),
+      // Parked (dead-letter) projection events: reported as degraded, never unready.
+      parkedEventsReadiness(pool),
     ];
+    registerParkedEventsMetric(registry, pool);
     if (config.REDIS_URL) {
       readiness.push({
         name: 'redis',

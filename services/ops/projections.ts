@@ -4,6 +4,8 @@ import pino from 'pino';
 import { loadConfig } from '../../shared/config.ts';
 import { comparePositions, formatPosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
+import { countParkedEvents, listParkedEvents, resolveParkedEvents, retryParkedEvents } from '../../projections/runner/parking.ts';
+import { sql } from '../../shared/db/pool.ts';
 import type { Projection } from '../../projections/runner/projection.ts';
 import { allProjections } from '../../projections/index.ts';
 import { createRuntime, type Runtime } from '../runtime.ts';
@@ -60,6 +62,7 @@ export function registerProjectionCommands(program: Command): void {
     .action(async (options: { json?: boolean }) => {
       await withRuntime(async ({ pool, eventStore }) => {
         const head = await eventStore.headPosition();
+        const parked = await countParkedEvents(pool);
         const rows = [];
         for (const projection of allProjections) {
           const checkpoint = await readCheckpoint(pool, projection.name);
@@ -72,6 +75,8 @@ export function registerProjectionCommands(program: Command): void {
             head: formatPosition(head),
             lag: behind ? `${behind.count}${behind.capped ? '+' : ''}` : 'not built',
             eventsApplied: checkpoint?.eventsApplied ?? 0,
+            // Events this version could not apply (dead-letter); see `projections parked <name>`.
+            parked: parked.get(projection.name) ?? 0,
             updatedAt: checkpoint?.updatedAt ?? null,
           });
         }
@@ -82,6 +87,13 @@ export function registerProjectionCommands(program: Command): void {
         }
         process.stdout.write(`head of the log: ${formatPosition(head)}\n`);
         console.table(rows);
+        const withParked = rows.filter((r) => r.parked > 0);
+        if (withParked.length > 0) {
+          process.stdout.write(
+            `parked events: ${withParked.map((r) => `${r.name} ${r.parked}`).join(', ')} ` +
+              '(inspect: projections parked <name>; after a fix: projections retry <name>)\n',
+          );
+        }
         if (jobs.length > 0) {
           process.stdout.write('queued replays (newest first):\n');
           console.table(jobs.map(replayJobRow));
@@ -94,9 +106,10 @@ export function registerProjectionCommands(program: Command): void {
     .description('rebuild a projection from the first event into shadow tables, then swap them in atomically')
     .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
     .option('--batch-size <n>', 'events per transaction', positiveInt, 5_000)
+    .option('--allow-downgrade', 'replace a model built by a newer version of the projection (deliberate rollback)')
     .option('--queue', 'enqueue the replay for the worker process (BullMQ) instead of running it here')
     .option('--wait', 'with --queue: follow the job until it completes')
-    .action(async (projection: Projection, options: { batchSize: number; queue?: boolean; wait?: boolean }) => {
+    .action(async (projection: Projection, options: { batchSize: number; allowDowngrade?: boolean; queue?: boolean; wait?: boolean }) => {
       if (options.queue) {
         await enqueueReplayFromCli(loadConfig(), projection.name, { wait: options.wait });
         return;
@@ -123,6 +136,7 @@ export function registerProjectionCommands(program: Command): void {
         });
         const result = await replayProjection(pool, eventStore, projection, {
           batchSize: options.batchSize,
+          allowDowngrade: options.allowDowngrade,
           onProgress: ({ processed, position, head }) => {
             const total = Math.max(1, Number(head.prepare), Number(position.prepare));
             if (!barStarted) bar.start(total, 0, payload(0));
@@ -138,6 +152,58 @@ export function registerProjectionCommands(program: Command): void {
           `replayed ${projection.name}: ${result.processed} events in ${seconds.toFixed(1)} s ` +
             `(${Math.round(result.processed / Math.max(seconds, 0.001))} events/s), now at ${formatPosition(result.position)}\n`,
         );
+      });
+    });
+
+  projections
+    .command('parked')
+    .description("a projection's parked (dead-letter) events, in log order")
+    .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
+    .option('--all', 'also events already retried or resolved')
+    .option('--json', 'machine-readable output')
+    .action(async (projection: Projection, options: { all?: boolean; json?: boolean }) => {
+      await withRuntime(async ({ pool }) => {
+        const parked = await listParkedEvents(pool, projection.name, options.all ? {} : { status: 'parked' });
+        const rows = parked.map((p) => ({
+          position: formatPosition(p.event.position),
+          eventId: p.event.id,
+          streamId: p.event.streamId,
+          type: p.event.type,
+          tenant: p.tenantId,
+          status: p.status,
+          attempts: p.attempts,
+          firstFailedAt: p.firstFailedAt,
+          lastFailedAt: p.lastFailedAt,
+          error: p.error,
+        }));
+        if (options.json) process.stdout.write(`${JSON.stringify({ projection: projection.name, parked: rows }, null, 2)}\n`);
+        else if (rows.length === 0) process.stdout.write(`${projection.name}: no parked events\n`);
+        else console.table(rows);
+      });
+    });
+
+  projections
+    .command('retry')
+    .description('re-apply the parked events of a projection (after a fix), in log order, in one transaction with the live model')
+    .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
+    .action(async (projection: Projection) => {
+      await withRuntime(async ({ pool }) => {
+        const live = Object.fromEntries(Object.keys(projection.tables).map((t) => [t, sql.identifier([t])]));
+        const result = await retryParkedEvents(pool, projection, live);
+        process.stdout.write(`${projection.name}: ${result.retried} parked events applied, ${result.stillParked} still parked\n`);
+        if (result.stillParked > 0) process.exitCode = 1;
+      });
+    });
+
+  projections
+    .command('resolve')
+    .description('mark parked events as resolved WITHOUT applying them (all of the projection, or the given event ids)')
+    .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
+    .argument('[eventIds...]', 'only these events')
+    .action(async (projection: Projection, eventIds: string[]) => {
+      await withRuntime(async ({ pool }) => {
+        const resolved = await resolveParkedEvents(pool, projection.name, eventIds.length > 0 ? eventIds : undefined);
+        process.stdout.write(`${projection.name}: ${resolved} parked events marked resolved\n`);
       });
     });
 }

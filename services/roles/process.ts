@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { ConfigError, loadConfig, type Config } from '../../shared/config.ts';
 import { createLogger, type Logger } from '../../shared/logger.ts';
 import { createRuntime, type Runtime } from '../runtime.ts';
+import { checkReadiness } from '../gateway/health.ts';
 
 /** A started part of the service; `close` stops it gracefully (drain, finish the batch in hand). */
 export type RoleHandle = { close(): Promise<void> };
@@ -82,18 +83,9 @@ export async function serveHealth(runtime: Runtime, host: string, port: number):
         case '/health/live':
           return send(200, { status: 'ok' });
         case '/health/ready': {
-          const results = await Promise.all(
-            runtime.readiness.map(async (d) => {
-              try {
-                await d.check();
-                return [d.name, { status: 'up' }] as const;
-              } catch (error) {
-                return [d.name, { status: 'down', error: (error as Error).message }] as const;
-              }
-            }),
-          );
-          const down = results.some(([, r]) => r.status === 'down');
-          return send(down ? 503 : 200, { status: down ? 'down' : 'up', checks: Object.fromEntries(results) });
+          // Same rules as the gateway: a non-critical check (e.g. parked projection events) degrades, never fails.
+          const { checks, status } = await checkReadiness(runtime.readiness);
+          return send(status === 'down' ? 503 : 200, { status: status === 'down' ? 'down' : 'up', ...(status === 'degraded' && { degraded: true }), checks });
         }
         case '/metrics':
           return send(200, await runtime.registry.metrics(), runtime.registry.contentType);

@@ -1,6 +1,6 @@
 import { allProjections } from '../../projections/index.ts';
 import type { Projection } from '../../projections/runner/projection.ts';
-import { runProjection } from '../../projections/runner/runner.ts';
+import { ProjectionSupersededError, runProjection } from '../../projections/runner/runner.ts';
 import { DEFAULT_KPI_GROUP, startKpiConsumer } from '../../projections/kpi/consumer.ts';
 import { activeTracing, traceProjection } from '../../shared/telemetry/tracing.ts';
 import { serveHealth, type RoleContext, type RoleHandle } from './process.ts';
@@ -30,7 +30,15 @@ export function selectProjector(name: string, projections: readonly Projection[]
 export async function startProjectors({ logger, runtime }: RoleContext, selection: ProjectorSelection): Promise<RoleHandle> {
   const handles = selection.projections.map((projection) =>
     runProjection(runtime.pool, runtime.eventStore, activeTracing() ? traceProjection(projection) : projection, {
-      onError: (error) => logger.error({ err: error, projection: projection.name }, 'projector failed; retrying'),
+      onError: (error) =>
+        error instanceof ProjectionSupersededError
+          ? logger.error({ err: error, projection: projection.name }, 'a newer version of this projection is live; this projector stops (rolling deploy)')
+          : logger.error({ err: error, projection: projection.name }, 'projector failed; retrying'),
+      onParked: (event, error) =>
+        logger.warn(
+          { projection: projection.name, eventId: event.id, streamId: event.streamId, type: event.type, tenantId: event.metadata.tenantId, error },
+          'event parked (dead-letter); the projection goes on without it',
+        ),
     }),
   );
   let consumer: { stop(): Promise<void> } | undefined;

@@ -1,0 +1,39 @@
+import { Gauge, type Registry } from 'prom-client';
+import type { Queryable } from '../../shared/db/pool.ts';
+import { countParkedEvents } from './parking.ts';
+
+/**
+ * `eas_projection_parked_events{projection}`: events parked by each projection's live version,
+ * read from the database at scrape time, so every process (gateway, projector) reports the same.
+ */
+export function registerParkedEventsMetric(registry: Registry, db: Queryable): void {
+  new Gauge({
+    name: 'eas_projection_parked_events',
+    help: 'Events a projection could not apply and parked (dead-letter), per projection; 0 when healthy',
+    labelNames: ['projection'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const counts = await countParkedEvents(db).catch(() => new Map<string, number>());
+      for (const [projection, parked] of counts) this.set({ projection }, parked);
+    },
+  });
+}
+
+/**
+ * A readiness check (structurally services/gateway/health.ts's ReadinessCheck): never critical
+ * — a projection with parked events still serves every other event — but reported as degraded,
+ * naming the projections and how many events each has parked.
+ */
+export function parkedEventsReadiness(db: Queryable) {
+  return {
+    name: 'projections',
+    critical: false,
+    async check(): Promise<{ degraded: string } | undefined> {
+      const counts = await countParkedEvents(db);
+      const parked = [...counts].filter(([, n]) => n > 0);
+      if (parked.length === 0) return undefined;
+      return { degraded: `parked events: ${parked.map(([name, n]) => `${name}=${n}`).join(', ')} (npm run ops -- projections status)` };
+    },
+  };
+}
