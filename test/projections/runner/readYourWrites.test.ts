@@ -1,0 +1,58 @@
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import { describe, expect, it } from 'vitest';
+import { sql } from '../../../shared/db/pool.ts';
+import { runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
+import { START, type GlobalPosition } from '../../../shared/event-store/port.ts';
+import { useTestEventStore } from '../../support/database.ts';
+import { TALLIED, tallyProjection } from './fixtures/tallyProjection.ts';
+
+/**
+ * Read-your-writes waits on checkpoint NOTIFYs (one LISTEN connection per process), not by
+ * polling the checkpoint table every 10 ms per waiting request.
+ */
+describe('read-your-writes (waitForCheckpoint)', () => {
+  const fixture = useTestEventStore();
+  const tallied = () => ({ id: randomUUID(), type: TALLIED, data: {} });
+
+  it('wakes on the checkpoint commit: many waiters, no polling (fallback poll set to a minute)', async () => {
+    const { db, store } = fixture;
+    // Build, then stop: the writes below are made while no projector runs, so every waiter
+    // starts behind and can only be woken by the checkpoint commit of the projector started later.
+    const builder = runProjection(db.pool, store, tallyProjection(), { pollIntervalMs: 1_000 });
+    expect(await waitForCheckpoint(db.pool, 'tally', START, 20_000)).toBe(true);
+    await builder.stop();
+    const positions: GlobalPosition[] = [];
+    for (let i = 0; i < 5; i++) positions.push((await store.append(`ryw-${i}`, [tallied()])).position);
+    const waits = Array.from({ length: 50 }, (_, i) => waitForCheckpoint(db.pool, 'tally', positions[i % positions.length] ?? START, 10_000, 60_000));
+    await new Promise((r) => setTimeout(r, 100));
+    const started = performance.now();
+    const projector = runProjection(db.pool, store, tallyProjection(), { pollIntervalMs: 1_000 });
+    try {
+      expect((await Promise.all(waits)).every(Boolean)).toBe(true);
+      // Woken by the notification: far sooner than the 60 s fallback poll (or the 10 s timeout).
+      expect(performance.now() - started).toBeLessThan(5_000);
+    } finally {
+      await projector.stop();
+    }
+  });
+
+  it('gives up at its timeout when the position is never reached', async () => {
+    const { db } = fixture;
+    const started = performance.now();
+    expect(await waitForCheckpoint(db.pool, 'tally', { commit: 2n ** 62n, prepare: 0n }, 300)).toBe(false);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(290);
+  });
+
+  it('sees a checkpoint written by any writer (a replay swap, another process) through the trigger', async () => {
+    const { db } = fixture;
+    const target = { commit: 2n ** 61n, prepare: 7n };
+    const waiting = waitForCheckpoint(db.pool, 'manual', target, 5_000, 60_000);
+    await new Promise((r) => setTimeout(r, 50));
+    await db.pool.query(sql.type(z.object({}))`
+      insert into projection_checkpoints (name, version, commit_position, prepare_position)
+      values ('manual', 1, ${target.commit.toString()}, ${target.prepare.toString()})
+    `);
+    expect(await waiting).toBe(true);
+  });
+});

@@ -1,0 +1,112 @@
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { START, comparePositions, type EventStore, type RecordedEvent } from '../../../shared/event-store/port.ts';
+import {
+  ProjectionSupersededError,
+  readCheckpoint,
+  replayProjection,
+  runProjection,
+  waitForCheckpoint,
+} from '../../../projections/runner/runner.ts';
+import { useTestEventStore } from '../../support/database.ts';
+import { TALLIED, expectedTally, readTally, tallyProjection } from './fixtures/tallyProjection.ts';
+
+async function allEvents(store: EventStore): Promise<RecordedEvent[]> {
+  const events: RecordedEvent[] = [];
+  let after = START;
+  for (;;) {
+    const page = await store.readAll({ after, maxCount: 1_000 });
+    events.push(...page.events);
+    if (comparePositions(page.checkpoint, after) === 0) return events;
+    after = page.checkpoint;
+  }
+}
+
+const tallied = () => ({ id: randomUUID(), type: TALLIED, data: {} });
+
+/**
+ * Defect 10: during a rolling deploy that bumps a projection's version, old and new projectors
+ * each rebuilt the model and swapped it back and forth. The old one must stop instead.
+ */
+describe('version guard (defect 10)', () => {
+  describe('when the stored model was built by a newer version', () => {
+    const fixture = useTestEventStore();
+
+    it('defect 10: an older projector stops instead of rebuilding the model back', async () => {
+      const { db, store } = fixture;
+      for (let i = 0; i < 20; i++) await store.append(`guard-${i % 4}`, [tallied()]);
+      const v2 = runProjection(db.pool, store, tallyProjection(2, 10), { pollIntervalMs: 50 });
+      try {
+        expect(await waitForCheckpoint(db.pool, 'tally', await store.headPosition(), 20_000)).toBe(true);
+        expect((await readCheckpoint(db.pool, 'tally'))?.version).toBe(2);
+
+        const errors: unknown[] = [];
+        const v1 = runProjection(db.pool, store, tallyProjection(1, 1), { pollIntervalMs: 50, onError: (e) => errors.push(e) });
+        expect(await v1.done).toBe('superseded');
+        expect(errors).toEqual([expect.any(ProjectionSupersededError)]);
+        expect(String(errors[0])).toMatch(/built at version 2, newer than this code's version 1/);
+
+        // The v2 model is untouched and v2 keeps following.
+        await store.append('guard-0', [tallied()]);
+        expect(await waitForCheckpoint(db.pool, 'tally', await store.headPosition(), 20_000)).toBe(true);
+        expect((await readCheckpoint(db.pool, 'tally'))?.version).toBe(2);
+        expect(await readTally(db.pool)).toEqual(expectedTally(await allEvents(store), 10));
+      } finally {
+        await v2.stop();
+      }
+    });
+
+    it('refuses an explicit replay with older code unless the operator allows the downgrade', async () => {
+      const { db, store } = fixture;
+      await expect(replayProjection(db.pool, store, tallyProjection(1, 1))).rejects.toBeInstanceOf(ProjectionSupersededError);
+      expect((await readCheckpoint(db.pool, 'tally'))?.version).toBe(2);
+      await replayProjection(db.pool, store, tallyProjection(1, 1), { allowDowngrade: true });
+      expect((await readCheckpoint(db.pool, 'tally'))?.version).toBe(1);
+      expect(await readTally(db.pool)).toEqual(expectedTally(await allEvents(store), 1));
+    });
+  });
+
+  describe('when projectors of versions 1 and 2 run at the same time', () => {
+    const fixture = useTestEventStore();
+
+    it('the model goes from version 1 to 2 once and never back, while writes continue', async () => {
+      const { db, store } = fixture;
+      for (let i = 0; i < 50; i++) await store.append(`both-${i % 5}`, [tallied()]);
+      const v1 = runProjection(db.pool, store, tallyProjection(1, 1), { pollIntervalMs: 20, batchSize: 10 });
+      expect(await waitForCheckpoint(db.pool, 'tally', START, 20_000)).toBe(true);
+
+      const versions: number[] = [];
+      let watching = true;
+      const watcher = (async () => {
+        while (watching) {
+          const version = (await readCheckpoint(db.pool, 'tally'))?.version;
+          if (version !== undefined && versions.at(-1) !== version) versions.push(version);
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      })();
+      let writing = true;
+      const writer = (async () => {
+        for (let i = 0; writing && i < 2_000; i++) {
+          await store.append(`both-${i % 5}`, [tallied()]);
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      })();
+
+      const v2 = runProjection(db.pool, store, tallyProjection(2, 10), { pollIntervalMs: 20, batchSize: 10 });
+      try {
+        expect(await v1.done).toBe('superseded');
+        writing = false;
+        await writer;
+        expect(await waitForCheckpoint(db.pool, 'tally', await store.headPosition(), 20_000)).toBe(true);
+      } finally {
+        writing = false;
+        watching = false;
+        await watcher;
+        await v2.stop();
+        await v1.stop();
+      }
+      expect(versions).toEqual([1, 2]);
+      expect(await readTally(db.pool)).toEqual(expectedTally(await allEvents(store), 10));
+    });
+  });
+});
