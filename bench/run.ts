@@ -9,6 +9,7 @@ import { authBench } from './scenarios/auth.ts';
 import { runEmployeesBench } from './scenarios/employees.ts';
 import { healthScenario } from './scenarios/health.ts';
 import { runKpiBench } from './scenarios/kpi.ts';
+import { runProjectionLagBench } from './scenarios/projectionLag.ts';
 import { runRateLimitBench } from './scenarios/rateLimit.ts';
 import { runFeedBench } from './scenarios/feed.ts';
 import { runRuntimeBench } from './scenarios/runtime.ts';
@@ -21,6 +22,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   kpi: () => runKpiBench(),
   feed: () => runFeedBench(),
   runtime: () => runRuntimeBench(),
+  lag: () => runProjectionLagBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));

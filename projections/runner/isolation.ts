@@ -85,7 +85,7 @@ export async function applyWithParking<T extends string>(
     await park(event, describeFailure(lastError), attempts);
   };
 
-  const applyRange = async (range: readonly RecordedEvent[]): Promise<void> => {
+  const applyRange = async (range: readonly RecordedEvent[], knownToFail = false): Promise<void> => {
     const runnable: RecordedEvent[] = [];
     for (const event of range) {
       const blocker = blocked.get(event.streamId);
@@ -98,20 +98,23 @@ export async function applyWithParking<T extends string>(
       applied += runnable.length;
       return;
     }
-    try {
-      await tx.transaction((savepoint) => projection.handle(savepoint, runnable, tables));
-      applied += runnable.length;
-      return;
-    } catch (error) {
-      if (classifyFailure(error) === 'transient') throw error;
-      const [only] = runnable;
-      if (runnable.length === 1 && only) return poison(only, error);
+    // The whole page already failed once (the fast path): no need to try it again before splitting.
+    if (!(knownToFail && runnable.length > 1)) {
+      try {
+        await tx.transaction((savepoint) => projection.handle(savepoint, runnable, tables));
+        applied += runnable.length;
+        return;
+      } catch (error) {
+        if (classifyFailure(error) === 'transient') throw error;
+        const [only] = runnable;
+        if (runnable.length === 1 && only) return poison(only, error);
+      }
     }
     const middle = Math.ceil(runnable.length / 2);
     await applyRange(runnable.slice(0, middle));
     await applyRange(runnable.slice(middle));
   };
 
-  await applyRange(events);
+  await applyRange(events, options.isolate);
   return { applied, parked };
 }

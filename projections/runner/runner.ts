@@ -331,26 +331,38 @@ export function runProjection<T extends string>(
   };
 
   /** Applies one page and moves the checkpoint to `to`; null when the checkpoint is not where we left it. */
+  /**
+   * Applies one page and moves the checkpoint to `to`; null when the checkpoint is not where we
+   * left it. The first statement is the compare-and-set itself (it locks the checkpoint row and
+   * moves it, counting every event as applied), so a page costs one round trip less than a
+   * separate lock-then-update; the count is corrected in the rare page that parks events.
+   */
   const commitPage = (events: readonly RecordedEvent[], expected: GlobalPosition, to: GlobalPosition, isolate: boolean, mayHaveParked: boolean) =>
     pool.transaction(async (tx) => {
-      const current = await readCheckpoint(tx, projection.name, true);
-      if (!current || current.version !== projection.version || comparePositions(current.position, expected) !== 0) {
-        return null; // someone else moved it (replay swap, another instance, a newer version): resubscribe
-      }
+      const moved = await tx.maybeOne(sql.type(checkpointRow)`
+        update projection_checkpoints
+        set commit_position = ${to.commit.toString()}, prepare_position = ${to.prepare.toString()},
+            events_applied = events_applied + ${events.length}, updated_at = now()
+        where name = ${projection.name} and version = ${projection.version}
+          and commit_position = ${expected.commit.toString()}::numeric and prepare_position = ${expected.prepare.toString()}::numeric
+        returning version, commit_position::text, prepare_position::text, events_applied, updated_at
+      `);
+      // Someone else moved it (replay swap, another instance, a newer version): resubscribe.
+      if (!moved) return null;
       let outcome = { applied: 0, parked: 0 };
       if (events.length > 0) {
         // A stream with a parked event has its later events parked behind it (never out of order).
         const blocked = mayHaveParked ? await parkedStreams(tx, projection, [...new Set(events.map((e) => e.streamId))]) : new Map<string, string>();
         outcome = await applyWithParking(tx, projection, events, live, { isolate, blocked, policy });
       }
-      const row = await tx.one(sql.type(checkpointRow)`
-        update projection_checkpoints
-        set commit_position = ${to.commit.toString()}, prepare_position = ${to.prepare.toString()},
-            events_applied = events_applied + ${outcome.applied}, updated_at = now()
-        where name = ${projection.name}
-        returning version, commit_position::text, prepare_position::text, events_applied, updated_at
-      `);
-      return { checkpoint: toCheckpoint(projection.name, row), parked: outcome.parked };
+      const skipped = events.length - outcome.applied;
+      if (skipped > 0) {
+        await tx.query(sql.type(z.object({}))`
+          update projection_checkpoints set events_applied = events_applied - ${skipped} where name = ${projection.name}
+        `);
+      }
+      const checkpoint = toCheckpoint(projection.name, moved);
+      return { checkpoint: { ...checkpoint, eventsApplied: checkpoint.eventsApplied - skipped }, parked: outcome.parked };
     });
 
   const follow = async (onProgress: () => void) => {

@@ -1,0 +1,190 @@
+/**
+ * Live projection lag, ours against a baseline commit, in one run (`npm run bench -- lag`).
+ *
+ *   BENCH_BASELINE_REV=<commit>   the baseline (default: none, ours only). Exported with
+ *                                 `git archive` into .tmp/bench-baseline-<rev> (node_modules linked).
+ *   BENCH_LAG_ROUNDS=2            alternating rounds baseline/ours; medians reported.
+ *   BENCH_LAG_SECONDS=8           length of each lag measurement.
+ *
+ * Setup: a fresh migrated database, one enterprise tenant with 1,000 employees imported as events
+ * and the read model built by a replay. Each side runs as the scaled-out topology (a `gateway`
+ * and a `projector employees` process from that side's tree) on the same database, one side at a
+ * time. First the highest create rate is measured (ours, 32 connections, 6 s); the lag is then
+ * measured at half of it for both sides: open-loop creates, lag = 201 received → projection
+ * checkpoint covers its X-Log-Position (what a read-your-writes read waits for).
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, symlinkSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { randomUUID } from 'node:crypto';
+import { resolve } from 'node:path';
+import { loadConfig } from '../../shared/config.ts';
+import { createDatabasePool } from '../../shared/db/pool.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { provisionTenant } from '../../services/tenants/provision.ts';
+import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
+import { createTokenService } from '../../services/auth/tokens.ts';
+import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
+import { replayProjection } from '../../projections/runner/runner.ts';
+import { createBenchDatabase } from '../support/database.ts';
+import { createThroughput, importEmployees, projectionLag, type EmployeesBenchEnv } from './employees.ts';
+
+const say = (message: string) => process.stderr.write(`[bench lag] ${message}\n`);
+const repoRoot = resolve(import.meta.dirname, '../..');
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const address = server.address();
+  await new Promise((r) => server.close(r));
+  if (!address || typeof address === 'string') throw new Error('no free port');
+  return address.port;
+}
+
+async function waitForHttp(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ok = await fetch(url).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`${url} did not become ready`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** The baseline's sources at `rev`, exported once (no worktree), sharing our node_modules. */
+function baselineTree(rev: string): string {
+  const dir = resolve(repoRoot, `.tmp/bench-baseline-${rev}`);
+  if (!existsSync(resolve(dir, 'services/main.ts'))) {
+    mkdirSync(dir, { recursive: true });
+    execFileSync('sh', ['-c', `git -C "${repoRoot}" archive "${rev}" | tar -x -C "${dir}"`]);
+  }
+  if (!existsSync(resolve(dir, 'node_modules'))) symlinkSync(resolve(repoRoot, 'node_modules'), resolve(dir, 'node_modules'));
+  return dir;
+}
+
+const median = (values: readonly number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? (sorted[mid] ?? Number.NaN) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
+};
+
+export async function runProjectionLagBench() {
+  const rounds = Number(process.env.BENCH_LAG_ROUNDS ?? 2);
+  const seconds = Number(process.env.BENCH_LAG_SECONDS ?? 8);
+  const baselineRev = process.env.BENCH_BASELINE_REV;
+  const sides: Array<{ name: string; dir: string }> = [
+    ...(baselineRev ? [{ name: `baseline ${baselineRev}`, dir: baselineTree(baselineRev) }] : []),
+    { name: 'ours', dir: repoRoot },
+  ];
+
+  const database = await createBenchDatabase('bench_lag');
+  const pool = await createDatabasePool(database.url, { maximumPoolSize: 4 });
+  const children = new Set<ChildProcess>();
+  try {
+    const config = loadConfig({});
+    const jwk = await generatePrivateJwk();
+    const tokens = createTokenService({ keys: await createKeyRing([jwk]), issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE });
+    const slug = `bench-lag-${Date.now().toString(36)}`;
+    const { tenant } = await provisionTenant(pool, { slug, plan: 'enterprise' });
+    const { accessToken } = await tokens.issue({ userId: randomUUID(), tenant: slug, roles: ['admin'] });
+    const benchTenant = { tenantId: tenant.id, slug, employees: 1_000, headers: { authorization: `Bearer ${accessToken}`, 'x-tenant': slug } };
+    await importEmployees(database.url, tenant.id, 1_000);
+    const store = createPostgresEventStore(pool);
+    await replayProjection(pool, store, employeesProjection);
+    await store.close();
+
+    const start = async (dir: string) => {
+      const port = await freePort();
+      const env = {
+        ...process.env,
+        DATABASE_URL: database.url,
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'warn',
+        NODE_ENV: 'production',
+        JWT_PRIVATE_JWKS: JSON.stringify([jwk]),
+        KAFKA_BROKERS: '',
+        REDIS_URL: '',
+        EVENTSTORE_URL: '',
+      };
+      const spawnRole = (p: number, ...role: string[]) => {
+        const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', ...role], {
+          cwd: dir,
+          env: { ...env, PORT: String(p) },
+          stdio: ['ignore', 'ignore', 'inherit'],
+        });
+        children.add(child);
+        child.once('exit', () => children.delete(child));
+        return child;
+      };
+      const running = [spawnRole(port, 'gateway'), spawnRole(await freePort(), 'projector', 'employees')];
+      const baseUrl = `http://127.0.0.1:${port}`;
+      await waitForHttp(`${baseUrl}/health/ready`, 60_000);
+      const benchEnv: EmployeesBenchEnv = { pool, databaseUrl: database.url, baseUrl, small: benchTenant, large: benchTenant, close: async () => undefined };
+      return {
+        env: benchEnv,
+        async stop() {
+          await Promise.all(
+            running.map(async (child) => {
+              if (child.exitCode !== null) return;
+              const exited = new Promise((r) => child.once('exit', r));
+              child.kill('SIGTERM');
+              await exited;
+            }),
+          );
+        },
+      };
+    };
+
+    // The highest create rate, on our side (the write path is not what this change is about).
+    const probe = await start(repoRoot);
+    const create = await createThroughput(probe.env, { durationSeconds: 6 });
+    await probe.stop();
+    const rate = Math.max(10, Math.round(create.createsPerSecond / 2));
+    say(`highest create rate ${create.createsPerSecond}/s (p99 ${create.p99} ms): lag measured at ${rate}/s`);
+
+    const runs: Record<string, Array<Awaited<ReturnType<typeof projectionLag>>>> = Object.fromEntries(sides.map((s) => [s.name, []]));
+    for (let round = 0; round < rounds; round++) {
+      for (const side of sides) {
+        const running = await start(side.dir);
+        try {
+          const lag = await projectionLag(running.env, { rate, durationSeconds: seconds });
+          say(`round ${round + 1} ${side.name}: ${JSON.stringify(lag)}`);
+          runs[side.name]?.push(lag);
+        } finally {
+          await running.stop();
+        }
+      }
+    }
+    const summary = Object.fromEntries(
+      Object.entries(runs).map(([name, lags]) => [
+        name,
+        {
+          achievedRate: median(lags.map((l) => l.achievedRate)),
+          p50: median(lags.map((l) => l.p50)),
+          p95: median(lags.map((l) => l.p95)),
+          p99: median(lags.map((l) => l.p99)),
+          failed: lags.reduce((n, l) => n + l.failed + l.unreached, 0),
+          rounds: lags.map((l) => ({ p50: l.p50, p95: l.p95, p99: l.p99, achievedRate: l.achievedRate })),
+        },
+      ]),
+    );
+    const ours = summary.ours;
+    return {
+      scenario: 'employees.projectionLag.compare',
+      maxCreateRate: create.createsPerSecond,
+      rate,
+      secondsPerRound: seconds,
+      rounds,
+      sides: summary,
+      goal: 'p95 ≤ 50 ms at half of the highest create rate',
+      met: ours !== undefined && ours.p95 <= 50,
+    };
+  } finally {
+    for (const child of children) child.kill('SIGTERM');
+    await pool.end();
+    if (process.env.BENCH_KEEP_DB !== '1') await database.drop();
+  }
+}
