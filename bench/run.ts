@@ -10,6 +10,7 @@ import { runEmployeesBench } from './scenarios/employees.ts';
 import { healthScenario } from './scenarios/health.ts';
 import { runKpiBench } from './scenarios/kpi.ts';
 import { runProjectionLagBench } from './scenarios/projectionLag.ts';
+import { runReadYourWritesBench } from './scenarios/readYourWrites.ts';
 import { runRateLimitBench } from './scenarios/rateLimit.ts';
 import { runFeedBench } from './scenarios/feed.ts';
 import { runRuntimeBench } from './scenarios/runtime.ts';
@@ -23,6 +24,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   feed: () => runFeedBench(),
   runtime: () => runRuntimeBench(),
   lag: () => runProjectionLagBench(),
+  ryw: () => runReadYourWritesBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));

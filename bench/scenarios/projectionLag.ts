@@ -14,7 +14,7 @@
  * checkpoint covers its X-Log-Position (what a read-your-writes read waits for).
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
@@ -109,8 +109,10 @@ export async function runProjectionLagBench() {
         REDIS_URL: '',
         EVENTSTORE_URL: '',
       };
+      // A tree from before plain-Node TypeScript still starts through the tsx loader.
+      const loader = /--import tsx/.test(readFileSync(resolve(dir, 'package.json'), 'utf8')) ? ['--import', 'tsx'] : [];
       const spawnRole = (p: number, ...role: string[]) => {
-        const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', ...role], {
+        const child = spawn(process.execPath, [...loader, 'services/main.ts', ...role], {
           cwd: dir,
           env: { ...env, PORT: String(p) },
           stdio: ['ignore', 'ignore', 'inherit'],
