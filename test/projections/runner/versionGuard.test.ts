@@ -72,7 +72,7 @@ describe('version guard (defect 10)', () => {
     it('the model goes from version 1 to 2 once and never back, while writes continue', async () => {
       const { db, store } = fixture;
       for (let i = 0; i < 50; i++) await store.append(`both-${i % 5}`, [tallied()]);
-      const v1 = runProjection(db.pool, store, tallyProjection(1, 1), { pollIntervalMs: 20, batchSize: 10 });
+      const v1 = runProjection(db.pool, store, tallyProjection(1, 1), { pollIntervalMs: 20, batchSize: 50 });
       expect(await waitForCheckpoint(db.pool, 'tally', START, 20_000)).toBe(true);
 
       const versions: number[] = [];
@@ -86,13 +86,13 @@ describe('version guard (defect 10)', () => {
       })();
       let writing = true;
       const writer = (async () => {
-        for (let i = 0; writing && i < 2_000; i++) {
+        for (let i = 0; writing && i < 300; i++) {
           await store.append(`both-${i % 5}`, [tallied()]);
           await new Promise((r) => setTimeout(r, 5));
         }
       })();
 
-      const v2 = runProjection(db.pool, store, tallyProjection(2, 10), { pollIntervalMs: 20, batchSize: 10 });
+      const v2 = runProjection(db.pool, store, tallyProjection(2, 10), { pollIntervalMs: 20, batchSize: 50 });
       try {
         expect(await v1.done).toBe('superseded');
         writing = false;
@@ -107,6 +107,6 @@ describe('version guard (defect 10)', () => {
       }
       expect(versions).toEqual([1, 2]);
       expect(await readTally(db.pool)).toEqual(expectedTally(await allEvents(store), 10));
-    });
+    }, 90_000);
   });
 });
