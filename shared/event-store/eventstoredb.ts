@@ -24,6 +24,7 @@ import {
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
+  assertAppendManyRequests,
   comparePositions,
   type AppendResult,
   type EventMetadata,
@@ -113,6 +114,17 @@ const toEventData = (event: NewEvent): EventData => ({
   data: event.data as JSONType,
   metadata: (event.metadata ?? {}) as JSONType,
 });
+
+/** multiStreamAppend carries metadata as string properties only (PITFALLS). */
+const toMultiAppendEventData = (event: NewEvent): EventData => {
+  const metadata: Record<string, string> = {};
+  for (const [key, value] of Object.entries(event.metadata ?? {})) {
+    if (value === undefined) continue;
+    if (typeof value !== 'string') throw new TypeError(`appendMany on KurrentDB: metadata.${key} must be a string`);
+    metadata[key] = value;
+  }
+  return { ...toEventData(event), metadata };
+};
 
 const maxPosition = (a: GlobalPosition, b: GlobalPosition) => (comparePositions(a, b) >= 0 ? a : b);
 
@@ -209,6 +221,38 @@ export function createEventStoreDbEventStore(client: KurrentDBClient, options: E
         const earlier = await findEarlierAppend(streamId, events);
         if (earlier) return earlier;
         throw toWrongExpectedRevision(error, streamId, expectedRevision);
+      }
+    },
+
+    /**
+     * KurrentDB's atomic multi-stream append (server ≥ 25.1, client ≥ 1.1.0): all streams or
+     * none. The server answers one log position for the whole write, so each stream's last
+     * event is read back for its exact `$all` position. Its event properties must be strings:
+     * metadata values that are not are refused here rather than mangled.
+     */
+    async appendMany(requests) {
+      assertAppendManyRequests(requests);
+      try {
+        const result = await client.multiStreamAppend(
+          requests.map((r) => ({ streamName: r.streamId, events: r.events.map(toMultiAppendEventData), expectedState: toStreamState(r.expectedRevision ?? 'any') })),
+        );
+        const revisions = new Map(result.responses.map((r) => [r.streamName, Number(r.revision)]));
+        return await Promise.all(
+          requests.map(async (r) => {
+            const nextRevision = revisions.get(r.streamId);
+            if (nextRevision === undefined) throw new Error(`multiStreamAppend answered nothing for ${r.streamId}`);
+            const [lastEvent] = await readStream(r.streamId, { fromRevision: nextRevision, maxCount: 1 });
+            if (!lastEvent) throw new Error(`appended to ${r.streamId} but cannot read revision ${nextRevision} back`);
+            return { nextRevision, position: lastEvent.position };
+          }),
+        );
+      } catch (error) {
+        if (!(error instanceof WrongExpectedVersionError)) throw error;
+        // A retry of an append that went through: every stream already ends with these ids.
+        const earlier = await Promise.all(requests.map((r) => findEarlierAppend(r.streamId, r.events)));
+        if (earlier.every((e) => e !== null)) return earlier.filter((e) => e !== null);
+        const failed = requests.find((r) => r.streamId === error.streamName) ?? requests[0];
+        throw toWrongExpectedRevision(error, failed?.streamId ?? error.streamName, failed?.expectedRevision ?? 'any');
       }
     },
 

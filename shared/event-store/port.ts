@@ -50,6 +50,14 @@ export type AppendResult = {
   readonly position: GlobalPosition;
 };
 
+/** One stream's part of an atomic multi-stream append. */
+export type AppendRequest = {
+  readonly streamId: string;
+  readonly events: readonly NewEvent[];
+  /** Default `'any'`. */
+  readonly expectedRevision?: ExpectedRevision;
+};
+
 export type ReadStreamOptions = { readonly fromRevision?: number; readonly maxCount?: number };
 
 export type ReadAllOptions = {
@@ -77,6 +85,14 @@ export type SubscribeOptions = ReadAllOptions & {
 
 export interface EventStore {
   append(streamId: string, events: readonly NewEvent[], options?: { expectedRevision?: ExpectedRevision }): Promise<AppendResult>;
+  /**
+   * Atomic multi-stream append: every stream's events are appended, or none are (the first
+   * failing stream's error is thrown: `WrongExpectedRevisionError` names it). Each stream at
+   * most once per call, each with at least one event. Every event gets its own global
+   * position; results come back in request order. Idempotent like `append`: a retry with the
+   * same event ids is answered from the earlier append.
+   */
+  appendMany(requests: readonly AppendRequest[]): Promise<AppendResult[]>;
   /** The stream's events in order; an empty array when the stream does not exist. */
   readStream(streamId: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
   /**
@@ -123,5 +139,16 @@ export function matchesExpected(expected: ExpectedRevision, actual: number | 'no
       return actual !== 'no_stream';
     default:
       return actual === expected;
+  }
+}
+
+/** The checks every adapter applies to an `appendMany` call before sending it. */
+export function assertAppendManyRequests(requests: readonly AppendRequest[]): void {
+  if (requests.length === 0) throw new Error('appendMany needs at least one stream');
+  const seen = new Set<string>();
+  for (const request of requests) {
+    if (request.events.length === 0) throw new Error(`appendMany: no events for stream ${request.streamId}`);
+    if (seen.has(request.streamId)) throw new Error(`appendMany: stream ${request.streamId} appears twice (at most once per call)`);
+    seen.add(request.streamId);
   }
 }

@@ -5,6 +5,8 @@ import type { Migration } from '../db/migrate.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
+  assertAppendManyRequests,
+  type AppendRequest,
   type AppendResult,
   type EventStore,
   type ExpectedRevision,
@@ -57,7 +59,170 @@ export const eventStoreMigrations: readonly Migration[] = [
   // NOTIFY inside the append serialised every commit on the notification queue's lock (about
   // a quarter of append throughput here); the adapter now notifies after commit, coalesced.
   { id: 'event-store/003-append-without-notify', sql: appendFunction({ replace: true, notifyInTransaction: false }) },
+  // Group commit: many append requests (single- or multi-stream) in one statement and one
+  // transaction. es_append stays for rolling upgrades (an older gateway still calls it).
+  { id: 'event-store/004-append-batch', sql: appendBatchFunction() },
 ];
+
+/**
+ * `es_append_batch`: the flush of the adapter's group commit. Takes parts (one stream's events
+ * with its expected revision, `p_req` grouping the parts of one atomic request, in request
+ * order) and returns one outcome per part. Each request is decided on the state that the
+ * requests before it in the batch left (same-stream requests see each other in order); a
+ * request whose idempotency or revision check fails appends nothing and the others go on, so
+ * no subtransaction is needed. Reads are set-based (two queries for the whole batch) and the
+ * writes are one INSERT per table, whatever the batch size.
+ *
+ * Outcomes: appended | duplicate (a retry: its ids are already in that stream) |
+ * wrong_expected_revision | event_id_conflict | not_attempted (another part of the same
+ * atomic request failed).
+ */
+function appendBatchFunction(): string {
+  return `
+      create function es_append_batch(
+        p_req int[], p_stream text[], p_expected text[], p_count int[],
+        p_ids uuid[], p_types text[], p_data jsonb[], p_metadata jsonb[]
+      ) returns table (outcomes text[], revisions bigint[], commits text[], prepares bigint[])
+      language plpgsql as $fn$
+      declare
+        n_parts int := coalesce(cardinality(p_stream), 0);
+        n_events int := coalesce(cardinality(p_ids), 0);
+        v_hash bigint;
+        s_names text[]; s_revs bigint[]; s_dirty boolean[];
+        x_ids uuid[]; x_streams text[]; x_revs bigint[];
+        e_part int[] := array_fill(null::int, array[n_events]);
+        e_rev bigint[] := array_fill(null::bigint, array[n_events]);
+        first_event int[] := array_fill(null::int, array[n_parts]);
+        o_out text[] := array_fill(null::text, array[n_parts]);
+        o_rev bigint[] := array_fill(null::bigint, array[n_parts]);
+        o_dup uuid[] := array_fill(null::uuid, array[n_parts]);
+        o_commit text[] := array_fill(null::text, array[n_parts]);
+        o_prep bigint[] := array_fill(null::bigint, array[n_parts]);
+        v_ins_ids uuid[]; v_ins_pos bigint[];
+        v_offset int := 1;
+        v_p int; v_q int; v_end int; v_e int; v_k int; v_s int;
+        v_cur bigint; v_exp text; v_found int; v_foreign int; v_dup_rev bigint; v_dup_id uuid;
+        v_ok boolean; v_any_insert boolean := false; v_any_dup boolean := false;
+        v_repeats boolean := (select count(distinct x) from unnest(p_ids) x) < n_events;
+        v_xid text; v_row record;
+      begin
+        -- Every stream of the batch locked in one order shared by all writers (no deadlock
+        -- between gateways flushing at once), before the transaction draws its id: global
+        -- order follows the per-stream lock order (see the adapter's header).
+        for v_hash in select distinct hashtextextended(s, 0) from unnest(p_stream) s order by 1 loop
+          perform pg_advisory_xact_lock(v_hash);
+        end loop;
+        select coalesce(array_agg(u.s), '{}'), coalesce(array_agg(coalesce(st.revision, -1)), '{}'), coalesce(array_agg(false), '{}')
+          into s_names, s_revs, s_dirty
+          from (select distinct s from unnest(p_stream) s) u left join es_streams st on st.stream_id = u.s;
+        select coalesce(array_agg(e.event_id), '{}'), coalesce(array_agg(e.stream_id), '{}'), coalesce(array_agg(e.revision), '{}')
+          into x_ids, x_streams, x_revs
+          from es_events e where e.event_id = any(p_ids);
+        for v_p in 1..n_parts loop
+          first_event[v_p] := v_offset;
+          for v_e in v_offset .. v_offset + p_count[v_p] - 1 loop e_part[v_e] := v_p; end loop;
+          v_offset := v_offset + p_count[v_p];
+        end loop;
+
+        v_p := 1;
+        while v_p <= n_parts loop
+          v_end := v_p;
+          while v_end < n_parts and p_req[v_end + 1] = p_req[v_p] loop v_end := v_end + 1; end loop;
+          v_ok := true;
+          for v_q in v_p .. v_end loop
+            v_s := array_position(s_names, p_stream[v_q]);
+            v_found := 0; v_foreign := 0; v_dup_rev := null; v_dup_id := null;
+            for v_e in first_event[v_q] .. first_event[v_q] + p_count[v_q] - 1 loop
+              v_k := array_position(x_ids, p_ids[v_e]);
+              if v_k is not null then
+                v_found := v_found + 1;
+                if x_streams[v_k] <> p_stream[v_q] then v_foreign := v_foreign + 1;
+                elsif v_dup_rev is null or x_revs[v_k] > v_dup_rev then v_dup_rev := x_revs[v_k]; v_dup_id := p_ids[v_e];
+                end if;
+              elsif v_repeats then
+                -- Appended earlier in this batch (only looked for when the batch repeats an id)?
+                select k into v_k from unnest(array_positions(p_ids, p_ids[v_e])) k
+                  where k < first_event[v_q] and e_rev[k] is not null limit 1;
+                if v_k is not null then
+                  v_found := v_found + 1;
+                  if p_stream[e_part[v_k]] <> p_stream[v_q] then v_foreign := v_foreign + 1;
+                  elsif v_dup_rev is null or e_rev[v_k] > v_dup_rev then v_dup_rev := e_rev[v_k]; v_dup_id := p_ids[v_e];
+                  end if;
+                end if;
+              end if;
+            end loop;
+            if v_found > 0 then
+              if v_found = p_count[v_q] and v_foreign = 0 then
+                o_out[v_q] := 'duplicate'; o_rev[v_q] := v_dup_rev; o_dup[v_q] := v_dup_id;
+              else
+                o_out[v_q] := 'event_id_conflict'; v_ok := false;
+              end if;
+              continue;
+            end if;
+            v_cur := s_revs[v_s];
+            v_exp := p_expected[v_q];
+            if not (v_exp = 'any'
+                    or (v_exp = 'no_stream' and v_cur < 0)
+                    or (v_exp = 'stream_exists' and v_cur >= 0)
+                    or (v_exp ~ '^[0-9]+$' and v_cur = v_exp::bigint)) then
+              o_out[v_q] := 'wrong_expected_revision';
+              o_rev[v_q] := case when v_cur < 0 then null else v_cur end;
+              v_ok := false;
+              continue;
+            end if;
+            o_out[v_q] := 'appended';
+            o_rev[v_q] := v_cur + p_count[v_q];
+          end loop;
+
+          for v_q in v_p .. v_end loop
+            if not v_ok then
+              if o_out[v_q] in ('appended', 'duplicate') then o_out[v_q] := 'not_attempted'; o_rev[v_q] := null; o_dup[v_q] := null; end if;
+            elsif o_out[v_q] = 'appended' then
+              v_s := array_position(s_names, p_stream[v_q]);
+              for v_e in first_event[v_q] .. first_event[v_q] + p_count[v_q] - 1 loop
+                s_revs[v_s] := s_revs[v_s] + 1;
+                e_rev[v_e] := s_revs[v_s];
+              end loop;
+              s_dirty[v_s] := true;
+              v_any_insert := true;
+            elsif o_out[v_q] = 'duplicate' then
+              v_any_dup := true;
+            end if;
+          end loop;
+          v_p := v_end + 1;
+        end loop;
+
+        if v_any_insert then
+          insert into es_streams as s (stream_id, revision)
+            select s_names[i], s_revs[i] from generate_subscripts(s_names, 1) i where s_dirty[i]
+            on conflict (stream_id) do update set revision = excluded.revision;
+          with inserted as (
+            insert into es_events (stream_id, revision, event_id, type, data, metadata)
+            select p_stream[e_part[k]], e_rev[k], p_ids[k], p_types[k], p_data[k], coalesce(p_metadata[k], '{}'::jsonb)
+            from generate_subscripts(p_ids, 1) k where e_rev[k] is not null order by k
+            returning es_events.event_id, es_events.position
+          )
+          select array_agg(i.event_id), array_agg(i.position) into v_ins_ids, v_ins_pos from inserted i;
+          v_xid := pg_current_xact_id()::text;
+          for v_q in 1 .. n_parts loop
+            if o_out[v_q] = 'appended' then
+              o_commit[v_q] := v_xid;
+              o_prep[v_q] := v_ins_pos[array_position(v_ins_ids, p_ids[first_event[v_q] + p_count[v_q] - 1])];
+            end if;
+          end loop;
+        end if;
+        if v_any_dup then
+          for v_row in select e.event_id, e.transaction_id::text as commit, e.position from es_events e where e.event_id = any(o_dup) loop
+            for v_q in 1 .. n_parts loop
+              if o_dup[v_q] = v_row.event_id then o_commit[v_q] := v_row.commit; o_prep[v_q] := v_row.position; end if;
+            end loop;
+          end loop;
+        end if;
+        return query select o_out, o_rev, o_commit, o_prep;
+      end
+      $fn$;
+    `;
+}
 
 /** The `es_append` function; 002 created it with an in-transaction NOTIFY, 003 replaced it. */
 function appendFunction(options: { replace: boolean; notifyInTransaction: boolean }): string {
@@ -183,17 +348,25 @@ export type PostgresEventStoreOptions = {
   readonly listenUrl?: string;
   /** How many log entries a filtered read scans at most before it returns a checkpoint. */
   readonly scanWindow?: number;
+  /** Group commit: most events one flush carries (a larger single request goes alone). */
+  readonly maxBatchEvents?: number;
+  /** Group commit: flushes in flight at once from this store (each holds one connection). */
+  readonly maxConcurrentFlushes?: number;
 };
 
 export function createPostgresEventStore(pool: DatabasePool, options: PostgresEventStoreOptions = {}): EventStore {
   const scanWindow = options.scanWindow ?? 10_000;
   const wakeups = createWakeups(options.listenUrl);
 
-  const appendRow = z.object({
-    outcome: z.enum(['appended', 'duplicate', 'wrong_expected_revision', 'event_id_conflict']),
-    next_revision: z.number().nullable(),
-    commit_position: z.string().nullable(),
-    prepare_position: z.number().nullable(),
+  const batchRow = z.object({
+    outcomes: z.array(z.enum(['appended', 'duplicate', 'wrong_expected_revision', 'event_id_conflict', 'not_attempted'])),
+    revisions: z.array(z.number().nullable()),
+    commits: z.array(z.string().nullable()),
+    prepares: z.array(z.number().nullable()),
+  });
+  const groupCommit = createGroupCommit((requests) => flush(requests), {
+    maxBatchEvents: options.maxBatchEvents ?? 2_000,
+    maxConcurrentFlushes: options.maxConcurrentFlushes ?? 1,
   });
 
   // Wakes live subscribers (this process's and others') after commit, coalesced: at most one
@@ -212,37 +385,63 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
       );
   };
 
-  async function append(streamId: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
-    const row = await pool.one(sql.type(appendRow)`
-      select * from es_append(
-        ${streamId},
-        ${String(expected)},
-        ${sql.array(events.map((e) => e.id), 'uuid')},
-        ${sql.array(events.map((e) => e.type), 'text')},
-        ${sql.array(events.map((e) => JSON.stringify(e.data)), 'jsonb')},
-        ${sql.array(events.map((e) => JSON.stringify(e.metadata ?? {})), 'jsonb')}
+  /** One flush: every queued request in one statement, one transaction, one round trip. */
+  async function flush(requests: readonly QueuedAppend[]): Promise<void> {
+    const req: number[] = [];
+    const streams: string[] = [];
+    const expected: string[] = [];
+    const counts: number[] = [];
+    const ids: string[] = [];
+    const types: string[] = [];
+    const data: string[] = [];
+    const metadata: string[] = [];
+    requests.forEach((request, r) => {
+      for (const part of request.parts) {
+        req.push(r);
+        streams.push(part.streamId);
+        expected.push(String(part.expectedRevision ?? 'any'));
+        counts.push(part.events.length);
+        for (const e of part.events) {
+          ids.push(e.id);
+          types.push(e.type);
+          data.push(JSON.stringify(e.data));
+          metadata.push(JSON.stringify(e.metadata ?? {}));
+        }
+      }
+    });
+    const row = await pool.one(sql.type(batchRow)`
+      select * from es_append_batch(
+        ${sql.array(req, 'int4')}, ${sql.array(streams, 'text')}, ${sql.array(expected, 'text')}, ${sql.array(counts, 'int4')},
+        ${sql.array(ids, 'uuid')}, ${sql.array(types, 'text')}, ${sql.array(data, 'jsonb')}, ${sql.array(metadata, 'jsonb')}
       )
     `);
-    switch (row.outcome) {
-      case 'appended':
-      case 'duplicate':
-        if (row.outcome === 'appended') wakeSubscribers();
-        if (row.next_revision === null || row.commit_position === null || row.prepare_position === null) {
-          throw new Error('es_append returned no position');
+    let part = 0;
+    let appended = false;
+    for (const request of requests) {
+      const results: AppendResult[] = [];
+      let failure: Error | undefined;
+      for (const { streamId, expectedRevision } of request.parts) {
+        const i = part++;
+        const outcome = row.outcomes[i];
+        const revision = row.revisions[i] ?? null;
+        const commit = row.commits[i] ?? null;
+        const prepare = row.prepares[i] ?? null;
+        if (outcome === 'appended' || outcome === 'duplicate') {
+          if (outcome === 'appended') appended = true;
+          if (revision === null || commit === null || prepare === null) throw new Error('es_append_batch returned no position');
+          results.push({ nextRevision: revision, position: { commit: BigInt(commit), prepare: BigInt(prepare) } });
+        } else if (outcome === 'wrong_expected_revision') {
+          failure ??= new WrongExpectedRevisionError(streamId, String(expectedRevision ?? 'any'), revision ?? 'no_stream');
+        } else if (outcome === 'event_id_conflict') {
+          failure ??= new ConflictError('Some of these event ids were already used by other events');
+        } else if (outcome !== 'not_attempted') {
+          throw new Error(`unexpected append outcome ${String(outcome)}`);
         }
-        return {
-          nextRevision: row.next_revision,
-          position: { commit: BigInt(row.commit_position), prepare: BigInt(row.prepare_position) },
-        };
-      case 'wrong_expected_revision':
-        throw new WrongExpectedRevisionError(streamId, String(expected), row.next_revision ?? 'no_stream');
-      case 'event_id_conflict':
-        throw new ConflictError('Some of these event ids were already used by other events');
-      default: {
-        const never: never = row.outcome;
-        throw new Error(`unexpected append outcome ${String(never)}`);
       }
+      if (failure) request.reject(failure);
+      else request.resolve(results);
     }
+    if (appended) wakeSubscribers();
   }
 
   async function readAll(opts: ReadAllOptions = {}): Promise<ReadAllPage> {
@@ -282,7 +481,14 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
   return {
     async append(streamId, events, { expectedRevision = 'any' } = {}) {
       if (events.length === 0) throw new Error('append needs at least one event');
-      return append(streamId, events, expectedRevision);
+      const [result] = await groupCommit.submit([{ streamId, events, expectedRevision }]);
+      if (!result) throw new Error('append returned no result');
+      return result;
+    },
+
+    async appendMany(requests) {
+      assertAppendManyRequests(requests);
+      return groupCommit.submit(requests);
     },
 
     async readStream(streamId, { fromRevision = 0, maxCount = 1_000_000 } = {}) {
@@ -329,8 +535,103 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     },
 
     async close() {
+      await groupCommit.drained();
       await wakeScheduled;
       await wakeups.close();
+    },
+  };
+}
+
+type QueuedAppend = {
+  readonly parts: readonly AppendRequest[];
+  readonly events: number;
+  resolve(results: AppendResult[]): void;
+  reject(error: unknown): void;
+};
+
+/** SQLSTATE of a driver error, looked up through slonik's wrapping (`cause`). */
+function sqlState(error: unknown): string | undefined {
+  for (let e: unknown = error, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+  }
+  return undefined;
+}
+
+/**
+ * Group commit (what KurrentDB's single writer does with its flush): append requests queue
+ * while a flush is in flight; the next flush takes everything queued (up to `maxBatchEvents`)
+ * in one round trip and one transaction, so one fsync carries many commands. A lone request
+ * flushes at once: there is no timer, batching comes only from concurrency.
+ *
+ * Outcomes stay per request (the database function decides each one separately). If the whole
+ * statement fails with an SQL error (e.g. two requests racing another process with the same
+ * new event id), the batch is retried one request per transaction so that only the guilty
+ * request fails. A lost connection is not retried: whether that transaction committed is
+ * unknown, and each caller's own retry with the same event ids is idempotent.
+ */
+function createGroupCommit(
+  flush: (requests: readonly QueuedAppend[]) => Promise<void>,
+  options: { readonly maxBatchEvents: number; readonly maxConcurrentFlushes: number },
+) {
+  const queue: QueuedAppend[] = [];
+  let flushing = 0;
+  let idle: Promise<void> | undefined;
+  let settleIdle: (() => void) | undefined;
+
+  const take = (): QueuedAppend[] => {
+    const batch: QueuedAppend[] = [];
+    let events = 0;
+    while (queue.length > 0) {
+      const next = queue[0];
+      if (!next || (batch.length > 0 && events + next.events > options.maxBatchEvents)) break;
+      batch.push(next);
+      events += next.events;
+      queue.shift();
+    }
+    return batch;
+  };
+
+  const run = async (batch: readonly QueuedAppend[]): Promise<void> => {
+    try {
+      await flush(batch);
+    } catch (error) {
+      const state = sqlState(error);
+      const isolatable = batch.length > 1 && state !== undefined && !state.startsWith('08') && !state.startsWith('57');
+      if (!isolatable) {
+        for (const request of batch) request.reject(error);
+        return;
+      }
+      for (const request of batch) await run([request]);
+    }
+  };
+
+  const loop = async () => {
+    flushing++;
+    try {
+      for (let batch = take(); batch.length > 0; batch = take()) await run(batch);
+    } finally {
+      flushing--;
+      if (flushing === 0 && queue.length === 0) {
+        settleIdle?.();
+        idle = undefined;
+        settleIdle = undefined;
+      }
+    }
+  };
+
+  return {
+    submit(parts: readonly AppendRequest[]): Promise<AppendResult[]> {
+      return new Promise<AppendResult[]>((resolve, reject) => {
+        queue.push({ parts, events: parts.reduce((n, p) => n + p.events.length, 0), resolve, reject });
+        if (flushing < options.maxConcurrentFlushes) void loop();
+      });
+    },
+    /** Resolves once nothing is queued or in flight. */
+    drained(): Promise<void> {
+      if (flushing === 0 && queue.length === 0) return Promise.resolve();
+      idle ??= new Promise<void>((resolve) => (settleIdle = resolve));
+      return idle;
     },
   };
 }

@@ -34,6 +34,7 @@ const counting = defineProjection({
 function redelivering(inner: EventStore): EventStore {
   return {
     append: (...args) => inner.append(...args),
+    appendMany: (...args) => inner.appendMany(...args),
     readStream: (...args) => inner.readStream(...args),
     readAll: (...args) => inner.readAll(...args),
     headPosition: () => inner.headPosition(),

@@ -124,6 +124,65 @@ export function eventStoreContract(name: string, createFixture: () => Promise<Ev
       });
     });
 
+    describe('when appending to several streams at once (appendMany)', () => {
+      it('appends every stream, each event with its own global position, results in request order', async () => {
+        const a = streamId('many-a');
+        const b = streamId('many-b');
+        const head = await store.headPosition();
+        const [ra, rb] = await store.appendMany([
+          { streamId: a, events: [event('A1'), event('A2')], expectedRevision: 'no_stream' },
+          { streamId: b, events: [event('B1')], expectedRevision: 'no_stream' },
+        ]);
+        expect(ra?.nextRevision).toBe(1);
+        expect(rb?.nextRevision).toBe(0);
+        const mine = await readAllOf(store, new Set([a, b]), head);
+        expect(mine.map((e) => e.type).sort()).toEqual(['A1', 'A2', 'B1']);
+        expect(new Set(mine.map((e) => `${e.position.commit}-${e.position.prepare}`)).size).toBe(3);
+        expect(comparePositions(ra!.position, mine.find((e) => e.type === 'A2')!.position)).toBe(0);
+        expect(comparePositions(rb!.position, mine.find((e) => e.type === 'B1')!.position)).toBe(0);
+      });
+
+      it('appends nothing anywhere when one stream is not at its expected revision', async () => {
+        const a = streamId('many-ok');
+        const b = streamId('many-taken');
+        await store.append(b, [event('Taken')], { expectedRevision: 'no_stream' });
+        const attempt = store.appendMany([
+          { streamId: a, events: [event('A1')], expectedRevision: 'no_stream' },
+          { streamId: b, events: [event('B1')], expectedRevision: 'no_stream' },
+        ]);
+        await expect(attempt).rejects.toBeInstanceOf(WrongExpectedRevisionError);
+        await expect(attempt).rejects.toMatchObject({ streamId: b, actual: 0 });
+        expect(await store.readStream(a)).toEqual([]);
+        expect((await store.readStream(b)).map((e) => e.type)).toEqual(['Taken']);
+      });
+
+      it('treats a retry with the same event ids as done once', async () => {
+        const a = streamId('many-retry-a');
+        const b = streamId('many-retry-b');
+        const requests = [
+          { streamId: a, events: [event('A1')], expectedRevision: 'no_stream' as const },
+          { streamId: b, events: [event('B1')], expectedRevision: 'no_stream' as const },
+        ];
+        const first = await store.appendMany(requests);
+        const retry = await store.appendMany(requests);
+        expect(retry.map((r) => r.nextRevision)).toEqual(first.map((r) => r.nextRevision));
+        expect(comparePositions(retry[1]!.position, first[1]!.position)).toBe(0);
+        expect(await store.readStream(a)).toHaveLength(1);
+        expect(await store.readStream(b)).toHaveLength(1);
+      });
+
+      it('refuses the same stream twice in one call', async () => {
+        const a = streamId('many-twice');
+        await expect(
+          store.appendMany([
+            { streamId: a, events: [event('A1')] },
+            { streamId: a, events: [event('A2')] },
+          ]),
+        ).rejects.toThrow(/at most once/);
+        expect(await store.readStream(a)).toEqual([]);
+      });
+    });
+
     describe('when reading all', () => {
       it('returns events in global order, after an exclusive position, and moves the checkpoint', async () => {
         const head = await store.headPosition();
