@@ -14,6 +14,7 @@ import { runReadYourWritesBench } from './scenarios/readYourWrites.ts';
 import { runRateLimitBench } from './scenarios/rateLimit.ts';
 import { runFeedBench } from './scenarios/feed.ts';
 import { runRuntimeBench } from './scenarios/runtime.ts';
+import { runWriteBench } from './scenarios/write.ts';
 
 const scenarios: Record<string, () => Promise<unknown>> = {
   health: () => healthScenario(),
@@ -25,6 +26,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   runtime: () => runRuntimeBench(),
   lag: () => runProjectionLagBench(),
   ryw: () => runReadYourWritesBench(),
+  write: () => runWriteBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));

@@ -607,7 +607,12 @@ function createGroupCommit(
   const loop = async () => {
     flushing++;
     try {
-      for (let batch = take(); batch.length > 0; batch = take()) await run(batch);
+      for (let batch = take(); batch.length > 0; batch = take()) {
+        await run(batch);
+        // One turn of the event loop (not a timer): the callers just answered usually append
+        // again at once; let their next requests join the next flush instead of trailing it.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
     } finally {
       flushing--;
       if (flushing === 0 && queue.length === 0) {

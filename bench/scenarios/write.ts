@@ -1,0 +1,260 @@
+/**
+ * `npm run bench -- write` (issue 11): the write path against two baselines, in one run,
+ * alternating rounds (ours, baseline, ours, baseline, …), each figure the median of its rounds
+ * and each ratio the median of the per-round ratios.
+ *
+ * 1. Creates over HTTP: `POST /v1/employees` on our gateway (real PostgreSQL, employees
+ *    projector running, enterprise tenant, LOG_LEVEL=warn) vs a state-stored CRUD server
+ *    (bench/support/crudServer.ts: Fastify + pg, one INSERT, unique index on
+ *    (tenant, lower(email))). autocannon, 32 connections, unique emails. Goal: ours ÷ CRUD ≥ 0.6
+ *    with our p99 ≤ 2 × CRUD's.
+ * 2. Raw appends: 1,000 streams × 20 one-event appends with the exact expected revision, 16
+ *    workers, through our PostgreSQL adapter vs `@event-driven-io/emmett-postgresql`, each in
+ *    its own fresh database on the same server. Goal: ours ÷ emmett ≥ 5.
+ *
+ * Knobs: BENCH_WRITE_ROUNDS (3), BENCH_WRITE_SECONDS (8), BENCH_WRITE_CONNECTIONS (32).
+ * Two cores shared with other work: absolute numbers are noisy, the ratios less so.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:net';
+import { getPostgreSQLEventStore } from '@event-driven-io/emmett-postgresql';
+import { STREAM_DOES_NOT_EXIST } from '@event-driven-io/emmett';
+import autocannon from 'autocannon';
+import { loadConfig } from '../../shared/config.ts';
+import { createDatabasePool } from '../../shared/db/pool.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { provisionTenant } from '../../services/tenants/provision.ts';
+import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
+import { createTokenService } from '../../services/auth/tokens.ts';
+import { createBenchDatabase } from '../support/database.ts';
+
+const say = (message: string) => process.stderr.write(`[bench write] ${message}\n`);
+const median = (values: readonly number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? (sorted[mid] ?? Number.NaN) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
+};
+const round2 = (n: number) => Number(n.toFixed(2));
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  if (!address || typeof address === 'string') throw new Error('no free port');
+  return address.port;
+}
+
+async function waitForHttp(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ok = await fetch(url).then((r) => r.ok, () => false);
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`${url} did not become ready`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  await exited;
+}
+
+const STREAMS = 1_000;
+const APPENDS_PER_STREAM = 20;
+const WORKERS = 16;
+
+/** The append workload: worker w owns streams w, w+16, …; it walks revision by revision. */
+async function appendWorkload(appendOne: (stream: string, revision: number) => Promise<void>): Promise<{ appends: number; ms: number; perSecond: number }> {
+  const prefix = randomUUID().slice(0, 8);
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: WORKERS }, async (_, w) => {
+      const mine: string[] = [];
+      for (let s = w; s < STREAMS; s += WORKERS) mine.push(`bench-${prefix}-${s}`);
+      for (let revision = 0; revision < APPENDS_PER_STREAM; revision++) {
+        for (const stream of mine) await appendOne(stream, revision);
+      }
+    }),
+  );
+  const ms = performance.now() - started;
+  const appends = STREAMS * APPENDS_PER_STREAM;
+  return { appends, ms: Math.round(ms), perSecond: Math.round(appends / (ms / 1000)) };
+}
+
+async function appendsBench(rounds: number) {
+  const oursDb = await createBenchDatabase('bench_write_ours');
+  const emmettDb = await createBenchDatabase('bench_write_emmett');
+  const pool = await createDatabasePool(oursDb.url, { maximumPoolSize: WORKERS });
+  const ours = createPostgresEventStore(pool);
+  const emmett = getPostgreSQLEventStore(emmettDb.url);
+  try {
+    const runOurs = () =>
+      appendWorkload(async (stream, revision) => {
+        await ours.append(stream, [{ id: randomUUID(), type: 'Tick', data: { revision } }], {
+          expectedRevision: revision === 0 ? 'no_stream' : revision - 1,
+        });
+      });
+    const runEmmett = () =>
+      appendWorkload(async (stream, revision) => {
+        // emmett counts stream versions from 1: after r appends the version is r.
+        await emmett.appendToStream(stream, [{ type: 'Tick', data: { revision } }], {
+          expectedStreamVersion: revision === 0 ? STREAM_DOES_NOT_EXIST : BigInt(revision),
+        });
+      });
+    // A warm-up of each (schema creation, connections, plans), not counted.
+    await emmett.appendToStream(`warmup-${randomUUID()}`, [{ type: 'Tick', data: {} }]);
+    await ours.append(`warmup-${randomUUID()}`, [{ id: randomUUID(), type: 'Tick', data: {} }]);
+    const results: Array<{ round: number; ours: number; emmett: number; ratio: number }> = [];
+    for (let round = 1; round <= rounds; round++) {
+      const o = await runOurs();
+      const e = await runEmmett();
+      results.push({ round, ours: o.perSecond, emmett: e.perSecond, ratio: round2(o.perSecond / e.perSecond) });
+      say(`appends round ${round}: ours ${o.perSecond}/s (${o.ms} ms), emmett ${e.perSecond}/s (${e.ms} ms)`);
+    }
+    const ratio = median(results.map((r) => r.ratio));
+    return {
+      workload: `${STREAMS} streams × ${APPENDS_PER_STREAM} one-event appends, exact expected revision, ${WORKERS} workers`,
+      rounds: results,
+      oursPerSecond: median(results.map((r) => r.ours)),
+      emmettPerSecond: median(results.map((r) => r.emmett)),
+      ratio,
+      goal: 'ours ÷ emmett-postgresql ≥ 5',
+      met: ratio >= 5,
+    };
+  } finally {
+    await ours.close();
+    await emmett.close();
+    await pool.end();
+    await oursDb.drop();
+    await emmettDb.drop();
+  }
+}
+
+type CreateRound = { createsPerSecond: number; p50: number; p99: number; non2xx: number; errors: number };
+
+async function createRound(url: string, headers: Record<string, string>, seconds: number, connections: number): Promise<CreateRound> {
+  let n = 0;
+  const prefix = randomUUID().slice(0, 8);
+  const result = await new Promise<autocannon.Result>((resolve, reject) => {
+    autocannon(
+      {
+        url,
+        method: 'POST',
+        connections,
+        duration: seconds,
+        headers: { ...headers, 'content-type': 'application/json' },
+        requests: [
+          {
+            setupRequest: (request) => ({
+              ...request,
+              body: JSON.stringify({ email: `w-${prefix}-${n++}@bench.example`, firstName: 'Write', lastName: 'Bench', department: 'sales' }),
+            }),
+          },
+        ],
+      },
+      (error, r) => (error ? reject(error) : resolve(r)),
+    );
+  });
+  return {
+    createsPerSecond: Math.round(result['2xx'] / seconds),
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    non2xx: result.non2xx,
+    errors: result.errors,
+  };
+}
+
+async function createsBench(rounds: number, seconds: number, connections: number) {
+  const oursDb = await createBenchDatabase('bench_write_api');
+  const crudDb = await createBenchDatabase('bench_write_crud');
+  const pool = await createDatabasePool(oursDb.url, { maximumPoolSize: 4 });
+  const children: ChildProcess[] = [];
+  try {
+    const config = loadConfig({});
+    const jwk = await generatePrivateJwk();
+    const tokens = createTokenService({ keys: await createKeyRing([jwk]), issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE });
+    const slug = `write-${Date.now().toString(36)}`;
+    await provisionTenant(pool, { slug, plan: 'enterprise' });
+    const { accessToken } = await tokens.issue({ userId: randomUUID(), tenant: slug, roles: ['admin'] });
+    const headers = { authorization: `Bearer ${accessToken}`, 'x-tenant': slug };
+
+    const env = {
+      ...process.env,
+      DATABASE_URL: oursDb.url,
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      NODE_ENV: 'production',
+      JWT_PRIVATE_JWKS: JSON.stringify([jwk]),
+      KAFKA_BROKERS: '',
+      REDIS_URL: '',
+      EVENTSTORE_URL: '',
+    };
+    const nodeArgs = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean);
+    const start = (script: string, port: number, extraEnv: Record<string, string>, ...args: string[]) => {
+      const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', script, ...args], {
+        env: { ...env, ...extraEnv, PORT: String(port) },
+        stdio: ['ignore', 'ignore', 'inherit'],
+      });
+      children.push(child);
+      return child;
+    };
+    const oursPort = await freePort();
+    start('services/main.ts', oursPort, {}, 'gateway');
+    start('services/main.ts', await freePort(), {}, 'projector', 'employees');
+    const crudPort = await freePort();
+    start('bench/support/crudServer.ts', crudPort, { DATABASE_URL: crudDb.url });
+    await waitForHttp(`http://127.0.0.1:${oursPort}/health/ready`, 60_000);
+    await waitForHttp(`http://127.0.0.1:${crudPort}/health/ready`, 60_000);
+    const oursUrl = `http://127.0.0.1:${oursPort}/v1/employees`;
+    const crudUrl = `http://127.0.0.1:${crudPort}/v1/employees`;
+    // Warm-up (JIT, connections, plans), not counted.
+    await createRound(oursUrl, headers, 2, connections);
+    await createRound(crudUrl, {}, 2, connections);
+
+    const results: Array<{ round: number; ours: CreateRound; crud: CreateRound; ratio: number; p99Ratio: number }> = [];
+    for (let round = 1; round <= rounds; round++) {
+      const ours = await createRound(oursUrl, headers, seconds, connections);
+      const crud = await createRound(crudUrl, {}, seconds, connections);
+      const ratio = round2(ours.createsPerSecond / crud.createsPerSecond);
+      const p99Ratio = round2(ours.p99 / Math.max(crud.p99, 1));
+      results.push({ round, ours, crud, ratio, p99Ratio });
+      say(`creates round ${round}: ours ${ours.createsPerSecond}/s p99 ${ours.p99} ms (non2xx ${ours.non2xx}), crud ${crud.createsPerSecond}/s p99 ${crud.p99} ms`);
+    }
+    const ratio = median(results.map((r) => r.ratio));
+    const p99Ratio = median(results.map((r) => r.p99Ratio));
+    return {
+      connections,
+      secondsPerRound: seconds,
+      rounds: results,
+      oursPerSecond: median(results.map((r) => r.ours.createsPerSecond)),
+      oursP99: median(results.map((r) => r.ours.p99)),
+      crudPerSecond: median(results.map((r) => r.crud.createsPerSecond)),
+      crudP99: median(results.map((r) => r.crud.p99)),
+      ratio,
+      p99Ratio,
+      goal: 'ours ÷ CRUD ≥ 0.6 with p99(ours) ≤ 2 × p99(CRUD)',
+      met: ratio >= 0.6 && p99Ratio <= 2,
+    };
+  } finally {
+    for (const child of children) await stopChild(child);
+    await pool.end();
+    await oursDb.drop();
+    await crudDb.drop();
+  }
+}
+
+export async function runWriteBench() {
+  const rounds = Number(process.env.BENCH_WRITE_ROUNDS ?? 3);
+  const seconds = Number(process.env.BENCH_WRITE_SECONDS ?? 8);
+  const connections = Number(process.env.BENCH_WRITE_CONNECTIONS ?? 32);
+  const only = process.env.BENCH_WRITE_ONLY;
+  const appends = only === 'creates' ? undefined : await appendsBench(rounds);
+  if (appends) say(`appends: ours ${appends.oursPerSecond}/s vs emmett ${appends.emmettPerSecond}/s, ratio ${appends.ratio}`);
+  const creates = only === 'appends' ? undefined : await createsBench(rounds, seconds, connections);
+  if (creates) say(`creates: ours ${creates.oursPerSecond}/s p99 ${creates.oursP99} ms vs CRUD ${creates.crudPerSecond}/s p99 ${creates.crudP99} ms, ratio ${creates.ratio}`);
+  return { scenario: 'write', note: '2 shared cores: absolute figures are noisy, ratios less so', appends, creates };
+}
