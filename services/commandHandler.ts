@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { PreconditionFailedError, WrongExpectedRevisionError } from '../shared/errors.ts';
-import type { EventMetadata, EventStore, ExpectedRevision, GlobalPosition } from '../shared/event-store/port.ts';
+import type { AppendRequest, AppendResult, EventMetadata, EventStore, ExpectedRevision, GlobalPosition, NewEvent } from '../shared/event-store/port.ts';
 
 /** A pure decider (emmett style): fold events into state, decide events from a command. */
 export type Decider<State, Command, Event extends { readonly type: string; readonly data: unknown }> = {
@@ -19,6 +19,17 @@ export type HandleCommandOptions = {
   readonly metadata: EventMetadata;
   /** Attempts after a lost race when no `ifMatch` was given. */
   readonly maxRetries?: number;
+  /**
+   * The command creates its stream (e.g. a fresh ULID): decide on the initial state without
+   * reading, append expecting `no_stream`. If the stream exists after all, the command falls
+   * back to the usual read-decide-append.
+   */
+  readonly newStream?: boolean;
+  /**
+   * Appends to other streams that must commit atomically with this command's events (one
+   * `appendMany`). A revision conflict on one of them is thrown to the caller, not retried.
+   */
+  readonly alongside?: readonly AppendRequest[];
 };
 
 export type CommandResult<State, Event> = {
@@ -44,8 +55,10 @@ export async function handleCommand<State, Command, Event extends { readonly typ
   options: HandleCommandOptions,
 ): Promise<CommandResult<State, Event>> {
   const maxRetries = options.maxRetries ?? 5;
+  // A command that creates its stream has nothing to read; one on an existing stream reads it once per attempt.
+  let read = options.newStream !== true || options.ifMatch !== undefined;
   for (let attempt = 0; ; attempt++) {
-    const recorded = await store.readStream(streamId);
+    const recorded = read ? await store.readStream(streamId) : [];
     const revision = recorded.length - 1;
     if (options.ifMatch !== undefined && options.ifMatch !== revision) {
       throw new PreconditionFailedError(`The resource is at revision ${revision}, not ${options.ifMatch}`, { currentRevision: revision });
@@ -58,19 +71,25 @@ export async function handleCommand<State, Command, Event extends { readonly typ
     if (events.length === 0) return { state, events, revision, position: last?.position ?? null };
 
     const expectedRevision: ExpectedRevision = revision < 0 ? 'no_stream' : revision;
+    const newEvents: NewEvent[] = events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data, metadata: options.metadata }));
     try {
-      const appended = await store.append(
-        streamId,
-        events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data, metadata: options.metadata })),
-        { expectedRevision },
-      );
+      const appended = await appendWith(store, { streamId, events: newEvents, expectedRevision }, options.alongside);
       return { state: events.reduce(decider.evolve, state), events, revision: appended.nextRevision, position: appended.position };
     } catch (error) {
-      if (!(error instanceof WrongExpectedRevisionError)) throw error;
+      if (!(error instanceof WrongExpectedRevisionError) || error.streamId !== streamId) throw error;
+      read = true;
       if (options.ifMatch !== undefined) {
         throw new PreconditionFailedError('The resource changed while this request was handled', { currentRevision: error.actual });
       }
       if (attempt >= maxRetries) throw error;
     }
   }
+}
+
+async function appendWith(store: EventStore, own: AppendRequest, alongside: readonly AppendRequest[] | undefined): Promise<AppendResult> {
+  if (!alongside || alongside.length === 0) return store.append(own.streamId, own.events, { expectedRevision: own.expectedRevision });
+  const results = await store.appendMany([...alongside, own]);
+  const result = results.at(-1);
+  if (!result) throw new Error('appendMany returned no result for the command stream');
+  return result;
 }

@@ -1,9 +1,10 @@
 
+import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { EventMetadata, EventStore } from '../../shared/event-store/port.ts';
 import { handleCommand, type CommandResult } from '../commandHandler.ts';
 import { employeeDecider, type EmployeeCommand, type EmployeeState, type CommandMetadata, type HireEmployee } from './decide.ts';
 import { employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './events.ts';
-import { releaseEmail, reserveEmail } from './emailReservation.ts';
+import { newReservationRequest, releaseEmail, reserveEmail } from './emailReservation.ts';
 
 /**
  * The employee use cases: each one is the generic command handler plus what a single stream
@@ -36,11 +37,26 @@ const reservation = (metadata: CommandMetadata, email: string, employeeId: strin
 export async function hireEmployee(ports: EmployeeCommandPorts, command: HireEmployee): Promise<EmployeeResult> {
   const { employeeId, email, roleId } = command.data;
   if (roleId !== undefined) await ports.assertRoleExists(command.metadata.tenantId, roleId);
-  await reserveEmail(ports.store, reservation(command.metadata, email, employeeId));
+  const held = reservation(command.metadata, email, employeeId);
+  const reserve = newReservationRequest(held);
+  try {
+    // The common case, one atomic append and no read: the address's reservation stream and the
+    // new employee's stream (a fresh ULID), both expected not to exist.
+    return await handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
+      metadata: eventMetadata(command.metadata),
+      newStream: true,
+      alongside: [reserve],
+    });
+  } catch (error) {
+    if (!(error instanceof WrongExpectedRevisionError && error.streamId === reserve.streamId)) throw error;
+  }
+  // The address has a reservation stream already (held, released, or orphaned by a crash):
+  // `reserveEmail` decides; then the employee's append, releasing the address if that fails.
+  await reserveEmail(ports.store, held);
   try {
     return await run(ports, employeeId, command);
   } catch (error) {
-    await releaseEmail(ports.store, reservation(command.metadata, email, employeeId)).catch(() => undefined);
+    await releaseEmail(ports.store, held).catch(() => undefined);
     throw error;
   }
 }

@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
-import type { EventMetadata, EventStore, RecordedEvent } from '../../shared/event-store/port.ts';
+import type { AppendRequest, EventMetadata, EventStore, RecordedEvent } from '../../shared/event-store/port.ts';
 import { employeeDecider, type EmployeeState } from './decide.ts';
 import { employeeStreamId, normaliseEmail, type EmployeeEvent } from './events.ts';
 
@@ -61,6 +61,17 @@ export type ReservationInput = {
 
 const duplicate = (email: string) =>
   new ConflictError(`An employee with email ${email} already exists in this tenant`, { field: 'email' });
+
+/**
+ * The reservation of a never-used address, as one part of an atomic multi-stream append (a
+ * create: reservation + new employee in one `appendMany`, no read). A conflict on it means the
+ * address has a reservation already: then `reserveEmail` decides (held, released, orphaned).
+ */
+export function newReservationRequest(input: ReservationInput): AppendRequest {
+  const { tenantId, email, employeeId, metadata } = input;
+  const reserved: EmailReserved = { type: 'EmployeeEmailReserved', data: { employeeId, email: normaliseEmail(email) } };
+  return { streamId: emailReservationStreamId(tenantId, email), events: [{ id: randomUUID(), ...reserved, metadata }], expectedRevision: 'no_stream' };
+}
 
 /** Holds `email` for `employeeId`, or fails with 409 when another employee holds it. */
 export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<void> {
