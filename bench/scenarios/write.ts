@@ -12,7 +12,9 @@
  *    workers, through our PostgreSQL adapter vs `@event-driven-io/emmett-postgresql`, each in
  *    its own fresh database on the same server. Goal: ours ÷ emmett ≥ 5.
  *
- * Knobs: BENCH_WRITE_ROUNDS (3), BENCH_WRITE_SECONDS (8), BENCH_WRITE_CONNECTIONS (32).
+ * Knobs: BENCH_WRITE_ROUNDS (3), BENCH_WRITE_SECONDS (8), BENCH_WRITE_CONNECTIONS (32),
+ * BENCH_WRITE_ONLY (appends | creates), BENCH_WRITE_FLUSHES (our store's maxConcurrentFlushes, 1),
+ * BENCH_GATEWAY_NODE_ARGS (e.g. `--cpu-prof --cpu-prof-dir=…` to profile the gateway).
  * Two cores shared with other work: absolute numbers are noisy, the ratios less so.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -89,7 +91,7 @@ async function appendsBench(rounds: number) {
   const oursDb = await createBenchDatabase('bench_write_ours');
   const emmettDb = await createBenchDatabase('bench_write_emmett');
   const pool = await createDatabasePool(oursDb.url, { maximumPoolSize: WORKERS });
-  const ours = createPostgresEventStore(pool);
+  const ours = createPostgresEventStore(pool, { maxConcurrentFlushes: Number(process.env.BENCH_WRITE_FLUSHES ?? 1) });
   const emmett = getPostgreSQLEventStore(emmettDb.url);
   try {
     const runOurs = () =>

@@ -89,6 +89,7 @@ function appendBatchFunction(): string {
         s_names text[]; s_revs bigint[]; s_dirty boolean[];
         x_ids uuid[]; x_streams text[]; x_revs bigint[];
         e_part int[] := array_fill(null::int, array[n_events]);
+        e_stream text[] := array_fill(null::text, array[n_events]);
         e_rev bigint[] := array_fill(null::bigint, array[n_events]);
         first_event int[] := array_fill(null::int, array[n_parts]);
         o_out text[] := array_fill(null::text, array[n_parts]);
@@ -118,7 +119,7 @@ function appendBatchFunction(): string {
           from es_events e where e.event_id = any(p_ids);
         for v_p in 1..n_parts loop
           first_event[v_p] := v_offset;
-          for v_e in v_offset .. v_offset + p_count[v_p] - 1 loop e_part[v_e] := v_p; end loop;
+          for v_e in v_offset .. v_offset + p_count[v_p] - 1 loop e_part[v_e] := v_p; e_stream[v_e] := p_stream[v_p]; end loop;
           v_offset := v_offset + p_count[v_p];
         end loop;
 
@@ -196,8 +197,11 @@ function appendBatchFunction(): string {
             on conflict (stream_id) do update set revision = excluded.revision;
           with inserted as (
             insert into es_events (stream_id, revision, event_id, type, data, metadata)
-            select p_stream[e_part[k]], e_rev[k], p_ids[k], p_types[k], p_data[k], coalesce(p_metadata[k], '{}'::jsonb)
-            from generate_subscripts(p_ids, 1) k where e_rev[k] is not null order by k
+            -- unnest, not subscripts: a subscript into a flat array of variable-length values
+            -- walks it from the start, which made large batches quadratic.
+            select t.stream, t.rev, t.id, t.type, t.data, coalesce(t.metadata, '{}'::jsonb)
+            from unnest(e_stream, e_rev, p_ids, p_types, p_data, p_metadata) with ordinality as t(stream, rev, id, type, data, metadata, n)
+            where t.rev is not null order by t.n
             returning es_events.event_id, es_events.position
           )
           select array_agg(i.event_id), array_agg(i.position) into v_ins_ids, v_ins_pos from inserted i;
