@@ -97,7 +97,7 @@ function appendBatchFunction(): string {
         o_dup uuid[] := array_fill(null::uuid, array[n_parts]);
         o_commit text[] := array_fill(null::text, array[n_parts]);
         o_prep bigint[] := array_fill(null::bigint, array[n_parts]);
-        v_ins_ids uuid[]; v_ins_pos bigint[];
+        v_ins_ids uuid[]; v_ins_pos bigint[]; v_first bigint[];
         v_offset int := 1;
         v_p int; v_q int; v_end int; v_e int; v_k int; v_s int;
         v_cur bigint; v_exp text; v_found int; v_foreign int; v_dup_rev bigint; v_dup_id uuid;
@@ -111,6 +111,60 @@ function appendBatchFunction(): string {
         for v_hash in select distinct hashtextextended(s, 0) from unnest(p_stream) s order by 1 loop
           perform pg_advisory_xact_lock(v_hash);
         end loop;
+        -- Fast path, the usual batch: distinct streams, no event id seen before. Decided and
+        -- written set-based, a fixed number of statements whatever the batch size.
+        if not v_repeats
+           and (select count(distinct s) from unnest(p_stream) s) = n_parts
+           and not exists (select 1 from es_events e where e.event_id = any(p_ids)) then
+          select coalesce(array_agg(x.fe order by x.n), '{}') into first_event
+            from (select u.n, sum(u.cnt) over (order by u.n) - u.cnt + 1 as fe from unnest(p_count) with ordinality as u(cnt, n)) x;
+          select coalesce(array_agg(d.outcome order by d.part), '{}'), coalesce(array_agg(d.rev order by d.part), '{}'),
+                 coalesce(array_agg(d.first_rev order by d.part), '{}')
+            into o_out, o_rev, v_first
+            from (
+              select c.part,
+                case when c.req_ok then 'appended' when c.ok then 'not_attempted' else 'wrong_expected_revision' end as outcome,
+                case when c.req_ok then c.cur + c.cnt when c.ok then null else nullif(c.cur, -1) end as rev,
+                case when c.req_ok then c.cur + 1 end as first_rev
+              from (
+                select k.*, bool_and(k.ok) over (partition by k.req) as req_ok from (
+                  select p.n as part, p.req, p.cnt, coalesce(st.revision, -1) as cur,
+                    coalesce(case p.expected
+                      when 'any' then true
+                      when 'no_stream' then st.revision is null
+                      when 'stream_exists' then st.revision is not null
+                      else case when p.expected ~ '^[0-9]+$' then st.revision = p.expected::bigint else false end
+                    end, false) as ok
+                  from unnest(p_req, p_stream, p_expected, p_count) with ordinality as p(req, stream, expected, cnt, n)
+                  left join es_streams st on st.stream_id = p.stream
+                ) k
+              ) c
+            ) d;
+          if 'appended' = any(o_out) then
+            insert into es_streams as s (stream_id, revision)
+              select t.stream, t.rev from unnest(p_stream, o_out, o_rev) as t(stream, outcome, rev) where t.outcome = 'appended'
+              on conflict (stream_id) do update set revision = excluded.revision;
+            with inserted as (
+              insert into es_events (stream_id, revision, event_id, type, data, metadata)
+              select pp.stream, pp.first_rev + (e.n - pp.fe), e.id, e.type, e.data, coalesce(e.metadata, '{}'::jsonb)
+              from unnest(p_ids, p_types, p_data, p_metadata) with ordinality as e(id, type, data, metadata, n)
+              join (select t.stream, t.first_rev, t.fe, t.fe + t.cnt - 1 as le
+                    from unnest(p_stream, v_first, first_event, p_count) as t(stream, first_rev, fe, cnt)
+                    where t.first_rev is not null) pp on e.n between pp.fe and pp.le
+              order by e.n
+              returning es_events.event_id, es_events.position
+            )
+            select coalesce(array_agg(li.position order by t.n), '{}') into o_prep
+              from unnest(o_out, first_event, p_count) with ordinality as t(outcome, fe, cnt, n)
+              left join inserted li on t.outcome = 'appended' and li.event_id = p_ids[t.fe + t.cnt - 1];
+            v_xid := pg_current_xact_id()::text;
+            select coalesce(array_agg(case when u.x = 'appended' then v_xid end order by u.n), '{}') into o_commit
+              from unnest(o_out) with ordinality as u(x, n);
+          end if;
+          return query select o_out, o_rev, o_commit, o_prep;
+          return;
+        end if;
+
         select coalesce(array_agg(u.s), '{}'), coalesce(array_agg(coalesce(st.revision, -1)), '{}'), coalesce(array_agg(false), '{}')
           into s_names, s_revs, s_dirty
           from (select distinct s from unnest(p_stream) s) u left join es_streams st on st.stream_id = u.s;

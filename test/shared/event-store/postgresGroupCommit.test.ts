@@ -142,7 +142,7 @@ describe('group commit (PostgreSQL adapter)', () => {
         await blocker;
         const pid = await waitFor(async () => {
           const { rows } = await other.query<{ pid: number }>(
-            `select pid from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%es_append_batch%'`,
+            `select pid from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and pid <> pg_backend_pid()`,
           );
           return rows[0]?.pid;
         });
