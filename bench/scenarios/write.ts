@@ -197,7 +197,7 @@ async function createsBench(rounds: number, seconds: number, connections: number
     };
     const nodeArgs = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean);
     const start = (script: string, port: number, extraEnv: Record<string, string>, ...args: string[]) => {
-      const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', script, ...args], {
+      const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
         env: { ...env, ...extraEnv, PORT: String(port) },
         stdio: ['ignore', 'ignore', 'inherit'],
       });

@@ -5,7 +5,7 @@
  * (tenant, lower(email)); a duplicate is a 409. No auth, no rate limit, no log: the fastest
  * honest version of the create, so our ratio against it is conservative.
  *
- *   DATABASE_URL=… PORT=… node --import tsx bench/support/crudServer.ts
+ *   DATABASE_URL=… PORT=… node bench/support/crudServer.ts
  */
 import Fastify from 'fastify';
 import pg from 'pg';

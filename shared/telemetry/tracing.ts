@@ -58,6 +58,23 @@ export function traceEventStore(store: EventStore, tracer: Tracer = trace.getTra
           span.end();
         }
       }),
+    // A create is one appendMany (reservation + employee): the same span as an append, over several streams.
+    appendMany: (requests) => {
+      const events = requests.flatMap((r) => r.events);
+      const attributes = { 'eas.streams.count': requests.length, 'eas.events.count': events.length, 'eas.events.types': [...new Set(events.map((e) => e.type))] };
+      return tracer.startActiveSpan('eventstore.append', { attributes }, async (span) => {
+        try {
+          const carrier = traceCarrier(context.active());
+          return await store.appendMany(requests.map((r) => ({ ...r, events: withTraceContext(r.events, carrier) })));
+        } catch (error) {
+          span.recordException(error as Error);
+          span.setStatus({ code: 2 });
+          throw error;
+        } finally {
+          span.end();
+        }
+      });
+    },
   };
 }
 

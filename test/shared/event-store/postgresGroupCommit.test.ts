@@ -172,7 +172,7 @@ describe('group commit (PostgreSQL adapter)', () => {
     it('loses no acknowledged append and commits no create by halves or twice', async () => {
       const { db, store } = fixture;
       const runId = `kill-${randomUUID().slice(0, 8)}`;
-      const child = spawn(process.execPath, ['--import', 'tsx', resolve(import.meta.dirname, 'support/appendingChild.ts')], {
+      const child = spawn(process.execPath, [resolve(import.meta.dirname, 'support/appendingChild.ts')], {
         env: { ...process.env, DATABASE_URL: db.url, RUN_ID: runId, WORKERS: '16' },
         stdio: ['ignore', 'pipe', 'inherit'],
       });
