@@ -72,7 +72,8 @@ export async function runRuntimeBench(): Promise<Record<string, unknown>> {
   const base = `http://127.0.0.1:${port}`;
   const start = async () => {
     const started = performance.now();
-    const child = spawn(process.execPath, ['services/main.ts'], { cwd: resolve(import.meta.dirname, '../..'), env, stdio: ['ignore', 'ignore', 'inherit'] });
+    const child = spawn(process.execPath, ['--max-semi-space-size=16', 'services/main.ts'], // as `npm start` runs it
+      { cwd: resolve(import.meta.dirname, '../..'), env, stdio: ['ignore', 'ignore', 'inherit'] });
     await waitReady(`${base}/health/ready`, 60_000);
     return { child, readyMs: Math.round(performance.now() - started) };
   };
