@@ -16,6 +16,12 @@ export type StoredBillingType = (typeof BILLING_STORED_TYPES)[BillingEventType];
 export const BILLING_CURRENCY_FIXED = 'BillingCurrencyFixed';
 
 export const storedBillingData = z.object({
+  /**
+   * The billing provider's event id (e.g. Stripe's `evt_…`), unique within the tenant. The
+   * event-store id is derived from it (`billingEventStoreId`). Absent in events recorded
+   * before provider ids were accepted: their event-store id (a uuid) was the provider id.
+   */
+  eventId: z.string().optional(),
   customerId: z.string(),
   amount: z.string(),
   currency: z.string(),

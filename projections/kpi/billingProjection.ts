@@ -1,10 +1,11 @@
 import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
 import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../runner/projection.ts';
 import { apiTypeOf, BILLING_STORED_TYPES, storedBillingData } from './billingEvents.ts';
 import { formatUnits } from './money.ts';
-import { evolveCustomer, type CustomerSubscription, type SubscriptionPeriod } from './subscriptions.ts';
+import { BILLING_EVENT_TYPES, foldCustomerHistory, type BillingFact } from './subscriptions.ts';
 
 const noRows = z.object({});
 
@@ -15,50 +16,74 @@ const tenantScoped = (table: IdentifierSqlToken, policy: IdentifierSqlToken) => 
   sql.fragment`grant select, insert, update, delete on ${table} to eas_tenant`,
 ];
 
-const subscriptionRow = z.object({
+const factRow = z.object({
   customer_id: z.string(),
-  status: z.enum(['active', 'cancelled']),
+  event_id: z.string(),
+  type: z.enum(BILLING_EVENT_TYPES),
   amount: z.string(),
   interval: z.enum(['month', 'year']),
   currency: z.string(),
-  periods: z.array(z.object({ startedAt: z.string(), endedAt: z.string().nullable() })),
+  occurred_at: z.string(),
 });
 
-export const toCustomer = (row: z.infer<typeof subscriptionRow>): CustomerSubscription => ({
-  customerId: row.customer_id,
-  status: row.status,
-  amount: row.amount,
-  interval: row.interval,
-  currency: row.currency,
-  periods: row.periods.map((p) => ({
-    startedAt: new Date(p.startedAt).toISOString(),
-    endedAt: p.endedAt === null ? null : new Date(p.endedAt).toISOString(),
-  })),
-});
-export { subscriptionRow };
+type Fact = { tenantId: string; fact: BillingFact & { eventId: string }; commit: string; prepare: string };
+
+/** A stored billing event → the fact it states, or undefined when it is not one of ours. */
+function toFact(event: RecordedEvent): Fact | undefined {
+  const type = apiTypeOf(event.type);
+  const tenantId = event.metadata.tenantId;
+  const data = storedBillingData.safeParse(event.data);
+  if (!type || typeof tenantId !== 'string' || !data.success) return undefined;
+  const occurred = Date.parse(data.data.occurredAt);
+  // Events recorded before the edge checked instants (SPEC §9): out of range, they would fail
+  // the timestamptz insert and stall the projection; they state nothing usable, so skip them.
+  if (!Number.isFinite(occurred) || occurred < 0 || occurred >= Date.UTC(10_000, 0, 1)) return undefined;
+  const { eventId = event.id, customerId, amount, currency, interval } = data.data;
+  return {
+    tenantId,
+    fact: { eventId, type, customerId, amount, currency, interval, occurredAt: new Date(occurred).toISOString() },
+    commit: event.position.commit.toString(),
+    prepare: event.position.prepare.toString(),
+  };
+}
 
 /**
- * The columns of `subscriptionRow` for a customer row aliased `s`, with its periods as JSON
- * (only those still open or ended after `endedAfter`, when given).
- */
-export const customerColumns = (periods: IdentifierSqlToken, endedAfter: string | null) => sql.fragment`
-  s.customer_id, s.status, s.amount::text, s.interval, s.currency,
-  coalesce((select json_agg(json_build_object('startedAt', p.started_at, 'endedAt', p.ended_at) order by p.started_at)
-            from ${periods} p
-            where p.tenant_id = s.tenant_id and p.customer_id = s.customer_id
-              ${endedAfter === null ? sql.fragment`` : sql.fragment`and (p.ended_at is null or p.ended_at > ${endedAfter})`}), '[]'::json) as periods
-`;
-
-/**
- * Billing events → subscription state per customer (kpi_subscriptions), its periods
- * (kpi_subscription_periods, for churn), every MRR movement (kpi_mrr_movements, for
- * analysts) and the tenant's currency (kpi_billing_tenants). Amounts stay `numeric`.
+ * Billing events → per tenant: every fact as recorded (kpi_billing_facts), and per customer the
+ * state after all of them (kpi_subscriptions), its subscribed periods (kpi_subscription_periods)
+ * and every MRR movement (kpi_mrr_movements), plus the tenant's currency (kpi_billing_tenants).
+ *
+ * Each batch first stores its facts, then re-folds every customer it touched from ALL of that
+ * customer's stored facts in occurredAt order (ties in log order) and rewrites the customer's
+ * rows. So a late event (a `cancelled` recorded before its `started`) changes the history where
+ * it belongs, and the result depends only on the facts, never on arrival order or batching:
+ * replaying twice changes nothing. A customer's history is small (its own subscription events),
+ * so the re-fold is bounded by that customer, not by the tenant. Amounts stay `numeric`.
+ *
+ * Version 2: facts table, periods keyed by their ordinal (two periods may start at the same
+ * instant: started/cancelled/started at T), movements keyed by the provider's event id.
  */
 export const kpiBillingProjection = defineProjection({
   name: 'kpi-billing',
-  version: 1,
+  version: 2,
   eventTypes: Object.values(BILLING_STORED_TYPES),
   tables: {
+    kpi_billing_facts: (t, named) => [
+      sql.fragment`create table ${t} (
+        tenant_id uuid not null,
+        event_id text not null,
+        customer_id text not null,
+        type text not null,
+        amount numeric(16, 4) not null,
+        interval text not null check (interval in ('month', 'year')),
+        currency text not null,
+        occurred_at timestamptz not null,
+        log_commit numeric(20, 0) not null,
+        log_prepare numeric(20, 0) not null,
+        constraint ${named('pkey')} primary key (tenant_id, event_id)
+      )`,
+      sql.fragment`create index ${named('customer')} on ${t} (tenant_id, customer_id)`,
+      ...tenantScoped(t, named('tenant')),
+    ],
     kpi_subscriptions: (t, named) => [
       sql.fragment`create table ${t} (
         tenant_id uuid not null,
@@ -79,17 +104,19 @@ export const kpiBillingProjection = defineProjection({
       sql.fragment`create table ${t} (
         tenant_id uuid not null,
         customer_id text not null,
+        ordinal integer not null,
         started_at timestamptz not null,
         ended_at timestamptz,
-        constraint ${named('pkey')} primary key (tenant_id, customer_id, started_at)
+        constraint ${named('pkey')} primary key (tenant_id, customer_id, ordinal)
       )`,
+      sql.fragment`create index ${named('started')} on ${t} (tenant_id, started_at)`,
       sql.fragment`create index ${named('ended')} on ${t} (tenant_id, ended_at)`,
       ...tenantScoped(t, named('tenant')),
     ],
     kpi_mrr_movements: (t, named) => [
       sql.fragment`create table ${t} (
         tenant_id uuid not null,
-        event_id uuid not null,
+        event_id text not null,
         customer_id text not null,
         occurred_at timestamptz not null,
         kind text not null check (kind in ('new', 'reactivation', 'expansion', 'contraction', 'churn')),
@@ -98,6 +125,7 @@ export const kpiBillingProjection = defineProjection({
         constraint ${named('pkey')} primary key (tenant_id, event_id)
       )`,
       sql.fragment`create index ${named('occurred')} on ${t} (tenant_id, occurred_at)`,
+      sql.fragment`create index ${named('customer')} on ${t} (tenant_id, customer_id)`,
       ...tenantScoped(t, named('tenant')),
     ],
     kpi_billing_tenants: (t, named) => [
@@ -110,68 +138,101 @@ export const kpiBillingProjection = defineProjection({
     ],
   },
   async handle(tx: DatabaseTransactionConnection, events, tables) {
-    const customers = new Map<string, { tenantId: string; state: CustomerSubscription | undefined; changed: boolean }>();
-    const load = async (tenantId: string, customerId: string) => {
-      const key = `${tenantId}|${customerId}`;
-      let entry = customers.get(key);
-      if (!entry) {
-        const row = await tx.maybeOne(sql.type(subscriptionRow)`
-          select ${customerColumns(tables.kpi_subscription_periods, null)}
-          from ${tables.kpi_subscriptions} s where s.tenant_id = ${tenantId} and s.customer_id = ${customerId}
-        `);
-        entry = { tenantId, state: row ? toCustomer(row) : undefined, changed: false };
-        customers.set(key, entry);
-      }
-      return entry;
-    };
+    const facts = events.map(toFact).filter((f): f is Fact => f !== undefined);
+    if (facts.length === 0) return;
 
-    for (const event of events) {
-      const type = apiTypeOf(event.type);
-      const tenantId = event.metadata.tenantId;
-      const data = storedBillingData.safeParse(event.data);
-      if (!type || typeof tenantId !== 'string' || !data.success) continue; // not ours / malformed: skip, never stall
-      const entry = await load(tenantId, data.data.customerId);
-      const result = evolveCustomer(entry.state, { type, ...data.data });
-      entry.state = result.state;
-      entry.changed = true;
-      await tx.query(sql.type(noRows)`
-        insert into ${tables.kpi_billing_tenants} (tenant_id, currency) values (${tenantId}, ${data.data.currency})
-        on conflict (tenant_id) do nothing
-      `);
-      if (result.movement) {
-        const arr = formatUnits(result.movement.arrDeltaUnits);
-        await tx.query(sql.type(noRows)`
-          insert into ${tables.kpi_mrr_movements} (tenant_id, event_id, customer_id, occurred_at, kind, arr_delta, mrr_delta)
-          values (${tenantId}, ${event.id}, ${data.data.customerId}, ${data.data.occurredAt}, ${result.movement.kind},
-                  ${arr}::numeric, round(${arr}::numeric / 12, 6))
-          on conflict do nothing
-        `);
-      }
+    // 1. Record the facts. A provider id seen before for the tenant is kept as first recorded
+    //    (the ingest refuses a different payload under a seen id; this only guards replays).
+    await tx.query(sql.type(noRows)`
+      insert into ${tables.kpi_billing_facts}
+        (tenant_id, event_id, customer_id, type, amount, interval, currency, occurred_at, log_commit, log_prepare)
+      select * from ${sql.unnest(
+        facts.map(({ tenantId, fact, commit, prepare }) => [
+          tenantId, fact.eventId, fact.customerId, fact.type, fact.amount, fact.interval, fact.currency, fact.occurredAt, commit, prepare,
+        ]),
+        ['uuid', 'text', 'text', 'text', 'numeric', 'text', 'text', 'timestamptz', 'numeric', 'numeric'],
+      )}
+      on conflict (tenant_id, event_id) do nothing
+    `);
+    await tx.query(sql.type(noRows)`
+      insert into ${tables.kpi_billing_tenants} (tenant_id, currency)
+      select distinct on (tenant_id) tenant_id, currency
+      from ${sql.unnest(facts.map((f) => [f.tenantId, f.fact.currency]), ['uuid', 'text'])} as f(tenant_id, currency)
+      on conflict (tenant_id) do nothing
+    `);
+
+    // 2. Re-fold every touched customer from all its facts, in occurredAt then log order.
+    const touched = new Map<string, { tenantId: string; customerId: string }>();
+    for (const { tenantId, fact } of facts) touched.set(`${tenantId}|${fact.customerId}`, { tenantId, customerId: fact.customerId });
+    const keys = [...touched.values()].map((c) => [c.tenantId, c.customerId]);
+    const rows = await tx.any(sql.type(factRow.extend({ tenant_id: z.string() }))`
+      select f.tenant_id::text, f.customer_id, f.event_id, f.type, f.amount::text, f.interval, f.currency, f.occurred_at
+      from ${tables.kpi_billing_facts} f
+      join ${sql.unnest(keys, ['uuid', 'text'])} as k(tenant_id, customer_id)
+        on f.tenant_id = k.tenant_id and f.customer_id = k.customer_id
+      order by f.tenant_id, f.customer_id, f.occurred_at, f.log_commit, f.log_prepare
+    `);
+    const byCustomer = new Map<string, BillingFact[]>();
+    for (const row of rows) {
+      const key = `${row.tenant_id}|${row.customer_id}`;
+      const list = byCustomer.get(key) ?? [];
+      list.push({
+        eventId: row.event_id,
+        type: row.type,
+        customerId: row.customer_id,
+        amount: row.amount,
+        currency: row.currency,
+        interval: row.interval,
+        occurredAt: row.occurred_at,
+      });
+      byCustomer.set(key, list);
     }
 
-    for (const { tenantId, state, changed } of customers.values()) {
-      if (!changed || !state) continue;
-      const first: SubscriptionPeriod | undefined = state.periods[0];
-      const last = state.periods.at(-1);
+    const subscriptions: unknown[][] = [];
+    const periods: unknown[][] = [];
+    const movements: unknown[][] = [];
+    for (const [key, { tenantId, customerId }] of touched) {
+      const folded = foldCustomerHistory(customerId, byCustomer.get(key) ?? []);
+      const state = folded.state;
+      if (state) {
+        const last = state.periods.at(-1);
+        subscriptions.push([tenantId, customerId, state.status, state.amount, state.interval, state.currency, last?.startedAt, last?.endedAt ?? null]);
+      }
+      state?.periods.forEach((p, ordinal) => periods.push([tenantId, customerId, ordinal, p.startedAt, p.endedAt]));
+      for (const m of folded.movements) {
+        movements.push([tenantId, m.eventId, customerId, m.occurredAt, m.kind, formatUnits(m.arrDeltaUnits)]);
+      }
+    }
+    const customerKeys = sql.unnest(keys, ['uuid', 'text']);
+    for (const table of [tables.kpi_subscription_periods, tables.kpi_mrr_movements, tables.kpi_subscriptions]) {
+      await tx.query(sql.type(noRows)`
+        delete from ${table} t using ${customerKeys} as k(tenant_id, customer_id)
+        where t.tenant_id = k.tenant_id and t.customer_id = k.customer_id
+      `);
+    }
+    if (subscriptions.length > 0) {
       await tx.query(sql.type(noRows)`
         insert into ${tables.kpi_subscriptions}
           (tenant_id, customer_id, status, amount, interval, currency, mrr, started_at, cancelled_at, updated_at)
-        values (${tenantId}, ${state.customerId}, ${state.status}, ${state.amount}::numeric, ${state.interval}, ${state.currency},
-          case when ${state.status} = 'active' then
-            case when ${state.interval} = 'year' then round(${state.amount}::numeric / 12, 6) else ${state.amount}::numeric end
-          else 0 end,
-          ${last?.startedAt ?? first?.startedAt ?? null}, ${last?.endedAt ?? null}, now())
-        on conflict (tenant_id, customer_id) do update set
-          status = excluded.status, amount = excluded.amount, interval = excluded.interval, currency = excluded.currency,
-          mrr = excluded.mrr, started_at = excluded.started_at, cancelled_at = excluded.cancelled_at, updated_at = now()
+        select tenant_id, customer_id, status, amount, interval, currency,
+          case when status = 'active' then case when interval = 'year' then round(amount / 12, 6) else amount end else 0 end,
+          started_at, cancelled_at, now()
+        from ${sql.unnest(subscriptions, ['uuid', 'text', 'text', 'numeric', 'text', 'text', 'timestamptz', 'timestamptz'])}
+          as s(tenant_id, customer_id, status, amount, interval, currency, started_at, cancelled_at)
       `);
+    }
+    if (periods.length > 0) {
       await tx.query(sql.type(noRows)`
-        delete from ${tables.kpi_subscription_periods} where tenant_id = ${tenantId} and customer_id = ${state.customerId}
+        insert into ${tables.kpi_subscription_periods} (tenant_id, customer_id, ordinal, started_at, ended_at)
+        select * from ${sql.unnest(periods, ['uuid', 'text', 'int4', 'timestamptz', 'timestamptz'])}
       `);
+    }
+    if (movements.length > 0) {
       await tx.query(sql.type(noRows)`
-        insert into ${tables.kpi_subscription_periods} (tenant_id, customer_id, started_at, ended_at)
-        select ${tenantId}, ${state.customerId}, started_at, ended_at
-        from ${sql.unnest(state.periods.map((p) => [p.startedAt, p.endedAt]), ['timestamptz', 'timestamptz'])} as p(started_at, ended_at)
+        insert into ${tables.kpi_mrr_movements} (tenant_id, event_id, customer_id, occurred_at, kind, arr_delta, mrr_delta)
+        select tenant_id, event_id, customer_id, occurred_at, kind, arr_delta, round(arr_delta / 12, 6)
+        from ${sql.unnest(movements, ['uuid', 'text', 'text', 'timestamptz', 'text', 'numeric'])}
+          as m(tenant_id, event_id, customer_id, occurred_at, kind, arr_delta)
       `);
     }
   },

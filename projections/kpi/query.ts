@@ -5,8 +5,8 @@ import { START, type EventStore } from '../../shared/event-store/port.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile } from '../../shared/sketch/ddsketch.ts';
 import { readCheckpoint } from '../runner/runner.ts';
 import { BILLING_STORED_TYPES } from './billingEvents.ts';
-import { customerColumns, kpiBillingProjection, subscriptionRow, toCustomer } from './billingProjection.ts';
-import { CHURN_WINDOW_MS, summarizeRevenue } from './subscriptions.ts';
+import { kpiBillingProjection } from './billingProjection.ts';
+import { readRevenueAsOf } from './revenue.ts';
 
 const MINUTE = 60_000;
 const HOUR = 3_600_000;
@@ -89,16 +89,7 @@ export async function readKpiSummary(
              count(*) as mau
       from kpi_user_activity where tenant_id = ${tenantId} and last_seen > ${iso(asOf - 30 * DAY)}
     `);
-    const windowStart = iso(asOf - CHURN_WINDOW_MS);
-    const customers = await tx.any(sql.type(subscriptionRow)`
-      select ${customerColumns(sql.identifier(['kpi_subscription_periods']), windowStart)}
-      from kpi_subscriptions s
-      where s.tenant_id = ${tenantId}
-        and (s.status = 'active' or exists (
-          select 1 from kpi_subscription_periods p
-          where p.tenant_id = s.tenant_id and p.customer_id = s.customer_id and p.ended_at > ${windowStart}))
-    `);
-    const revenue = summarizeRevenue(customers.map(toCustomer), new Date(asOf));
+    const revenue = await readRevenueAsOf(tx, tenantId, new Date(asOf));
     const currency = await tx.maybeOneFirst(sql.type(z.object({ currency: z.string() }))`
       select currency from kpi_billing_tenants where tenant_id = ${tenantId}
     `);

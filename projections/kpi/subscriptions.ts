@@ -1,15 +1,26 @@
 import { divideRounded, parseAmount, unitsToNumber } from './money.ts';
 
 /**
- * Subscription state per customer and the revenue KPIs derived from it, as pure functions:
- * the billing projection folds events with `evolveCustomer`, the KPI query hands the stored
- * states to `summarizeRevenue`. No clock, no I/O.
+ * Subscription state per customer and the revenue KPIs derived from it, as pure functions. No
+ * clock, no I/O.
+ *
+ * - `foldCustomerHistory(facts)`: a customer's whole billing history → its subscription
+ *   periods and MRR movements, folded in `occurredAt` order (ties in the order given, i.e. log
+ *   order). The billing projection re-folds a customer from all its stored facts whenever one
+ *   arrives, so a late event (a `cancelled` recorded before its `started`) lands where it
+ *   belongs in time.
+ * - `revenueAsOf(histories, at)`: MRR, ARR and subscriber churn **as of any instant** — the
+ *   one function behind `GET /v1/analytics/kpi` (at `asOf`) and the KPI series (each point).
+ *   Load the histories with `loadRevenueHistories` (`revenue.ts`), or call
+ *   `readRevenueAsOf(tx, tenantId, at)` there for a single instant.
  */
 export const BILLING_EVENT_TYPES = ['subscription.started', 'subscription.changed', 'subscription.cancelled'] as const;
 export type BillingEventType = (typeof BILLING_EVENT_TYPES)[number];
 export type BillingInterval = 'month' | 'year';
 
 export type BillingFact = {
+  /** The provider's event id (movements are keyed by it); optional in pure tests. */
+  readonly eventId?: string;
   readonly type: BillingEventType;
   readonly customerId: string;
   /** Decimal string, major currency units ("49.99"). */
@@ -35,7 +46,13 @@ export type CustomerSubscription = {
 export type MrrMovementKind = 'new' | 'reactivation' | 'expansion' | 'contraction' | 'churn';
 
 /** How one event moved the customer's recurring revenue (annualised, exact units of 10^-4). */
-export type MrrMovement = { readonly kind: MrrMovementKind; readonly arrDeltaUnits: bigint; readonly occurredAt: string };
+export type MrrMovement = {
+  readonly kind: MrrMovementKind;
+  readonly arrDeltaUnits: bigint;
+  readonly occurredAt: string;
+  /** The fact that caused it (its provider event id), when the fact had one. */
+  readonly eventId?: string;
+};
 
 /** Annualised amount in exact units: a monthly plan counts 12 times, a yearly plan once. */
 export function annualUnits(amount: string, interval: BillingInterval): bigint {
@@ -105,7 +122,46 @@ export function evolveCustomer(
   }
   const delta = activeArr(next) - before;
   if (kind === null && delta !== 0n) kind = delta > 0n ? 'expansion' : 'contraction';
-  return { state: next, movement: kind === null ? null : { kind, arrDeltaUnits: delta, occurredAt: fact.occurredAt } };
+  if (kind === null) return { state: next, movement: null };
+  const movement: MrrMovement = { kind, arrDeltaUnits: delta, occurredAt: fact.occurredAt };
+  return { state: next, movement: fact.eventId === undefined ? movement : { ...movement, eventId: fact.eventId } };
+}
+
+/** What the revenue KPIs need of one customer: when it was subscribed, and how its ARR moved. */
+export type CustomerHistory = {
+  readonly customerId: string;
+  /** Subscribed stretches [startedAt, endedAt), in order; endedAt null = still open. */
+  readonly periods: readonly SubscriptionPeriod[];
+  /** Every change of the customer's annualised revenue, in occurredAt order. */
+  readonly movements: readonly Pick<MrrMovement, 'occurredAt' | 'arrDeltaUnits'>[];
+};
+
+export type FoldedCustomer = {
+  /** The state after every fact (undefined if no fact ever opened a subscription). */
+  readonly state: CustomerSubscription | undefined;
+  readonly history: CustomerHistory;
+  readonly movements: readonly MrrMovement[];
+};
+
+/**
+ * Folds one customer's facts in `occurredAt` order. The sort is stable, so facts at the same
+ * instant keep the order they are given in (the projection gives log order): a batch
+ * `started(T1), cancelled(T2), started(T1)` folds as started, started (a plan change),
+ * cancelled — one period [T1, T2), whatever order the facts arrived in. Deterministic: the same
+ * facts in the same log order always give the same periods and movements.
+ */
+export function foldCustomerHistory(customerId: string, facts: readonly BillingFact[]): FoldedCustomer {
+  const ordered = facts
+    .map((fact, index) => ({ fact, index, t: Date.parse(fact.occurredAt) }))
+    .sort((a, b) => a.t - b.t || a.index - b.index);
+  let state: CustomerSubscription | undefined;
+  const movements: MrrMovement[] = [];
+  for (const { fact } of ordered) {
+    const result = evolveCustomer(state, fact);
+    state = result.state;
+    if (result.movement) movements.push(result.movement);
+  }
+  return { state, movements, history: { customerId, periods: state?.periods ?? [], movements } };
 }
 
 export const CHURN_WINDOW_MS = 30 * 24 * 60 * 60 * 1000;
@@ -114,6 +170,7 @@ export type RevenueKpis = {
   readonly mrr: number;
   readonly arr: number;
   readonly churnRate: number;
+  /** Customers with a subscription open at the instant. */
   readonly activeCustomers: number;
   /** The churn fraction's parts, for explanation and docs. */
   readonly churn: { readonly churned: number; readonly activeAtStart: number; readonly newInWindow: number };
@@ -122,17 +179,28 @@ export type RevenueKpis = {
 const activeAt = (periods: readonly SubscriptionPeriod[], t: number) =>
   periods.some((p) => Date.parse(p.startedAt) <= t && (p.endedAt === null || Date.parse(p.endedAt) > t));
 
+/** One customer at instant `at`: subscribed or not, and its annualised revenue (exact units). */
+export function subscriptionAt(history: CustomerHistory, at: Date): { readonly active: boolean; readonly arrUnits: bigint } {
+  const t = at.getTime();
+  let arrUnits = 0n;
+  for (const m of history.movements) if (Date.parse(m.occurredAt) <= t) arrUnits += m.arrDeltaUnits;
+  return { active: activeAt(history.periods, t), arrUnits };
+}
+
 /**
- * MRR, ARR and subscriber churn over the 30 days ending at `asOf`.
- * - arr = Σ annualised amounts of active customers (exact); mrr = arr / 12, both rounded to 4
- *   decimal places only at the end, so arr is exactly 12 × the unrounded mrr.
- * - churnRate = customers whose last subscription ended in (asOf − 30 d, asOf] and who are not
- *   active at asOf ÷ (customers active at asOf − 30 d + customers not active then who started
+ * MRR, ARR and subscriber churn as of instant `at` (facts that occurred after `at` do not
+ * count; a customer's ARR at `at` is the sum of its movements up to `at`).
+ * - arr = Σ annualised amounts of customers active at `at` (exact); mrr = arr / 12, both
+ *   rounded to 4 decimal places only at the end, so arr is exactly 12 × the unrounded mrr.
+ * - churnRate = customers whose last subscription ended in (at − 30 d, at] and who are not
+ *   active at `at` ÷ (customers active at at − 30 d + customers not active then who started
  *   in the window). Every churned customer is in the denominator, so the rate is in [0, 1];
  *   0 when the denominator is 0.
+ * Histories may be partial (only periods touching the window), as `loadRevenueHistories` loads
+ * them, as long as the movements are complete up to `at`.
  */
-export function summarizeRevenue(customers: readonly CustomerSubscription[], asOf: Date): RevenueKpis {
-  const end = asOf.getTime();
+export function revenueAsOf(customers: readonly CustomerHistory[], at: Date): RevenueKpis {
+  const end = at.getTime();
   const start = end - CHURN_WINDOW_MS;
   let arrUnits = 0n;
   let activeCustomers = 0;
@@ -140,12 +208,10 @@ export function summarizeRevenue(customers: readonly CustomerSubscription[], asO
   let newInWindow = 0;
   let churned = 0;
   for (const customer of customers) {
-    if (customer.status === 'active') {
-      arrUnits += annualUnits(customer.amount, customer.interval);
-      activeCustomers++;
-    }
+    const now = subscriptionAt(customer, at);
+    arrUnits += now.arrUnits;
+    if (now.active) activeCustomers++;
     const wasActive = activeAt(customer.periods, start);
-    const isActive = activeAt(customer.periods, end);
     const startedInWindow = customer.periods.some((p) => {
       const t = Date.parse(p.startedAt);
       return t > start && t <= end;
@@ -157,7 +223,7 @@ export function summarizeRevenue(customers: readonly CustomerSubscription[], asO
     });
     if (wasActive) activeAtStart++;
     else if (startedInWindow) newInWindow++;
-    if ((wasActive || startedInWindow) && endedInWindow && !isActive) churned++;
+    if ((wasActive || startedInWindow) && endedInWindow && !now.active) churned++;
   }
   const denominator = activeAtStart + newInWindow;
   return {

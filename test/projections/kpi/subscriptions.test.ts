@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
-  evolveCustomer,
-  summarizeRevenue,
+  foldCustomerHistory,
+  revenueAsOf,
   type BillingFact,
   type CustomerSubscription,
   type MrrMovement,
@@ -20,17 +20,14 @@ const changed = (customerId: string, amount: string, interval: 'month' | 'year',
 const cancelled = (customerId: string, occurredAt: string) =>
   fact({ type: 'subscription.cancelled', customerId, amount: '0', interval: 'month', occurredAt });
 
-/** Given these events (in log order), the customers' states and the movements they caused. */
-function given(events: readonly BillingFact[]) {
-  const customers = new Map<string, CustomerSubscription | undefined>();
-  const movements: MrrMovement[] = [];
-  for (const e of events) {
-    const result = evolveCustomer(customers.get(e.customerId), e);
-    customers.set(e.customerId, result.state);
-    if (result.movement) movements.push(result.movement);
-  }
-  const states = [...customers.values()].filter((c): c is CustomerSubscription => c !== undefined);
-  return { kpis: summarizeRevenue(states, ASOF), movements, states };
+/** Given these events (in log order), the customers' states, histories and the movements they caused. */
+function given(events: readonly BillingFact[], at: Date = ASOF) {
+  const byCustomer = new Map<string, BillingFact[]>();
+  for (const e of events) byCustomer.set(e.customerId, [...(byCustomer.get(e.customerId) ?? []), e]);
+  const folded = [...byCustomer].map(([customerId, facts]) => foldCustomerHistory(customerId, facts));
+  const movements: MrrMovement[] = folded.flatMap((f) => f.movements);
+  const states = folded.map((f) => f.state).filter((c): c is CustomerSubscription => c !== undefined);
+  return { kpis: revenueAsOf(folded.map((f) => f.history), at), movements, states };
 }
 
 describe('revenue KPIs (hand-computed vectors)', () => {
@@ -171,6 +168,89 @@ describe('revenue KPIs (hand-computed vectors)', () => {
   });
 });
 
+describe('defect 5 (billing order): each customer folds in occurredAt order', () => {
+  describe('when a cancellation arrives before its start', () => {
+    it('still ends the subscription: MRR 0, one closed period, churn counted', () => {
+      const { kpis, states } = given([cancelled('a', '2026-03-20T00:00:00Z'), started('a', '50', 'month', '2026-03-05T00:00:00Z')]);
+      expect(states[0]).toMatchObject({ status: 'cancelled', periods: [{ startedAt: '2026-03-05T00:00:00Z', endedAt: '2026-03-20T00:00:00Z' }] });
+      expect(kpis).toMatchObject({ mrr: 0, arr: 0, churnRate: 1 });
+    });
+  });
+
+  describe('when a plan change arrives before the start it follows', () => {
+    it('applies the change on top of the start (MRR = the changed plan)', () => {
+      const { kpis } = given([changed('a', '80', 'month', '2026-03-10T00:00:00Z'), started('a', '50', 'month', '2026-03-05T00:00:00Z')]);
+      expect(kpis).toMatchObject({ mrr: 80 });
+    });
+  });
+
+  it('gives the same periods, movements and KPIs whatever the arrival order (distinct instants)', () => {
+    const events = fc.array(
+      fc.record({
+        type: fc.constantFrom('subscription.started' as const, 'subscription.changed' as const, 'subscription.cancelled' as const),
+        amount: fc.integer({ min: 0, max: 100_000 }).map((cents) => (cents / 100).toFixed(2)),
+        interval: fc.constantFrom('month' as const, 'year' as const),
+      }),
+      { maxLength: 25 },
+    );
+    fc.assert(
+      fc.property(events, fc.integer(), (raw, seed) => {
+        const facts = raw.map((e, i) => fact({ ...e, customerId: 'a', occurredAt: new Date(Date.UTC(2026, 1, 1) + i * 3_600_000).toISOString() }));
+        const shuffled = [...facts].sort((x, y) => (((x.occurredAt.length * 31 + seed) ^ Date.parse(x.occurredAt)) % 7) - (((y.occurredAt.length * 31 + seed) ^ Date.parse(y.occurredAt)) % 7));
+        const inOrder = foldCustomerHistory('a', facts);
+        const arrived = foldCustomerHistory('a', shuffled);
+        expect(arrived.history).toEqual(inOrder.history);
+        expect(revenueAsOf([arrived.history], ASOF)).toEqual(revenueAsOf([inOrder.history], ASOF));
+      }),
+    );
+  });
+});
+
+describe('defect 1 (kpi-billing part): duplicate period key', () => {
+  describe('when a batch says started(T1), cancelled(T2), started(T1) for one customer', () => {
+    it('folds deterministically to one period [T1, T2): the second start at T1 is a plan change', () => {
+      const T1 = '2026-03-05T00:00:00Z';
+      const T2 = '2026-03-09T00:00:00Z';
+      const { states, kpis, movements } = given([started('a', '10', 'month', T1), cancelled('a', T2), started('a', '12', 'month', T1)]);
+      expect(states[0]?.periods).toEqual([{ startedAt: T1, endedAt: T2 }]);
+      expect(movements.map((m) => m.kind)).toEqual(['new', 'expansion', 'churn']);
+      expect(kpis).toMatchObject({ mrr: 0, churnRate: 1 });
+    });
+  });
+
+  describe('when a customer starts, cancels and starts again at the same instant', () => {
+    it('has two periods starting at T (an empty one and an open one), and is active', () => {
+      const T = '2026-03-05T00:00:00Z';
+      const { states, kpis } = given([started('a', '10', 'month', T), cancelled('a', T), started('a', '10', 'month', T)]);
+      expect(states[0]?.periods).toEqual([
+        { startedAt: T, endedAt: T },
+        { startedAt: T, endedAt: null },
+      ]);
+      expect(kpis).toMatchObject({ mrr: 10, churnRate: 0 });
+    });
+  });
+});
+
+describe('revenue as of an instant (defect 9: MRR and churn as of asOf, not now)', () => {
+  const history = [
+    started('a', '10', 'month', '2026-01-01T00:00:00Z'),
+    changed('a', '30', 'month', '2026-02-01T00:00:00Z'),
+    started('b', '120', 'year', '2026-02-15T00:00:00Z'),
+    cancelled('a', '2026-04-10T00:00:00Z'),
+  ];
+
+  it('counts only what had occurred by the instant', () => {
+    expect(given(history, new Date('2026-01-15T00:00:00Z')).kpis).toMatchObject({ mrr: 10, activeCustomers: 1 });
+    expect(given(history, new Date('2026-02-01T00:00:00Z')).kpis).toMatchObject({ mrr: 30, activeCustomers: 1 });
+    expect(given(history, new Date('2026-03-01T00:00:00Z')).kpis).toMatchObject({ mrr: 40, arr: 480, activeCustomers: 2 });
+    expect(given(history, new Date('2026-04-10T00:00:00Z')).kpis).toMatchObject({ mrr: 10, churnRate: 0.5 });
+  });
+
+  it('does not count a cancellation that occurs after the instant', () => {
+    expect(given(history, ASOF).kpis).toMatchObject({ mrr: 40, churnRate: 0 });
+  });
+});
+
 describe('revenue KPI properties', () => {
   const arbitraryEvents = fc.array(
     fc.record({
@@ -194,7 +274,7 @@ describe('revenue KPI properties', () => {
         expect(kpis.churnRate).toBeGreaterThanOrEqual(0);
         expect(kpis.churnRate).toBeLessThanOrEqual(1);
         expect(Math.abs(kpis.arr - 12 * kpis.mrr)).toBeLessThanOrEqual(0.0006);
-        const movedUnits = movements.reduce((sum, m) => sum + m.arrDeltaUnits, 0n);
+        const movedUnits = movements.filter((m) => Date.parse(m.occurredAt) <= ASOF.getTime()).reduce((sum, m) => sum + m.arrDeltaUnits, 0n);
         expect(Number(movedUnits) / 10_000).toBeCloseTo(kpis.arr, 4);
       }),
     );
