@@ -1,12 +1,11 @@
 import { z } from 'zod';
-import { ServiceUnavailableError } from '../../shared/errors.ts';
 import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
-import { START, type EventStore } from '../../shared/event-store/port.ts';
+import type { EventStore } from '../../shared/event-store/port.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile } from '../../shared/sketch/ddsketch.ts';
-import { readCheckpoint } from '../runner/runner.ts';
-import { BILLING_STORED_TYPES } from './billingEvents.ts';
-import { kpiBillingProjection } from './billingProjection.ts';
 import { readRevenueAsOf } from './revenue.ts';
+import { billingWatermark, usageWatermark, type UsageProgress } from './watermarks.ts';
+
+export { billingWatermark, usageWatermark, type UsageProgress } from './watermarks.ts';
 
 const MINUTE = 60_000;
 const HOUR = 3_600_000;
@@ -24,23 +23,6 @@ export type KpiSummary = {
   /** The tenant's billing currency (fixed by its first billing event); null before any. */
   readonly currency: string | null;
 };
-
-/**
- * The instant up to which the billing projection has applied every billing event: now when
- * nothing is pending, else just before the first event it has not applied yet.
- */
-export async function billingWatermark(pool: DatabasePool, store: EventStore, now: number): Promise<number> {
-  const checkpoint = await readCheckpoint(pool, kpiBillingProjection.name);
-  // No checkpoint yet: the projector has not built its tables (first start, seconds).
-  if (!checkpoint) throw new ServiceUnavailableError('The KPI projection is being built; retry shortly', {}, { 'retry-after': '2' });
-  const pending = await store.readAll({
-    after: checkpoint.version === kpiBillingProjection.version ? checkpoint.position : START,
-    maxCount: 1,
-    eventTypes: Object.values(BILLING_STORED_TYPES),
-  });
-  const first = pending.events[0];
-  return first ? Math.min(now, Date.parse(first.recordedAt) - 1) : now;
-}
 
 /**
  * The 1,440 minute buckets ending with asOf's minute, read as whole hours where possible: at
@@ -68,21 +50,23 @@ export async function latencyP95(tx: DatabaseTransactionConnection, tenantId: st
 }
 
 /**
- * The KPI summary of one tenant. Every read is bounded by the tenant's users, customers and
+ * The KPI summary of one tenant as of `asOf` = min(usage watermark, billing watermark): the
+ * instant up to which every input has been applied (`watermarks.ts`), the same for every
+ * tenant. dau/mau and p95 cover the windows ending at asOf; MRR and churn are computed as of
+ * asOf too (`readRevenueAsOf`). Every read is bounded by the tenant's users, customers and
  * ≤ 142 sketch rows; none grows with the number of requests. Runs under row-level security.
  */
 export async function readKpiSummary(
-  deps: { pool: DatabasePool; eventStore: EventStore },
+  deps: { pool: DatabasePool; eventStore: EventStore; usage?: UsageProgress },
   tenantId: string,
   now: number = Date.now(),
 ): Promise<KpiSummary> {
-  const billingAt = await billingWatermark(deps.pool, deps.eventStore, now);
+  const [billingAt, usageAt] = await Promise.all([
+    billingWatermark(deps.pool, deps.eventStore, now),
+    usageWatermark(deps.pool, deps.usage, now),
+  ]);
+  const asOf = Math.min(usageAt, billingAt);
   return withTenant(deps.pool, tenantId, async (tx) => {
-    const usage = await tx.maybeOne(sql.type(z.object({ last_sample_at: z.string() }))`
-      select last_sample_at from kpi_tenant_usage where tenant_id = ${tenantId}
-    `);
-    const usageAt = usage ? Math.min(now, Date.parse(usage.last_sample_at)) : billingAt;
-    const asOf = Math.min(usageAt, billingAt);
     const iso = (ms: number) => new Date(ms).toISOString();
     const users = await tx.one(sql.type(z.object({ dau: z.number(), mau: z.number() }))`
       select count(*) filter (where last_seen > ${iso(asOf - DAY)}) as dau,

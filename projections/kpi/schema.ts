@@ -133,4 +133,10 @@ export const kpiMigrations: readonly Migration[] = [
       grant execute on function kpi_sketch_varint(bytea, integer) to eas_tenant;
     `,
   },
+  {
+    // The usage watermark (KPI asOf): per partition, the newest sample timestamp applied, used
+    // while the consumer is behind the topic's head (docs/analytics.md, "asOf").
+    id: 'kpi/003-offsets-applied-until',
+    sql: `alter table kpi_kafka_offsets add column applied_until timestamptz;`,
+  },
 ];

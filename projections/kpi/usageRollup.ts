@@ -229,12 +229,16 @@ export function createUsageRollupSink(pool: DatabasePool, options: UsageRollupSi
         const offsets = origin.offsets;
         const fresh = from === first ? batch.samples : batch.samples.filter((_, i) => BigInt(offsets[i] ?? '-1') >= from);
         await applySamples(tx, fresh);
+        let newest: number | null = null;
+        for (const sample of fresh) if (newest === null || sample.timestamp > newest) newest = sample.timestamp;
+        const appliedUntil = newest === null ? null : iso(newest);
         await tx.query(sql.type(noRows)`
-          insert into kpi_kafka_offsets (consumer_group, topic, partition, next_offset, samples_applied, updated_at)
-          values (${options.group}, ${origin.topic}, ${origin.partition}, ${origin.nextOffset}, ${fresh.length}, now())
+          insert into kpi_kafka_offsets (consumer_group, topic, partition, next_offset, samples_applied, applied_until, updated_at)
+          values (${options.group}, ${origin.topic}, ${origin.partition}, ${origin.nextOffset}, ${fresh.length}, ${appliedUntil}, now())
           on conflict (consumer_group, topic, partition) do update set
             next_offset = excluded.next_offset,
             samples_applied = kpi_kafka_offsets.samples_applied + excluded.samples_applied,
+            applied_until = greatest(kpi_kafka_offsets.applied_until, excluded.applied_until),
             updated_at = now()
         `);
         return { kind: 'applied', count: fresh.length };

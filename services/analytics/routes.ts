@@ -6,7 +6,7 @@ import { BadRequestError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../projections/runner/runner.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
-import { readKpiSummary } from '../../projections/kpi/query.ts';
+import { readKpiSummary, type UsageProgress } from '../../projections/kpi/query.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { billingEventsBody, ingestBillingEvents } from './billing.ts';
@@ -14,6 +14,8 @@ import { billingEventsBody, ingestBillingEvents } from './billing.ts';
 export type AnalyticsRoutesDeps = {
   readonly pool: DatabasePool;
   readonly store: EventStore;
+  /** The KPI consumer's end of the metrics bus, for the usage watermark (`asOf`). */
+  readonly usage?: UsageProgress;
   readonly now?: () => number;
   /** Longest GET /kpi waits for the billing projection to reach `X-Min-Position`. */
   readonly readWaitMs?: number;
@@ -66,7 +68,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
           if (!position) throw new BadRequestError('X-Min-Position must be a log position as returned by a write');
           await waitForCheckpoint(deps.pool, kpiBillingProjection.name, position, readWaitMs);
         }
-        return readKpiSummary({ pool: deps.pool, eventStore: deps.store }, auth.tenantId, now());
+        return readKpiSummary({ pool: deps.pool, eventStore: deps.store, ...(deps.usage ? { usage: deps.usage } : {}) }, auth.tenantId, now());
       },
     );
 

@@ -5,6 +5,7 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
 import type { UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
+import type { UsageProgress } from '../../projections/kpi/watermarks.ts';
 import { authRoutes, rolesRoutes, sessionRoutes } from '../auth/routes.ts';
 import { bootstrapTenant } from '../tenants/bootstrap.ts';
 import { employeesCapability } from '../employees/capability.ts';
@@ -28,6 +29,8 @@ export type GatewayPorts = {
   readonly databaseUrl: string;
   /** Seals webhook signing secrets; the SSRF guard's allow-list (WEBHOOK_ALLOW_HOSTS). */
   readonly webhooks: { readonly secrets: SecretBox; readonly allowHosts: readonly string[] };
+  /** The metrics bus's consumer end, for the KPI `asOf` usage watermark (topic head / pending samples). */
+  readonly usageSource?: UsageProgress['source'];
 };
 
 /**
@@ -49,7 +52,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         changesCapability({ pool, databaseUrl: ports.databaseUrl }),
         webhooksCapability({ pool, secrets: ports.webhooks.secrets, targets: { allowHosts: ports.webhooks.allowHosts } }),
         employeesCapability({ pool, eventStore }),
-        analyticsRoutes({ pool, store: eventStore }),
+        analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
       ),
     ],
     publicRoutes: [jwksRoutes(auth)],
@@ -70,7 +73,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     logger,
     readiness: runtime.readiness,
     registry: runtime.registry,
-    ...gatewayRoutes({ auth, pool: runtime.pool, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS } }),
+    ...gatewayRoutes({ auth, pool: runtime.pool, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, usageSource: runtime.usage.source, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS } }),
     ...(activeTracing() ? { tracing: activeTracing()?.fastifyPlugin } : {}),
   });
   const address = await listen(app, config.HOST, config.PORT);

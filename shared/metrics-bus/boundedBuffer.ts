@@ -16,6 +16,16 @@ export class BoundedBuffer<T> {
     return this.items.length - this.head;
   }
 
+  /** The smallest `key` over the entries held (O(n); for rare watermark reads), or undefined when empty. */
+  peekMin(key: (item: T) => number): number | undefined {
+    let min: number | undefined;
+    for (let i = this.head; i < this.items.length; i++) {
+      const value = key(this.items[i] as T);
+      if (min === undefined || value < min) min = value;
+    }
+    return min;
+  }
+
   /** Appends; returns how many old entries were dropped to make room (0 or 1). */
   push(item: T): number {
     this.items.push(item);

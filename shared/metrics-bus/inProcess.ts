@@ -28,16 +28,21 @@ export function createInProcessBus(options: InProcessBusOptions = {}): {
   let scheduled = false;
   let stopped = false;
   let failures = 0;
+  // The batch in the sink's hands (taken from the buffer, not yet applied): pending too.
+  let inFlight: readonly UsageSample[] = [];
 
   const drain = async () => {
     while (sink && !stopped && buffer.size > 0) {
       const samples = buffer.take(batchSize);
+      inFlight = samples;
       try {
         await sink.apply({ origin: null, samples });
+        inFlight = [];
         failures = 0;
         metrics?.published.inc(samples.length);
       } catch (error) {
         options.onError?.(error);
+        inFlight = [];
         const dropped = buffer.requeue(samples);
         if (dropped > 0) metrics?.dropped.inc({ reason: 'buffer_full' }, dropped);
         failures++;
@@ -90,6 +95,12 @@ export function createInProcessBus(options: InProcessBusOptions = {}): {
       sink = undefined;
     },
     async ping() {},
+    oldestPending() {
+      let oldest: number | null = null;
+      for (const s of inFlight) if (oldest === null || s.timestamp < oldest) oldest = s.timestamp;
+      const queued = buffer.peekMin((s) => s.timestamp);
+      return queued === undefined ? oldest : oldest === null ? queued : Math.min(oldest, queued);
+    },
   };
   return { publisher, source };
 }

@@ -3,7 +3,10 @@ import type { Registry } from 'prom-client';
 import { BoundedBuffer } from './boundedBuffer.ts';
 import { decodeSamples, packSamples } from './codec.ts';
 import { publisherMetrics } from './metrics.ts';
-import type { UsageSample, UsageSamplePublisher, UsageSampleSink, UsageSampleSource } from './port.ts';
+import type { TransportHead, UsageSample, UsageSamplePublisher, UsageSampleSink, UsageSampleSource } from './port.ts';
+
+/** How long a fetched topic head is reused (KPI watermark reads). */
+const HEAD_REUSE_MS = 250;
 
 const { Kafka: KafkaClient, Partitioners, logLevel } = kafkajs;
 
@@ -189,12 +192,14 @@ export type KafkaSourceOptions = {
  * the batch is discarded. Kafka's own committed offsets are written after the sink commits,
  * for lag monitoring only; they never decide what is applied.
  */
-export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSource {
+export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSource & Required<Pick<UsageSampleSource, 'head'>> {
   const logger = options.logger ?? silent;
   const kafka = createKafkaClient(options.brokers, `eas-kpi-${options.groupId}`);
   let consumer: Consumer | undefined;
   const admin = kafka.admin();
   let adminConnected: Promise<void> | undefined;
+  let lastHead: TransportHead | undefined;
+  let headInFlight: Promise<TransportHead> | undefined;
 
   const seekToStored = async (sink: UsageSampleSink, c: Consumer, assignment: Record<string, number[]>) => {
     for (const [topic, partitions] of Object.entries(assignment)) {
@@ -321,6 +326,29 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
       });
       await adminConnected;
       await admin.describeCluster();
+    },
+    // One ListOffsets round trip, shared by concurrent callers and reused for HEAD_REUSE_MS: a
+    // burst of KPI reads costs the broker one request. `at` is taken before asking, so a reused
+    // head only makes the watermark older, never ahead of what was applied.
+    head() {
+      const now = Date.now();
+      if (lastHead && now - lastHead.at <= HEAD_REUSE_MS) return Promise.resolve(lastHead);
+      headInFlight ??= (async () => {
+        try {
+          const at = Date.now();
+          adminConnected ??= admin.connect().catch((error: unknown) => {
+            adminConnected = undefined;
+            throw error;
+          });
+          await adminConnected;
+          const offsets = await admin.fetchTopicOffsets(options.topic);
+          lastHead = { topic: options.topic, at, partitions: new Map(offsets.map((o) => [o.partition, { low: o.low, high: o.high }])) };
+          return lastHead;
+        } finally {
+          headInFlight = undefined;
+        }
+      })();
+      return headInFlight;
     },
   };
 }

@@ -55,10 +55,29 @@ export interface UsageSampleSink {
   apply(batch: SampleBatch): Promise<ApplyOutcome>;
 }
 
+/** A log transport's head, for watermarks: per partition, the offsets it holds right now. */
+export type TransportHead = {
+  readonly topic: string;
+  /** When the head was asked for (epoch ms): everything written before it is at or below `high`. */
+  readonly at: number;
+  /** `low`: first offset still held; `high`: the offset the next message will get. */
+  readonly partitions: ReadonlyMap<number, { readonly low: string; readonly high: string }>;
+};
+
 export interface UsageSampleSource {
   /** Starts delivering batches to `sink` (in the background; a source retries until its transport answers). */
   start(sink: UsageSampleSink): Promise<void>;
   stop(): Promise<void>;
   /** Throws when the transport is unusable (readiness). */
   ping(): Promise<void>;
+  /**
+   * Log transports (Kafka): the topic's end offsets, to compare with the offsets the sink
+   * stored (the KPI `asOf` watermark). Works whether or not this process consumes.
+   */
+  head?(): Promise<TransportHead>;
+  /**
+   * In-memory transports: the timestamp of the oldest sample handed to `publish` and not yet
+   * applied by the sink, or null when nothing is pending.
+   */
+  oldestPending?(): number | null;
 }
