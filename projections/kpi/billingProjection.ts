@@ -4,7 +4,7 @@ import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../runner/projection.ts';
 import { apiTypeOf, BILLING_STORED_TYPES, storedBillingData } from './billingEvents.ts';
-import { formatUnits } from './money.ts';
+import { DECIMAL_AMOUNT, formatUnits } from './money.ts';
 import { BILLING_EVENT_TYPES, foldCustomerHistory, type BillingFact } from './subscriptions.ts';
 
 const noRows = z.object({});
@@ -35,9 +35,11 @@ function toFact(event: RecordedEvent): Fact | undefined {
   const data = storedBillingData.safeParse(event.data);
   if (!type || typeof tenantId !== 'string' || !data.success) return undefined;
   const occurred = Date.parse(data.data.occurredAt);
-  // Events recorded before the edge checked instants (SPEC §9): out of range, they would fail
-  // the timestamptz insert and stall the projection; they state nothing usable, so skip them.
+  // Events recorded before the edge checked instants (SPEC §9), or otherwise unstorable: an
+  // out-of-range instant or a malformed amount would fail its insert and stall the projection
+  // for every tenant; they state nothing usable, so they are skipped (deterministically).
   if (!Number.isFinite(occurred) || occurred < 0 || occurred >= Date.UTC(10_000, 0, 1)) return undefined;
+  if (!DECIMAL_AMOUNT.test(data.data.amount) || data.data.customerId.length === 0) return undefined;
   const { eventId = event.id, customerId, amount, currency, interval } = data.data;
   return {
     tenantId,

@@ -225,6 +225,23 @@ describe('defect 1 (kpi-billing): inputs that used to stall the projection', () 
     });
   });
 
+  describe('when the log already holds a billing event from year 0 (recorded before the edge refused it)', () => {
+    it('skips it and applies the events after it, for every tenant', async () => {
+      const [tenant, other] = [await provisionTenant(db.pool), await provisionTenant(db.pool)];
+      await store.append(billingStreamId(tenant.tenantId, 'cus-0'), [
+        {
+          id: randomUUID(),
+          type: 'SubscriptionStarted',
+          data: { customerId: 'cus-0', amount: '10', currency: 'EUR', interval: 'month', occurredAt: '0000-06-01T00:00:00.000Z' },
+          metadata: { tenantId: tenant.tenantId },
+        },
+      ]);
+      const after = await post(other, [event('cus-1', { amount: '25' })]);
+      expect((await kpiAfter(other, after.json<Ingested>().position!)).mrr).toBe(25);
+      expect((await kpiAfter(tenant, after.json<Ingested>().position!)).mrr).toBe(0);
+    });
+  });
+
   describe('when a batch says started(T1), cancelled(T2), started(T1) for one customer', () => {
     it('is applied (no duplicate period key), deterministically, and later events of other tenants still apply', async () => {
       const [tenant, other] = [await provisionTenant(db.pool), await provisionTenant(db.pool)];
