@@ -145,32 +145,27 @@ const samePayload = (a: Payload | undefined, b: Payload) =>
  * The tenant's billing currency, fixed by its first billing event (stream
  * `billing-currency-<tenant>`, one event). A batch in another currency is refused with 422:
  * MRR is a sum, and summing EUR and USD without an exchange-rate policy would be wrong.
+ * Returns the append that fixes it when it is not fixed yet (part of the batch's append, so a
+ * refused batch fixes nothing), else nothing.
  */
-async function ensureCurrency(store: EventStore, tenantId: string, currency: string, actor: string): Promise<void> {
-  const stream = billingCurrencyStreamId(tenantId);
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const [fixed] = await store.readStream(stream, { maxCount: 1 });
-    const current = fixed ? z.object({ currency: z.string() }).parse(fixed.data).currency : undefined;
-    if (current !== undefined) {
-      if (current !== currency) {
-        throw new UnprocessableError(`This tenant bills in ${current}; billing events in ${currency} are not accepted`, {
-          errors: [{ path: 'events.currency', message: `must be ${current}` }],
-        });
-      }
-      return;
-    }
-    try {
-      await store.append(
-        stream,
-        [{ id: crypto.randomUUID(), type: BILLING_CURRENCY_FIXED, data: { currency }, metadata: { tenantId, actor } }],
-        { expectedRevision: 'no_stream' },
-      );
-      return;
-    } catch (error) {
-      if (!(error instanceof WrongExpectedRevisionError)) throw error; // another request fixed it first: re-read
-    }
+async function currencyCheck(store: EventStore, tenantId: string, currency: string, actor: string): Promise<AppendRequest | undefined> {
+  const streamId = billingCurrencyStreamId(tenantId);
+  const [fixed] = await store.readStream(streamId, { maxCount: 1 });
+  const current = fixed ? z.object({ currency: z.string() }).parse(fixed.data).currency : undefined;
+  if (current === undefined) {
+    return {
+      streamId,
+      events: [{ id: crypto.randomUUID(), type: BILLING_CURRENCY_FIXED, data: { currency }, metadata: { tenantId, actor } }],
+      // Another request fixing it first makes this batch re-read and re-check (WrongExpectedRevision).
+      expectedRevision: 'no_stream',
+    };
   }
-  throw new Error('could not fix the tenant billing currency');
+  if (current !== currency) {
+    throw new UnprocessableError(`This tenant bills in ${current}; billing events in ${currency} are not accepted`, {
+      errors: [{ path: 'events.currency', message: `must be ${current}` }],
+    });
+  }
+  return undefined;
 }
 
 type AppendRequest = { readonly streamId: string; readonly events: readonly NewEvent[]; readonly expectedRevision: ExpectedRevision };
@@ -204,9 +199,10 @@ const conflictError = (conflicts: readonly { index: number; eventId: string }[])
  *   [E2, E3]) simply append E3;
  * - an eventId already recorded (or repeated in the batch) with a different payload refuses the
  *   whole batch with 409, naming each such event, before anything is written;
- * - the fresh events of every customer are then appended in one atomic multi-stream append
- *   (see `appendStreams`), each stream at its expected revision; a concurrent writer on one of
- *   them makes the whole batch re-check and retry.
+ * - the fresh events of every customer (and, for a tenant's first batch, the event fixing its
+ *   currency) are then appended in one atomic multi-stream append (see `appendStreams`), each
+ *   stream at its expected revision; a concurrent writer on one of them makes the whole batch
+ *   re-check and retry.
  */
 export async function ingestBillingEvents(
   store: EventStore,
@@ -284,11 +280,12 @@ export async function ingestBillingEvents(
     if (staleConflicts.length > 0) throw conflictError(staleConflicts.sort((a, b) => a.index - b.index));
     if (requests.length === 0) return { accepted: 0, duplicates, position };
 
-    await ensureCurrency(store, tenantId, currencies[0]!, actor);
+    const accepted = requests.reduce((n, r) => n + r.events.length, 0);
+    const fixCurrency = await currencyCheck(store, tenantId, currencies[0]!, actor);
     try {
-      const results = await appendStreams(store, requests);
+      const results = await appendStreams(store, fixCurrency ? [fixCurrency, ...requests] : requests);
       for (const r of results) later(r.position);
-      return { accepted: requests.reduce((n, r) => n + r.events.length, 0), duplicates, position };
+      return { accepted, duplicates, position };
     } catch (error) {
       // Another request appended to one of these customers meanwhile: re-read and re-decide.
       if (error instanceof WrongExpectedRevisionError && attempt < 4) continue;

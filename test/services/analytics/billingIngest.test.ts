@@ -131,6 +131,16 @@ describe('defect 4: billing ids', () => {
       expect((await kpiAfter(tenant, second.json<Ingested>().position!)).mrr).toBe(150);
     });
 
+    it('also holds when both retries run at the same time: both 202, each event recorded once', async () => {
+      const tenant = await provisionTenant(db.pool);
+      const [e1, e2, e3] = [event('cus-1'), event('cus-2'), event('cus-3')];
+      const [a, b] = await Promise.all([post(tenant, [e1, e2]), post(tenant, [e2, e3])]);
+      expect([a.statusCode, b.statusCode]).toEqual([202, 202]);
+      expect([await recorded(tenant, 'cus-1'), await recorded(tenant, 'cus-2'), await recorded(tenant, 'cus-3')]).toEqual([1, 1, 1]);
+      await kpiAfter(tenant, a.json<Ingested>().position!);
+      expect((await kpiAfter(tenant, b.json<Ingested>().position!)).mrr).toBe(150);
+    });
+
     it('treats the same payload with an equal amount written differently as the same event (49.9 = "49.90")', async () => {
       const tenant = await provisionTenant(db.pool);
       const e = event('cus-1', { amount: '49.90', occurredAt: '2026-01-01T01:00:00+01:00' });
