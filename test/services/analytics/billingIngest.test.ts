@@ -94,6 +94,14 @@ describe('defect 4: billing ids', () => {
       expect(response.json<Ingested>()).toMatchObject({ accepted: 2, duplicates: 0 });
     });
 
+    it('documents the id in the OpenAPI document as a printable string, not a uuid', async () => {
+      const doc = (await app.inject({ url: '/v1/openapi.json' })).json<{ paths: Record<string, { post?: { requestBody: { content: Record<string, { schema: unknown }> } } }> }>();
+      const body = JSON.stringify(doc.paths['/v1/analytics/billing-events']?.post?.requestBody.content['application/json']?.schema);
+      expect(body).toContain('eventId');
+      expect(body).not.toContain('"format":"uuid"');
+      expect(body).toContain('evt_');
+    });
+
     it('refuses an empty id, 256 characters, a control character or a lone surrogate (400 naming the field)', async () => {
       const tenant = await provisionTenant(db.pool);
       for (const eventId of ['', 'x'.repeat(256), 'evt_\u0000', 'evt_\n1', 'evt_\ud800']) {
