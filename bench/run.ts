@@ -6,6 +6,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { authBench } from './scenarios/auth.ts';
+import { runBillingBench } from './scenarios/billing.ts';
 import { runEmployeesBench } from './scenarios/employees.ts';
 import { healthScenario } from './scenarios/health.ts';
 import { runKpiBench } from './scenarios/kpi.ts';
@@ -27,6 +28,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   lag: () => runProjectionLagBench(),
   ryw: () => runReadYourWritesBench(),
   write: () => runWriteBench(),
+  billing: () => runBillingBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));
