@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
-import { parseAmount } from './money.ts';
+import { divideRounded, parseAmount, unitsToNumber } from './money.ts';
 import { CHURN_WINDOW_MS, revenueAsOf, type CustomerHistory, type RevenueKpis } from './subscriptions.ts';
 
 /**
@@ -24,6 +24,7 @@ export async function loadRevenueHistories(
   tx: DatabaseTransactionConnection,
   tenantId: string,
   range: { readonly from: Date; readonly to: Date },
+  options: { readonly movements?: boolean } = {},
 ): Promise<CustomerHistory[]> {
   const windowStart = new Date(range.from.getTime() - CHURN_WINDOW_MS).toISOString();
   const to = range.to.toISOString();
@@ -38,7 +39,7 @@ export async function loadRevenueHistories(
     entry.periods.push({ startedAt: p.started_at, endedAt: p.ended_at });
     customers.set(p.customer_id, entry);
   }
-  if (customers.size === 0) return [];
+  if (customers.size === 0 || options.movements === false) return [...customers].map(([customerId, h]) => ({ customerId, ...h }));
   const movements = await tx.any(sql.type(movementRow)`
     select customer_id, occurred_at, arr_delta::text from kpi_mrr_movements
     where tenant_id = ${tenantId} and customer_id = any(${sql.array([...customers.keys()], 'text')}) and occurred_at <= ${to}
@@ -50,7 +51,18 @@ export async function loadRevenueHistories(
   return [...customers].map(([customerId, h]) => ({ customerId, ...h }));
 }
 
-/** MRR, ARR and churn of the tenant as of `at` (facts that occurred after `at` do not count). */
+/**
+ * MRR, ARR and churn of the tenant as of `at` (facts that occurred after `at` do not count).
+ * Same answer as `revenueAsOf(await loadRevenueHistories(…, {from: at, to: at}), at)`, cheaper
+ * for one instant: ARR is one `sum` in SQL (Σ every movement up to `at`; customers not active
+ * at `at` sum to 0), so only the periods touching the churn window travel to Node.
+ */
 export async function readRevenueAsOf(tx: DatabaseTransactionConnection, tenantId: string, at: Date): Promise<RevenueKpis> {
-  return revenueAsOf(await loadRevenueHistories(tx, tenantId, { from: at, to: at }), at);
+  const histories = await loadRevenueHistories(tx, tenantId, { from: at, to: at }, { movements: false });
+  const arr = await tx.oneFirst(sql.type(z.object({ arr: z.string() }))`
+    select coalesce(sum(arr_delta), 0)::text as arr from kpi_mrr_movements
+    where tenant_id = ${tenantId} and occurred_at <= ${at.toISOString()}
+  `);
+  const arrUnits = parseAmount(arr);
+  return { ...revenueAsOf(histories, at), mrr: unitsToNumber(divideRounded(arrUnits, 12n)), arr: unitsToNumber(arrUnits) };
 }

@@ -5,6 +5,9 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres.t
 import { START, parsePosition, type EventStore } from '../../../shared/event-store/port.ts';
 import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { billingStreamId } from '../../../projections/kpi/billingEvents.ts';
+import { loadRevenueHistories, readRevenueAsOf } from '../../../projections/kpi/revenue.ts';
+import { revenueAsOf } from '../../../projections/kpi/subscriptions.ts';
+import { withTenant } from '../../../shared/db/pool.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import { billingEventStoreId, uuidV5 } from '../../../services/analytics/billing.ts';
@@ -216,6 +219,28 @@ describe('defect 5: billing order', () => {
       await post(tenant, [event('cus-a', { type: 'subscription.changed', amount: '80', occurredAt: daysAgo(3) })]);
       const start = await post(tenant, [event('cus-a', { amount: '50', occurredAt: daysAgo(9) })]);
       expect((await kpiAfter(tenant, start.json<Ingested>().position!)).mrr).toBe(80);
+    });
+  });
+});
+
+describe('revenue as of an instant, from the stored history', () => {
+  it('gives the same answer from readRevenueAsOf (one instant) and revenueAsOf over loaded histories (series)', async () => {
+    const tenant = await provisionTenant(db.pool);
+    const response = await post(tenant, [
+      event('a', { amount: '10', occurredAt: daysAgo(90) }),
+      event('a', { type: 'subscription.changed', amount: '30', occurredAt: daysAgo(60) }),
+      event('b', { amount: '120', interval: 'year', occurredAt: daysAgo(45) }),
+      event('a', { type: 'subscription.cancelled', occurredAt: daysAgo(20) }),
+      event('c', { amount: '5', occurredAt: daysAgo(10) }),
+      event('b', { type: 'subscription.cancelled', occurredAt: daysAgo(2) }),
+    ]);
+    await kpiAfter(tenant, response.json<Ingested>().position!);
+    const instants = [100, 75, 50, 30, 15, 5, 1, 0].map((d) => new Date(Date.now() - d * DAY));
+    await withTenant(db.pool, tenant.tenantId, async (tx) => {
+      const histories = await loadRevenueHistories(tx, tenant.tenantId, { from: instants[0]!, to: instants.at(-1)! });
+      for (const at of instants) expect(await readRevenueAsOf(tx, tenant.tenantId, at), at.toISOString()).toEqual(revenueAsOf(histories, at));
+      expect((await readRevenueAsOf(tx, tenant.tenantId, instants[3]!)).mrr).toBe(40); // a at 30 + b 120/12
+      expect((await readRevenueAsOf(tx, tenant.tenantId, instants.at(-1)!)).mrr).toBe(5);
     });
   });
 });
