@@ -1368,10 +1368,7 @@ export interface paths {
                 content: {
                     "application/json": {
                         events: {
-                            /**
-                             * Format: uuid
-                             * @description Idempotency key; becomes the event id in the event store
-                             */
+                            /** @description The billing provider's event id (e.g. Stripe's evt_…); idempotency key, unique within the tenant */
                             eventId: string;
                             /** @enum {string} */
                             type: "subscription.started" | "subscription.changed" | "subscription.cancelled";
