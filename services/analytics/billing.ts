@@ -3,9 +3,8 @@ import { z } from 'zod';
 import { ConflictError, UnprocessableError, WrongExpectedRevisionError } from '../../shared/errors.ts';
 import {
   comparePositions,
-  type AppendResult,
+  type AppendRequest,
   type EventStore,
-  type ExpectedRevision,
   type GlobalPosition,
   type NewEvent,
   type RecordedEvent,
@@ -168,23 +167,6 @@ async function currencyCheck(store: EventStore, tenantId: string, currency: stri
   return undefined;
 }
 
-type AppendRequest = { readonly streamId: string; readonly events: readonly NewEvent[]; readonly expectedRevision: ExpectedRevision };
-type MultiStreamStore = EventStore & { appendMany?: (requests: readonly AppendRequest[]) => Promise<AppendResult[]> };
-
-/**
- * Appends to several streams: atomically when the store offers `appendMany` (the atomic
- * multi-stream append being added to the port), else stream by stream. Either way the caller
- * has already refused every conflict it can see, so stream-by-stream only differs on a crash
- * or a race mid-batch, and a retry of the batch completes it (idempotent).
- */
-async function appendStreams(store: MultiStreamStore, requests: readonly AppendRequest[]): Promise<AppendResult[]> {
-  if (requests.length === 0) return [];
-  if (typeof store.appendMany === 'function') return store.appendMany(requests);
-  const results: AppendResult[] = [];
-  for (const r of requests) results.push(await store.append(r.streamId, r.events, { expectedRevision: r.expectedRevision }));
-  return results;
-}
-
 const conflictError = (conflicts: readonly { index: number; eventId: string }[]) =>
   new ConflictError(
     `${conflicts.length} event id(s) of this batch were already recorded with a different payload; nothing was recorded`,
@@ -200,9 +182,10 @@ const conflictError = (conflicts: readonly { index: number; eventId: string }[])
  * - an eventId already recorded (or repeated in the batch) with a different payload refuses the
  *   whole batch with 409, naming each such event, before anything is written;
  * - the fresh events of every customer (and, for a tenant's first batch, the event fixing its
- *   currency) are then appended in one atomic multi-stream append (see `appendStreams`), each
- *   stream at its expected revision; a concurrent writer on one of them makes the whole batch
- *   re-check and retry.
+ *   currency) are then appended in one atomic multi-stream append (`appendMany`), each stream
+ *   at its expected revision: all of it is recorded or none. A concurrent writer on one of them
+ *   makes the whole batch re-check and retry; an id the store already holds for another
+ *   customer of the tenant fails the whole append (409).
  */
 export async function ingestBillingEvents(
   store: EventStore,
@@ -283,7 +266,7 @@ export async function ingestBillingEvents(
     const accepted = requests.reduce((n, r) => n + r.events.length, 0);
     const fixCurrency = await currencyCheck(store, tenantId, currencies[0]!, actor);
     try {
-      const results = await appendStreams(store, fixCurrency ? [fixCurrency, ...requests] : requests);
+      const results = await store.appendMany(fixCurrency ? [fixCurrency, ...requests] : requests);
       for (const r of results) later(r.position);
       return { accepted, duplicates, position };
     } catch (error) {

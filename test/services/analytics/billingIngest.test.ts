@@ -187,13 +187,14 @@ describe('defect 4: billing ids', () => {
       expect(await recorded(tenant, 'cus-2')).toBe(0);
     });
 
-    it('refuses an id already recorded for another customer of the tenant (409)', async () => {
+    it('refuses an id already recorded for another customer of the tenant (409), recording none of the batch', async () => {
       const tenant = await provisionTenant(db.pool);
       const e = event('cus-1');
       expect((await post(tenant, [e])).statusCode).toBe(202);
-      const response = await post(tenant, [{ ...e, customerId: 'cus-2' }]);
+      const response = await post(tenant, [event('cus-3'), { ...e, customerId: 'cus-2' }]);
       expect(response.statusCode).toBe(409);
       expect(await recorded(tenant, 'cus-2')).toBe(0);
+      expect(await recorded(tenant, 'cus-3')).toBe(0); // one atomic multi-stream append: all or nothing
     });
   });
 });
