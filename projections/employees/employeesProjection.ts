@@ -12,8 +12,10 @@ import {
 
 /**
  * The employees read model: one row per employee (SPEC fields + tenant + stream revision) and
- * exact counters per (tenant, status, department) so `meta.total` never has to count a big
- * tenant's rows when only those filters are used.
+ * exact counters per (tenant, status, department), and per the same key and hire month / hire
+ * day (UTC), so `meta.total` never counts a big tenant's rows: without a hire-date range it reads
+ * the first; with one it sums whole months, then the whole days of the two edge months, and
+ * counts rows only inside the (at most two) partial edge days (queries.ts).
  *
  * A batch is applied set-wise, at most three statements whatever its size: load the rows of
  * employees it does not hire itself, fold its events in memory, upsert the rows (guarded by
@@ -56,8 +58,50 @@ export const employeeRowSchema = z.object({
   updated_at: z.string(),
 });
 
-/** Counters key a missing department as '' (a department filter is never empty). */
-const counterKey = (row: Pick<Row, 'tenant_id' | 'status' | 'department'>) => `${row.tenant_id}\u0000${row.status}\u0000${row.department ?? ''}`;
+type Tables = 'employees' | 'employee_counts' | 'employee_month_counts' | 'employee_day_counts';
+
+/**
+ * The UTC calendar day of an instant as `YYYY-MM-DD`. Instants from the write side and from
+ * PostgreSQL are already `toISOString()` text, so slicing is enough; anything else is parsed.
+ */
+export function utcDay(instant: string): string {
+  return instant.length === 24 && instant.endsWith('Z') && instant[10] === 'T' ? instant.slice(0, 10) : new Date(instant).toISOString().slice(0, 10);
+}
+
+/** The counters a row adds to: whole tenant, its hire month and its hire day (missing department = ''). */
+type CounterKeys = { all: string; month: string; day: string; tenant_id: string; status: string; department: string; monthStart: string; dayStart: string };
+function counterKeys(row: Pick<Row, 'tenant_id' | 'status' | 'department' | 'hired_at'>): CounterKeys {
+  const department = row.department ?? '';
+  const day = utcDay(row.hired_at);
+  const month = `${day.slice(0, 7)}-01`;
+  const all = `${row.tenant_id}\u0000${row.status}\u0000${department}`;
+  return { all, month: `${all}\u0000${month}`, day: `${all}\u0000${day}`, tenant_id: row.tenant_id, status: row.status, department, monthStart: month, dayStart: day };
+}
+
+/** Counter deltas of a set of row changes, per counter table. */
+function createCounterDeltas() {
+  type Delta = { tenant_id: string; status: string; department: string; bucket: string | null; delta: number };
+  const all = new Map<string, Delta>();
+  const month = new Map<string, Delta>();
+  const day = new Map<string, Delta>();
+  const add = (map: Map<string, Delta>, key: string, k: CounterKeys, bucket: string | null, delta: number) => {
+    const entry = map.get(key);
+    if (entry) entry.delta += delta;
+    else map.set(key, { tenant_id: k.tenant_id, status: k.status, department: k.department, bucket, delta });
+  };
+  return {
+    bump(row: Pick<Row, 'tenant_id' | 'status' | 'department' | 'hired_at'>, delta: number) {
+      const k = counterKeys(row);
+      add(all, k.all, k, null, delta);
+      add(month, k.month, k, k.monthStart, delta);
+      add(day, k.day, k, k.dayStart, delta);
+    },
+    nonZero() {
+      const keep = (m: Map<string, Delta>) => [...m.values()].filter((d) => d.delta !== 0);
+      return { all: keep(all), month: keep(month), day: keep(day) };
+    },
+  };
+}
 
 function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEvent, tenantId: string): Row | undefined {
   const touched = { revision: recorded.revision, updated_at: recorded.recordedAt };
@@ -101,13 +145,23 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
 }
 
 const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(event.type);
+const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
 
-async function handle(
-  tx: DatabaseTransactionConnection,
-  events: readonly RecordedEvent[],
-  tables: Readonly<Record<'employees' | 'employee_counts', IdentifierSqlToken>>,
-): Promise<void> {
-  const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
+/**
+ * Folds one event into `row` unless the row already reflects it (revision guard), the one
+ * place both the live handler and the bulk fold go through.
+ */
+function fold(row: Row | undefined, recorded: RecordedEvent, tenantId: string): Row | undefined {
+  if (row && recorded.revision <= row.revision) return row; // already applied
+  // The event store hands back what the write side stored for these types.
+  return apply(row, { type: recorded.type, data: recorded.data } as EmployeeEvent, recorded, tenantId) ?? row;
+}
+
+const EMPLOYEE_COLUMNS = ['tenant_id', 'id', 'email', 'first_name', 'last_name', 'department', 'status', 'hired_at', 'revision', 'updated_at'] as const;
+const EMPLOYEE_TYPES = ['uuid', 'text', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'int4', 'timestamptz'] as const;
+const employeeTuple = (r: Row) => [r.tenant_id, r.id, r.email, r.first_name, r.last_name, r.department, r.status, r.hired_at, r.revision, r.updated_at];
+
+async function handle(tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], tables: Readonly<Record<Tables, IdentifierSqlToken>>): Promise<void> {
   // Per employee, its events of this batch in order (the batch is in global order).
   const streams = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
   for (const event of events) {
@@ -136,11 +190,7 @@ async function handle(
   for (const [key, stream] of streams) {
     const start = before.get(key);
     let row = start;
-    for (const recorded of stream.events) {
-      if (row && recorded.revision <= row.revision) continue; // already applied
-      // The event store hands back what the write side stored for these types.
-      row = apply(row, { type: recorded.type, data: recorded.data } as EmployeeEvent, recorded, stream.tenantId) ?? row;
-    }
+    for (const recorded of stream.events) row = fold(row, recorded, stream.tenantId);
     if (row && row.revision !== start?.revision) changed.push(row);
   }
   if (changed.length === 0) return;
@@ -149,10 +199,7 @@ async function handle(
   const written = await tx.any(sql.type(z.object({ tenant_id: z.string(), id: z.string() }))`
     insert into ${tables.employees} as t
       (tenant_id, id, email, first_name, last_name, department, status, hired_at, revision, updated_at)
-    select * from ${sql.unnest(
-      changed.map((r) => [r.tenant_id, r.id, r.email, r.first_name, r.last_name, r.department, r.status, r.hired_at, r.revision, r.updated_at]),
-      ['uuid', 'text', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'int4', 'timestamptz'],
-    )}
+    select * from ${sql.unnest(changed.map(employeeTuple), [...EMPLOYEE_TYPES])}
     on conflict (tenant_id, id) do update set
       email = excluded.email, first_name = excluded.first_name, last_name = excluded.last_name,
       department = excluded.department, status = excluded.status, hired_at = excluded.hired_at,
@@ -162,70 +209,141 @@ async function handle(
   `);
   const writtenKeys = new Set(written.map((w) => keyOf(w.tenant_id, w.id)));
 
-  const deltas = new Map<string, { tenant_id: string; status: string; department: string; delta: number }>();
-  const bump = (row: Pick<Row, 'tenant_id' | 'status' | 'department'>, delta: number) => {
-    const key = counterKey(row);
-    const entry = deltas.get(key) ?? { tenant_id: row.tenant_id, status: row.status, department: row.department ?? '', delta: 0 };
-    entry.delta += delta;
-    deltas.set(key, entry);
-  };
+  const deltas = createCounterDeltas();
   for (const row of changed) {
     const key = keyOf(row.tenant_id, row.id);
     if (!writtenKeys.has(key)) continue;
     const old = before.get(key);
-    if (old) bump(old, -1);
-    bump(row, 1);
+    if (old) deltas.bump(old, -1);
+    deltas.bump(row, 1);
   }
-  const nonZero = [...deltas.values()].filter((d) => d.delta !== 0);
-  if (nonZero.length > 0) {
-    await tx.query(sql.type(z.object({}))`
+  const { all, month, day } = deltas.nonZero();
+  if (all.length + month.length + day.length === 0) return;
+  // All three counter tables in one statement (one round trip).
+  await tx.query(sql.type(z.object({}))`
+    with counts as (
       insert into ${tables.employee_counts} (tenant_id, status, department, count)
       select * from ${sql.unnest(
-        nonZero.map((d) => [d.tenant_id, d.status, d.department, d.delta]),
+        all.map((d) => [d.tenant_id, d.status, d.department, d.delta]),
         ['uuid', 'text', 'text', 'int8'],
       )}
       on conflict (tenant_id, status, department) do update set count = ${tables.employee_counts}.count + excluded.count
-    `);
-  }
+    ), months as (
+      insert into ${tables.employee_month_counts} (tenant_id, month, status, department, count)
+      select * from ${sql.unnest(
+        month.map((d) => [d.tenant_id, d.bucket, d.status, d.department, d.delta]),
+        ['uuid', 'date', 'text', 'text', 'int8'],
+      )}
+      on conflict (tenant_id, month, status, department) do update set count = ${tables.employee_month_counts}.count + excluded.count
+    )
+    insert into ${tables.employee_day_counts} (tenant_id, day, status, department, count)
+    select * from ${sql.unnest(
+      day.map((d) => [d.tenant_id, d.bucket, d.status, d.department, d.delta]),
+      ['uuid', 'date', 'text', 'text', 'int8'],
+    )}
+    on conflict (tenant_id, day, status, department) do update set count = ${tables.employee_day_counts}.count + excluded.count
+  `);
 }
 
-export const employeesProjection = defineProjection({
+/**
+ * The bulk path of a rebuild: the same `fold` over the whole log in memory (one Map entry per
+ * employee), then every row and counter at once. Counters are derived from the final rows, which
+ * is what the live handler's deltas add up to.
+ */
+function bulkFold() {
+  const rows = new Map<string, Row>();
+  return {
+    add(events: readonly RecordedEvent[]) {
+      for (const event of events) {
+        const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
+        if (!parsed) continue;
+        const key = keyOf(parsed.tenantId, parsed.employeeId);
+        const before = rows.get(key);
+        const after = fold(before, event, parsed.tenantId);
+        if (after && after !== before) rows.set(key, after);
+      }
+    },
+    rows() {
+      const deltas = createCounterDeltas();
+      const employees: (string | number | null)[][] = [];
+      for (const row of rows.values()) {
+        employees.push(employeeTuple(row));
+        deltas.bump(row, 1);
+      }
+      const { all, month, day } = deltas.nonZero();
+      const counterColumns = ['tenant_id', 'status', 'department', 'count'];
+      return {
+        employees: { columns: EMPLOYEE_COLUMNS, types: EMPLOYEE_TYPES, rows: employees },
+        employee_counts: { columns: counterColumns, types: ['uuid', 'text', 'text', 'int8'], rows: all.map((d) => [d.tenant_id, d.status, d.department, d.delta]) },
+        employee_month_counts: {
+          columns: ['tenant_id', 'month', 'status', 'department', 'count'],
+          types: ['uuid', 'date', 'text', 'text', 'int8'],
+          rows: month.map((d) => [d.tenant_id, d.bucket, d.status, d.department, d.delta]),
+        },
+        employee_day_counts: {
+          columns: ['tenant_id', 'day', 'status', 'department', 'count'],
+          types: ['uuid', 'date', 'text', 'text', 'int8'],
+          rows: day.map((d) => [d.tenant_id, d.bucket, d.status, d.department, d.delta]),
+        },
+      };
+    },
+  };
+}
+
+/** A counter table keyed by tenant, an optional date bucket, status and department. */
+const counterTable =
+  (bucket: 'month' | 'day' | null) =>
+  (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => ({
+    create: [
+      bucket === null
+        ? sql.fragment`create table ${table} (tenant_id uuid not null, status text not null, department text not null, count bigint not null)`
+        : sql.fragment`create table ${table} (tenant_id uuid not null, ${sql.identifier([bucket])} date not null, status text not null, department text not null, count bigint not null)`,
+      ...tenantPolicy(table, named),
+    ],
+    // Range scans by (tenant, bucket), filtering status/department inside the range.
+    afterLoad: [
+      bucket === null
+        ? sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, status, department)`
+        : sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, status, department)`,
+    ],
+  });
+
+export const employeesProjection = defineProjection<Tables>({
   name: EMPLOYEES_PROJECTION,
-  version: 1,
+  // 2: hire-month and hire-day counters.
+  version: 2,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
-    employees: (table, named) => [
-      sql.fragment`create table ${table} (
-        tenant_id uuid not null,
-        id text not null,
-        email text not null,
-        first_name text not null,
-        last_name text not null,
-        department text,
-        status text not null check (status in ('active', 'inactive', 'on_leave')),
-        hired_at timestamptz not null,
-        revision integer not null,
-        updated_at timestamptz not null,
-        constraint ${named('pkey')} primary key (tenant_id, id)
-      )`,
-      // The default order is (hired_at desc, id desc); each filter has an index ending in it,
-      // so a page is an index range scan that stops after `limit` rows.
-      sql.fragment`create index ${named('order')} on ${table} (tenant_id, hired_at desc, id desc)`,
-      sql.fragment`create index ${named('status')} on ${table} (tenant_id, status, hired_at desc, id desc)`,
-      sql.fragment`create index ${named('department')} on ${table} (tenant_id, department, hired_at desc, id desc)`,
-      sql.fragment`create index ${named('department_status')} on ${table} (tenant_id, department, status, hired_at desc, id desc)`,
-      ...tenantPolicy(table, named),
-    ],
-    employee_counts: (table, named) => [
-      sql.fragment`create table ${table} (
-        tenant_id uuid not null,
-        status text not null,
-        department text not null,
-        count bigint not null,
-        constraint ${named('pkey')} primary key (tenant_id, status, department)
-      )`,
-      ...tenantPolicy(table, named),
-    ],
+    employees: (table, named) => ({
+      create: [
+        sql.fragment`create table ${table} (
+          tenant_id uuid not null,
+          id text not null,
+          email text not null,
+          first_name text not null,
+          last_name text not null,
+          department text,
+          status text not null check (status in ('active', 'inactive', 'on_leave')),
+          hired_at timestamptz not null,
+          revision integer not null,
+          updated_at timestamptz not null
+        )`,
+        ...tenantPolicy(table, named),
+      ],
+      afterLoad: [
+        sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, id)`,
+        // The default order is (hired_at desc, id desc); each filter has an index ending in it,
+        // so a page is an index range scan that stops after `limit` rows.
+        sql.fragment`create index ${named('order')} on ${table} (tenant_id, hired_at desc, id desc)`,
+        sql.fragment`create index ${named('status')} on ${table} (tenant_id, status, hired_at desc, id desc)`,
+        sql.fragment`create index ${named('department')} on ${table} (tenant_id, department, hired_at desc, id desc)`,
+        sql.fragment`create index ${named('department_status')} on ${table} (tenant_id, department, status, hired_at desc, id desc)`,
+      ],
+    }),
+    employee_counts: counterTable(null),
+    employee_month_counts: counterTable('month'),
+    employee_day_counts: counterTable('day'),
   },
   handle,
+  bulk: { fold: bulkFold },
 });

@@ -55,29 +55,148 @@ function conditions(tenantId: string, filter: EmployeeFilter) {
   return sql.join(parts, sql.fragment` and `);
 }
 
+const DAY_MS = 86_400_000;
+const isoDate = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+const floorDay = (ms: number) => Math.floor(ms / DAY_MS) * DAY_MS;
+const ceilDay = (ms: number) => Math.ceil(ms / DAY_MS) * DAY_MS;
+const floorMonth = (ms: number) => {
+  const d = new Date(ms);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+};
+const ceilMonth = (ms: number) => {
+  const start = floorMonth(ms);
+  if (start === ms) return ms;
+  const d = new Date(start);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+};
+
+/**
+ * How a hire-date range splits for counting (all UTC): whole months come from the month
+ * counters, whole days of the edge months from the day counters, and only the instants of the
+ * two partial edge days (none for date-only bounds) from the rows themselves. So the cost is
+ * O(months + days in two months + rows in two days), never O(rows in the range).
+ * `null` bounds are open ends. `upperInclusive`: the range ends at `upper` itself (a
+ * date-time `hiredTo`) rather than just before it (a date's next midnight).
+ */
+export type HireRangePlan = {
+  /** Rows counted directly: [lower, firstDay) and [lastDay, upper) / [lastDay, upper]. */
+  readonly rows: { readonly from: number | null; readonly to: number | null }[];
+  /** Day counters, [from, to) in `YYYY-MM-DD`. */
+  readonly days: { readonly from: string | null; readonly to: string | null }[];
+  /** Month counters, [from, to) in `YYYY-MM-DD` (first of the month). */
+  readonly months: { readonly from: string | null; readonly to: string | null } | null;
+};
+
+export function planHireRange(lower: number | null, upper: number | null, upperInclusive: boolean): HireRangePlan {
+  const firstDay = lower === null ? null : ceilDay(lower);
+  // An inclusive end at midnight still holds that instant: count it from the rows.
+  const lastDay = upper === null ? null : floorDay(upper);
+  if (firstDay !== null && lastDay !== null && firstDay >= lastDay) {
+    return { rows: [{ from: lower, to: upper }], days: [], months: null };
+  }
+  const rows: { from: number | null; to: number | null }[] = [];
+  if (lower !== null && firstDay !== null && lower < firstDay) rows.push({ from: lower, to: firstDay });
+  if (upper !== null && lastDay !== null && (upperInclusive || lastDay < upper)) rows.push({ from: lastDay, to: upper });
+  const firstMonth = firstDay === null ? null : ceilMonth(firstDay);
+  const lastMonth = lastDay === null ? null : floorMonth(lastDay);
+  const day = (ms: number | null) => (ms === null ? null : isoDate(ms));
+  if (firstMonth !== null && lastMonth !== null && firstMonth >= lastMonth) {
+    return { rows, days: [{ from: day(firstDay), to: day(lastDay) }], months: null };
+  }
+  const days: { from: string | null; to: string | null }[] = [];
+  if (firstDay !== null && firstMonth !== null && firstDay < firstMonth) days.push({ from: day(firstDay), to: day(firstMonth) });
+  if (lastDay !== null && lastMonth !== null && lastMonth < lastDay) days.push({ from: day(lastMonth), to: day(lastDay) });
+  return { rows, days, months: { from: day(firstMonth), to: day(lastMonth) } };
+}
+
+/** `meta.total` as one scalar expression: counters only, plus the rows of partial edge days. */
+function totalExpression(tenantId: string, filter: EmployeeFilter) {
+  const keys = [sql.fragment`tenant_id = ${tenantId}::uuid`];
+  if (filter.department !== undefined) keys.push(sql.fragment`department = ${filter.department}`);
+  if (filter.status !== undefined) keys.push(sql.fragment`status = ${filter.status}`);
+  const key = sql.join(keys, sql.fragment` and `);
+  if (!filter.hiredFrom && !filter.hiredTo) {
+    return sql.fragment`(select coalesce(sum(count), 0) from employee_counts where ${key})`;
+  }
+  const lower = filter.hiredFrom ? Date.parse(filter.hiredFrom.at) : null;
+  const upper = filter.hiredTo ? Date.parse(filter.hiredTo.at) + (filter.hiredTo.dateOnly ? DAY_MS : 0) : null;
+  const upperInclusive = filter.hiredTo !== undefined && !filter.hiredTo.dateOnly;
+  const plan = planHireRange(lower, upper, upperInclusive);
+  const dayRange = (column: 'month' | 'day', from: string | null, to: string | null) => {
+    const col = sql.identifier([column]);
+    return sql.join(
+      [sql.fragment`true`, ...(from === null ? [] : [sql.fragment`${col} >= ${from}::date`]), ...(to === null ? [] : [sql.fragment`${col} < ${to}::date`])],
+      sql.fragment` and `,
+    );
+  };
+  const instantRange = (from: string | null, to: string | null, toInclusive: boolean) =>
+    sql.join(
+      [
+        sql.fragment`true`,
+        ...(from === null ? [] : [sql.fragment`hired_at >= ${from}::timestamptz`]),
+        ...(to === null ? [] : [toInclusive ? sql.fragment`hired_at <= ${to}::timestamptz` : sql.fragment`hired_at < ${to}::timestamptz`]),
+      ],
+      sql.fragment` and `,
+    );
+  const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+  const terms = [
+    ...(plan.months ? [sql.fragment`(select coalesce(sum(count), 0) from employee_month_counts where ${key} and ${dayRange('month', plan.months.from, plan.months.to)})`] : []),
+    ...plan.days.map((d) => sql.fragment`(select coalesce(sum(count), 0) from employee_day_counts where ${key} and ${dayRange('day', d.from, d.to)})`),
+    ...plan.rows.map((r) => {
+      const inclusive = upperInclusive && r.to === upper;
+      return sql.fragment`(select count(*) from employees where ${key} and ${instantRange(iso(r.from), iso(r.to), inclusive)})`;
+    }),
+  ];
+  return terms.length === 0 ? sql.fragment`0` : sql.join(terms, sql.fragment` + `);
+}
+
 /**
  * A page in the documented order: `hiredAt` descending, then `id` descending (ULIDs sort by
- * creation, so among equal hire instants the newest record comes first). `total` is exact:
- * from the maintained counters when only status/department filter, else counted with the index.
+ * creation, so among equal hire instants the newest record comes first). `total` is exact and
+ * never counts a tenant's rows: see `totalExpression` and `planHireRange`.
+ *
+ * Page and total are ONE statement (the total rides on every row; an empty page still yields
+ * one row with it), so a list read is one round trip inside the tenant scope.
  */
 export async function listEmployees(pool: DatabasePool, tenantId: string, query: ListEmployeesQuery) {
   return withTenant(pool, tenantId, async (tx) => {
-    const where = conditions(tenantId, query);
-    const data = await tx.any(sql.type(recordRow)`
-      select ${columns} from employees where ${where}
-      order by hired_at desc, id desc
-      limit ${query.limit} offset ${(query.page - 1) * query.limit}
+    const rows = await tx.any(sql.type(pageRow)`
+      select t.total::int8 as total, p.*
+      from (select ${totalExpression(tenantId, query)} as total) t
+      left join lateral (
+        select ${columns} from employees where ${conditions(tenantId, query)}
+        order by hired_at desc, id desc
+        limit ${query.limit} offset ${(query.page - 1) * query.limit}
+      ) p on true
     `);
-    const countersSuffice = query.hiredFrom === undefined && query.hiredTo === undefined;
-    const total = countersSuffice
-      ? await tx.oneFirst(sql.type(z.object({ total: z.number() }))`
-          select coalesce(sum(count), 0)::int8 as total from employee_counts
-          where ${conditions(tenantId, { status: query.status, department: query.department })}
-        `)
-      : await tx.oneFirst(sql.type(z.object({ total: z.number() }))`select count(*) as total from employees where ${where}`);
+    const total = rows[0]?.total ?? 0;
+    const data = rows.flatMap((r) => (r.record ? [r.record] : []));
     return { data, total };
   });
 }
+
+/** A page row: the total, and an employee unless the page is empty (then its columns are null). */
+const pageRow = z
+  .object({
+    total: z.number(),
+    id: z.string().nullable(),
+    email: z.string().nullable(),
+    first_name: z.string().nullable(),
+    last_name: z.string().nullable(),
+    department: z.string().nullable(),
+    status: z.enum(['active', 'inactive', 'on_leave']).nullable(),
+    hired_at: z.string().nullable(),
+    revision: z.number().nullable(),
+  })
+  .transform((r): { total: number; record: EmployeeRecord | null } => {
+    if (r.id === null || r.email === null || r.first_name === null || r.last_name === null || r.status === null || r.hired_at === null || r.revision === null) {
+      return { total: r.total, record: null };
+    }
+    return {
+      total: r.total,
+      record: { id: r.id, email: r.email, firstName: r.first_name, lastName: r.last_name, department: r.department, status: r.status, hiredAt: r.hired_at, revision: r.revision },
+    };
+  });
 
 export async function findEmployee(pool: DatabasePool, tenantId: string, id: string): Promise<EmployeeRecord | null> {
   return withTenant(pool, tenantId, (tx) =>

@@ -19,9 +19,43 @@ export type Projection<Table extends string = string> = {
   readonly tables: Readonly<Record<Table, TableDefinition>>;
   /** Applies a batch, in order. The runner hands each event over exactly once per model build. */
   handle(tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], tables: Readonly<Record<Table, IdentifierSqlToken>>): Promise<void>;
+  /**
+   * Optional bulk path for rebuilds: the runner folds the log in memory with it and loads the
+   * resulting rows in one go (then builds each table's `afterLoad` indexes), instead of calling
+   * `handle` page by page. Must produce exactly what `handle` would have written.
+   */
+  readonly bulk?: BulkReplay<Table>;
 };
 
-export type TableDefinition = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => readonly FragmentSqlToken[];
+/**
+ * Either the statements that create a table, or those split into what must exist before rows
+ * are written (`create`: the table, its policies and grants) and what a bulk load builds after
+ * the rows are in (`afterLoad`: primary key, indexes): building an index once over loaded rows
+ * is far cheaper than maintaining it row by row.
+ */
+export type TableDefinition = (
+  table: IdentifierSqlToken,
+  named: (suffix: string) => IdentifierSqlToken,
+) => readonly FragmentSqlToken[] | { readonly create: readonly FragmentSqlToken[]; readonly afterLoad: readonly FragmentSqlToken[] };
+
+/** Rows for one table: column names, their PostgreSQL types (for `unnest`) and the values, in column order. */
+export type BulkRows = {
+  readonly columns: readonly string[];
+  readonly types: readonly string[];
+  readonly rows: readonly (readonly (string | number | null)[])[];
+};
+
+export type BulkFold<Table extends string> = {
+  /** Folds the next events of the log (in global order) into memory. */
+  add(events: readonly RecordedEvent[]): void;
+  /** Every table's rows after all the events added so far. */
+  rows(): Readonly<Record<Table, BulkRows>>;
+};
+
+export type BulkReplay<Table extends string> = {
+  /** A fresh, empty fold for one rebuild. */
+  fold(): BulkFold<Table>;
+};
 
 export function defineProjection<Table extends string>(projection: Projection<Table>): Projection<Table> {
   return projection;

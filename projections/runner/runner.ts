@@ -1,6 +1,6 @@
 import { AsyncResource } from 'node:async_hooks';
 import { z } from 'zod';
-import type { IdentifierSqlToken } from 'slonik';
+import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import type { Migration } from '../../shared/db/migrate.ts';
 import {
@@ -95,26 +95,53 @@ export async function readCheckpoint(db: Pick<DatabasePool, 'maybeOne'>, name: s
 const tableIds = <T extends string>(projection: Projection<T>, physical: (logical: string) => string) =>
   Object.fromEntries(Object.keys(projection.tables).map((t) => [t, sql.identifier([physical(t)])])) as Record<T, IdentifierSqlToken>;
 
-async function createTables<T extends string>(
-  tx: DatabaseTransactionConnection,
-  projection: Projection<T>,
-  physical: (logical: string) => string,
-): Promise<void> {
-  for (const [logical, define] of Object.entries(projection.tables) as [T, Projection<T>['tables'][T]][]) {
+/** Each table's statements, split into what creates it and what a bulk load builds afterwards. */
+function tableStatements<T extends string>(projection: Projection<T>, physical: (logical: string) => string) {
+  return (Object.entries(projection.tables) as [T, Projection<T>['tables'][T]][]).map(([logical, define]) => {
     const name = physical(logical);
-    for (const statement of define(sql.identifier([name]), (suffix) => sql.identifier([`${name}_${suffix}`]))) {
-      await tx.query(sql.type(z.object({}))`${statement}`);
-    }
-  }
+    const statements = define(sql.identifier([name]), (suffix) => sql.identifier([`${name}_${suffix}`]));
+    const split = 'create' in statements ? statements : { create: statements, afterLoad: [] };
+    return { logical, table: sql.identifier([name]), ...split };
+  });
 }
 
+async function run(tx: Pick<DatabaseTransactionConnection, 'query'>, statements: readonly FragmentSqlToken[]): Promise<void> {
+  for (const statement of statements) await tx.query(sql.type(z.object({}))`${statement}`);
+}
+
+/**
+ * Settings of a rebuild's own transactions. Losing one to a crash loses nothing: the shadow
+ * tables are dropped and rebuilt by the next replay, and the swap (the only transaction readers
+ * depend on) stays synchronous. No statement timeout: one statement loads or indexes a whole
+ * table; the build holds its advisory lock, not row locks readers wait on.
+ */
+const replayTransactionSettings = sql.type(z.object({}))`
+  select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
+         set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)
+`;
+
+/** Rows per multi-row insert of a bulk load (`unnest` of one array per column). */
+const BULK_INSERT_ROWS = 20_000;
+
 export type ProgressListener = (progress: { processed: number; position: GlobalPosition; head: GlobalPosition }) => void;
+
+type ReplaySource = {
+  readPage(after: GlobalPosition): Promise<ReadAllPage>;
+  readHead(): Promise<GlobalPosition>;
+  /** The log from the first event up to its head now, in large pages (bulk read, or pages of readPage). */
+  readBulk(): AsyncIterable<ReadAllPage>;
+};
 
 /**
  * Rebuilds a projection from the first event into shadow tables, then swaps them in atomically.
  * Readers keep using the live tables until the swap; the swap holds the live checkpoint row so
  * the live projector cannot commit in between, applies the last events, renames, and moves
  * the checkpoint — all in one transaction.
+ *
+ * A projection with a `bulk` path is rebuilt as a bulk load: the log up to its current head is
+ * read in large pages (the store's `readAllBulk` when it has one) and folded in memory, the rows
+ * are written in one transaction with multi-row inserts, and only then are the primary keys and
+ * indexes built. The events that commit meanwhile are applied with `handle` before the swap.
  */
 export async function replayProjection<T extends string>(
   pool: DatabasePool,
@@ -135,6 +162,10 @@ export async function replayProjection<T extends string>(
     store.readAll({ after, maxCount: batchSize, eventTypes: projection.eventTypes }),
   );
   const readHead = AsyncResource.bind(() => store.headPosition());
+  const bulkRead = store.readAllBulk?.bind(store);
+  const readBulk = bulkRead
+    ? () => bindIterable(bulkRead({ eventTypes: projection.eventTypes, signal: options.signal }))
+    : () => pagesOf(readPage);
   // One replay per projection at a time, held for the whole build on one connection; it also
   // makes it safe to drop shadow tables that a killed replay left behind.
   return pool.connect(async (connection) => {
@@ -143,11 +174,35 @@ export async function replayProjection<T extends string>(
     try {
       if (!options.allowDowngrade) assertNotSuperseded(await readCheckpoint(connection, projection.name), projection);
       await dropAbandonedShadows(connection, projection);
-      return await buildAndSwap(connection, { readPage, readHead }, projection, options);
+      return await buildAndSwap(connection, { readPage, readHead, readBulk }, projection, options);
     } finally {
       await connection.query(sql.type(z.object({}))`select pg_advisory_unlock(hashtext(${lockKey}))`);
     }
   });
+}
+
+/** Each `next()` of the store's iterator runs outside the replay connection's async context (see above). */
+function bindIterable<P>(iterable: AsyncIterable<P>): AsyncIterable<P> {
+  const iterator = iterable[Symbol.asyncIterator]();
+  const next = AsyncResource.bind(() => iterator.next());
+  const close = AsyncResource.bind(async () => void (await iterator.return?.()));
+  return {
+    [Symbol.asyncIterator]: () => ({ next, return: async () => (await close(), { done: true, value: undefined }) }),
+  };
+}
+
+/** Pages of `readAll` from the first event until the checkpoint stops moving; reads the next page while the caller works. */
+async function* pagesOf(readPage: (after: GlobalPosition) => Promise<ReadAllPage>): AsyncGenerator<ReadAllPage> {
+  let position = START;
+  let page = await readPage(position);
+  while (comparePositions(page.checkpoint, position) !== 0) {
+    const current = page;
+    const next = readPage(current.checkpoint);
+    next.catch(() => undefined); // awaited below; this only keeps a failure of an abandoned read quiet
+    yield current;
+    position = current.checkpoint;
+    page = await next;
+  }
 }
 
 async function dropAbandonedShadows(
@@ -167,14 +222,18 @@ async function dropAbandonedShadows(
 
 async function buildAndSwap<T extends string>(
   connection: Pick<DatabasePool, 'transaction'>,
-  log: { readPage(after: GlobalPosition): Promise<ReadAllPage>; readHead(): Promise<GlobalPosition> },
+  log: ReplaySource,
   projection: Projection<T>,
   options: { onProgress?: ProgressListener; signal?: AbortSignal; allowDowngrade?: boolean },
 ): Promise<{ processed: number; position: GlobalPosition }> {
   const generation = `${Date.now().toString(36)}${Math.floor(Math.random() * 1296).toString(36)}`;
   const shadowName = (logical: string) => `${logical}__g${generation}`;
   const shadow = tableIds(projection, shadowName);
-  await connection.transaction((tx) => createTables(tx, projection, shadowName));
+  const statements = tableStatements(projection, shadowName);
+  const bulk = projection.bulk;
+  await connection.transaction(async (tx) => {
+    for (const table of statements) await run(tx, bulk ? table.create : [...table.create, ...table.afterLoad]);
+  });
 
   let position = START;
   let processed = 0;
@@ -183,19 +242,56 @@ async function buildAndSwap<T extends string>(
     if (events.length > 0) await projection.handle(tx, events, shadow);
     processed += events.length;
   };
+  const aborted = () => {
+    if (options.signal?.aborted) throw new Error('replay aborted');
+  };
   try {
+    if (bulk) {
+      const fold = bulk.fold();
+      for await (const page of log.readBulk()) {
+        aborted();
+        fold.add(page.events);
+        processed += page.events.length;
+        position = page.checkpoint;
+        options.onProgress?.({ processed, position, head });
+      }
+      aborted();
+      const rows = fold.rows();
+      await connection.transaction(async (tx) => {
+        await tx.query(replayTransactionSettings);
+        for (const table of statements) {
+          const { columns, types, rows: tuples } = rows[table.logical];
+          const columnList = sql.join(
+            columns.map((c) => sql.identifier([c])),
+            sql.fragment`, `,
+          );
+          for (let i = 0; i < tuples.length; i += BULK_INSERT_ROWS) {
+            await tx.query(sql.type(z.object({}))`
+              insert into ${table.table} (${columnList}) select * from ${sql.unnest(tuples.slice(i, i + BULK_INSERT_ROWS), [...types])}
+            `);
+          }
+          await run(tx, table.afterLoad);
+          await tx.query(sql.type(z.object({}))`analyze ${table.table}`);
+        }
+      });
+    }
+    // Page by page (everything without a bulk path; after a bulk load, what committed meanwhile).
     // Pipelined: the next page is read (on the store's connections) while this one is applied.
     let page = await log.readPage(position);
     while (comparePositions(page.checkpoint, position) !== 0) {
-      if (options.signal?.aborted) throw new Error('replay aborted');
+      aborted();
       const current = page;
       const next = log.readPage(current.checkpoint);
       next.catch(() => undefined); // awaited below; this only keeps a failure of an abandoned read quiet
-      await connection.transaction((tx) => applyPage(tx, current.events));
+      await connection.transaction(async (tx) => {
+        await tx.query(replayTransactionSettings);
+        await applyPage(tx, current.events);
+      });
       position = current.checkpoint;
       options.onProgress?.({ processed, position, head });
       page = await next;
     }
+    // The swap: synchronous commit (readers and the live projector depend on it).
     await connection.transaction(async (tx) => {
       const stored = await readCheckpoint(tx, projection.name, true);
       // A newer version swapped in while this one was building: keep it (version guard).

@@ -83,6 +83,14 @@ export type SubscribeOptions = ReadAllOptions & {
   readonly pollIntervalMs?: number;
 };
 
+export type BulkReadOptions = {
+  readonly after?: GlobalPosition;
+  readonly eventTypes?: readonly string[];
+  /** Events per page (the adapter's default when absent). */
+  readonly pageSize?: number;
+  readonly signal?: AbortSignal;
+};
+
 export interface EventStore {
   append(streamId: string, events: readonly NewEvent[], options?: { expectedRevision?: ExpectedRevision }): Promise<AppendResult>;
   /**
@@ -106,6 +114,13 @@ export interface EventStore {
    * events and only move the checkpoint. Ends when `signal` aborts.
    */
   subscribeToAll(options?: SubscribeOptions): AsyncIterable<ReadAllPage>;
+  /**
+   * Optional, for rebuilds: the committed events (of `eventTypes`) after `after`, up to the head
+   * of the log as it was when the read started, in global order and in large pages, as cheaply
+   * as the adapter can. The last page's checkpoint is that head; later events are read with
+   * `readAll`. Adapters without a cheaper path than `readAll` leave it out.
+   */
+  readAllBulk?(options?: BulkReadOptions): AsyncIterable<ReadAllPage>;
   /** Position of the newest committed event, or START when the log is empty. */
   headPosition(): Promise<GlobalPosition>;
   ping(): Promise<void>;

@@ -2,6 +2,7 @@ import pg from 'pg';
 import { z } from 'zod';
 import { sql, type DatabasePool } from '../db/pool.ts';
 import type { Migration } from '../db/migrate.ts';
+import { readAllBulk } from './postgresBulkRead.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
@@ -557,6 +558,8 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     },
 
     readAll,
+
+    readAllBulk: (opts = {}) => readAllBulk(pool, horizonQuery, opts),
 
     async *subscribeToAll(opts: SubscribeOptions = {}) {
       const { signal, pollIntervalMs = 250 } = opts;

@@ -99,7 +99,12 @@ describe('when a batch is applied twice', () => {
     await given(tenantId, id, [hiredEvent(id)]);
     const events = await store.readStream(employeeStreamId(tenantId, id));
     await db.pool.transaction((tx) =>
-      employeesProjection.handle(tx, events, { employees: sql.identifier(['employees']), employee_counts: sql.identifier(['employee_counts']) }),
+      employeesProjection.handle(tx, events, {
+        employees: sql.identifier(['employees']),
+        employee_counts: sql.identifier(['employee_counts']),
+        employee_month_counts: sql.identifier(['employee_month_counts']),
+        employee_day_counts: sql.identifier(['employee_day_counts']),
+      }),
     );
     expect(await rowCount(tenantId)).toBe(1);
     expect(await counters(tenantId)).toEqual([{ status: 'active', department: 'sales', count: 1 }]);
