@@ -16,6 +16,8 @@ import { runRateLimitBench } from './scenarios/rateLimit.ts';
 import { runFeedBench } from './scenarios/feed.ts';
 import { runRuntimeBench } from './scenarios/runtime.ts';
 import { runWriteBench } from './scenarios/write.ts';
+import { runReplayBench } from './scenarios/replay.ts';
+import { runEmployeesListBench } from './scenarios/employeesList.ts';
 
 const scenarios: Record<string, () => Promise<unknown>> = {
   health: () => healthScenario(),
@@ -29,6 +31,8 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   ryw: () => runReadYourWritesBench(),
   write: () => runWriteBench(),
   billing: () => runBillingBench(),
+  replay: () => runReplayBench(),
+  'employees-list': () => runEmployeesListBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));

@@ -2,6 +2,7 @@ import { collectDefaultMetrics, Registry } from 'prom-client';
 import type { Config } from '../shared/config.ts';
 import { migrate } from '../shared/db/migrate.ts';
 import { createDatabasePool, sql, type DatabasePool } from '../shared/db/pool.ts';
+import { createTenantReader, type TenantReader } from '../shared/db/tenantReader.ts';
 import { z } from 'zod';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../shared/db/embedded.ts';
 import { createPostgresEventStore } from '../shared/event-store/postgres.ts';
@@ -42,6 +43,8 @@ export type Runtime = {
   readonly config: Config;
   readonly databaseUrl: string;
   readonly pool: DatabasePool;
+  /** Transaction-free tenant-scoped reads (hot list pages), on connections that are the tenant role. */
+  readonly tenantReader: TenantReader;
   readonly eventStore: EventStore;
   readonly registry: Registry;
   readonly readiness: ReadinessCheck[];
@@ -81,6 +84,8 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
 
     const pool = await createDatabasePool(databaseUrl, { applicationName: 'employee-analytics' });
     closers.push(() => pool.end());
+    const tenantReader = await createTenantReader(databaseUrl);
+    closers.push(() => tenantReader.end());
     // EVENTSTORE_URL switches the log to KurrentDB/EventStoreDB; checkpoints and read models stay in PostgreSQL.
     // Engine clients load only when configured (the KurrentDB client and its gRPC stack are ~35 MB).
     const untracedStore = config.EVENTSTORE_URL
@@ -118,7 +123,7 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
         check: () => rateLimiter.ping(),
       });
     }
-    return { config, databaseUrl, pool, eventStore, registry, readiness, logger, rateLimiter, usage, close };
+    return { config, databaseUrl, pool, tenantReader, eventStore, registry, readiness, logger, rateLimiter, usage, close };
   } catch (error) {
     await close();
     throw error;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { sql, withTenant, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
+import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import type { Employee } from '../../services/employees/decide.ts';
 import type { EmployeeStatus } from '../../services/employees/events.ts';
 import { employeeRowSchema } from './employeesProjection.ts';
@@ -158,21 +159,31 @@ function totalExpression(tenantId: string, filter: EmployeeFilter) {
  * Page and total are ONE statement (the total rides on every row; an empty page still yields
  * one row with it), so a list read is one round trip inside the tenant scope.
  */
-export async function listEmployees(pool: DatabasePool, tenantId: string, query: ListEmployeesQuery) {
-  return withTenant(pool, tenantId, async (tx) => {
-    const rows = await tx.any(sql.type(pageRow)`
-      select t.total::int8 as total, p.*
-      from (select ${totalExpression(tenantId, query)} as total) t
-      left join lateral (
-        select ${columns} from employees where ${conditions(tenantId, query)}
-        order by hired_at desc, id desc
-        limit ${query.limit} offset ${(query.page - 1) * query.limit}
-      ) p on true
-    `);
+export async function listEmployees(scope: DatabasePool | TenantReader, tenantId: string, query: ListEmployeesQuery) {
+  return inTenant(scope, tenantId, async (tx) => {
+    const rows = await tx.any(listEmployeesStatement(tenantId, query));
     const total = rows[0]?.total ?? 0;
     const data = rows.flatMap((r) => (r.record ? [r.record] : []));
     return { data, total };
   });
+}
+
+/** A tenant-scoped read: through the transaction-free reader when there is one, else in a `withTenant` transaction. */
+function inTenant<T>(scope: DatabasePool | TenantReader, tenantId: string, work: (db: Queryable) => Promise<T>): Promise<T> {
+  return 'read' in scope ? scope.read(tenantId, work) : withTenant(scope, tenantId, work);
+}
+
+/** The one statement of a list read (exported for the bench's bare-server baseline, which runs the same SQL). */
+export function listEmployeesStatement(tenantId: string, query: ListEmployeesQuery) {
+  return sql.type(pageRow)`
+    select t.total::int8 as total, p.*
+    from (select ${totalExpression(tenantId, query)} as total) t
+    left join lateral (
+      select ${columns} from employees where ${conditions(tenantId, query)}
+      order by hired_at desc, id desc
+      limit ${query.limit} offset ${(query.page - 1) * query.limit}
+    ) p on true
+  `;
 }
 
 /** A page row: the total, and an employee unless the page is empty (then its columns are null). */

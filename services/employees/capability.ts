@@ -1,5 +1,6 @@
 import { withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
+import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { assertRoleExists } from '../auth/roles.ts';
 import { assignRoleToPerson } from '../auth/users.ts';
 import type { V1Capability } from '../gateway/app.ts';
@@ -12,12 +13,13 @@ import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
  * Mount it inside `authenticated(...)`, which sets `request.auth` and checks `config.permission`.
  */
 export function employeesCapability(
-  ports: { readonly pool: DatabasePool; readonly eventStore: EventStore },
+  ports: { readonly pool: DatabasePool; readonly tenantReader?: TenantReader; readonly eventStore: EventStore },
   options: Pick<EmployeesRoutesDeps, 'clock' | 'readWaitMs'> = {},
 ): V1Capability {
-  const { pool, eventStore } = ports;
+  const { pool, eventStore, tenantReader } = ports;
   return employeesRoutes({
     pool,
+    tenantReader,
     store: eventStore,
     assertRoleExists: async (tenantId, roleId) => {
       await withTenant(pool, tenantId, (tx) => assertRoleExists(tx, tenantId, roleId));

@@ -3,6 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { BadRequestError, ForbiddenError, NotFoundError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../projections/runner/runner.ts';
@@ -29,6 +30,8 @@ import {
 
 export type EmployeesRoutesDeps = {
   readonly pool: DatabasePool;
+  /** When given, list pages read through it (no transaction; see shared/db/tenantReader.ts). */
+  readonly tenantReader?: TenantReader | undefined;
   readonly store: EventStore;
   /** Fails with 422 when `roleId` names no role of the tenant (services/auth). */
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
@@ -137,7 +140,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         const auth = requireAuth(request);
         await awaitPosition(reply, request.headers['x-min-position'], request.query.minPosition);
         const { minPosition: _, ...query } = request.query;
-        const { data, total } = await listEmployees(deps.pool, auth.tenantId, query);
+        const { data, total } = await listEmployees(deps.tenantReader ?? deps.pool, auth.tenantId, query);
         return { data: data.map(toView), meta: { page: query.page, limit: query.limit, total } };
       },
     );

@@ -2,6 +2,7 @@ import { createGateway, type GatewayOptions } from '../gateway/app.ts';
 import { listen } from '../gateway/server.ts';
 import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps } from '../auth/plugin.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
 import type { UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
@@ -22,6 +23,8 @@ import type { RoleContext, RoleHandle } from './process.ts';
 export type GatewayPorts = {
   readonly auth: AuthDeps;
   readonly pool: DatabasePool;
+  /** Transaction-free tenant-scoped reads for list pages; without it they run in `withTenant` transactions. */
+  readonly tenantReader?: TenantReader;
   readonly eventStore: EventStore;
   readonly rateLimiter: RateLimiter;
   readonly usagePublisher: UsageSamplePublisher;
@@ -51,7 +54,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         rolesRoutes(auth),
         changesCapability({ pool, databaseUrl: ports.databaseUrl }),
         webhooksCapability({ pool, secrets: ports.webhooks.secrets, targets: { allowHosts: ports.webhooks.allowHosts } }),
-        employeesCapability({ pool, eventStore }),
+        employeesCapability({ pool, tenantReader: ports.tenantReader, eventStore }),
         analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
       ),
     ],
@@ -73,7 +76,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     logger,
     readiness: runtime.readiness,
     registry: runtime.registry,
-    ...gatewayRoutes({ auth, pool: runtime.pool, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, usageSource: runtime.usage.source, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS } }),
+    ...gatewayRoutes({ auth, pool: runtime.pool, tenantReader: runtime.tenantReader, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, usageSource: runtime.usage.source, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS } }),
     ...(activeTracing() ? { tracing: activeTracing()?.fastifyPlugin } : {}),
   });
   const address = await listen(app, config.HOST, config.PORT);

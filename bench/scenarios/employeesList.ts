@@ -1,0 +1,173 @@
+/**
+ * Cheap list reads (issue 14): `GET /v1/employees?limit=20` through the real gateway process
+ * (auth, tenant scope, rate limiter, zod, row-level security) ÷ a bare Fastify + pg server
+ * running the SAME SQL statement (`listEmployeesStatement`) on the same database, without any
+ * of that. Both are child processes (the load generator never shares their event loop);
+ * rounds alternate baseline/ours in ABBA order and each side's figure is the median.
+ *
+ *   npm run bench -- employees-list     # BENCH_LIST_EMPLOYEES (2,000), BENCH_LIST_ROUNDS (4), BENCH_DURATION (5 s)
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import Fastify from 'fastify';
+import pg from 'pg';
+import { z } from 'zod';
+import { loadConfig } from '../../shared/config.ts';
+import { createDatabasePool, sql } from '../../shared/db/pool.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { provisionTenant } from '../../services/tenants/provision.ts';
+import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
+import { createTokenService } from '../../services/auth/tokens.ts';
+import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
+import { listEmployeesStatement } from '../../projections/employees/queries.ts';
+import { replayProjection } from '../../projections/runner/runner.ts';
+import { createBenchDatabase } from '../support/database.ts';
+import { importEmployees } from './employees.ts';
+
+const say = (message: string) => process.stderr.write(`[bench employees-list] ${message}\n`);
+const median = (values: readonly number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? (sorted[mid] ?? Number.NaN) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
+};
+
+/** The baseline: a bare Fastify route that runs the list statement with pg, no auth, no tenant scope, no RLS. */
+async function serveBare(): Promise<void> {
+  const tenantId = process.env.LIST_BENCH_TENANT ?? '';
+  const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 10 });
+  const app = Fastify({ logger: false });
+  const query = z.object({ page: z.coerce.number().default(1), limit: z.coerce.number().default(20) });
+  app.get('/v1/employees', async (request) => {
+    const { page, limit } = query.parse(request.query);
+    const statement = listEmployeesStatement(tenantId, { page, limit });
+    // slonik numbers its placeholders `$slonik_N`; pg wants `$N`.
+    const text = statement.sql.replace(/\$slonik_(\d+)/g, '$$$1');
+    const { rows } = await pool.query<Record<string, unknown>>(text, [...statement.values]);
+    const data = rows
+      .filter((r) => r.id !== null)
+      .map((r) => ({
+        id: r.id,
+        email: r.email,
+        firstName: r.first_name,
+        lastName: r.last_name,
+        department: r.department,
+        status: r.status,
+        hiredAt: r.hired_at instanceof Date ? r.hired_at.toISOString() : r.hired_at,
+      }));
+    return { data, meta: { page, limit, total: Number(rows[0]?.total ?? 0) } };
+  });
+  const address = await app.listen({ host: '127.0.0.1', port: 0 });
+  process.stdout.write(`${JSON.stringify({ url: address })}\n`);
+}
+
+function startChild(args: string[], env: NodeJS.ProcessEnv, stdout: 'pipe' | 'ignore' | 'inherit' = 'pipe'): ChildProcess {
+  // BENCH_CPU_PROF=<dir>: CPU profiles of both servers, written when they exit.
+  const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  return spawn(process.execPath, [...profile, '--import', 'tsx', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', stdout, 'inherit'] });
+}
+
+async function waitForHttp(url: string, headers: Record<string, string>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const response = await fetch(url, { headers }).catch(() => null);
+    if (response?.ok) return;
+    if (Date.now() > deadline) throw new Error(`${url} did not answer 200 (last: ${response?.status ?? 'no connection'})`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+export async function runEmployeesListBench(options: { employees?: number; rounds?: number; seconds?: number } = {}) {
+  const employees = options.employees ?? Number(process.env.BENCH_LIST_EMPLOYEES ?? 2_000);
+  const rounds = options.rounds ?? Number(process.env.BENCH_LIST_ROUNDS ?? 4);
+  const seconds = options.seconds ?? Number(process.env.BENCH_DURATION ?? 5);
+  const database = await createBenchDatabase('bench_list');
+  const pool = await createDatabasePool(database.url, { maximumPoolSize: 4 });
+  const children: ChildProcess[] = [];
+  try {
+    const config = loadConfig({});
+    const jwk = await generatePrivateJwk();
+    const tokens = createTokenService({ keys: await createKeyRing([jwk]), issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE });
+    const slug = `bench-list-${Date.now().toString(36)}`;
+    const { tenant } = await provisionTenant(pool, { slug, plan: 'enterprise' });
+    const { accessToken } = await tokens.issue({ userId: randomUUID(), tenant: slug, roles: ['admin'] });
+    const headers = { authorization: `Bearer ${accessToken}`, 'x-tenant': slug };
+    await importEmployees(database.url, tenant.id, employees);
+    const store = createPostgresEventStore(pool);
+    await replayProjection(pool, store, employeesProjection);
+    await store.close();
+    await pool.query(sql.type(z.object({}))`vacuum analyze employees`);
+
+    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const gateway = startChild(['services/main.ts', 'gateway'], {
+      DATABASE_URL: database.url,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      NODE_ENV: 'production',
+      JWT_PRIVATE_JWKS: JSON.stringify([jwk]),
+      KAFKA_BROKERS: '',
+      REDIS_URL: '',
+      EVENTSTORE_URL: '',
+    }, process.env.BENCH_GATEWAY_STDOUT === '1' ? 'inherit' : 'ignore');
+    children.push(gateway);
+    const bare = startChild([fileURLToPath(import.meta.url)], { LIST_BENCH_ROLE: 'server', DATABASE_URL: database.url, LIST_BENCH_TENANT: tenant.id });
+    children.push(bare);
+    const bareUrl = await new Promise<string>((resolve, reject) => {
+      bare.once('exit', (code) => reject(new Error(`bare server exited with ${code}`)));
+      bare.stdout?.once('data', (chunk: Buffer) => resolve((JSON.parse(chunk.toString()) as { url: string }).url));
+    });
+    const oursUrl = `http://127.0.0.1:${port}/v1/employees?limit=20`;
+    const baselineUrl = `${bareUrl}/v1/employees?limit=20`;
+    await waitForHttp(oursUrl, headers, 60_000);
+    // Same answer from both (what the bench compares is the same work).
+    const [a, b] = await Promise.all([fetch(oursUrl, { headers }).then((r) => r.json()), fetch(baselineUrl).then((r) => r.json())]);
+    if (JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`baseline and gateway answer differently:\n${JSON.stringify(a).slice(0, 300)}\n${JSON.stringify(b).slice(0, 300)}`);
+
+    const measure = async (url: string, withHeaders: Record<string, string>, duration: number) => {
+      const r = await autocannon({ url, headers: withHeaders, connections: 32, duration });
+      if (r.non2xx > 0 || r.errors > 0) throw new Error(`${url}: ${r.non2xx} non-2xx, ${r.errors} errors`);
+      return { rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99 };
+    };
+    await measure(baselineUrl, {}, 1); // warm-up
+    await measure(oursUrl, headers, 1);
+    const ours: { rps: number; p50: number; p99: number }[] = [];
+    const baseline: { rps: number; p50: number; p99: number }[] = [];
+    for (let round = 0; round < rounds; round++) {
+      if (round % 2 === 0) {
+        baseline.push(await measure(baselineUrl, {}, seconds));
+        ours.push(await measure(oursUrl, headers, seconds));
+      } else {
+        ours.push(await measure(oursUrl, headers, seconds));
+        baseline.push(await measure(baselineUrl, {}, seconds));
+      }
+      say(`round ${round + 1}: ours ${ours.at(-1)?.rps} req/s, baseline ${baseline.at(-1)?.rps} req/s`);
+    }
+    const oursRps = median(ours.map((r) => r.rps));
+    const baselineRps = median(baseline.map((r) => r.rps));
+    const ratio = Number((oursRps / baselineRps).toFixed(2));
+    return {
+      scenario: 'employees.list-vs-bare',
+      employees,
+      connections: 32,
+      secondsPerRound: seconds,
+      ours: { rps: oursRps, p99: median(ours.map((r) => r.p99)), rounds: ours },
+      baseline: { rps: baselineRps, p99: median(baseline.map((r) => r.p99)), rounds: baseline },
+      ratio,
+      goal: 'authenticated list ÷ bare Fastify + pg (same SQL) ≥ 0.6',
+      met: ratio >= 0.6,
+    };
+  } finally {
+    for (const child of children) {
+      if (child.exitCode !== null) continue;
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    await pool.end();
+    await database.drop();
+  }
+}
+
+if (process.env.LIST_BENCH_ROLE === 'server') await serveBare();
