@@ -12,9 +12,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { createDatabasePool, sql, type DatabasePool } from '../../shared/db/pool.ts';
+import { createDatabasePool, sql } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
+import { employeesModelChecksums } from '../../projections/employees/checksums.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { importEmployees } from './employees.ts';
@@ -25,24 +26,6 @@ const median = (values: readonly number[]) => {
   const mid = Math.floor(sorted.length / 2);
   return sorted.length % 2 ? (sorted[mid] ?? Number.NaN) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
 };
-
-/** md5 over every row of each read-model table in key order: equal checksums, equal models. */
-export async function modelChecksums(pool: DatabasePool): Promise<Record<string, string>> {
-  const row = z.object({ checksum: z.string().nullable() });
-  const of = async (table: string, order: string) =>
-    (await pool.one(sql.type(row)`
-      select md5(string_agg(t::text, E'\n' order by ${sql.join(
-        order.split(',').map((c) => sql.identifier([c.trim()])),
-        sql.fragment`, `,
-      )})) as checksum from ${sql.identifier([table])} t
-    `)).checksum ?? 'empty';
-  return {
-    employees: await of('employees', 'tenant_id, id'),
-    employee_counts: await of('employee_counts', 'tenant_id, status, department'),
-    employee_month_counts: await of('employee_month_counts', 'tenant_id, month, status, department'),
-    employee_day_counts: await of('employee_day_counts', 'tenant_id, day, status, department'),
-  };
-}
 
 export async function runReplayBench(options: { employees?: number; rounds?: number } = {}) {
   const employees = options.employees ?? Number(process.env.BENCH_REPLAY_EMPLOYEES ?? 1_000_000);
@@ -61,7 +44,7 @@ export async function runReplayBench(options: { employees?: number; rounds?: num
       const started = performance.now();
       const result = await replayProjection(pool, store, label === 'ours' ? employeesProjection : pageByPage, { batchSize: 5_000 });
       const ms = performance.now() - started;
-      const checksums = await modelChecksums(pool);
+      const checksums = await employeesModelChecksums(pool);
       const eventsPerSecond = Math.round(result.processed / (ms / 1000));
       say(`${label}: ${result.processed} events in ${(ms / 1000).toFixed(1)} s = ${eventsPerSecond} events/s`);
       return { label, events: result.processed, ms: Math.round(ms), eventsPerSecond, checksums };
