@@ -1,7 +1,8 @@
 import { AsyncResource } from 'node:async_hooks';
 import { z } from 'zod';
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
-import { sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { connectionUrlOf, sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { bulkLoad } from './bulkLoad.ts';
 import type { Migration } from '../../shared/db/migrate.ts';
 import {
   START,
@@ -120,9 +121,6 @@ const replayTransactionSettings = sql.type(z.object({}))`
          set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)
 `;
 
-/** Rows per multi-row insert of a bulk load (`unnest` of one array per column). */
-const BULK_INSERT_ROWS = 20_000;
-
 export type ProgressListener = (progress: { processed: number; position: GlobalPosition; head: GlobalPosition }) => void;
 
 type ReplaySource = {
@@ -174,7 +172,7 @@ export async function replayProjection<T extends string>(
     try {
       if (!options.allowDowngrade) assertNotSuperseded(await readCheckpoint(connection, projection.name), projection);
       await dropAbandonedShadows(connection, projection);
-      return await buildAndSwap(connection, { readPage, readHead, readBulk }, projection, options);
+      return await buildAndSwap(connection, { readPage, readHead, readBulk }, projection, { ...options, connectionUrl: connectionUrlOf(pool) });
     } finally {
       await connection.query(sql.type(z.object({}))`select pg_advisory_unlock(hashtext(${lockKey}))`);
     }
@@ -224,7 +222,7 @@ async function buildAndSwap<T extends string>(
   connection: Pick<DatabasePool, 'transaction'>,
   log: ReplaySource,
   projection: Projection<T>,
-  options: { onProgress?: ProgressListener; signal?: AbortSignal; allowDowngrade?: boolean },
+  options: { onProgress?: ProgressListener; signal?: AbortSignal; allowDowngrade?: boolean; connectionUrl?: string | undefined },
 ): Promise<{ processed: number; position: GlobalPosition }> {
   const generation = `${Date.now().toString(36)}${Math.floor(Math.random() * 1296).toString(36)}`;
   const shadowName = (logical: string) => `${logical}__g${generation}`;
@@ -257,23 +255,11 @@ async function buildAndSwap<T extends string>(
       }
       aborted();
       const rows = fold.rows();
-      await connection.transaction(async (tx) => {
-        await tx.query(replayTransactionSettings);
-        for (const table of statements) {
-          const { columns, types, rows: tuples } = rows[table.logical];
-          const columnList = sql.join(
-            columns.map((c) => sql.identifier([c])),
-            sql.fragment`, `,
-          );
-          for (let i = 0; i < tuples.length; i += BULK_INSERT_ROWS) {
-            await tx.query(sql.type(z.object({}))`
-              insert into ${table.table} (${columnList}) select * from ${sql.unnest(tuples.slice(i, i + BULK_INSERT_ROWS), [...types])}
-            `);
-          }
-          await run(tx, table.afterLoad);
-          await tx.query(sql.type(z.object({}))`analyze ${table.table}`);
-        }
-      });
+      await bulkLoad(
+        connection,
+        options.connectionUrl,
+        statements.map((t) => ({ table: t.table, name: shadowName(t.logical), rows: rows[t.logical], afterLoad: t.afterLoad })),
+      );
     }
     // Page by page (everything without a bulk path; after a bulk load, what committed meanwhile).
     // Pipelined: the next page is read (on the store's connections) while this one is applied.

@@ -44,7 +44,7 @@ export type CreateDatabasePoolOptions = {
 export async function createDatabasePool(url: string, options: CreateDatabasePoolOptions = {}): Promise<DatabasePool> {
   const connectionUri = new URL(url);
   if (options.applicationName) connectionUri.searchParams.set('application_name', options.applicationName);
-  return createPool(connectionUri.toString(), {
+  const pool = await createPool(connectionUri.toString(), {
     maximumPoolSize: options.maximumPoolSize ?? 10,
     statementTimeout: options.statementTimeoutMs ?? 30_000,
     idleInTransactionSessionTimeout: 60_000,
@@ -64,6 +64,15 @@ export async function createDatabasePool(url: string, options: CreateDatabasePoo
       createIntervalTypeParser(),
     ],
   });
+  connectionUrls.set(pool, url);
+  return pool;
+}
+
+const connectionUrls = new WeakMap<DatabasePool, string>();
+
+/** The connection string a pool was made from, for work slonik cannot do (COPY of a bulk load). */
+export function connectionUrlOf(pool: DatabasePool): string | undefined {
+  return connectionUrls.get(pool);
 }
 
 /** Role that tenant-scoped work runs as, so row-level security applies (created by migrations). */
