@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { z } from 'zod';
-import { sql, type DatabasePool } from '../db/pool.ts';
+import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
 import type { Migration } from '../db/migrate.ts';
 import { readAllBulk } from './postgresBulkRead.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
@@ -413,6 +413,7 @@ export type PostgresEventStoreOptions = {
 
 export function createPostgresEventStore(pool: DatabasePool, options: PostgresEventStoreOptions = {}): EventStore {
   const scanWindow = options.scanWindow ?? 10_000;
+  const bulkReadUrl = connectionUrlOf(pool);
   const wakeups = createWakeups(options.listenUrl);
 
   const batchRow = z.object({
@@ -559,7 +560,8 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
 
     readAll,
 
-    readAllBulk: (opts = {}) => readAllBulk(pool, horizonQuery, opts),
+    // Needs a plain pg connection (see postgresBulkRead.ts): only when the pool's URL is known.
+    ...(bulkReadUrl !== undefined && { readAllBulk: (opts = {}) => readAllBulk(pool, bulkReadUrl, horizonQuery, opts) }),
 
     async *subscribeToAll(opts: SubscribeOptions = {}) {
       const { signal, pollIntervalMs = 250 } = opts;
