@@ -23,8 +23,10 @@ const endRow = z.object({ commit: z.string(), prepare: z.number() });
 /** Every column as its text form: the bulk path parses only what it uses. */
 const asText = { getTypeParser: () => (value: string) => value };
 
-const COLUMNS = `event_id::text, stream_id, revision::text, type, data::text, metadata::text, transaction_id::text,
-  position::text, floor(extract(epoch from recorded_at) * 1000)::int8::text`;
+// Aliased: an output column named like an input column would take over ORDER BY (text order!).
+const COLUMNS = `e.event_id::text as id, e.stream_id, e.revision::text as rev, e.type, e.data::text as data_text,
+  e.metadata::text as metadata_text, e.transaction_id::text as commit_text, e.position::text as prepare_text,
+  floor(extract(epoch from e.recorded_at) * 1000)::int8::text as recorded_ms`;
 
 function toEvent(row: unknown, index: number): RecordedEvent {
   if (!Array.isArray(row) || row.length !== 9 || row.some((v, i) => typeof v !== 'string' && !(i === 4 && v === null))) {
@@ -66,10 +68,10 @@ export async function* readAllBulk(
   if (end.commit < after.commit || (end.commit === after.commit && end.prepare <= after.prepare)) return;
 
   const types = options.eventTypes ? [...options.eventTypes] : null;
-  const text = `select ${COLUMNS} from es_events
-    where (transaction_id, position) > ($1::xid8, $2::int8) and (transaction_id, position) <= ($3::xid8, $4::int8)
-      ${types ? 'and type = any($6::text[])' : ''}
-    order by transaction_id, position limit $5::int`;
+  const text = `select ${COLUMNS} from es_events e
+    where (e.transaction_id, e.position) > ($1::xid8, $2::int8) and (e.transaction_id, e.position) <= ($3::xid8, $4::int8)
+      ${types ? 'and e.type = any($6::text[])' : ''}
+    order by e.transaction_id, e.position limit $5::int`;
   const client = new pg.Client({ connectionString: connectionUrl, application_name: 'event-store-bulk-read' });
   await client.connect();
   try {
