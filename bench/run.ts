@@ -17,7 +17,7 @@ import { runFeedBench } from './scenarios/feed.ts';
 import { runRuntimeBench } from './scenarios/runtime.ts';
 import { runWriteBench } from './scenarios/write.ts';
 import { runReplayBench } from './scenarios/replay.ts';
-import { runEmployeesListBench } from './scenarios/employeesList.ts';
+import { runEmployeesListBench, runListScaleBench } from './scenarios/employeesList.ts';
 
 const scenarios: Record<string, () => Promise<unknown>> = {
   health: () => healthScenario(),
@@ -33,6 +33,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   billing: () => runBillingBench(),
   replay: () => runReplayBench(),
   'employees-list': () => runEmployeesListBench(),
+  'employees-list-scale': () => runListScaleBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));
