@@ -65,7 +65,7 @@ async function serveBare(): Promise<void> {
 function startChild(args: string[], env: NodeJS.ProcessEnv, stdout: 'pipe' | 'ignore' | 'inherit' = 'pipe'): ChildProcess {
   // BENCH_CPU_PROF=<dir>: CPU profiles of both servers, written when they exit.
   const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
-  return spawn(process.execPath, [...profile, '--import', 'tsx', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', stdout, 'inherit'] });
+  return spawn(process.execPath, [...profile, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', stdout, 'inherit'] });
 }
 
 async function waitForHttp(url: string, headers: Record<string, string>, timeoutMs: number): Promise<void> {
