@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { sql, withTenant, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
-import type { TenantReader } from '../../shared/db/tenantReader.ts';
+import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import type { TenantQueryable, TenantReader } from '../../shared/db/tenantReader.ts';
 import type { Employee } from '../../services/employees/decide.ts';
 import type { EmployeeStatus } from '../../services/employees/events.ts';
 import { employeeRowSchema } from './employeesProjection.ts';
@@ -169,7 +169,7 @@ export async function listEmployees(scope: DatabasePool | TenantReader, tenantId
 }
 
 /** A tenant-scoped read: through the transaction-free reader when there is one, else in a `withTenant` transaction. */
-function inTenant<T>(scope: DatabasePool | TenantReader, tenantId: string, work: (db: Queryable) => Promise<T>): Promise<T> {
+function inTenant<T>(scope: DatabasePool | TenantReader, tenantId: string, work: (db: TenantQueryable) => Promise<T>): Promise<T> {
   return 'read' in scope ? scope.read(tenantId, work) : withTenant(scope, tenantId, work);
 }
 
