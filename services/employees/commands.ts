@@ -4,7 +4,7 @@ import type { EventMetadata, EventStore } from '../../shared/event-store/port.ts
 import { handleCommand, type CommandResult } from '../commandHandler.ts';
 import { employeeDecider, type EmployeeCommand, type EmployeeState, type CommandMetadata, type HireEmployee } from './decide.ts';
 import { employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './events.ts';
-import { newReservationRequest, releaseEmail, reserveEmail } from './emailReservation.ts';
+import { newReservationRequest, releaseEmail, reserveEmail, undoReservation } from './emailReservation.ts';
 
 /**
  * The employee use cases: each one is the generic command handler plus what a single stream
@@ -52,11 +52,12 @@ export async function hireEmployee(ports: EmployeeCommandPorts, command: HireEmp
   }
   // The address has a reservation stream already (held, released, or orphaned by a crash):
   // `reserveEmail` decides; then the employee's append, releasing the address if that fails.
-  await reserveEmail(ports.store, held);
+  // Only a reservation this call made may be undone when the command fails (defect 2).
+  const made = await reserveEmail(ports.store, held);
   try {
     return await run(ports, employeeId, command);
   } catch (error) {
-    await releaseEmail(ports.store, held).catch(() => undefined);
+    await undoReservation(ports.store, made, held).catch(() => undefined);
     throw error;
   }
 }
@@ -71,12 +72,13 @@ export async function changeEmployeeDetails(
   if (email === undefined) return run(ports, employeeId, command, ifMatch);
   // Hold the new address before the employee moves to it; give the old one up afterwards.
   // A crash in between leaves an orphaned reservation that the next claimant takes over.
-  await reserveEmail(ports.store, reservation(command.metadata, email, employeeId));
+  // Only a reservation this call made may be undone when the command fails (defect 2).
+  const made = await reserveEmail(ports.store, reservation(command.metadata, email, employeeId));
   let result: EmployeeResult;
   try {
     result = await run(ports, employeeId, command, ifMatch);
   } catch (error) {
-    await releaseEmail(ports.store, reservation(command.metadata, email, employeeId)).catch(() => undefined);
+    await undoReservation(ports.store, made, reservation(command.metadata, email, employeeId)).catch(() => undefined);
     throw error;
   }
   for (const event of result.events) {
@@ -97,3 +99,20 @@ export function changeEmployeeStatus(
   return run(ports, employeeId, { type: 'ChangeEmployeeStatus', data, metadata }, ifMatch);
 }
 
+
+/**
+ * One employee as its stream says, right now: the events folded with the decider's `evolve`.
+ * Single reads answer from this (defect 3), so body and ETag reflect every acknowledged write;
+ * the read model, which lags, serves only lists. Null when the tenant has no such employee
+ * (the stream id carries the tenant, so another tenant's id is simply an empty stream).
+ */
+export async function loadEmployee(
+  store: EventStore,
+  tenantId: string,
+  employeeId: string,
+): Promise<{ readonly state: Extract<EmployeeState, { kind: 'hired' }>; readonly revision: number } | null> {
+  const recorded = await store.readStream(employeeStreamId(tenantId, employeeId));
+  // The store hands back what the decider's own events serialised to; this is that boundary.
+  const state = recorded.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent).reduce(employeeDecider.evolve, employeeDecider.initialState);
+  return state.kind === 'hired' ? { state, revision: recorded.length - 1 } : null;
+}

@@ -15,6 +15,13 @@ import { employeeStreamId, normaliseEmail, type EmployeeEvent } from './events.t
  * hired (a crash between the two appends) or has since moved to another address (a crash before
  * the release) is orphaned once it is older than any command in flight (30 s), and is then taken
  * over the same way.
+ *
+ * Release rule (issue 10, defect 2): a reservation is released only by the call that made it.
+ * `reserveEmail` says whether this call appended the reservation (`MadeReservation`, with the
+ * revision it appended at) or found the employee already holding the address (`null`). A command
+ * that fails afterwards undoes only its own reservation (`undoReservation`, at exactly that
+ * revision); when it made none, it releases nothing: a stale PATCH of X to X's own address must
+ * not free it. The only other release is the owner's, after its move to a new address succeeded.
  */
 export type EmailReserved = { readonly type: 'EmployeeEmailReserved'; readonly data: { readonly employeeId: string; readonly email: string } };
 export type EmailReleased = { readonly type: 'EmployeeEmailReleased'; readonly data: { readonly employeeId: string } };
@@ -73,26 +80,33 @@ export function newReservationRequest(input: ReservationInput): AppendRequest {
   return { streamId: emailReservationStreamId(tenantId, email), events: [{ id: randomUUID(), ...reserved, metadata }], expectedRevision: 'no_stream' };
 }
 
-/** Holds `email` for `employeeId`, or fails with 409 when another employee holds it. */
-export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<void> {
+/** A reservation this call appended: the only thing its failure path may undo. */
+export type MadeReservation = { readonly streamId: string; readonly revision: number };
+
+/**
+ * Holds `email` for `employeeId`, or fails with 409 when another employee holds it. Returns the
+ * reservation it made, or null when `employeeId` already held the address (nothing to undo).
+ */
+export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<MadeReservation | null> {
   const { tenantId, email, employeeId, metadata, now } = input;
   const streamId = emailReservationStreamId(tenantId, email);
   const reserved: EmailReserved = { type: 'EmployeeEmailReserved', data: { employeeId, email: normaliseEmail(email) } };
-  const append = (expectedRevision: 'no_stream' | number) =>
-    store.append(streamId, [{ id: randomUUID(), ...reserved, metadata }], { expectedRevision });
+  const append = async (expectedRevision: 'no_stream' | number): Promise<MadeReservation> => {
+    const appended = await store.append(streamId, [{ id: randomUUID(), ...reserved, metadata }], { expectedRevision });
+    return { streamId, revision: appended.nextRevision };
+  };
   try {
     // The common case: a new address. No read needed; the store refuses if it exists.
-    await append('no_stream');
-    return;
+    return await append('no_stream');
   } catch (error) {
     if (!(error instanceof WrongExpectedRevisionError)) throw error;
   }
   const events = await store.readStream(streamId);
   const holder = currentHolder(events);
-  if (holder?.employeeId === employeeId) return;
+  if (holder?.employeeId === employeeId) return null;
   if (holder && !(await isOrphaned(store, tenantId, email, holder, now))) throw duplicate(email);
   try {
-    await append(events.length - 1);
+    return await append(events.length - 1);
   } catch (error) {
     if (error instanceof WrongExpectedRevisionError) throw duplicate(email);
     throw error;
@@ -108,6 +122,20 @@ export async function releaseEmail(store: EventStore, input: ReservationInput): 
   const released: EmailReleased = { type: 'EmployeeEmailReleased', data: { employeeId } };
   try {
     await store.append(streamId, [{ id: randomUUID(), ...released, metadata }], { expectedRevision: events.length - 1 });
+  } catch (error) {
+    if (!(error instanceof WrongExpectedRevisionError)) throw error;
+  }
+}
+
+/**
+ * Undoes a reservation this call made (its command failed), at exactly the revision it made it:
+ * if anything happened to the stream since, the reservation is no longer this call's to undo.
+ */
+export async function undoReservation(store: EventStore, made: MadeReservation | null, input: Pick<ReservationInput, 'employeeId' | 'metadata'>): Promise<void> {
+  if (!made) return;
+  const released: EmailReleased = { type: 'EmployeeEmailReleased', data: { employeeId: input.employeeId } };
+  try {
+    await store.append(made.streamId, [{ id: randomUUID(), ...released, metadata: input.metadata }], { expectedRevision: made.revision });
   } catch (error) {
     if (!(error instanceof WrongExpectedRevisionError)) throw error;
   }

@@ -8,13 +8,13 @@ import { BadRequestError, ForbiddenError, NotFoundError } from '../../shared/err
 import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../projections/runner/runner.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
-import { findEmployee, listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
+import { listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { rolesAllow } from '../auth/permissions.ts';
 import type { CommandMetadata, EmployeeState } from './decide.ts';
 import { toEmployeeView } from './decide.ts';
-import { changeEmployeeDetails, changeEmployeeStatus, hireEmployee, type EmployeeResult } from './commands.ts';
+import { changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee, type EmployeeResult } from './commands.ts';
 import { employeeStreamId } from './events.ts';
 import {
   changeStatusBody,
@@ -58,8 +58,9 @@ const etag = (revision: number) => `"${revision}"`;
 
 /**
  * The employees capability (SPEC §3): commands go through the generic command handler and are
- * answered from the events they decided; reads come from the projection, optionally after
- * waiting for a position the client got from an earlier write (read-your-writes).
+ * answered from the events they decided; a single employee is read from its stream (strongly
+ * consistent); lists come from the projection, optionally after waiting for a position the
+ * client got from an earlier write (read-your-writes).
  */
 export function employeesRoutes(deps: EmployeesRoutesDeps) {
   const clock = deps.clock ?? (() => new Date());
@@ -151,7 +152,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         config: { permission: 'employees:read' },
         schema: {
           tags,
-          summary: 'Read one employee; ETag is its stream revision',
+          summary: 'Read one employee from its stream (strongly consistent); ETag is its stream revision',
           params,
           querystring: readQuery,
           headers: readHeaders,
@@ -160,11 +161,16 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       },
       async (request, reply) => {
         const auth = requireAuth(request);
-        await awaitPosition(reply, request.headers['x-min-position'], request.query.minPosition);
-        const record = await findEmployee(deps.pool, auth.tenantId, request.params.id);
-        if (!record) throw new NotFoundError(`No employee ${request.params.id}`);
-        reply.header('etag', etag(record.revision));
-        return toView(record);
+        if (request.headers['x-min-position'] !== undefined && parsePosition(request.headers['x-min-position']) === undefined) {
+          throw new BadRequestError('X-Min-Position must be a log position as returned in X-Log-Position');
+        }
+        // Strongly consistent (defect 3): folded from the stream, never from the lagging read
+        // model, so a GET-then-PATCH with this ETag cannot get a spurious 412. A client's
+        // minPosition is therefore always met already.
+        const found = await loadEmployee(deps.store, auth.tenantId, request.params.id);
+        if (!found) throw new NotFoundError(`No employee ${request.params.id}`);
+        reply.header('etag', etag(found.revision)).header('x-consistency', 'consistent');
+        return toEmployeeView(found.state);
       },
     );
 

@@ -24,7 +24,7 @@ describe('when an address is reserved', () => {
     const holder = nextId();
     await reserveEmail(fixture.store, reservation(tenantId, 'x@example.test', holder));
     await expect(reserveEmail(fixture.store, reservation(tenantId, 'X@EXAMPLE.TEST', nextId()))).rejects.toThrow(ConflictError);
-    await expect(reserveEmail(fixture.store, reservation(tenantId, 'x@example.test', holder))).resolves.toBeUndefined();
+    await expect(reserveEmail(fixture.store, reservation(tenantId, 'x@example.test', holder))).resolves.toBeNull();
   });
 
   it('is taken over at its exact revision once released', async () => {
