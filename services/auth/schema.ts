@@ -60,4 +60,20 @@ export const authMigrations: readonly Migration[] = [
       ${tenantScoped('refresh_tokens')}
     `,
   },
+  {
+    // One e-mail normalisation (shared/email.ts, computed in JavaScript) for uniqueness and every
+    // lookup, instead of PostgreSQL lower(), which disagrees with JavaScript on some letters.
+    // Existing rows get the closest SQL equivalent; new rows always get the JavaScript value.
+    // role_set_at: when the user's role was last decided; the role-assignment reactor applies an
+    // employee's EmployeeRoleAssigned only if it is not older (a replay never undoes a later change).
+    id: 'auth/002-users-email-key-role-set-at',
+    sql: `
+      alter table users add column email_key text;
+      update users set email_key = lower(normalize(btrim(email), NFKC));
+      alter table users alter column email_key set not null;
+      create unique index users_tenant_email_key on users (tenant_id, email_key);
+      drop index users_tenant_email;
+      alter table users add column role_set_at timestamptz;
+    `,
+  },
 ];

@@ -1,12 +1,14 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { normaliseEmail } from '../../shared/email.ts';
 import { ConflictError, NotFoundError } from '../../shared/errors.ts';
 import { hashPassword } from './passwords.ts';
-import { assertRoleExists, findRoleByName } from './roles.ts';
+import { findRoleByName } from './roles.ts';
 
 /**
  * Users are logins; `users.role_id` is the one source of truth for a person's role (see
- * docs/rbac.md). Every function expects a transaction opened with `withTenant`.
+ * docs/rbac.md). Every function expects a transaction opened with `withTenant`. Addresses are
+ * matched by `email_key`, the service's one normalisation (shared/email.ts), never by SQL lower().
  */
 export type User = {
   readonly id: string;
@@ -40,7 +42,7 @@ async function roleIdByName(tx: Queryable, role: string): Promise<string> {
 
 export async function findUserByEmail(tx: Queryable, email: string): Promise<User | null> {
   return tx.maybeOne(sql.type(userRow)`
-    select ${userColumns} from users u join roles r on r.id = u.role_id where lower(u.email) = lower(${email})
+    select ${userColumns} from users u join roles r on r.id = u.role_id where u.email_key = ${normaliseEmail(email)}
   `);
 }
 
@@ -51,7 +53,7 @@ export async function findUserById(tx: Queryable, userId: string): Promise<User 
 }
 
 export async function listUsers(tx: Queryable): Promise<readonly User[]> {
-  return tx.any(sql.type(userRow)`select ${userColumns} from users u join roles r on r.id = u.role_id order by lower(u.email)`);
+  return tx.any(sql.type(userRow)`select ${userColumns} from users u join roles r on r.id = u.role_id order by u.email_key`);
 }
 
 /** What login needs: the hash is read only here and never leaves this module's callers. */
@@ -61,7 +63,7 @@ export async function findLoginCredentials(
 ): Promise<{ id: string; role: string; passwordHash: string | null; disabled: boolean } | null> {
   const row = await tx.maybeOne(sql.type(z.object({ id: z.string(), role: z.string(), password_hash: z.string().nullable(), disabled: z.boolean() }))`
     select u.id, r.name as role, u.password_hash, u.disabled_at is not null as disabled
-    from users u join roles r on r.id = u.role_id where lower(u.email) = lower(${email})
+    from users u join roles r on r.id = u.role_id where u.email_key = ${normaliseEmail(email)}
   `);
   return row && { id: row.id, role: row.role, passwordHash: row.password_hash, disabled: row.disabled };
 }
@@ -80,11 +82,12 @@ export async function createUser(
   if (existing?.hasPassword) throw new ConflictError(`A user with email ${input.email} already exists`);
   const id = existing
     ? await tx.oneFirst(sql.type(z.object({ id: z.string() }))`
-        update users set password_hash = ${passwordHash}, role_id = ${roleId}, updated_at = now() where id = ${existing.id} returning id
+        update users set password_hash = ${passwordHash}, role_id = ${roleId}, role_set_at = now(), updated_at = now()
+        where id = ${existing.id} returning id
       `)
     : await tx.oneFirst(sql.type(z.object({ id: z.string() }))`
-        insert into users (tenant_id, email, password_hash, role_id)
-        values (current_setting('app.tenant_id')::uuid, ${input.email}, ${passwordHash}, ${roleId}) returning id
+        insert into users (tenant_id, email, email_key, password_hash, role_id, role_set_at)
+        values (current_setting('app.tenant_id')::uuid, ${input.email}, ${normaliseEmail(input.email)}, ${passwordHash}, ${roleId}, now()) returning id
       `);
   const user = await findUserById(tx, id);
   if (!user) throw new Error('user vanished after insert');
@@ -92,23 +95,35 @@ export async function createUser(
 }
 
 /**
- * Gives the person with `email` the role `roleId` (the employees capability calls this when an
- * employee is created with a `roleId`): updates the user's role, or creates an account without
- * a password that holds the role until an operator sets one (`ops users create`).
+ * Gives the person with `email` the role `roleId`, as decided at `decidedAt` (the reaction to an
+ * employee's `EmployeeRoleAssigned`, services/auth/roleAssignmentReactor.ts): updates the user's
+ * role, or creates an account without a password that holds the role until one is set
+ * (`ops users create`). Idempotent, and never undoes a later decision: a user whose role was set
+ * after `decidedAt` (by a later event, the ops CLI or a new password+role) is left alone, so
+ * applying the same event twice, or replaying old ones, changes nothing. A role that no longer
+ * exists (tenant deleted) assigns nothing. Returns whether the role was written.
  */
-export async function assignRoleToPerson(tx: Queryable, tenantId: string, input: { email: string; roleId: string }): Promise<void> {
-  await assertRoleExists(tx, tenantId, input.roleId);
-  await tx.query(sql.type(z.object({}))`
-    insert into users (tenant_id, email, role_id) values (${tenantId}, ${input.email}, ${input.roleId})
-    on conflict (tenant_id, lower(email)) do update set role_id = excluded.role_id, updated_at = now()
+export async function applyRoleAssignment(
+  tx: Queryable,
+  input: { tenantId: string; email: string; roleId: string; decidedAt: string },
+): Promise<boolean> {
+  const written = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
+    insert into users (tenant_id, email, email_key, role_id, role_set_at)
+    select r.tenant_id, ${input.email}, ${normaliseEmail(input.email)}, r.id, ${input.decidedAt}::timestamptz
+    from roles r where r.id = ${input.roleId}::uuid and r.tenant_id = ${input.tenantId}::uuid
+    on conflict (tenant_id, email_key) do update
+      set role_id = excluded.role_id, role_set_at = excluded.role_set_at, updated_at = now()
+      where users.role_set_at is null or users.role_set_at <= excluded.role_set_at
+    returning id
   `);
+  return written !== null;
 }
 
 /** Role changes reach access tokens at the user's next refresh (at most 15 minutes). */
 export async function setUserRole(tx: Queryable, email: string, role: string): Promise<User> {
   const roleId = await roleIdByName(tx, role);
   const id = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
-    update users set role_id = ${roleId}, updated_at = now() where lower(email) = lower(${email}) returning id
+    update users set role_id = ${roleId}, role_set_at = now(), updated_at = now() where email_key = ${normaliseEmail(email)} returning id
   `);
   if (!id) throw new NotFoundError(`No user with email ${email}`);
   const user = await findUserById(tx, id);
@@ -119,7 +134,7 @@ export async function setUserRole(tx: Queryable, email: string, role: string): P
 /** Disables the login and revokes every refresh token; access tokens already issued expire within 15 minutes. */
 export async function disableUser(tx: Queryable, email: string): Promise<User> {
   const id = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
-    update users set disabled_at = coalesce(disabled_at, now()), updated_at = now() where lower(email) = lower(${email}) returning id
+    update users set disabled_at = coalesce(disabled_at, now()), updated_at = now() where email_key = ${normaliseEmail(email)} returning id
   `);
   if (!id) throw new NotFoundError(`No user with email ${email}`);
   await tx.query(sql.type(z.object({}))`

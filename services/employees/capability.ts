@@ -2,14 +2,14 @@ import { withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { assertRoleExists } from '../auth/roles.ts';
-import { assignRoleToPerson } from '../auth/users.ts';
 import type { V1Capability } from '../gateway/app.ts';
 import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
 
 /**
- * The employees capability with its ports bound: roles are checked and assigned where they
- * live (services/auth: `users.role_id` is the one source of truth for a person's role; the
- * employee stream keeps `EmployeeRoleAssigned` as the audit record of the request).
+ * The employees capability with its ports bound: roles are checked where they live
+ * (services/auth). `users.role_id` is the one source of truth for a person's role; the employee
+ * stream's `EmployeeRoleAssigned` is the decision, which services/auth/roleAssignmentReactor.ts
+ * applies to the user (a reaction on the projection runner: retried, idempotent).
  * Mount it inside `authenticated(...)`, which sets `request.auth` and checks `config.permission`.
  */
 export function employeesCapability(
@@ -24,7 +24,6 @@ export function employeesCapability(
     assertRoleExists: async (tenantId, roleId) => {
       await withTenant(pool, tenantId, (tx) => assertRoleExists(tx, tenantId, roleId));
     },
-    assignRole: (tenantId, email, roleId) => withTenant(pool, tenantId, (tx) => assignRoleToPerson(tx, tenantId, { email, roleId })),
     ...options,
   });
 }

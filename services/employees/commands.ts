@@ -116,3 +116,15 @@ export async function loadEmployee(
   const state = recorded.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent).reduce(employeeDecider.evolve, employeeDecider.initialState);
   return state.kind === 'hired' ? { state, revision: recorded.length - 1 } : null;
 }
+
+/** Records the decision to give the employee's person `roleId` (applied to the user by the role reactor). */
+export async function assignEmployeeRole(
+  ports: EmployeeCommandPorts,
+  employeeId: string,
+  metadata: CommandMetadata,
+  roleId: string,
+  ifMatch?: number,
+): Promise<EmployeeResult> {
+  await ports.assertRoleExists(metadata.tenantId, roleId);
+  return run(ports, employeeId, { type: 'AssignEmployeeRole', data: { roleId }, metadata }, ifMatch);
+}

@@ -163,8 +163,9 @@ export function decide(command: EmployeeCommand, state: EmployeeState): Employee
       ];
     }
     case 'AssignEmployeeRole': {
+      // Always recorded, even when the stream already names this role: the user's role may have
+      // been changed since (ops CLI), and an explicit assignment must be applied again.
       const current = requireHired(state);
-      if (current.roleId === command.data.roleId) return [];
       return [{ type: 'EmployeeRoleAssigned', data: { employeeId: current.id, roleId: command.data.roleId } }];
     }
     default: {

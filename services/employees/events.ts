@@ -80,5 +80,5 @@ export function parseEmployeeStreamId(streamId: string): { tenantId: string; emp
   return { tenantId: match[1], employeeId: match[2] };
 }
 
-/** Email addresses are unique per tenant case-insensitively: this is the comparison key. */
-export const normaliseEmail = (email: string): string => email.trim().toLowerCase();
+/** Email addresses are unique per tenant case-insensitively: the service's one comparison key. */
+export { normaliseEmail } from '../../shared/email.ts';

@@ -14,7 +14,7 @@ import { requireAuth } from '../gateway/requestContext.ts';
 import { rolesAllow } from '../auth/permissions.ts';
 import type { CommandMetadata, EmployeeState } from './decide.ts';
 import { toEmployeeView } from './decide.ts';
-import { changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee, type EmployeeResult } from './commands.ts';
+import { assignEmployeeRole, changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee, type EmployeeResult } from './commands.ts';
 import { employeeStreamId } from './events.ts';
 import {
   changeStatusBody,
@@ -26,6 +26,8 @@ import {
   listResponse,
   patchEmployeeBody,
   readQuery,
+  roleAssignmentBody,
+  roleAssignmentSchema,
 } from './schemas.ts';
 
 export type EmployeesRoutesDeps = {
@@ -35,8 +37,6 @@ export type EmployeesRoutesDeps = {
   readonly store: EventStore;
   /** Fails with 422 when `roleId` names no role of the tenant (services/auth). */
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
-  /** Makes `roleId` the person's role where roles live (services/auth `users.role_id`). */
-  readonly assignRole: (tenantId: string, email: string, roleId: string) => Promise<void>;
   readonly clock?: () => Date;
   /** Longest a read waits for the projection to reach a client's `minPosition`. */
   readonly readWaitMs?: number;
@@ -119,7 +119,8 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           { store: deps.store, assertRoleExists: deps.assertRoleExists },
           { type: 'HireEmployee', data: { employeeId, ...rest, ...(roleId !== undefined && { roleId }) }, metadata },
         );
-        if (roleId !== undefined) await deps.assignRole(metadata.tenantId, request.body.email, roleId);
+        // The role reaches the user (users.role_id) through the role reactor, not from here:
+        // a failure there is retried instead of failing an already-recorded hire (defect 11).
         reply.code(201).header('location', `/v1/employees/${employeeId}`);
         return sendWrite(reply, result);
       },
@@ -222,6 +223,39 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           ifMatchOf(request.headers['if-match']),
         );
         return sendWrite(reply, result);
+      },
+    );
+
+    app.put(
+      '/employees/:id/role',
+      {
+        config: { permission: 'roles:assign' },
+        schema: {
+          tags,
+          summary: "Set the employee's person's role (admin); applied to their login within seconds",
+          description:
+            'Records EmployeeRoleAssigned on the employee stream; the role reactor then sets the role of the user with ' +
+            "the employee's e-mail (creating a login without a password if there is none). Access tokens carry the new " +
+            'role from their next refresh. ETag and X-Log-Position as for every write.',
+          params,
+          headers: writeHeaders,
+          body: roleAssignmentBody,
+          response: { 200: roleAssignmentSchema, ...problems, 412: problemSchema, 422: problemSchema },
+        },
+      },
+      async (request, reply) => {
+        const metadata = metadataOf(request);
+        const result = await assignEmployeeRole(
+          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          request.params.id,
+          metadata,
+          request.body.roleId,
+          ifMatchOf(request.headers['if-match']),
+        );
+        const state = hired(result.state);
+        reply.header('etag', etag(result.revision));
+        if (result.position) reply.header('x-log-position', formatPosition(result.position));
+        return { employeeId: state.id, roleId: request.body.roleId };
       },
     );
 

@@ -47,6 +47,14 @@ export const patchEmployeeBody = z
   .strict()
   .refine((body) => Object.keys(body).length > 0, 'name at least one of firstName, lastName, department, email');
 
+export const roleAssignmentBody = z
+  .object({ roleId: z.uuid().describe('RBAC role (GET /v1/roles lists them)') })
+  .strict();
+
+export const roleAssignmentSchema = z
+  .object({ employeeId: employeeIdSchema, roleId: z.uuid() })
+  .meta({ id: 'EmployeeRoleAssignment' });
+
 export const changeStatusBody = z
   .object({ status: z.enum(EMPLOYEE_STATUSES), reason: z.string().trim().min(1).max(500).optional() })
   .strict();

@@ -217,9 +217,9 @@ describe('AssignEmployeeRole', () => {
       expect(given([hired]).when(assign(roleId))()).toEqual([{ type: 'EmployeeRoleAssigned', data: { employeeId, roleId } }]);
     });
 
-    it('decides nothing when the role is already assigned', () => {
+    it('records the assignment again when the stream already names the role (the user may have been changed since)', () => {
       const assigned: EmployeeEvent = { type: 'EmployeeRoleAssigned', data: { employeeId, roleId } };
-      expect(given([hired, assigned]).when(assign(roleId))()).toEqual([]);
+      expect(given([hired, assigned]).when(assign(roleId))()).toEqual([{ type: 'EmployeeRoleAssigned', data: { employeeId, roleId } }]);
     });
   });
 

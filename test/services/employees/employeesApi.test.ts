@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { withTenant } from '../../../shared/db/pool.ts';
 import { listRoles } from '../../../services/auth/roles.ts';
 import { findUserByEmail } from '../../../services/auth/users.ts';
-import { createEmployeesHarness, expectProblem, type EmployeesHarness } from './harness.ts';
+import { createEmployeesHarness, expectProblem, waitFor, type EmployeesHarness } from './harness.ts';
 
 type Employee = { id: string; email: string; firstName: string; lastName: string; department: string | null; status: string; hiredAt: string };
 type Page = { data: Employee[]; meta: { page: number; limit: number; total: number } };
@@ -82,8 +82,12 @@ describe('POST /v1/employees', () => {
       const response = await hire(headers, { email, roleId: analyst?.id });
       expect(response.statusCode, response.body).toBe(201);
       expect(response.headers.etag).toBe('"1"');
-      const user = await withTenant(h.db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, email));
-      expect(user?.role).toBe('analyst');
+      // Applied by the role reactor, shortly after the event.
+      const user = await waitFor(async () => {
+        const found = await withTenant(h.db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, email));
+        return found?.role === 'analyst' && found;
+      });
+      expect(user.role).toBe('analyst');
     });
   });
 

@@ -9,6 +9,7 @@ import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
+import { roleAssignmentReactor } from '../../../services/auth/roleAssignmentReactor.ts';
 
 /** A fresh database, the live employees projector and the gateway with real auth in front. */
 export type EmployeesHarness = {
@@ -35,7 +36,9 @@ export async function createEmployeesHarness(options: { clock?: () => Date; read
   const db = await createTestDatabase();
   const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
   const projector: ProjectorHandle = runProjection(db.pool, store, employeesProjection, { pollIntervalMs: 100 });
+  const roles: ProjectorHandle = runProjection(db.pool, store, roleAssignmentReactor, { pollIntervalMs: 100 });
   await waitFor(() => readCheckpoint(db.pool, employeesProjection.name));
+  await waitFor(() => readCheckpoint(db.pool, roleAssignmentReactor.name));
   const auth = await createTestAuth(db.pool);
   const app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }, options));
   return {
@@ -50,6 +53,7 @@ export async function createEmployeesHarness(options: { clock?: () => Date; read
     async close() {
       await app.close();
       await projector.stop();
+      await roles.stop();
       await store.close();
       await db.drop();
     },

@@ -1,0 +1,124 @@
+import { z } from 'zod';
+import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import type { RecordedEvent } from '../../shared/event-store/port.ts';
+import { defineProjection } from '../../projections/runner/projection.ts';
+import { parseEmployeeStreamId, type EmployeeEvent } from '../employees/events.ts';
+import { applyRoleAssignment } from './users.ts';
+
+/**
+ * Role assignment as a reaction to the employee's events (issue 10, defect 11). An employee's
+ * `EmployeeRoleAssigned` (on hire with a `roleId`, or `PUT /v1/employees/{id}/role`) is the
+ * decision; this reactor carries it to where roles are enforced, `users.role_id` (the one source
+ * of truth for a person's role, docs/rbac.md). It runs on the projection runner, so the user
+ * update and the checkpoint commit in one transaction: a failure (database down, a lock timeout)
+ * rolls both back and the runner retries the page; a success is never applied twice. Applying is
+ * idempotent anyway (`applyRoleAssignment` ignores a decision older than the user's current
+ * role), so a replay of the whole log changes nothing.
+ *
+ * The person is found by e-mail at the time of the assignment, so the reactor keeps each
+ * employee's current address (from `EmployeeHired` / `EmployeeEmailChanged`) in its own table.
+ * Named `employees-roles` so that `projector employees` runs it beside the employees projection.
+ */
+export const ROLE_ASSIGNMENTS_PROJECTION = 'employees-roles';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+type Key = `${string}/${string}`;
+const keyOf = (tenantId: string, employeeId: string): Key => `${tenantId}/${employeeId}`;
+
+const emailRow = z.object({ tenant_id: z.string(), employee_id: z.string(), email: z.string() });
+
+const decidedAt = (event: RecordedEvent): string =>
+  typeof event.metadata.occurredAt === 'string' && !Number.isNaN(Date.parse(event.metadata.occurredAt)) ? event.metadata.occurredAt : event.recordedAt;
+
+export const roleAssignmentReactor = defineProjection({
+  name: ROLE_ASSIGNMENTS_PROJECTION,
+  version: 1,
+  eventTypes: ['EmployeeHired', 'EmployeeEmailChanged', 'EmployeeRoleAssigned'],
+  tables: {
+    role_reactor_emails: (table) => [
+      sql.fragment`create table ${table} (
+        tenant_id uuid not null,
+        employee_id text not null,
+        email text not null,
+        primary key (tenant_id, employee_id)
+      )`,
+    ],
+  },
+  async handle(tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], tables) {
+    // Set-wise for addresses (hires are the bulk of the log), one statement per assignment (rare).
+    const emails = new Map<Key, { tenantId: string; employeeId: string; email: string }>();
+    const changed = new Set<Key>();
+    const missing = new Set<Key>();
+    const parsed = events.flatMap((recorded) => {
+      const stream = parseEmployeeStreamId(recorded.streamId);
+      if (!stream) return [];
+      // The store hands back what the decider's own events serialised to; this is that boundary.
+      const event = { type: recorded.type, data: recorded.data } as EmployeeEvent;
+      return [{ recorded, event, ...stream, key: keyOf(stream.tenantId, stream.employeeId) }];
+    });
+    const hiredInBatch = new Set<Key>();
+    for (const { event, key } of parsed) {
+      if (event.type === 'EmployeeHired') hiredInBatch.add(key);
+      else if (!hiredInBatch.has(key)) missing.add(key);
+    }
+    if (missing.size > 0) {
+      const wanted = [...missing].map((k) => k.split('/'));
+      const rows = await tx.any(sql.type(emailRow)`
+        select tenant_id::text, employee_id, email from ${tables.role_reactor_emails}
+        where (tenant_id, employee_id) in (
+          select * from unnest(${sql.array(wanted.map(([t]) => t ?? ''), 'uuid')}::uuid[], ${sql.array(wanted.map(([, e]) => e ?? ''), 'text')}::text[])
+        )
+      `);
+      for (const row of rows) emails.set(keyOf(row.tenant_id, row.employee_id), { tenantId: row.tenant_id, employeeId: row.employee_id, email: row.email });
+    }
+
+    const assignments: Array<{ tenantId: string; email: string; roleId: string; decidedAt: string }> = [];
+    for (const { recorded, event, tenantId, employeeId, key } of parsed) {
+      switch (event.type) {
+        case 'EmployeeHired':
+        case 'EmployeeEmailChanged':
+          emails.set(key, { tenantId, employeeId, email: event.data.email });
+          changed.add(key);
+          break;
+        case 'EmployeeRoleAssigned': {
+          const person = emails.get(key);
+          // No known address (an employee stream without its hire) or a malformed id: nothing to apply.
+          if (person && UUID.test(event.data.roleId)) {
+            assignments.push({ tenantId, email: person.email, roleId: event.data.roleId, decidedAt: decidedAt(recorded) });
+          }
+          break;
+        }
+        case 'EmployeeDetailsChanged':
+        case 'EmployeeStatusChanged':
+          break;
+        default: {
+          const unhandled: never = event;
+          throw new Error(`unhandled event ${JSON.stringify(unhandled)}`);
+        }
+      }
+    }
+
+    if (changed.size > 0) {
+      const rows = [...changed].flatMap((k) => {
+        const row = emails.get(k);
+        return row ? [row] : [];
+      });
+      await tx.query(sql.type(z.object({}))`
+        insert into ${tables.role_reactor_emails} (tenant_id, employee_id, email)
+        select * from unnest(
+          ${sql.array(rows.map((r) => r.tenantId), 'uuid')}::uuid[],
+          ${sql.array(rows.map((r) => r.employeeId), 'text')}::text[],
+          ${sql.array(rows.map((r) => r.email), 'text')}::text[]
+        )
+        on conflict (tenant_id, employee_id) do update set email = excluded.email
+      `);
+    }
+
+    for (const assignment of assignments) {
+      // users is tenant-scoped by row-level security: scope this statement to the event's tenant.
+      await tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${assignment.tenantId}, true)`);
+      await applyRoleAssignment(tx, assignment);
+    }
+  },
+});
