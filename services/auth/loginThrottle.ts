@@ -3,21 +3,47 @@ import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract } from 'rate-limiter-flexible';
 
 /**
- * Failed logins per account (tenant + e-mail): after `limit` failures in `windowSeconds` the
- * account's logins are refused with 429 until the window ends; other accounts are unaffected.
- * Unknown accounts are counted the same way, so the throttle reveals nothing either.
+ * Failed-attempt counters for login and refresh (issue 10, defect 8). Three of them, so that an
+ * outsider cannot lock an account at will while a guesser is still bounded:
+ * - per (account, client IP): `limit` failures in `windowSeconds` (5 a minute) refuse that
+ *   account *from that address* with 429; the owner elsewhere is unaffected;
+ * - per account (tenant + normalised e-mail), from everywhere: `accountLimit` failures in
+ *   `accountWindowSeconds` (100 in 15 minutes) — far more than one address may try, so only a
+ *   guesser spread over 20+ addresses reaches it, and it still caps the guesses per account;
+ * - per client IP, over every account and refresh tokens: `ipLimit` failures in `ipWindowSeconds`
+ *   (40 a minute): one address cannot spray many accounts.
+ * Unknown accounts are counted the same way, so the throttle reveals nothing either. A
+ * successful login clears that account's counters (not the address's: a guesser must not be able
+ * to reset its own budget by logging into an account of its own).
  */
+export type LoginAttempt = { readonly account: string; readonly ip: string };
+
 export type LoginThrottle = {
-  /** Seconds until the account may try again, or 0 if it may try now. */
-  retryAfterSeconds(account: string): Promise<number>;
-  recordFailure(account: string): Promise<void>;
-  reset(account: string): Promise<void>;
+  /** Seconds until this attempt may be made, or 0 if it may be made now. */
+  retryAfterSeconds(attempt: LoginAttempt): Promise<number>;
+  recordFailure(attempt: LoginAttempt): Promise<void>;
+  reset(attempt: LoginAttempt): Promise<void>;
+  /** The per-address counter alone (refresh: no account is named). */
+  ipRetryAfterSeconds(ip: string): Promise<number>;
+  recordIpFailure(ip: string): Promise<void>;
 };
 
-export type LoginThrottleOptions = { readonly limit?: number; readonly windowSeconds?: number; readonly keyPrefix?: string };
+export type LoginThrottleOptions = {
+  readonly limit?: number;
+  readonly windowSeconds?: number;
+  readonly accountLimit?: number;
+  readonly accountWindowSeconds?: number;
+  readonly ipLimit?: number;
+  readonly ipWindowSeconds?: number;
+  readonly keyPrefix?: string;
+};
 
 export const LOGIN_FAILURE_LIMIT = 5;
 export const LOGIN_FAILURE_WINDOW_SECONDS = 60;
+export const ACCOUNT_FAILURE_LIMIT = 100;
+export const ACCOUNT_FAILURE_WINDOW_SECONDS = 15 * 60;
+export const IP_FAILURE_LIMIT = 40;
+export const IP_FAILURE_WINDOW_SECONDS = 60;
 
 /** Shared by every gateway when REDIS_URL is set; in-process otherwise. */
 export function connectLoginThrottleRedis(url: string): Redis {
@@ -34,32 +60,57 @@ export function connectLoginThrottleRedis(url: string): Redis {
   return client;
 }
 
-export function createLoginThrottle(redis: Redis | undefined, options: LoginThrottleOptions = {}): LoginThrottle {
-  const settings = {
-    points: options.limit ?? LOGIN_FAILURE_LIMIT,
-    duration: options.windowSeconds ?? LOGIN_FAILURE_WINDOW_SECONDS,
-    keyPrefix: options.keyPrefix ?? 'eas:login-failures',
-  };
+type Counter = { readonly limiter: RateLimiterAbstract; readonly points: number };
+
+function counter(redis: Redis | undefined, settings: { points: number; duration: number; keyPrefix: string }): Counter {
   // If Redis fails, counting continues in this process rather than failing the login.
   const limiter: RateLimiterAbstract = redis
     ? new RateLimiterRedis({ storeClient: redis, ...settings, insuranceLimiter: new RateLimiterMemory(settings) })
     : new RateLimiterMemory(settings);
-  // Hashing keeps keys short and keeps e-mail addresses out of Redis.
-  const key = (account: string) => createHash('sha256').update(account).digest('base64url');
+  return { limiter, points: settings.points };
+}
+
+// Hashing keeps keys short and keeps e-mail addresses and IPs out of Redis.
+const hashed = (...parts: string[]) => createHash('sha256').update(parts.join('\n')).digest('base64url');
+
+async function retryAfter(c: Counter, key: string): Promise<number> {
+  const state = await c.limiter.get(key);
+  if (!state || state.consumedPoints < c.points) return 0;
+  return Math.max(1, Math.ceil(state.msBeforeNext / 1000));
+}
+
+async function consume(c: Counter, key: string): Promise<void> {
+  // Rejects once the limit is passed; being over the limit is exactly what we record.
+  await c.limiter.consume(key).catch((rejection: unknown) => {
+    if (rejection instanceof Error) throw rejection;
+  });
+}
+
+export function createLoginThrottle(redis: Redis | undefined, options: LoginThrottleOptions = {}): LoginThrottle {
+  const prefix = options.keyPrefix ?? 'eas:login-failures';
+  const pair = counter(redis, { points: options.limit ?? LOGIN_FAILURE_LIMIT, duration: options.windowSeconds ?? LOGIN_FAILURE_WINDOW_SECONDS, keyPrefix: `${prefix}:pair` });
+  const account = counter(redis, {
+    points: options.accountLimit ?? ACCOUNT_FAILURE_LIMIT,
+    duration: options.accountWindowSeconds ?? ACCOUNT_FAILURE_WINDOW_SECONDS,
+    keyPrefix: `${prefix}:account`,
+  });
+  const ip = counter(redis, { points: options.ipLimit ?? IP_FAILURE_LIMIT, duration: options.ipWindowSeconds ?? IP_FAILURE_WINDOW_SECONDS, keyPrefix: `${prefix}:ip` });
   return {
-    async retryAfterSeconds(account) {
-      const state = await limiter.get(key(account));
-      if (!state || state.consumedPoints < settings.points) return 0;
-      return Math.max(1, Math.ceil(state.msBeforeNext / 1000));
+    async retryAfterSeconds(attempt) {
+      const waits = await Promise.all([
+        retryAfter(pair, hashed(attempt.account, attempt.ip)),
+        retryAfter(account, hashed(attempt.account)),
+        retryAfter(ip, hashed(attempt.ip)),
+      ]);
+      return Math.max(...waits);
     },
-    async recordFailure(account) {
-      // Rejects once the limit is passed; being over the limit is exactly what we record.
-      await limiter.consume(key(account)).catch((rejection: unknown) => {
-        if (rejection instanceof Error) throw rejection;
-      });
+    async recordFailure(attempt) {
+      await Promise.all([consume(pair, hashed(attempt.account, attempt.ip)), consume(account, hashed(attempt.account)), consume(ip, hashed(attempt.ip))]);
     },
-    async reset(account) {
-      await limiter.delete(key(account));
+    async reset(attempt) {
+      await Promise.all([pair.limiter.delete(hashed(attempt.account, attempt.ip)), account.limiter.delete(hashed(attempt.account))]);
     },
+    ipRetryAfterSeconds: (address) => retryAfter(ip, hashed(address)),
+    recordIpFailure: (address) => consume(ip, hashed(address)),
   };
 }

@@ -11,6 +11,8 @@ import { warmUpPasswordHashing } from './passwords.ts';
 import { isPermission, rolesAllow, type Permission } from './permissions.ts';
 import { createSessions, type Sessions } from './sessions.ts';
 import { createTokenService, InvalidAccessTokenError, type TokenService } from './tokens.ts';
+import { createVerificationGate, type VerificationGate, type VerificationGateOptions } from './verificationGate.ts';
+import type { BucketPolicy } from '../../shared/rate-limit/port.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -29,6 +31,8 @@ export type AuthDeps = {
   readonly tokens: TokenService;
   readonly tenants: TenantDirectory;
   readonly throttle: LoginThrottle;
+  /** The cap on concurrent password verifications (per process, fair per client address). */
+  readonly gate: VerificationGate;
   readonly sessions: Sessions;
   /** Routes of the authenticated scopes and the permission each requires (the RBAC matrix test reads it). */
   readonly routes: Array<{ readonly method: string; readonly url: string; readonly permission: Permission }>;
@@ -42,6 +46,9 @@ export type CreateAuthDepsOptions = {
   /** Where login-failure counters are shared (REDIS_URL); in-process without it. */
   readonly redisUrl?: string | undefined;
   readonly loginThrottle?: LoginThrottleOptions;
+  readonly loginGate?: VerificationGateOptions;
+  /** Logins + refreshes per process (token bucket); default sessions.ts DEFAULT_GLOBAL_AUTH_LIMIT. */
+  readonly globalAuthLimit?: BucketPolicy;
   readonly keys?: KeyRing;
   readonly tenantCacheTtlMs?: number;
   readonly now?: () => number;
@@ -55,13 +62,15 @@ export async function createAuthDeps(options: CreateAuthDepsOptions): Promise<Au
   const redis = options.redisUrl ? connectLoginThrottleRedis(options.redisUrl) : undefined;
   const throttle = createLoginThrottle(redis, options.loginThrottle);
   await warmUpPasswordHashing();
-  const sessions = createSessions({ pool: options.pool, tenants, tokens, throttle, now });
+  const gate = createVerificationGate(options.loginGate);
+  const sessions = createSessions({ pool: options.pool, tenants, tokens, throttle, now, gate, ...(options.globalAuthLimit && { globalLimit: options.globalAuthLimit }) });
   return {
     pool: options.pool,
     keys,
     tokens,
     tenants,
     throttle,
+    gate,
     sessions,
     routes: [],
     async close() {

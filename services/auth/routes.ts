@@ -35,7 +35,7 @@ export function authRoutes(deps: AuthDeps): V1Capability {
       app.addHook('onSend', async (_request, reply) => {
         reply.header('cache-control', 'no-store');
       });
-      const problems = { 400: problemSchema, 401: problemSchema, 429: problemSchema };
+      const problems = { 400: problemSchema, 401: problemSchema, 429: problemSchema, 503: problemSchema };
 
       app.post(
         '/auth/login',
@@ -49,7 +49,7 @@ export function authRoutes(deps: AuthDeps): V1Capability {
             response: { 200: tokenPairSchema, ...problems },
           },
         },
-        async (request) => deps.sessions.login(tenantHeader(request), request.body.email, request.body.password),
+        async (request) => deps.sessions.login(tenantHeader(request), request.body.email, request.body.password, { ip: request.ip }),
       );
 
       app.post(
@@ -64,7 +64,7 @@ export function authRoutes(deps: AuthDeps): V1Capability {
             response: { 200: tokenPairSchema, ...problems },
           },
         },
-        async (request) => deps.sessions.refresh(tenantHeader(request), request.body.refreshToken),
+        async (request) => deps.sessions.refresh(tenantHeader(request), request.body.refreshToken, { ip: request.ip }),
       );
 
     });

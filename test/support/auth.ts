@@ -6,6 +6,8 @@ import { createGateway, type V1Capability } from '../../services/gateway/app.ts'
 import type { Plan, RateLimitOverride } from '../../services/gateway/requestContext.ts';
 import { createKeyRing, generatePrivateJwk, type KeyRing } from '../../services/auth/keys.ts';
 import type { LoginThrottleOptions } from '../../services/auth/loginThrottle.ts';
+import type { VerificationGateOptions } from '../../services/auth/verificationGate.ts';
+import type { BucketPolicy } from '../../shared/rate-limit/port.ts';
 import type { RoleName } from '../../services/auth/permissions.ts';
 import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps } from '../../services/auth/plugin.ts';
 import { authRoutes, rolesRoutes, sessionRoutes } from '../../services/auth/routes.ts';
@@ -32,7 +34,15 @@ export type TestTenant = { readonly tenantId: string; readonly slug: string };
  */
 export async function createTestAuth(
   pool: DatabasePool,
-  options: { keys?: KeyRing; now?: () => number; redisUrl?: string; loginThrottle?: LoginThrottleOptions; tenantCacheTtlMs?: number } = {},
+  options: {
+    keys?: KeyRing;
+    now?: () => number;
+    redisUrl?: string;
+    loginThrottle?: LoginThrottleOptions;
+    loginGate?: VerificationGateOptions;
+    globalAuthLimit?: BucketPolicy;
+    tenantCacheTtlMs?: number;
+  } = {},
 ): Promise<AuthDeps> {
   return createAuthDeps({
     pool,
@@ -40,6 +50,8 @@ export async function createTestAuth(
     keys: options.keys ?? (await createKeyRing([await generatePrivateJwk()])),
     redisUrl: options.redisUrl,
     loginThrottle: { keyPrefix: `test:login:${randomBytes(6).toString('hex')}`, ...options.loginThrottle },
+    ...(options.loginGate && { loginGate: options.loginGate }),
+    ...(options.globalAuthLimit && { globalAuthLimit: options.globalAuthLimit }),
     ...(options.tenantCacheTtlMs !== undefined ? { tenantCacheTtlMs: options.tenantCacheTtlMs } : {}),
     ...(options.now ? { now: options.now } : {}),
   });

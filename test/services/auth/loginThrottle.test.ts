@@ -88,7 +88,9 @@ describe('when several gateways share Redis', () => {
       for (let i = 0; i < LOGIN_FAILURE_LIMIT; i++) expect((await login(i % 2 ? appA : appB, 'wrong-password')).statusCode).toBe(401);
       expect((await login(appA, user.password)).statusCode).toBe(429);
       expect((await login(appB, user.password)).statusCode).toBe(429);
-      expect(await redis.keys(`${keyPrefix}*`)).toHaveLength(1);
+      // One counter per (account, address), per account and per address: three keys, all shared.
+      expect(await redis.keys(`${keyPrefix}:pair*`)).toHaveLength(1);
+      expect(await redis.keys(`${keyPrefix}*`)).toHaveLength(3);
     } finally {
       redis.disconnect();
       await Promise.all([appA.close(), appB.close()]);

@@ -11,7 +11,7 @@ let auth: AuthDeps;
 beforeAll(async () => {
   db = await createTestDatabase();
   // The throttle would turn repeated failures into fast 429s; this test measures the 401 path.
-  auth = await createTestAuth(db.pool, { loginThrottle: { limit: 10_000 } });
+  auth = await createTestAuth(db.pool, { loginThrottle: { limit: 10_000, accountLimit: 10_000, ipLimit: 10_000 } });
   app = await createTestApp(auth);
 });
 afterAll(async () => {

@@ -1,0 +1,111 @@
+import { availableParallelism } from 'node:os';
+import { ServiceUnavailableError, TooManyRequestsError } from '../../shared/errors.ts';
+
+/**
+ * A cap on concurrent password verifications (argon2id costs ~50 ms of a core and 19 MiB each),
+ * fair between clients (issue 10, defect 8). At most `concurrency` run at once; the rest wait in
+ * one queue per client key (the client's IP), served round-robin, so 40 junk logins from one
+ * address queue behind each other, not in front of everyone else: a real login waits for at
+ * most about one verification per other active client. Bounds, each answered at once and cheaply:
+ * - a client with `maxPendingPerKey` verifications running or waiting → 429 (Retry-After: 1);
+ * - `maxQueued` waiting in all → 503 (Retry-After: 1): the process is saturated;
+ * - a wait longer than `maxWaitMs` → 503 (Retry-After: 1).
+ *
+ * Hand-written (about 60 lines) because the semaphores on npm (p-limit, async-sema, p-queue)
+ * have one FIFO queue: none has per-key fairness or per-key caps, which are the point here.
+ */
+export type VerificationGate = {
+  run<T>(key: string, work: () => Promise<T>): Promise<T>;
+  /** Verifications running and waiting now (for tests and metrics). */
+  load(): { readonly active: number; readonly queued: number };
+};
+
+export type VerificationGateOptions = {
+  readonly concurrency?: number;
+  readonly maxQueued?: number;
+  readonly maxPendingPerKey?: number;
+  readonly maxWaitMs?: number;
+};
+
+type Waiter = { readonly start: () => void };
+
+export function createVerificationGate(options: VerificationGateOptions = {}): VerificationGate {
+  const concurrency = options.concurrency ?? Math.max(1, availableParallelism());
+  const maxQueued = options.maxQueued ?? 64;
+  const maxPendingPerKey = options.maxPendingPerKey ?? 4;
+  const maxWaitMs = options.maxWaitMs ?? 2_000;
+  let active = 0;
+  let queued = 0;
+  /** Insertion-ordered: the key served last moves to the end (round-robin). */
+  const queues = new Map<string, Waiter[]>();
+  const pending = new Map<string, number>();
+
+  const busy = (detail: string) => new ServiceUnavailableError(detail, {}, { 'retry-after': '1' });
+
+  const dispatch = () => {
+    while (active < concurrency && queued > 0) {
+      const [key, waiters] = queues.entries().next().value ?? [];
+      if (key === undefined || !waiters) return;
+      const waiter = waiters.shift();
+      queues.delete(key);
+      if (waiters.length > 0) queues.set(key, waiters);
+      if (!waiter) continue;
+      queued--;
+      active++;
+      waiter.start();
+    }
+  };
+
+  const admit = (key: string): Promise<void> => {
+    if (active < concurrency && queued === 0) {
+      active++;
+      return Promise.resolve();
+    }
+    if (queued >= maxQueued) return Promise.reject(busy('Too many logins at once; retry in a moment'));
+    return new Promise<void>((resolve, reject) => {
+      const waiter: Waiter = {
+        start: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+      };
+      const timer = setTimeout(() => {
+        const waiters = queues.get(key);
+        const index = waiters?.indexOf(waiter) ?? -1;
+        if (!waiters || index < 0) return; // already started
+        waiters.splice(index, 1);
+        if (waiters.length === 0) queues.delete(key);
+        queued--;
+        reject(busy('Logins are queued for longer than usual; retry in a moment'));
+      }, maxWaitMs);
+      const waiters = queues.get(key);
+      if (waiters) waiters.push(waiter);
+      else queues.set(key, [waiter]);
+      queued++;
+    });
+  };
+
+  return {
+    async run(key, work) {
+      const mine = pending.get(key) ?? 0;
+      if (mine >= maxPendingPerKey) {
+        throw new TooManyRequestsError('Too many logins at once from this address; retry in a moment', {}, { 'retry-after': '1' });
+      }
+      pending.set(key, mine + 1);
+      try {
+        await admit(key);
+        try {
+          return await work();
+        } finally {
+          active--;
+          dispatch();
+        }
+      } finally {
+        const left = (pending.get(key) ?? 1) - 1;
+        if (left > 0) pending.set(key, left);
+        else pending.delete(key);
+      }
+    },
+    load: () => ({ active, queued }),
+  };
+}
