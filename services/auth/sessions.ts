@@ -83,10 +83,13 @@ export function createSessions(deps: SessionDeps): Sessions {
       if (retryAfter > 0) throw refuse(retryAfter, 'logins for this account from this address');
       // Every path below does one argon2 verification (a dummy one when there is no account),
       // so unknown tenant, unknown e-mail and wrong password take about the same time.
-      const tenant = await deps.tenants.bySlug(tenantSlug);
-      const credentials = tenant ? await withTenant(deps.pool, tenant.id, (tx) => findLoginCredentials(tx, email)) : null;
-      // At most one verification per core at a time, shared fairly between client addresses.
-      const passwordOk = await gate.run(client.ip, () => verifyPassword(credentials?.passwordHash ?? null, password));
+      // At most one verification per core at a time, shared fairly between client addresses; the
+      // lookups run inside the gate too, so requests it refuses cost no database work either.
+      const { tenant, credentials, passwordOk } = await gate.run(client.ip, async () => {
+        const tenant = await deps.tenants.bySlug(tenantSlug);
+        const credentials = tenant ? await withTenant(deps.pool, tenant.id, (tx) => findLoginCredentials(tx, email)) : null;
+        return { tenant, credentials, passwordOk: await verifyPassword(credentials?.passwordHash ?? null, password) };
+      });
       if (!tenant || !credentials || !passwordOk || credentials.disabled) {
         await deps.throttle.recordFailure(attempt);
         throw badCredentials();

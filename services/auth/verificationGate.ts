@@ -4,9 +4,10 @@ import { ServiceUnavailableError, TooManyRequestsError } from '../../shared/erro
 /**
  * A cap on concurrent password verifications (argon2id costs ~50 ms of a core and 19 MiB each),
  * fair between clients (issue 10, defect 8). At most `concurrency` run at once; the rest wait in
- * one queue per client key (the client's IP), served round-robin, so 40 junk logins from one
- * address queue behind each other, not in front of everyone else: a real login waits for at
- * most about one verification per other active client. Bounds, each answered at once and cheaply:
+ * one queue per client key (the client's IP); a freed slot goes to the waiting key with the
+ * fewest verifications running (ties: the key that has waited longest, round-robin), so 40 junk
+ * logins from one address queue behind each other, not in front of everyone else: a real login
+ * from an idle address gets the next free slot. Bounds, each answered at once and cheaply:
  * - a client with `maxPendingPerKey` verifications running or waiting → 429 (Retry-After: 1);
  * - `maxQueued` waiting in all → 503 (Retry-After: 1): the process is saturated;
  * - a wait longer than `maxWaitMs` → 503 (Retry-After: 1).
@@ -42,23 +43,51 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
 
   const busy = (detail: string) => new ServiceUnavailableError(detail, {}, { 'retry-after': '1' });
 
+  const running = new Map<string, number>();
+  const started = (key: string) => {
+    active++;
+    running.set(key, (running.get(key) ?? 0) + 1);
+  };
+  const finished = (key: string) => {
+    active--;
+    const left = (running.get(key) ?? 1) - 1;
+    if (left > 0) running.set(key, left);
+    else running.delete(key);
+  };
+
+  /** The waiting key with the fewest verifications running; the first such in queue order. */
+  const nextKey = (): string | undefined => {
+    let best: string | undefined;
+    let fewest = Infinity;
+    for (const key of queues.keys()) {
+      const n = running.get(key) ?? 0;
+      if (n < fewest) {
+        best = key;
+        fewest = n;
+        if (n === 0) break;
+      }
+    }
+    return best;
+  };
+
   const dispatch = () => {
     while (active < concurrency && queued > 0) {
-      const [key, waiters] = queues.entries().next().value ?? [];
+      const key = nextKey();
+      const waiters = key === undefined ? undefined : queues.get(key);
       if (key === undefined || !waiters) return;
       const waiter = waiters.shift();
       queues.delete(key);
-      if (waiters.length > 0) queues.set(key, waiters);
+      if (waiters.length > 0) queues.set(key, waiters); // to the back: round-robin among equals
       if (!waiter) continue;
       queued--;
-      active++;
+      started(key);
       waiter.start();
     }
   };
 
   const admit = (key: string): Promise<void> => {
     if (active < concurrency && queued === 0) {
-      active++;
+      started(key);
       return Promise.resolve();
     }
     if (queued >= maxQueued) return Promise.reject(busy('Too many logins at once; retry in a moment'));
@@ -97,7 +126,7 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
         try {
           return await work();
         } finally {
-          active--;
+          finished(key);
           dispatch();
         }
       } finally {
