@@ -49,6 +49,14 @@ export const configSchema = z.object({
   REDIS_URL: optional(url(['redis', 'rediss'])),
   /** Key prefix of the BullMQ queues (replays, KPI rollups); one per deployment sharing a Redis. */
   QUEUE_PREFIX: z.string().min(1).regex(/^[A-Za-z0-9_.-]+$/).default('eas'),
+  /**
+   * Which proxies to believe about the client address (Fastify `trustProxy`): `true` (any), or
+   * comma-separated addresses/CIDRs of the load balancers. Set it behind a load balancer: login and refresh bounds
+   * are per client address, and without it every client looks like the balancer.
+   */
+  TRUST_PROXY: optional(
+    z.string().transform((v): boolean | string => (v === 'true' ? true : v === 'false' ? false : v)),
+  ),
   /** Largest accepted request body in bytes. */
   BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1_048_576),
   /** How long graceful shutdown may take before the process exits anyway. */

@@ -5,9 +5,10 @@ import { ServiceUnavailableError, TooManyRequestsError } from '../../shared/erro
  * A cap on concurrent password verifications (argon2id costs ~50 ms of a core and 19 MiB each),
  * fair between clients (issue 10, defect 8). At most `concurrency` run at once; the rest wait in
  * one queue per client key (the client's IP); a freed slot goes to the waiting key with the
- * fewest verifications running (ties: the key that has waited longest, round-robin), so 40 junk
- * logins from one address queue behind each other, not in front of everyone else: a real login
- * from an idle address gets the next free slot. Bounds, each answered at once and cheaply:
+ * fewest verifications running (ties: the key served longest ago, i.e. round-robin), so 40 junk
+ * logins from one address queue behind each other, not in front of everyone else; and one
+ * address never holds every slot (`maxRunningPerKey`, default concurrency − 1), so a real login
+ * from another address finds a slot free at once. Bounds, each answered at once and cheaply:
  * - a client with `maxPendingPerKey` verifications running or waiting → 429 (Retry-After: 1);
  * - `maxQueued` waiting in all → 503 (Retry-After: 1): the process is saturated;
  * - a wait longer than `maxWaitMs` → 503 (Retry-After: 1).
@@ -25,6 +26,7 @@ export type VerificationGateOptions = {
   readonly concurrency?: number;
   readonly maxQueued?: number;
   readonly maxPendingPerKey?: number;
+  readonly maxRunningPerKey?: number;
   readonly maxWaitMs?: number;
 };
 
@@ -35,6 +37,7 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
   const maxQueued = options.maxQueued ?? 64;
   const maxPendingPerKey = options.maxPendingPerKey ?? 4;
   const maxWaitMs = options.maxWaitMs ?? 2_000;
+  const maxRunningPerKey = options.maxRunningPerKey ?? Math.max(1, concurrency - 1);
   let active = 0;
   let queued = 0;
   /** Insertion-ordered: the key served last moves to the end (round-robin). */
@@ -44,9 +47,13 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
   const busy = (detail: string) => new ServiceUnavailableError(detail, {}, { 'retry-after': '1' });
 
   const running = new Map<string, number>();
+  /** When each key last got a slot (a counter); keys with nothing pending are forgotten. */
+  const lastServed = new Map<string, number>();
+  let serial = 0;
   const started = (key: string) => {
     active++;
     running.set(key, (running.get(key) ?? 0) + 1);
+    lastServed.set(key, ++serial);
   };
   const finished = (key: string) => {
     active--;
@@ -55,16 +62,16 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
     else running.delete(key);
   };
 
-  /** The waiting key with the fewest verifications running; the first such in queue order. */
+  /** The waiting key with the fewest verifications running; among those, the one served longest ago. */
   const nextKey = (): string | undefined => {
     let best: string | undefined;
-    let fewest = Infinity;
+    let bestRank: readonly [number, number] = [Infinity, Infinity];
     for (const key of queues.keys()) {
-      const n = running.get(key) ?? 0;
-      if (n < fewest) {
+      const rank = [running.get(key) ?? 0, lastServed.get(key) ?? 0] as const;
+      if (rank[0] >= maxRunningPerKey) continue;
+      if (rank[0] < bestRank[0] || (rank[0] === bestRank[0] && rank[1] < bestRank[1])) {
         best = key;
-        fewest = n;
-        if (n === 0) break;
+        bestRank = rank;
       }
     }
     return best;
@@ -77,7 +84,7 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
       if (key === undefined || !waiters) return;
       const waiter = waiters.shift();
       queues.delete(key);
-      if (waiters.length > 0) queues.set(key, waiters); // to the back: round-robin among equals
+      if (waiters.length > 0) queues.set(key, waiters);
       if (!waiter) continue;
       queued--;
       started(key);
@@ -86,7 +93,8 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
   };
 
   const admit = (key: string): Promise<void> => {
-    if (active < concurrency && queued === 0) {
+    // Straight in when a slot is free to this key and nobody who could take it is waiting.
+    if (active < concurrency && (running.get(key) ?? 0) < maxRunningPerKey && nextKey() === undefined) {
       started(key);
       return Promise.resolve();
     }
@@ -111,6 +119,7 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
       if (waiters) waiters.push(waiter);
       else queues.set(key, [waiter]);
       queued++;
+      dispatch(); // a slot may be free to this key while others wait for theirs
     });
   };
 
@@ -132,7 +141,10 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
       } finally {
         const left = (pending.get(key) ?? 1) - 1;
         if (left > 0) pending.set(key, left);
-        else pending.delete(key);
+        else {
+          pending.delete(key);
+          lastServed.delete(key);
+        }
       }
     },
     load: () => ({ active, queued }),

@@ -21,6 +21,8 @@ export type GatewayOptions = {
   readonly logger?: FastifyBaseLogger;
   /** OpenTelemetry's Fastify instrumentation, when tracing is on: registered before anything else. */
   readonly tracing?: FastifyPluginCallback;
+  /** Fastify `trustProxy` (config TRUST_PROXY): whose X-Forwarded-For gives `request.ip`. */
+  readonly trustProxy?: boolean | string;
 };
 
 export type V1Capability = (v1: FastifyInstance) => Promise<void>;
@@ -38,6 +40,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
       ? { loggerInstance: options.logger }
       : { logger: { level: options.config.LOG_LEVEL, redact: ['req.headers.authorization', 'req.headers.cookie'] } }),
     bodyLimit: options.config.BODY_LIMIT_BYTES,
+    ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
     genReqId: (req) => {
       const incoming = req.headers['x-request-id'];
       return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();

@@ -76,6 +76,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     logger,
     readiness: runtime.readiness,
     registry: runtime.registry,
+    trustProxy: config.TRUST_PROXY,
     ...gatewayRoutes({ auth, pool: runtime.pool, tenantReader: runtime.tenantReader, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, usageSource: runtime.usage.source, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS } }),
     ...(activeTracing() ? { tracing: activeTracing()?.fastifyPlugin } : {}),
   });
