@@ -69,7 +69,9 @@ export const authMigrations: readonly Migration[] = [
     id: 'auth/002-users-email-key-role-set-at',
     sql: `
       alter table users add column email_key text;
-      update users set email_key = lower(normalize(btrim(email), NFKC));
+      -- normalize() needs a UTF8 server; the embedded default may be initialised otherwise.
+      update users set email_key = case when current_setting('server_encoding') = 'UTF8'
+        then lower(normalize(btrim(email), NFKC)) else lower(btrim(email)) end;
       alter table users alter column email_key set not null;
       create unique index users_tenant_email_key on users (tenant_id, email_key);
       drop index users_tenant_email;
