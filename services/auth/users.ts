@@ -94,31 +94,6 @@ export async function createUser(
   return user;
 }
 
-/**
- * Gives the person with `email` the role `roleId`, as decided at `decidedAt` (the reaction to an
- * employee's `EmployeeRoleAssigned`, services/auth/roleAssignmentReactor.ts): updates the user's
- * role, or creates an account without a password that holds the role until one is set
- * (`ops users create`). Idempotent, and never undoes a later decision: a user whose role was set
- * after `decidedAt` (by a later event, the ops CLI or a new password+role) is left alone, so
- * applying the same event twice, or replaying old ones, changes nothing. A role that no longer
- * exists (tenant deleted) assigns nothing. Returns whether the role was written.
- */
-export async function applyRoleAssignment(
-  tx: Queryable,
-  input: { tenantId: string; email: string; roleId: string; decidedAt: string },
-): Promise<boolean> {
-  const written = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
-    insert into users (tenant_id, email, email_key, role_id, role_set_at)
-    select r.tenant_id, ${input.email}, ${normaliseEmail(input.email)}, r.id, ${input.decidedAt}::timestamptz
-    from roles r where r.id = ${input.roleId}::uuid and r.tenant_id = ${input.tenantId}::uuid
-    on conflict (tenant_id, email_key) do update
-      set role_id = excluded.role_id, role_set_at = excluded.role_set_at, updated_at = now()
-      where users.role_set_at is null or users.role_set_at <= excluded.role_set_at
-    returning id
-  `);
-  return written !== null;
-}
-
 /** Role changes reach access tokens at the user's next refresh (at most 15 minutes). */
 export async function setUserRole(tx: Queryable, email: string, role: string): Promise<User> {
   const roleId = await roleIdByName(tx, role);
