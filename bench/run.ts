@@ -12,6 +12,7 @@ import { healthScenario } from './scenarios/health.ts';
 import { runKpiBench } from './scenarios/kpi.ts';
 import { runProjectionLagBench } from './scenarios/projectionLag.ts';
 import { runReadYourWritesBench } from './scenarios/readYourWrites.ts';
+import { runLoginAbuseBench } from './scenarios/loginAbuse.ts';
 import { runRateLimitBench } from './scenarios/rateLimit.ts';
 import { runFeedBench } from './scenarios/feed.ts';
 import { runRuntimeBench } from './scenarios/runtime.ts';
@@ -34,6 +35,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   replay: () => runReplayBench(),
   'employees-list': () => runEmployeesListBench(),
   'employees-list-scale': () => runListScaleBench(),
+  'login-abuse': () => runLoginAbuseBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));
