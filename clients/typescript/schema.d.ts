@@ -67,6 +67,15 @@ export interface paths {
                         "application/json": components["schemas"]["Problem"];
                     };
                 };
+                /** @description Default Response */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
             };
         };
         delete?: never;
@@ -132,6 +141,15 @@ export interface paths {
                 };
                 /** @description Default Response */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                503: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -924,7 +942,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Read one employee; ETag is its stream revision */
+        /** Read one employee from its stream (strongly consistent); ETag is its stream revision */
         get: {
             parameters: {
                 query?: {
@@ -1182,6 +1200,114 @@ export interface paths {
                 };
             };
         };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/employees/{id}/role": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set the employee's person's role (admin); applied to their login within seconds
+         * @description Records EmployeeRoleAssigned on the employee stream; the role reactor then sets the role of the user with the employee's e-mail (creating a login without a password if there is none). Access tokens carry the new role from their next refresh. ETag and X-Log-Position as for every write.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: {
+                    "if-match"?: string;
+                };
+                path: {
+                    /** @description Employee id (ULID) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description RBAC role (GET /v1/roles lists them)
+                         */
+                        roleId: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["EmployeeRoleAssignment"];
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                412: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1502,6 +1628,12 @@ export interface components {
             /** @description ISO 8601 UTC */
             hiredAt: string;
         };
+        EmployeeRoleAssignmentInput: {
+            /** @description Employee id (ULID) */
+            employeeId: string;
+            /** Format: uuid */
+            roleId: string;
+        };
         EmployeeChangeInput: {
             /** @description Position of this change; pass it as `after` to read what follows */
             cursor: string;
@@ -1595,6 +1727,12 @@ export interface components {
             status: "active" | "inactive" | "on_leave";
             /** @description ISO 8601 UTC */
             hiredAt: string;
+        };
+        EmployeeRoleAssignment: {
+            /** @description Employee id (ULID) */
+            employeeId: string;
+            /** Format: uuid */
+            roleId: string;
         };
         EmployeeChange: {
             /** @description Position of this change; pass it as `after` to read what follows */
