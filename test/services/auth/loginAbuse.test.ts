@@ -139,7 +139,8 @@ describe('defect 8: login can be starved and accounts locked by anyone', () => {
 
   describe('when the process is saturated', () => {
     it('logins beyond the verification queue get 503 with Retry-After, the rest are answered', async () => {
-      const app = await gateway({ loginGate: { concurrency: 1, maxQueued: 2 } });
+      // A long maxWaitMs: only the queue bound may answer 503 here, however slow the machine is.
+      const app = await gateway({ loginGate: { concurrency: 1, maxQueued: 2, maxWaitMs: 60_000 } });
       const tenant = await provisionTenant(db.pool);
       const answers = await Promise.all(
         Array.from({ length: 10 }, (_, i) => loginFrom(app, `203.0.113.${20 + i}`, tenant.slug, `nobody-${i}@example.test`, 'not-a-password')),
