@@ -6,6 +6,7 @@ import { sql, withTenant } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { retryParkedEvents } from '../../../projections/runner/parking.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { roleAssignmentReactor } from '../../../services/auth/roleAssignmentReactor.ts';
 import { listRoles } from '../../../services/auth/roles.ts';
@@ -26,21 +27,37 @@ let auth: AuthDeps;
 let app: FastifyInstance;
 let reactor: ProjectorHandle;
 const reactorErrors: unknown[] = [];
+const parked: string[] = [];
 
 beforeAll(async () => {
   db = await createTestDatabase();
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
-  await db.pool.query(sql.unsafe`create table test_fail_user_writes (reason text)`);
+  // `errcode` decides how the runner sees the failure: a lock timeout (55P03) is transient (the
+  // page is retried until it applies), a raised exception (P0001) is deterministic (parked).
+  await db.pool.query(sql.unsafe`create table test_fail_user_writes (errcode text not null)`);
   await db.pool.query(sql.unsafe`grant select on test_fail_user_writes to eas_tenant`);
+  await db.pool.query(sql.unsafe`create sequence test_failed_user_writes`);
+  await db.pool.query(sql.unsafe`grant usage on sequence test_failed_user_writes to eas_tenant`);
   await db.pool.query(sql.unsafe`
     create function test_fail_user_writes() returns trigger language plpgsql as $$
     begin
-      if exists (select 1 from test_fail_user_writes) then raise exception 'injected failure: users is unavailable'; end if;
-      return new;
+      declare code text;
+      begin
+        select errcode into code from test_fail_user_writes limit 1;
+        if code is not null then
+          perform nextval('test_failed_user_writes'); -- not rolled back: counts the attempts
+          raise exception 'injected failure: users is unavailable' using errcode = code;
+        end if;
+        return new;
+      end;
     end $$`);
   await db.pool.query(sql.unsafe`
     create trigger test_fail_user_writes before insert or update on users for each row execute function test_fail_user_writes()`);
-  reactor = runProjection(db.pool, store, roleAssignmentReactor, { pollIntervalMs: 50, onError: (error) => reactorErrors.push(error) });
+  reactor = runProjection(db.pool, store, roleAssignmentReactor, {
+    pollIntervalMs: 50,
+    onError: (error) => reactorErrors.push(error),
+    onParked: (event) => parked.push(event.streamId),
+  });
   await waitFor(() => readCheckpoint(db.pool, roleAssignmentReactor.name));
   auth = await createTestAuth(db.pool);
   app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }));
@@ -78,24 +95,25 @@ const countUsers = (tenant: TestTenant, email: string) =>
   );
 
 describe('defect 11: role assignment after append', () => {
-  describe('when applying the role fails at first', () => {
-    it('the hire still answers 201, and the role appears on the user once the failure is gone', async () => {
+  describe('when applying the role fails for good (a deterministic failure)', () => {
+    it('the event is parked, and `projections retry` applies it after the fix', async () => {
       const tenant = await provisionTenant(db.pool);
       const admin = await authHeaders(auth, tenant, 'admin');
-      const { analyst } = await roleIds(tenant);
-      const email = uniqueEmail('late');
-      const errorsBefore = reactorErrors.length;
-      await db.pool.query(sql.unsafe`insert into test_fail_user_writes values ('defect 11')`);
+      const { hrManager } = await roleIds(tenant);
+      const email = uniqueEmail('parked');
+      await db.pool.query(sql.unsafe`insert into test_fail_user_writes values ('P0001')`);
       try {
-        const created = await hire(admin, { email, roleId: analyst });
+        const created = await hire(admin, { email, roleId: hrManager });
         expect(created.statusCode, created.body).toBe(201);
-        // The reactor tried, failed and rolled back (checkpoint included): no role yet.
-        await waitFor(async () => reactorErrors.length > errorsBefore);
+        const stream = `employee-${tenant.tenantId}-${created.json<{ id: string }>().id}`;
+        await waitFor(async () => parked.includes(stream));
         expect(await roleOf(tenant, email)).toBeUndefined();
       } finally {
         await db.pool.query(sql.unsafe`delete from test_fail_user_writes`);
       }
-      await waitFor(async () => (await roleOf(tenant, email)) === 'analyst', 15_000);
+      const result = await retryParkedEvents(db.pool, roleAssignmentReactor, { role_reactor_emails: sql.identifier(['role_reactor_emails']) });
+      expect(result.stillParked).toBe(0);
+      expect(await roleOf(tenant, email)).toBe('hr_manager');
       expect(await countUsers(tenant, email)).toBe(1);
     });
   });
