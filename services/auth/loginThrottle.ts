@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract } from 'rate-limiter-flexible';
 
 /**
@@ -45,8 +45,9 @@ export const ACCOUNT_FAILURE_WINDOW_SECONDS = 15 * 60;
 export const IP_FAILURE_LIMIT = 40;
 export const IP_FAILURE_WINDOW_SECONDS = 60;
 
-/** Shared by every gateway when REDIS_URL is set; in-process otherwise. */
-export function connectLoginThrottleRedis(url: string): Redis {
+/** Shared by every gateway when REDIS_URL is set; in-process otherwise (ioredis is then never loaded). */
+export async function connectLoginThrottleRedis(url: string): Promise<Redis> {
+  const { Redis } = await import('ioredis');
   const client = new Redis(url, {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,

@@ -59,7 +59,7 @@ export async function createAuthDeps(options: CreateAuthDepsOptions): Promise<Au
   const keys = options.keys ?? (await loadKeyRing(options.config));
   const tokens = createTokenService({ keys, issuer: options.config.JWT_ISSUER, audience: options.config.JWT_AUDIENCE, now });
   const tenants = createTenantDirectory(options.pool, { ttlMs: options.tenantCacheTtlMs, now });
-  const redis = options.redisUrl ? connectLoginThrottleRedis(options.redisUrl) : undefined;
+  const redis = options.redisUrl ? await connectLoginThrottleRedis(options.redisUrl) : undefined;
   const throttle = createLoginThrottle(redis, options.loginThrottle);
   await warmUpPasswordHashing();
   const gate = createVerificationGate(options.loginGate);
