@@ -37,6 +37,7 @@ import { emailReservationStreamId } from '../../services/employees/emailReservat
 import { employeeStreamId } from '../../services/employees/events.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
+import { freePort, waitForHttp } from '../support/measure.ts';
 
 export type EmployeesBenchEnv = {
   readonly pool: DatabasePool;
@@ -129,28 +130,7 @@ export async function replayThroughput(env: Pick<EmployeesBenchEnv, 'pool' | 'da
   return { scenario: 'employees.replay', events: result.processed, ms, eventsPerSecond, goal: '≥ 50,000 events/s', met: eventsPerSecond >= 50_000 };
 }
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  if (!address || typeof address === 'string') throw new Error('no free port');
-  return address.port;
-}
 
-async function waitForHttp(url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      const response = await fetch(url);
-      if (response.ok) return;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) throw new Error(`${url} did not become ready`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
 /** Waits until the employees projection has reached the head of the log (nothing left to catch up). */
 async function settled(pool: DatabasePool, timeoutMs: number): Promise<void> {

@@ -26,13 +26,9 @@ import { createTenantReader } from '../../shared/db/tenantReader.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { importEmployees, listLatency, setUpEmployeesBench } from './employees.ts';
+import { median } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench employees-list] ${message}\n`);
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? (sorted[mid] ?? Number.NaN) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
-};
 
 /** The baseline: a bare Fastify route that runs the list statement with pg, no auth, no tenant scope, no RLS. */
 async function serveBare(): Promise<void> {

@@ -20,6 +20,7 @@ import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
 import { createUser } from '../../services/auth/users.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { createBenchDatabase } from '../support/database.ts';
+import { median } from '../support/measure.ts';
 
 export type LoginAbuseResult = {
   readonly name: string;
@@ -34,11 +35,6 @@ export type LoginAbuseResult = {
 
 const say = (message: string) => process.stderr.write(`[bench login-abuse] ${message}\n`);
 
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? (sorted[mid] ?? 0) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
-};
 
 export async function runLoginAbuseBench(options: { rounds?: number } = {}): Promise<LoginAbuseResult> {
   const rounds = options.rounds ?? Number(process.env.BENCH_ROUNDS ?? 9);

@@ -28,31 +28,12 @@ import { employeesProjection } from '../../projections/employees/employeesProjec
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { createThroughput, importEmployees, projectionLag, type EmployeesBenchEnv } from './employees.ts';
+import { freePort, median, waitForHttp } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench lag] ${message}\n`);
 const repoRoot = resolve(import.meta.dirname, '../..');
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const address = server.address();
-  await new Promise((r) => server.close(r));
-  if (!address || typeof address === 'string') throw new Error('no free port');
-  return address.port;
-}
 
-async function waitForHttp(url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const ok = await fetch(url).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) return;
-    if (Date.now() > deadline) throw new Error(`${url} did not become ready`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
 /** The baseline's sources at `rev`, exported once (no worktree), sharing our node_modules. */
 function baselineTree(rev: string): string {
@@ -65,11 +46,6 @@ function baselineTree(rev: string): string {
   return dir;
 }
 
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? (sorted[mid] ?? Number.NaN) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
-};
 
 export async function runProjectionLagBench() {
   const rounds = Number(process.env.BENCH_LAG_ROUNDS ?? 2);

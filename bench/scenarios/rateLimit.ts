@@ -36,6 +36,7 @@ import { createRateLimiter } from '../../shared/rate-limit/limiter.ts';
 import { createMemoryRateLimitStore } from '../../shared/rate-limit/memory.ts';
 import { MAX_OVERRIDE } from '../../shared/rate-limit/policy.ts';
 import { createRedisRateLimitStore } from '../../shared/rate-limit/redis.ts';
+import { median } from '../support/measure.ts';
 
 export type ScenarioResult = { name: string; ours: number; baseline: number; ratio: number };
 
@@ -107,11 +108,6 @@ async function serve(): Promise<void> {
   });
 }
 
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[middle] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
-};
 
 const load = (url: string, headers: Record<string, string>, durationSeconds: number, connections: number) =>
   new Promise<autocannon.Result>((resolve, reject) => {

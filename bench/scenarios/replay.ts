@@ -19,13 +19,9 @@ import { employeesModelChecksums } from '../../projections/employees/checksums.t
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { importEmployees } from './employees.ts';
+import { median } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench replay] ${message}\n`);
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? (sorted[mid] ?? Number.NaN) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
-};
 
 export async function runReplayBench(options: { employees?: number; rounds?: number } = {}) {
   const employees = options.employees ?? Number(process.env.BENCH_REPLAY_EMPLOYEES ?? 1_000_000);

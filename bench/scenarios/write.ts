@@ -30,33 +30,12 @@ import { provisionTenant } from '../../services/tenants/provision.ts';
 import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
 import { createTokenService } from '../../services/auth/tokens.ts';
 import { createBenchDatabase } from '../support/database.ts';
+import { freePort, median, waitForHttp } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench write] ${message}\n`);
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? (sorted[mid] ?? Number.NaN) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
-};
 const round2 = (n: number) => Number(n.toFixed(2));
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  if (!address || typeof address === 'string') throw new Error('no free port');
-  return address.port;
-}
 
-async function waitForHttp(url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const ok = await fetch(url).then((r) => r.ok, () => false);
-    if (ok) return;
-    if (Date.now() > deadline) throw new Error(`${url} did not become ready`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
 async function stopChild(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;

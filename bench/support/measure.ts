@@ -1,0 +1,31 @@
+import { createServer } from 'node:net';
+
+/** Shared by the bench scenarios: medians of alternating rounds, ports, readiness waits. */
+
+/** Median; the mean of the two middle values for an even count, NaN for none. */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  if (sorted.length === 0) return Number.NaN;
+  return sorted.length % 2 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+}
+
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  if (!address || typeof address === 'string') throw new Error('no free port');
+  return address.port;
+}
+
+/** Resolves once `url` answers 2xx (with `headers`), polling every `intervalMs`. */
+export async function waitForHttp(url: string, timeoutMs: number, options: { headers?: Record<string, string>; intervalMs?: number } = {}): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const response = await fetch(url, { headers: options.headers ?? {} }).catch(() => null);
+    if (response?.ok) return;
+    if (Date.now() > deadline) throw new Error(`${url} did not answer 2xx within ${timeoutMs} ms (last: ${response?.status ?? 'no connection'})`);
+    await new Promise((r) => setTimeout(r, options.intervalMs ?? 200));
+  }
+}
