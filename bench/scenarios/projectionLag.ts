@@ -15,7 +15,6 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { loadConfig } from '../../shared/config.ts';

@@ -19,7 +19,6 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { createServer } from 'node:net';
 import { getPostgreSQLEventStore } from '@event-driven-io/emmett-postgresql';
 import { STREAM_DOES_NOT_EXIST } from '@event-driven-io/emmett';
 import autocannon from 'autocannon';
