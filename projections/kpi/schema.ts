@@ -139,4 +139,25 @@ export const kpiMigrations: readonly Migration[] = [
     id: 'kpi/003-offsets-applied-until',
     sql: `alter table kpi_kafka_offsets add column applied_until timestamptz;`,
   },
+  {
+    // KPIs over time (SPEC §8): distinct-user sketches per hour and a day level, so a series
+    // point reads one day row (or ≤ 24 hour rows) per window instead of minutes or raw users.
+    // Rows written before this migration have no users_sketch (counted as no users); the day
+    // level starts empty and fills from ingestion (replaying the usage topic rebuilds both).
+    id: 'kpi/004-series-rollups',
+    sql: `
+      alter table kpi_usage_hours add column users_sketch bytea;
+      create table kpi_usage_days (
+        tenant_id uuid not null,
+        day timestamptz not null,
+        samples bigint not null,
+        errors bigint not null,
+        duration_sum_ms double precision not null,
+        latency_sketch bytea not null,
+        users_sketch bytea,
+        primary key (tenant_id, day)
+      );
+      ${tenantScoped('kpi_usage_days')}
+    `,
+  },
 ];

@@ -3,36 +3,49 @@ import { z } from 'zod';
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import type { ApplyOutcome, SampleBatch, UsageSample, UsageSampleSink } from '../../shared/metrics-bus/port.ts';
 import { addValue, createSketch, deserializeSketch, mergeInto, serializeSketch, type DDSketch } from '../../shared/sketch/ddsketch.ts';
+import { addHashes, deserializeDistinct, emptyDistinct, hashUserId, mergeDistinct, serializeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
 
 const MINUTE = 60_000;
 const HOUR = 3_600_000;
 const DAY = 86_400_000;
 
-type Bucket = { tenantId: string; start: number; samples: number; errors: number; durationSum: number; sketch: DDSketch };
+type Bucket = {
+  tenantId: string;
+  start: number;
+  samples: number;
+  errors: number;
+  durationSum: number;
+  sketch: DDSketch;
+  /** Distinct users of the bucket (hour and day levels; minutes keep only the raw ids). */
+  userIds: Set<string>;
+  users?: DistinctSketch;
+};
+const newBucket = (tenantId: string, start: number): Bucket => ({ tenantId, start, samples: 0, errors: 0, durationSum: 0, sketch: createSketch(), userIds: new Set() });
 
 /** A batch folded in memory: what it adds to each rollup table. Pure. */
 export type BatchAggregate = {
   readonly minutes: Map<string, Bucket>;
   readonly hours: Map<string, Bucket>;
+  readonly days: Map<string, Bucket>;
   readonly users: Map<string, { tenantId: string; userId: string; first: number; last: number }>;
   readonly dailyUsers: Map<string, { tenantId: string; day: string; userId: string; samples: number }>;
   readonly tenants: Map<string, { samples: number; last: number }>;
 };
 
 export function aggregateSamples(samples: readonly UsageSample[]): BatchAggregate {
-  const agg: BatchAggregate = { minutes: new Map(), hours: new Map(), users: new Map(), dailyUsers: new Map(), tenants: new Map() };
+  const agg: BatchAggregate = { minutes: new Map(), hours: new Map(), days: new Map(), users: new Map(), dailyUsers: new Map(), tenants: new Map() };
   // Hot loop: one map lookup per sample and level, no per-sample string building or Date.
   let lastTenant = '';
   let lastMinute = -1;
   let minute: Bucket | undefined;
-  const days = new Map<number, string>();
+  const dayLabels = new Map<number, string>();
   for (const s of samples) {
     const start = s.timestamp - (s.timestamp % MINUTE);
     if (s.tenantId !== lastTenant || start !== lastMinute || !minute) {
       const key = `${s.tenantId}|${start}`;
       minute = agg.minutes.get(key);
       if (!minute) {
-        minute = { tenantId: s.tenantId, start, samples: 0, errors: 0, durationSum: 0, sketch: createSketch() };
+        minute = newBucket(s.tenantId, start);
         agg.minutes.set(key, minute);
       }
       lastTenant = s.tenantId;
@@ -43,6 +56,7 @@ export function aggregateSamples(samples: readonly UsageSample[]): BatchAggregat
     if (s.status >= 500) minute.errors++;
     minute.durationSum += duration;
     addValue(minute.sketch, duration);
+    minute.userIds.add(s.userId);
 
     const userKey = `${s.tenantId}|${s.userId}`;
     const user = agg.users.get(userKey);
@@ -52,8 +66,8 @@ export function aggregateSamples(samples: readonly UsageSample[]): BatchAggregat
       if (s.timestamp > user.last) user.last = s.timestamp;
     }
     const dayStart = s.timestamp - (s.timestamp % DAY);
-    let day = days.get(dayStart);
-    if (day === undefined) days.set(dayStart, (day = new Date(dayStart).toISOString().slice(0, 10)));
+    let day = dayLabels.get(dayStart);
+    if (day === undefined) dayLabels.set(dayStart, (day = new Date(dayStart).toISOString().slice(0, 10)));
     const dayKey = `${userKey}|${dayStart}`;
     const daily = agg.dailyUsers.get(dayKey);
     if (daily) daily.samples++;
@@ -64,16 +78,30 @@ export function aggregateSamples(samples: readonly UsageSample[]): BatchAggregat
       if (s.timestamp > tenant.last) tenant.last = s.timestamp;
     } else agg.tenants.set(s.tenantId, { samples: 1, last: s.timestamp });
   }
-  // Hours are the merge of their minutes: per bucket, not per sample.
-  for (const m of agg.minutes.values()) {
-    const start = m.start - (m.start % HOUR);
-    const key = `${m.tenantId}|${start}`;
-    let hour = agg.hours.get(key);
-    if (!hour) agg.hours.set(key, (hour = { tenantId: m.tenantId, start, samples: 0, errors: 0, durationSum: 0, sketch: createSketch() }));
-    hour.samples += m.samples;
-    hour.errors += m.errors;
-    hour.durationSum += m.durationSum;
-    mergeInto(hour.sketch, m.sketch);
+  // Hours are the merge of their minutes, days the merge of their hours: per bucket, not per sample.
+  const rollUp = (from: Iterable<Bucket>, into: Map<string, Bucket>, size: number) => {
+    for (const b of from) {
+      const start = b.start - (b.start % size);
+      const key = `${b.tenantId}|${start}`;
+      let up = into.get(key);
+      if (!up) into.set(key, (up = newBucket(b.tenantId, start)));
+      up.samples += b.samples;
+      up.errors += b.errors;
+      up.durationSum += b.durationSum;
+      mergeInto(up.sketch, b.sketch);
+      for (const id of b.userIds) up.userIds.add(id);
+    }
+  };
+  rollUp(agg.minutes.values(), agg.hours, HOUR);
+  rollUp(agg.hours.values(), agg.days, DAY);
+  const hashes = new Map<string, number>();
+  const hashOf = (id: string) => {
+    let h = hashes.get(id);
+    if (h === undefined) hashes.set(id, (h = hashUserId(id)));
+    return h;
+  };
+  for (const level of [agg.hours, agg.days]) {
+    for (const b of level.values()) b.users = addHashes(emptyDistinct(), [...b.userIds].map(hashOf));
   }
   return agg;
 }
@@ -87,14 +115,25 @@ const existingBucket = z.object({
   errors: z.number(),
   duration_sum_ms: z.number(),
   sketch: z.string(),
+  users: z.string().nullable(),
 });
 
-/** Adds buckets into a minute or hour table, merging sketches with the stored ones. */
-async function upsertBuckets(tx: DatabaseTransactionConnection, table: IdentifierSqlToken, column: IdentifierSqlToken, buckets: Iterable<Bucket>) {
+/**
+ * Adds buckets into a minute, hour or day table, merging sketches with the stored ones (and
+ * the distinct-user sketches where the table has them: hours and days).
+ */
+async function upsertBuckets(
+  tx: DatabaseTransactionConnection,
+  table: IdentifierSqlToken,
+  column: IdentifierSqlToken,
+  buckets: Iterable<Bucket>,
+  withUsers = false,
+) {
   const list = [...buckets];
   if (list.length === 0) return;
   const existing = await tx.any(sql.type(existingBucket)`
-    select t.tenant_id::text, t.${column} as start, t.samples, t.errors, t.duration_sum_ms, encode(t.latency_sketch, 'hex') as sketch
+    select t.tenant_id::text, t.${column} as start, t.samples, t.errors, t.duration_sum_ms, encode(t.latency_sketch, 'hex') as sketch,
+           ${withUsers ? sql.fragment`encode(t.users_sketch, 'hex')` : sql.fragment`null::text`} as users
     from ${table} t
     join ${sql.unnest(list.map((b) => [b.tenantId, iso(b.start)]), ['uuid', 'timestamptz'])} as k(tenant_id, start)
       on t.tenant_id = k.tenant_id and t.${column} = k.start
@@ -104,6 +143,8 @@ async function upsertBuckets(tx: DatabaseTransactionConnection, table: Identifie
   const rows = list.map((b) => {
     const old = stored.get(`${b.tenantId}|${b.start}`);
     const sketch = old ? mergeInto(deserializeSketch(Buffer.from(old.sketch, 'hex')), b.sketch) : b.sketch;
+    const fresh = b.users ?? emptyDistinct();
+    const users = old?.users ? mergeDistinct(deserializeDistinct(Buffer.from(old.users, 'hex')), fresh) : fresh;
     return [
       b.tenantId,
       iso(b.start),
@@ -111,16 +152,18 @@ async function upsertBuckets(tx: DatabaseTransactionConnection, table: Identifie
       b.errors + (old?.errors ?? 0),
       b.durationSum + (old?.duration_sum_ms ?? 0),
       serializeSketch(sketch).toString('hex'),
+      withUsers ? serializeDistinct(users).toString('hex') : null,
     ];
   });
   await tx.query(sql.type(noRows)`
-    insert into ${table} (tenant_id, ${column}, samples, errors, duration_sum_ms, latency_sketch)
-    select tenant_id, start, samples, errors, duration_sum_ms, decode(sketch, 'hex')
-    from ${sql.unnest(rows, ['uuid', 'timestamptz', 'int8', 'int8', 'float8', 'text'])}
-      as r(tenant_id, start, samples, errors, duration_sum_ms, sketch)
+    insert into ${table} (tenant_id, ${column}, samples, errors, duration_sum_ms, latency_sketch${withUsers ? sql.fragment`, users_sketch` : sql.fragment``})
+    select tenant_id, start, samples, errors, duration_sum_ms, decode(sketch, 'hex')${withUsers ? sql.fragment`, decode(users, 'hex')` : sql.fragment``}
+    from ${sql.unnest(rows, ['uuid', 'timestamptz', 'int8', 'int8', 'float8', 'text', 'text'])}
+      as r(tenant_id, start, samples, errors, duration_sum_ms, sketch, users)
     on conflict (tenant_id, ${column}) do update set
       samples = excluded.samples, errors = excluded.errors,
       duration_sum_ms = excluded.duration_sum_ms, latency_sketch = excluded.latency_sketch
+      ${withUsers ? sql.fragment`, users_sketch = excluded.users_sketch` : sql.fragment``}
   `);
 }
 
@@ -138,7 +181,8 @@ export async function applySamples(tx: DatabaseTransactionConnection, samples: r
     select pg_advisory_xact_lock(hashtext('kpi-usage:' || t)) from unnest(${sql.array(tenants, 'text')}::text[]) as t
   `);
   await upsertBuckets(tx, sql.identifier(['kpi_usage_minutes']), sql.identifier(['minute']), agg.minutes.values());
-  await upsertBuckets(tx, sql.identifier(['kpi_usage_hours']), sql.identifier(['hour']), agg.hours.values());
+  await upsertBuckets(tx, sql.identifier(['kpi_usage_hours']), sql.identifier(['hour']), agg.hours.values(), true);
+  await upsertBuckets(tx, sql.identifier(['kpi_usage_days']), sql.identifier(['day']), agg.days.values(), true);
   const users = [...agg.users.values()];
   await tx.query(sql.type(noRows)`
     insert into kpi_user_activity (tenant_id, user_id, first_seen, last_seen)

@@ -7,6 +7,7 @@ import { formatPosition, parsePosition, type EventStore } from '../../shared/eve
 import { waitForCheckpoint } from '../../projections/runner/runner.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type UsageProgress } from '../../projections/kpi/query.ts';
+import { KPI_METRICS, MAX_SERIES_POINTS, readKpiSeries, readKpiSummaryAt, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { billingEventsBody, ingestBillingEvents } from './billing.ts';
@@ -34,6 +35,38 @@ export const kpiSummarySchema = z
   })
   .meta({ id: 'KpiSummary' });
 
+/** An ISO 8601 instant with an offset, in years 1970–9999 (SPEC §9). */
+const instant = (description: string) =>
+  z.iso
+    .datetime({ offset: true })
+    .transform((text) => Date.parse(text))
+    .refine((ms) => ms >= 0 && ms < Date.UTC(10000, 0, 1), 'must lie in years 1970–9999')
+    .describe(description);
+
+const kpiQuery = z.object({
+  at: instant('Answer the summary as it was at this instant (ISO 8601 with offset); default: now').optional(),
+});
+
+const seriesQuery = z.object({
+  metric: z.enum(KPI_METRICS).describe('Which KPI'),
+  from: instant('First instant of the range (inclusive); points lie on interval boundaries (UTC, weeks start on Monday)'),
+  to: instant('Last instant of the range (inclusive)'),
+  interval: z.enum(SERIES_INTERVALS).describe('Spacing of the points'),
+});
+
+export const kpiSeriesSchema = z
+  .object({
+    metric: z.enum(KPI_METRICS),
+    interval: z.enum(SERIES_INTERVALS),
+    currency: z.string().nullable().optional().describe('ISO 4217 currency of mrr / arr points; null before the first billing event'),
+    asOf: z.string().describe('Points after this instant (the KPI watermark) are left out'),
+    points: z
+      .array(z.object({ at: z.string().describe('ISO 8601 UTC instant'), value: z.number() }))
+      .max(MAX_SERIES_POINTS)
+      .describe('The metric as of each instant (requests: count in the interval ending at the instant)'),
+  })
+  .meta({ id: 'KpiSeries' });
+
 const ingestResponse = z.object({
   accepted: z.number().int(),
   duplicates: z.number().int(),
@@ -55,8 +88,9 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         config: { permission: 'analytics:read' },
         schema: {
           tags: ['analytics'],
-          summary: 'KPI summary of the tenant',
+          summary: 'KPI summary of the tenant (now, or as it was at `at`)',
           headers: z.object({ 'x-min-position': z.string().optional() }),
+          querystring: kpiQuery,
           response: { 200: kpiSummarySchema, ...problems, 503: problemSchema },
         },
       },
@@ -68,7 +102,36 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
           if (!position) throw new BadRequestError('X-Min-Position must be a log position as returned by a write');
           await waitForCheckpoint(deps.pool, kpiBillingProjection.name, position, readWaitMs);
         }
-        return readKpiSummary({ pool: deps.pool, eventStore: deps.store, ...(deps.usage ? { usage: deps.usage } : {}) }, auth.tenantId, now());
+        const at = request.query.at;
+        const ports = { pool: deps.pool, eventStore: deps.store };
+        return at === undefined
+          ? readKpiSummary({ ...ports, ...(deps.usage ? { usage: deps.usage } : {}) }, auth.tenantId, now())
+          : readKpiSummaryAt(ports, auth.tenantId, at, now());
+      },
+    );
+
+    app.get(
+      '/analytics/kpi/series',
+      {
+        config: { permission: 'analytics:read' },
+        schema: {
+          tags: ['analytics'],
+          summary: `One KPI over time (at most ${MAX_SERIES_POINTS.toLocaleString('en')} points)`,
+          querystring: seriesQuery,
+          response: { 200: kpiSeriesSchema, ...problems, 503: problemSchema },
+        },
+      },
+      async (request) => {
+        const auth = requireAuth(request);
+        const { metric, interval, from, to } = request.query;
+        if (from > to) throw new BadRequestError('from must not be after to', { errors: [{ path: 'from', message: 'must not be after to' }] });
+        const instants = seriesInstants(from, to, interval);
+        if (!instants) {
+          throw new BadRequestError(`More than ${MAX_SERIES_POINTS} points; narrow the range or choose a longer interval`, {
+            errors: [{ path: 'interval', message: `more than ${MAX_SERIES_POINTS} points` }],
+          });
+        }
+        return readKpiSeries({ pool: deps.pool, eventStore: deps.store }, auth.tenantId, { metric, interval, instants }, now());
       },
     );
 

@@ -1,0 +1,298 @@
+import { z } from 'zod';
+import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import type { EventStore } from '../../shared/event-store/port.ts';
+import { createSketch, deserializeSketch, mergeInto, quantile, type DDSketch } from '../../shared/sketch/ddsketch.ts';
+import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
+import { billingWatermark, type KpiSummary } from './query.ts';
+import { revenueAsOf } from './revenueAsOf.ts';
+
+/**
+ * KPIs over time (SPEC §8): `GET /v1/analytics/kpi/series` and `GET /v1/analytics/kpi?at=`.
+ *
+ * Usage KPIs at an instant T are read from the hour and day rollups at hour resolution: the
+ * windows are the whole hours ending at E = T rounded up to the hour (E = T on the hour, which
+ * every series point is). dau / apiLatencyP95Ms: [E − 24 h, E); mau: [E − 30 d, E); requests
+ * (series only): the interval ending at the point. A window is read as day rows where whole UTC
+ * days fit and hour rows at its edges; sketches merge exactly (DDSketch counts add, distinct
+ * sketches union), so the grouping never changes the answer and a series point equals
+ * `kpi?at=` at the same instant.
+ *
+ * Cost is bounded by the number of points, not by traffic: a series reads one row per hour
+ * (hour interval) or per day (other intervals) of its range plus one window, and merges each
+ * atom about three times (two-stack sliding window), whatever the number of samples.
+ */
+export const KPI_METRICS = ['mrr', 'arr', 'churnRate', 'dau', 'mau', 'apiLatencyP95Ms', 'requests'] as const;
+export type KpiMetric = (typeof KPI_METRICS)[number];
+export const SERIES_INTERVALS = ['hour', 'day', 'week', 'month'] as const;
+export type SeriesInterval = (typeof SERIES_INTERVALS)[number];
+export const MAX_SERIES_POINTS = 1_000;
+
+const HOUR = 3_600_000;
+const DAY = 86_400_000;
+const MAU_WINDOW = 30 * DAY;
+
+export function floorTo(interval: SeriesInterval, t: number): number {
+  switch (interval) {
+    case 'hour':
+      return t - (((t % HOUR) + HOUR) % HOUR);
+    case 'day':
+      return t - (((t % DAY) + DAY) % DAY);
+    case 'week': {
+      const day = floorTo('day', t);
+      return day - ((new Date(day).getUTCDay() + 6) % 7) * DAY; // ISO weeks start on Monday
+    }
+    case 'month': {
+      const d = new Date(t);
+      return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+    }
+    default: {
+      const never: never = interval;
+      throw new Error(`unknown interval ${String(never)}`);
+    }
+  }
+}
+
+/** `t` (aligned to `interval`) moved by `n` intervals. */
+export function addIntervals(interval: SeriesInterval, t: number, n: number): number {
+  switch (interval) {
+    case 'hour':
+      return t + n * HOUR;
+    case 'day':
+      return t + n * DAY;
+    case 'week':
+      return t + n * 7 * DAY;
+    case 'month': {
+      const d = new Date(t);
+      return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + n, 1);
+    }
+    default: {
+      const never: never = interval;
+      throw new Error(`unknown interval ${String(never)}`);
+    }
+  }
+}
+
+/**
+ * The points of a series: every `interval` boundary (UTC; weeks start on Monday) in [from, to].
+ * `null` when there would be more than `MAX_SERIES_POINTS` (checked without building them).
+ */
+export function seriesInstants(from: number, to: number, interval: SeriesInterval): number[] | null {
+  const floor = floorTo(interval, from);
+  let t = floor === from ? from : addIntervals(interval, floor, 1);
+  const out: number[] = [];
+  while (t <= to) {
+    if (out.length === MAX_SERIES_POINTS) return null;
+    out.push(t);
+    t = addIntervals(interval, t, 1);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sliding-window merge (two stacks): windows [lo, hi) over atoms, with lo and hi non-decreasing.
+// Each atom is merged O(1) times amortised, so 365 mau points cost ~3 × 395 merges, not 365 × 30.
+// ---------------------------------------------------------------------------------------------
+
+export function slidingMerge<S>(atoms: readonly S[], windows: readonly (readonly [number, number])[], empty: S, merge: (a: S, b: S) => S): S[] {
+  const suffix = new Map<number, S>();
+  let qlo = 0;
+  let qhi = 0;
+  let backStart = 0;
+  let back = empty;
+  const out: S[] = [];
+  for (const [lo, hi] of windows) {
+    if (lo < qlo || hi < qhi) throw new RangeError('windows must move forward');
+    if (lo >= qhi) {
+      qlo = qhi = backStart = lo;
+      back = empty;
+      suffix.clear();
+    }
+    while (qhi < hi) back = merge(back, atoms[qhi++]!);
+    while (qlo < lo) {
+      if (qlo === backStart) {
+        // Front stack empty: move the back stack over, as suffix aggregates.
+        let agg = empty;
+        for (let k = qhi - 1; k >= backStart; k--) suffix.set(k, (agg = merge(atoms[k]!, agg)));
+        backStart = qhi;
+        back = empty;
+      }
+      suffix.delete(qlo++);
+    }
+    out.push(merge(qlo < backStart ? suffix.get(qlo)! : empty, back));
+  }
+  return out;
+}
+
+const mergeLatency = (a: DDSketch, b: DDSketch): DDSketch => {
+  if (b.count === 0) return a;
+  if (a.count === 0) return b;
+  return mergeInto(mergeInto(createSketch(a.relativeAccuracy), a), b);
+};
+const EMPTY_LATENCY = createSketch();
+const EMPTY_USERS = emptyDistinct();
+const p95Of = (sketch: DDSketch) => {
+  const p95 = quantile(sketch, 0.95);
+  return p95 === undefined ? 0 : Math.round(p95 * 100) / 100;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reading the rollups
+// ---------------------------------------------------------------------------------------------
+
+type Atom = { start: number; samples: number; latency: DDSketch; users: DistinctSketch };
+type Need = { latency: boolean; users: boolean };
+
+const atomRow = z.object({ start: z.string(), samples: z.number(), sketch: z.string().nullable(), users: z.string().nullable() });
+const iso = (ms: number) => new Date(ms).toISOString();
+
+async function loadAtoms(tx: DatabaseTransactionConnection, tenantId: string, level: 'hour' | 'day', start: number, end: number, need: Need): Promise<Atom[]> {
+  if (start >= end) return [];
+  const table = sql.identifier([level === 'hour' ? 'kpi_usage_hours' : 'kpi_usage_days']);
+  const column = sql.identifier([level]);
+  const rows = await tx.any(sql.type(atomRow)`
+    select ${column} as start, samples,
+           ${need.latency ? sql.fragment`encode(latency_sketch, 'hex')` : sql.fragment`null::text`} as sketch,
+           ${need.users ? sql.fragment`encode(users_sketch, 'hex')` : sql.fragment`null::text`} as users
+    from ${table} where tenant_id = ${tenantId} and ${column} >= ${iso(start)} and ${column} < ${iso(end)}
+    order by ${column}
+  `);
+  return rows.map((r) => ({
+    start: Date.parse(r.start),
+    samples: r.samples,
+    latency: r.sketch === null ? EMPTY_LATENCY : deserializeSketch(Buffer.from(r.sketch, 'hex')),
+    users: r.users === null ? EMPTY_USERS : deserializeDistinct(Buffer.from(r.users, 'hex')),
+  }));
+}
+
+/** Atoms covering [start, end) (hour-aligned): hour rows at the edges, day rows for whole days. */
+async function loadWindow(tx: DatabaseTransactionConnection, tenantId: string, start: number, end: number, need: Need): Promise<Atom[]> {
+  const dayStart = floorTo('day', start) === start ? start : floorTo('day', start) + DAY;
+  const dayEnd = floorTo('day', end);
+  if (dayStart >= dayEnd) return loadAtoms(tx, tenantId, 'hour', start, end, need);
+  return [
+    ...(await loadAtoms(tx, tenantId, 'hour', start, dayStart, need)),
+    ...(await loadAtoms(tx, tenantId, 'day', dayStart, dayEnd, need)),
+    ...(await loadAtoms(tx, tenantId, 'hour', dayEnd, end, need)),
+  ];
+}
+
+const lowerBound = (atoms: readonly Atom[], t: number) => {
+  let lo = 0;
+  let hi = atoms.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (atoms[mid]!.start < t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+};
+
+/** The horizon up to which KPIs are answered: now, or earlier while billing events are pending. */
+async function horizon(deps: { pool: DatabasePool; eventStore: EventStore }, now: number) {
+  return billingWatermark(deps.pool, deps.eventStore, now);
+}
+
+async function tenantCurrency(tx: DatabaseTransactionConnection, tenantId: string) {
+  return tx.maybeOneFirst(sql.type(z.object({ currency: z.string() }))`select currency from kpi_billing_tenants where tenant_id = ${tenantId}`);
+}
+
+export type KpiSeries = {
+  readonly metric: KpiMetric;
+  readonly interval: SeriesInterval;
+  readonly currency?: string | null;
+  readonly asOf: string;
+  readonly points: { at: string; value: number }[];
+};
+
+/**
+ * One metric at `instants` (from `seriesInstants`, so aligned to `interval`). Points after
+ * the horizon (now, or the billing watermark while billing events are pending) are left out.
+ */
+export async function readKpiSeries(
+  deps: { pool: DatabasePool; eventStore: EventStore },
+  tenantId: string,
+  query: { metric: KpiMetric; interval: SeriesInterval; instants: readonly number[] },
+  now: number = Date.now(),
+): Promise<KpiSeries> {
+  const asOf = await horizon(deps, now);
+  const instants = query.instants.filter((t) => t <= asOf);
+  const { metric, interval } = query;
+  return withTenant(deps.pool, tenantId, async (tx) => {
+    const base = { metric, interval, asOf: iso(asOf) };
+    const points = (values: readonly number[]) => instants.map((t, i) => ({ at: iso(t), value: values[i]! }));
+    if (metric === 'mrr' || metric === 'arr' || metric === 'churnRate') {
+      const revenue = await revenueAsOf(tx, tenantId, instants);
+      const currency = metric === 'churnRate' ? {} : { currency: await tenantCurrency(tx, tenantId) };
+      return { ...base, ...currency, points: points(revenue.map((r) => r[metric])) };
+    }
+    if (instants.length === 0) return { ...base, points: [] };
+    const first = instants[0]!;
+    const last = instants.at(-1)!;
+    const windowOf = (t: number): readonly [number, number] => {
+      switch (metric) {
+        case 'dau':
+        case 'apiLatencyP95Ms':
+          return [t - DAY, t];
+        case 'mau':
+          return [t - MAU_WINDOW, t];
+        case 'requests':
+          return [addIntervals(interval, t, -1), t];
+        default: {
+          const never: never = metric;
+          throw new Error(`unknown metric ${String(never)}`);
+        }
+      }
+    };
+    const level = interval === 'hour' ? 'hour' : 'day';
+    const need = { latency: metric === 'apiLatencyP95Ms', users: metric === 'dau' || metric === 'mau' };
+    const atoms = await loadAtoms(tx, tenantId, level, windowOf(first)[0], last, need);
+    const ranges = instants.map((t) => {
+      const [start, end] = windowOf(t);
+      return [lowerBound(atoms, start), lowerBound(atoms, end)] as const;
+    });
+    switch (metric) {
+      case 'requests': {
+        const prefix = [0];
+        for (const a of atoms) prefix.push(prefix.at(-1)! + a.samples);
+        return { ...base, points: points(ranges.map(([lo, hi]) => prefix[hi]! - prefix[lo]!)) };
+      }
+      case 'apiLatencyP95Ms': {
+        const merged = slidingMerge(atoms.map((a) => a.latency), ranges, EMPTY_LATENCY, mergeLatency);
+        return { ...base, points: points(merged.map(p95Of)) };
+      }
+      default: {
+        const merged = slidingMerge(atoms.map((a) => a.users), ranges, EMPTY_USERS, mergeDistinct);
+        return { ...base, points: points(merged.map(countDistinct)) };
+      }
+    }
+  });
+}
+
+/**
+ * The KPI summary as it was at `at` (`GET /v1/analytics/kpi?at=`): asOf = min(at, horizon);
+ * usage from the rollups at hour resolution (see above), revenue as of asOf.
+ */
+export async function readKpiSummaryAt(
+  deps: { pool: DatabasePool; eventStore: EventStore },
+  tenantId: string,
+  at: number,
+  now: number = Date.now(),
+): Promise<KpiSummary> {
+  const asOf = Math.min(at, await horizon(deps, now));
+  const end = floorTo('hour', asOf) === asOf ? asOf : floorTo('hour', asOf) + HOUR;
+  return withTenant(deps.pool, tenantId, async (tx) => {
+    const day = await loadWindow(tx, tenantId, end - DAY, end, { latency: true, users: true });
+    const month = await loadWindow(tx, tenantId, end - MAU_WINDOW, end, { latency: false, users: true });
+    const [revenue] = await revenueAsOf(tx, tenantId, [asOf]);
+    return {
+      mrr: revenue!.mrr,
+      arr: revenue!.arr,
+      churnRate: revenue!.churnRate,
+      dau: countDistinct(day.reduce((acc, a) => mergeDistinct(acc, a.users), EMPTY_USERS)),
+      mau: countDistinct(month.reduce((acc, a) => mergeDistinct(acc, a.users), EMPTY_USERS)),
+      apiLatencyP95Ms: p95Of(day.reduce((acc, a) => mergeLatency(acc, a.latency), EMPTY_LATENCY)),
+      asOf: iso(asOf),
+      currency: await tenantCurrency(tx, tenantId),
+    };
+  });
+}
