@@ -17,6 +17,7 @@ import { analyticsRoutes } from '../analytics/routes.ts';
 import { usageSamples } from '../analytics/usageSamples.ts';
 import { rateLimited } from '../gateway/rateLimit.ts';
 import { activeTracing } from '../../shared/telemetry/tracing.ts';
+import { dashboardRoutes } from '../dashboard/routes.ts';
 import type { RoleContext, RoleHandle } from './process.ts';
 
 /** The ports the gateway's capabilities are bound to. */
@@ -58,7 +59,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
       ),
     ],
-    publicRoutes: [jwksRoutes(auth)],
+    publicRoutes: [jwksRoutes(auth), dashboardRoutes],
   };
 }
 
