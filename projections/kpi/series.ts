@@ -4,7 +4,8 @@ import type { EventStore } from '../../shared/event-store/port.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
 import { billingWatermark, type KpiSummary } from './query.ts';
-import { revenueAsOf } from './revenueAsOf.ts';
+import { loadRevenueHistories } from './revenue.ts';
+import { revenueAsOf, type RevenueKpis } from './subscriptions.ts';
 
 /**
  * KPIs over time (SPEC §8): `GET /v1/analytics/kpi/series` and `GET /v1/analytics/kpi?at=`.
@@ -135,6 +136,17 @@ const p95Of = (sketch: DDSketch) => {
   return p95 === undefined ? 0 : Math.round(p95 * 100) / 100;
 };
 
+/**
+ * Revenue KPIs at each instant: the billing projection's histories loaded once for the whole
+ * range (billing history, which does not grow with request traffic), then the pure as-of fold
+ * per point — the same function the snapshot uses, so both agree by construction.
+ */
+async function revenueAt(tx: DatabaseTransactionConnection, tenantId: string, instants: readonly number[]): Promise<RevenueKpis[]> {
+  if (instants.length === 0) return [];
+  const histories = await loadRevenueHistories(tx, tenantId, { from: new Date(Math.min(...instants)), to: new Date(Math.max(...instants)) });
+  return instants.map((t) => revenueAsOf(histories, new Date(t)));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reading the rollups
 // ---------------------------------------------------------------------------------------------
@@ -221,7 +233,7 @@ export async function readKpiSeries(
     const base = { metric, interval, asOf: iso(asOf) };
     const points = (values: readonly number[]) => instants.map((t, i) => ({ at: iso(t), value: values[i]! }));
     if (metric === 'mrr' || metric === 'arr' || metric === 'churnRate') {
-      const revenue = await revenueAsOf(tx, tenantId, instants);
+      const revenue = await revenueAt(tx, tenantId, instants);
       const currency = metric === 'churnRate' ? {} : { currency: await tenantCurrency(tx, tenantId) };
       return { ...base, ...currency, points: points(revenue.map((r) => r[metric])) };
     }
@@ -283,7 +295,7 @@ export async function readKpiSummaryAt(
   return withTenant(deps.pool, tenantId, async (tx) => {
     const day = await loadWindow(tx, tenantId, end - DAY, end, { latency: true, users: true });
     const month = await loadWindow(tx, tenantId, end - MAU_WINDOW, end, { latency: false, users: true });
-    const [revenue] = await revenueAsOf(tx, tenantId, [asOf]);
+    const [revenue] = await revenueAt(tx, tenantId, [asOf]);
     return {
       mrr: revenue!.mrr,
       arr: revenue!.arr,
