@@ -154,7 +154,7 @@ async function revenueAt(tx: DatabaseTransactionConnection, tenantId: string, in
 type Atom = { start: number; samples: number; latency: DDSketch; users: DistinctSketch };
 type Need = { latency: boolean; users: boolean };
 
-const atomRow = z.object({ start: z.string(), samples: z.number(), sketch: z.string().nullable(), users: z.string().nullable() });
+const atomRow = z.object({ start: z.string(), samples: z.number(), sketch: z.instanceof(Buffer).nullable(), users: z.instanceof(Buffer).nullable() });
 const iso = (ms: number) => new Date(ms).toISOString();
 
 async function loadAtoms(tx: DatabaseTransactionConnection, tenantId: string, level: 'hour' | 'day', start: number, end: number, need: Need): Promise<Atom[]> {
@@ -163,16 +163,16 @@ async function loadAtoms(tx: DatabaseTransactionConnection, tenantId: string, le
   const column = sql.identifier([level]);
   const rows = await tx.any(sql.type(atomRow)`
     select ${column} as start, samples,
-           ${need.latency ? sql.fragment`encode(latency_sketch, 'hex')` : sql.fragment`null::text`} as sketch,
-           ${need.users ? sql.fragment`encode(users_sketch, 'hex')` : sql.fragment`null::text`} as users
+           ${need.latency ? sql.fragment`latency_sketch` : sql.fragment`null::bytea`} as sketch,
+           ${need.users ? sql.fragment`users_sketch` : sql.fragment`null::bytea`} as users
     from ${table} where tenant_id = ${tenantId} and ${column} >= ${iso(start)} and ${column} < ${iso(end)}
     order by ${column}
   `);
   return rows.map((r) => ({
     start: Date.parse(r.start),
     samples: r.samples,
-    latency: r.sketch === null ? EMPTY_LATENCY : deserializeSketch(Buffer.from(r.sketch, 'hex')),
-    users: r.users === null ? EMPTY_USERS : deserializeDistinct(Buffer.from(r.users, 'hex')),
+    latency: r.sketch === null ? EMPTY_LATENCY : deserializeSketch(r.sketch),
+    users: r.users === null ? EMPTY_USERS : deserializeDistinct(r.users),
   }));
 }
 

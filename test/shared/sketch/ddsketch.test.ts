@@ -5,6 +5,7 @@ import {
   createSketch,
   deserializeSketch,
   mergeInto,
+  mergeSerializedInto,
   quantile,
   serializeSketch,
 } from '../../../shared/sketch/ddsketch.ts';
@@ -120,5 +121,26 @@ describe('DDSketch', () => {
       expect(() => addValue(createSketch(), Number.NaN)).toThrow(RangeError);
       expect(() => addValue(createSketch(), Number.POSITIVE_INFINITY)).toThrow(RangeError);
     });
+  });
+});
+
+describe('mergeSerializedInto (the KPI query’s merge path)', () => {
+  it('gives the same sketch as deserialize + mergeInto, and refuses a corrupt one', () => {
+    fc.assert(
+      fc.property(fc.array(fc.array(fc.double({ min: 0, max: 1e6, noNaN: true }), { maxLength: 200 }), { maxLength: 8 }), (groups) => {
+        const stored = groups.map((values) => {
+          const sketch = createSketch();
+          for (const v of values) addValue(sketch, v);
+          return serializeSketch(sketch);
+        });
+        const slow = createSketch();
+        for (const bytes of stored) mergeInto(slow, deserializeSketch(bytes));
+        const fast = createSketch();
+        for (const bytes of stored) mergeSerializedInto(fast, bytes);
+        expect(fast).toEqual(slow);
+      }),
+    );
+    const bytes = serializeSketch(createSketch());
+    expect(() => mergeSerializedInto(createSketch(), bytes.subarray(0, bytes.length - 1))).toThrow(RangeError);
   });
 });
