@@ -214,4 +214,14 @@ describe('GET /v1/analytics/kpi/series', () => {
       expect(response.statusCode).toBe(403);
     });
   });
+
+  describe('when a client reads the OpenAPI document', () => {
+    it('finds the series route with its query parameters and response schema, and kpi?at=', async () => {
+      const doc = (await app.inject({ url: '/v1/openapi.json' })).json<{ paths: Record<string, { get: { parameters: { name: string; in: string }[] } }>; components: { schemas: Record<string, unknown> } }>();
+      const series = doc.paths['/v1/analytics/kpi/series']!.get;
+      expect(series.parameters.filter((p) => p.in === 'query').map((p) => p.name).sort()).toEqual(['from', 'interval', 'metric', 'to']);
+      expect(doc.components.schemas).toHaveProperty('KpiSeries');
+      expect(doc.paths['/v1/analytics/kpi']!.get.parameters.map((p) => p.name)).toContain('at');
+    });
+  });
 });
