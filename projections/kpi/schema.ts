@@ -146,7 +146,7 @@ export const kpiMigrations: readonly Migration[] = [
     // level starts empty and fills from ingestion (replaying the usage topic rebuilds both).
     id: 'kpi/004-series-rollups',
     sql: `
-      alter table kpi_usage_hours add column users_sketch bytea;
+      alter table kpi_usage_hours add column users_sketch bytea, add column users integer;
       create table kpi_usage_days (
         tenant_id uuid not null,
         day timestamptz not null,
@@ -155,6 +155,7 @@ export const kpiMigrations: readonly Migration[] = [
         duration_sum_ms double precision not null,
         latency_sketch bytea not null,
         users_sketch bytea,
+        users integer,
         primary key (tenant_id, day)
       );
       ${tenantScoped('kpi_usage_days')}

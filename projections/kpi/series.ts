@@ -200,10 +200,16 @@ async function revenueAt(tx: DatabaseTransactionConnection, tenantId: string, in
 // Reading the rollups
 // ---------------------------------------------------------------------------------------------
 
-type Atom = { start: number; samples: number; latency: DDSketch; users: DistinctSketch };
+type Atom = { start: number; samples: number; userCount: number; latency: DDSketch; users: DistinctSketch };
 type Need = { latency: boolean; users: boolean };
 
-const atomRow = z.object({ start: z.string(), samples: z.number(), sketch: z.instanceof(Buffer).nullable(), users: z.instanceof(Buffer).nullable() });
+const atomRow = z.object({
+  start: z.string(),
+  samples: z.number(),
+  user_count: z.number().nullable(),
+  sketch: z.instanceof(Buffer).nullable(),
+  users: z.instanceof(Buffer).nullable(),
+});
 const iso = (ms: number) => new Date(ms).toISOString();
 
 async function loadAtoms(tx: DatabaseTransactionConnection, tenantId: string, level: 'hour' | 'day', start: number, end: number, need: Need): Promise<Atom[]> {
@@ -211,7 +217,7 @@ async function loadAtoms(tx: DatabaseTransactionConnection, tenantId: string, le
   const table = sql.identifier([level === 'hour' ? 'kpi_usage_hours' : 'kpi_usage_days']);
   const column = sql.identifier([level]);
   const rows = await tx.any(sql.type(atomRow)`
-    select ${column} as start, samples,
+    select ${column} as start, samples, users as user_count,
            ${need.latency ? sql.fragment`latency_sketch` : sql.fragment`null::bytea`} as sketch,
            ${need.users ? sql.fragment`users_sketch` : sql.fragment`null::bytea`} as users
     from ${table} where tenant_id = ${tenantId} and ${column} >= ${iso(start)} and ${column} < ${iso(end)}
@@ -220,6 +226,7 @@ async function loadAtoms(tx: DatabaseTransactionConnection, tenantId: string, le
   return rows.map((r) => ({
     start: Date.parse(r.start),
     samples: r.samples,
+    userCount: r.user_count ?? 0,
     latency: r.sketch === null ? EMPTY_LATENCY : deserializeSketch(r.sketch),
     users: r.users === null ? EMPTY_USERS : deserializeDistinct(r.users),
   }));
@@ -305,7 +312,9 @@ export async function readKpiSeries(
       }
     };
     const level = interval === 'hour' ? 'hour' : 'day';
-    const need = { latency: metric === 'apiLatencyP95Ms', users: metric === 'dau' || metric === 'mau' };
+    // dau at day/week/month points: the window is exactly one day row, whose count is stored.
+    const dauByDay = metric === 'dau' && level === 'day';
+    const need = { latency: metric === 'apiLatencyP95Ms', users: metric === 'mau' || (metric === 'dau' && !dauByDay) };
     const atoms = await loadAtoms(tx, tenantId, level, windowOf(first)[0], last, need);
     const ranges = instants.map((t) => {
       const [start, end] = windowOf(t);
@@ -322,6 +331,7 @@ export async function readKpiSeries(
         return { ...base, points: points(merged.map(p95Of)) };
       }
       default: {
+        if (dauByDay) return { ...base, points: points(ranges.map(([lo, hi]) => (hi - lo === 1 ? atoms[lo]!.userCount : 0))) };
         const merged = slidingMerge(atoms.map((a) => a.users), ranges, EMPTY_USERS, mergeDistinct);
         return { ...base, points: points(merged.map(countDistinct)) };
       }

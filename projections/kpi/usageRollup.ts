@@ -3,7 +3,16 @@ import { z } from 'zod';
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import type { ApplyOutcome, SampleBatch, UsageSample, UsageSampleSink } from '../../shared/metrics-bus/port.ts';
 import { addValue, createSketch, deserializeSketch, mergeInto, serializeSketch, type DDSketch } from '../../shared/sketch/ddsketch.ts';
-import { addHashes, deserializeDistinct, emptyDistinct, hashUserId, mergeDistinct, serializeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
+import {
+  addHashes,
+  countDistinct,
+  deserializeDistinct,
+  emptyDistinct,
+  hashUserId,
+  mergeDistinct,
+  serializeDistinct,
+  type DistinctSketch,
+} from '../../shared/sketch/distinct.ts';
 
 const MINUTE = 60_000;
 const HOUR = 3_600_000;
@@ -153,17 +162,20 @@ async function upsertBuckets(
       b.durationSum + (old?.duration_sum_ms ?? 0),
       serializeSketch(sketch).toString('hex'),
       withUsers ? serializeDistinct(users).toString('hex') : null,
+      // The bucket's own distinct count, so a series whose window is exactly one bucket (dau
+      // at daily points) reads a number instead of the sketch.
+      withUsers ? countDistinct(users) : null,
     ];
   });
   await tx.query(sql.type(noRows)`
-    insert into ${table} (tenant_id, ${column}, samples, errors, duration_sum_ms, latency_sketch${withUsers ? sql.fragment`, users_sketch` : sql.fragment``})
-    select tenant_id, start, samples, errors, duration_sum_ms, decode(sketch, 'hex')${withUsers ? sql.fragment`, decode(users, 'hex')` : sql.fragment``}
-    from ${sql.unnest(rows, ['uuid', 'timestamptz', 'int8', 'int8', 'float8', 'text', 'text'])}
-      as r(tenant_id, start, samples, errors, duration_sum_ms, sketch, users)
+    insert into ${table} (tenant_id, ${column}, samples, errors, duration_sum_ms, latency_sketch${withUsers ? sql.fragment`, users_sketch, users` : sql.fragment``})
+    select tenant_id, start, samples, errors, duration_sum_ms, decode(sketch, 'hex')${withUsers ? sql.fragment`, decode(users, 'hex'), user_count` : sql.fragment``}
+    from ${sql.unnest(rows, ['uuid', 'timestamptz', 'int8', 'int8', 'float8', 'text', 'text', 'int4'])}
+      as r(tenant_id, start, samples, errors, duration_sum_ms, sketch, users, user_count)
     on conflict (tenant_id, ${column}) do update set
       samples = excluded.samples, errors = excluded.errors,
       duration_sum_ms = excluded.duration_sum_ms, latency_sketch = excluded.latency_sketch
-      ${withUsers ? sql.fragment`, users_sketch = excluded.users_sketch` : sql.fragment``}
+      ${withUsers ? sql.fragment`, users_sketch = excluded.users_sketch, users = excluded.users` : sql.fragment``}
   `);
 }
 
