@@ -1406,10 +1406,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** KPI summary of the tenant */
+        /** KPI summary of the tenant (now, or as it was at `at`) */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description Answer the summary as it was at this instant (ISO 8601 with offset); default: now */
+                    at?: string;
+                };
                 header?: {
                     "x-min-position"?: string;
                 };
@@ -1425,6 +1428,87 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["KpiSummary"];
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/analytics/kpi/series": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One KPI over time (at most 1,000 points) */
+        get: {
+            parameters: {
+                query: {
+                    /** @description Which KPI */
+                    metric: "mrr" | "arr" | "churnRate" | "dau" | "mau" | "apiLatencyP95Ms" | "requests";
+                    /** @description First instant of the range (inclusive); points lie on interval boundaries (UTC, weeks start on Monday) */
+                    from: string;
+                    /** @description Last instant of the range (inclusive) */
+                    to: string;
+                    /** @description Spacing of the points */
+                    interval: "hour" | "day" | "week" | "month";
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["KpiSeries"];
                     };
                 };
                 /** @description Default Response */
@@ -1682,6 +1766,22 @@ export interface components {
             /** @description ISO 4217 currency of mrr and arr; null before the first billing event */
             currency: string | null;
         };
+        KpiSeriesInput: {
+            /** @enum {string} */
+            metric: "mrr" | "arr" | "churnRate" | "dau" | "mau" | "apiLatencyP95Ms" | "requests";
+            /** @enum {string} */
+            interval: "hour" | "day" | "week" | "month";
+            /** @description ISO 4217 currency of mrr / arr points; null before the first billing event */
+            currency?: string | null;
+            /** @description Points after this instant (the KPI watermark) are left out */
+            asOf: string;
+            /** @description The metric as of each instant (requests: count in the interval ending at the instant) */
+            points: {
+                /** @description ISO 8601 UTC instant */
+                at: string;
+                value: number;
+            }[];
+        };
         Problem: {
             /** @description URI reference naming the problem type */
             type: string;
@@ -1781,6 +1881,22 @@ export interface components {
             asOf: string;
             /** @description ISO 4217 currency of mrr and arr; null before the first billing event */
             currency: string | null;
+        };
+        KpiSeries: {
+            /** @enum {string} */
+            metric: "mrr" | "arr" | "churnRate" | "dau" | "mau" | "apiLatencyP95Ms" | "requests";
+            /** @enum {string} */
+            interval: "hour" | "day" | "week" | "month";
+            /** @description ISO 4217 currency of mrr / arr points; null before the first billing event */
+            currency?: string | null;
+            /** @description Points after this instant (the KPI watermark) are left out */
+            asOf: string;
+            /** @description The metric as of each instant (requests: count in the interval ending at the instant) */
+            points: {
+                /** @description ISO 8601 UTC instant */
+                at: string;
+                value: number;
+            }[];
         };
     };
     responses: never;
