@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
-import { createSketch, deserializeSketch, mergeInto, quantile, type DDSketch } from '../../shared/sketch/ddsketch.ts';
+import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialized, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
 import { billingWatermark, type KpiSummary } from './query.ts';
 import { loadRevenueHistories } from './revenue.ts';
@@ -200,7 +200,7 @@ async function revenueAt(tx: DatabaseTransactionConnection, tenantId: string, in
 // Reading the rollups
 // ---------------------------------------------------------------------------------------------
 
-type Atom = { start: number; samples: number; userCount: number; latency: DDSketch; users: DistinctSketch };
+type Atom = { start: number; samples: number; userCount: number; latencyBytes: Buffer | null; latency: () => DDSketch; users: DistinctSketch };
 type Need = { latency: boolean; users: boolean };
 
 const atomRow = z.object({
@@ -227,7 +227,8 @@ async function loadAtoms(tx: DatabaseTransactionConnection, tenantId: string, le
     start: Date.parse(r.start),
     samples: r.samples,
     userCount: r.user_count ?? 0,
-    latency: r.sketch === null ? EMPTY_LATENCY : deserializeSketch(r.sketch),
+    latencyBytes: r.sketch,
+    latency: () => (r.sketch === null ? EMPTY_LATENCY : deserializeSketch(r.sketch)),
     users: r.users === null ? EMPTY_USERS : deserializeDistinct(r.users),
   }));
 }
@@ -327,7 +328,20 @@ export async function readKpiSeries(
         return { ...base, points: points(ranges.map(([lo, hi]) => prefix[hi]! - prefix[lo]!)) };
       }
       case 'apiLatencyP95Ms': {
-        const merged = slidingMerge(atoms.map((a) => a.latency), ranges, EMPTY_LATENCY, mergeLatency);
+        // Daily points: each window is one day row, answered from its bytes (no sketch built).
+        if (ranges.every(([lo, hi]) => hi - lo <= 1)) {
+          return {
+            ...base,
+            points: points(
+              ranges.map(([lo, hi]) => {
+                const bytes = hi > lo ? atoms[lo]!.latencyBytes : null;
+                const p95 = bytes ? quantileSerialized(bytes, 0.95) : undefined;
+                return p95 === undefined ? 0 : Math.round(p95 * 100) / 100;
+              }),
+            ),
+          };
+        }
+        const merged = slidingMerge(atoms.map((a) => a.latency()), ranges, EMPTY_LATENCY, mergeLatency);
         return { ...base, points: points(merged.map(p95Of)) };
       }
       default: {
@@ -361,7 +375,7 @@ export async function readKpiSummaryAt(
       churnRate: revenue!.churnRate,
       dau: countDistinct(day.reduce((acc, a) => mergeDistinct(acc, a.users), EMPTY_USERS)),
       mau: countDistinct(month.reduce((acc, a) => mergeDistinct(acc, a.users), EMPTY_USERS)),
-      apiLatencyP95Ms: p95Of(day.reduce((acc, a) => mergeLatency(acc, a.latency), EMPTY_LATENCY)),
+      apiLatencyP95Ms: p95Of(day.reduce((acc, a) => mergeLatency(acc, a.latency()), EMPTY_LATENCY)),
       asOf: iso(asOf),
       currency: await tenantCurrency(tx, tenantId),
     };

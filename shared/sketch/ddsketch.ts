@@ -283,3 +283,53 @@ export function mergeSerializedInto(into: DDSketch, bytes: Uint8Array): DDSketch
   if (max > into.max) into.max = max;
   return into;
 }
+
+/**
+ * `quantile(deserializeSketch(bytes), q)` without building the sketch: stored bins are already
+ * sorted by index, so one pass over the bytes finds the rank (no map, no sort). The KPI series
+ * uses it for windows that are exactly one stored row (p95 at daily points).
+ */
+export function quantileSerialized(bytes: Uint8Array, q: number): number | undefined {
+  if (!(q >= 0 && q <= 1)) throw new RangeError('q must be in [0, 1]');
+  let offset = 0;
+  const length = bytes.length;
+  const varint = () => {
+    let value = 0;
+    let scale = 1;
+    for (;;) {
+      if (offset >= length) throw new RangeError('truncated sketch');
+      const b = bytes[offset++]!;
+      value += (b & 0x7f) * scale;
+      if (b < 0x80) return value;
+      scale *= 0x80;
+      if (scale > 2 ** 56) throw new RangeError('varint too long');
+    }
+  };
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const double = () => {
+    if (offset + 8 > length) throw new RangeError('truncated sketch');
+    const value = view.getFloat64(offset, true);
+    offset += 8;
+    return value;
+  };
+  if (bytes[offset++] !== FORMAT_VERSION) throw new RangeError(`unknown sketch format ${bytes[0]}`);
+  const alpha = double();
+  const count = varint();
+  const zeroCount = varint();
+  double(); // sum
+  const min = double();
+  const max = double();
+  const bins = varint();
+  if (count === 0) return undefined;
+  const rank = Math.floor(q * (count - 1));
+  if (rank < zeroCount) return 0;
+  let seen = zeroCount;
+  let index = 0;
+  for (let i = 0; i < bins; i++) {
+    const z = varint();
+    index += z % 2 === 0 ? z / 2 : -(z + 1) / 2;
+    seen += varint();
+    if (seen > rank) return Math.min(max, Math.max(min, bucketValue(alpha, index)));
+  }
+  return max;
+}

@@ -6,6 +6,7 @@ import {
   deserializeSketch,
   mergeInto,
   mergeSerializedInto,
+  quantileSerialized,
   quantile,
   serializeSketch,
 } from '../../../shared/sketch/ddsketch.ts';
@@ -142,5 +143,18 @@ describe('mergeSerializedInto (the KPI query’s merge path)', () => {
     );
     const bytes = serializeSketch(createSketch());
     expect(() => mergeSerializedInto(createSketch(), bytes.subarray(0, bytes.length - 1))).toThrow(RangeError);
+  });
+});
+
+describe('quantileSerialized (one stored row, no sketch built)', () => {
+  it('answers what quantile(deserializeSketch(bytes)) answers', () => {
+    fc.assert(
+      fc.property(fc.array(fc.double({ min: 0, max: 1e6, noNaN: true }), { maxLength: 300 }), fc.double({ min: 0, max: 1, noNaN: true }), (values, q) => {
+        const sketch = createSketch();
+        for (const v of values) addValue(sketch, v);
+        const bytes = serializeSketch(sketch);
+        expect(quantileSerialized(bytes, q)).toBe(quantile(deserializeSketch(bytes), q));
+      }),
+    );
   });
 });
