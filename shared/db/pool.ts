@@ -10,6 +10,7 @@ import {
   type QueryResultRow,
 } from 'slonik';
 import { z } from 'zod';
+import { parsePostgresTimestamp } from './timestamps.ts';
 
 export { sql };
 export type { DatabasePool, DatabaseTransactionConnection };
@@ -33,7 +34,9 @@ const validateRows: Interceptor = {
   },
 };
 
-const isoTimestamp = (value: string | null) => (value === null ? null : new Date(value).toISOString());
+// Exact for every year (issue 10 defect 7: `new Date('0045-03-01 00:00:00+00')` is 2045).
+const isoTimestamp = (value: string | null) => (value === null ? null : parsePostgresTimestamp(value));
+const isoTimestampWithoutZone = (value: string | null) => (value === null ? null : parsePostgresTimestamp(value, { assumeUtc: true }));
 
 export type CreateDatabasePoolOptions = {
   readonly maximumPoolSize?: number;
@@ -59,7 +62,7 @@ export async function createDatabasePool(url: string, options: CreateDatabasePoo
       // Money stays exact as text; callers decide how to do arithmetic on it.
       { name: 'numeric', parse: (v: string) => v },
       { name: 'timestamptz', parse: isoTimestamp },
-      { name: 'timestamp', parse: (v: string) => new Date(`${v}Z`).toISOString() },
+      { name: 'timestamp', parse: isoTimestampWithoutZone },
       createDateTypeParser(),
       createIntervalTypeParser(),
     ],

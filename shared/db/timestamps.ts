@@ -1,0 +1,30 @@
+/**
+ * PostgreSQL's text output of `timestamptz` / `timestamp` (DateStyle ISO) read into ISO 8601 UTC
+ * strings, exactly. `new Date(text)` is not exact: V8's fallback parser applies two-digit-year
+ * heuristics, so `0045-03-01 00:00:00+00` read as 2045 (issue 10, defect 7). This parser takes
+ * the fields apart itself and builds the instant with `setUTCFullYear`, which has no such
+ * heuristic (unlike `Date.UTC`, which maps years 0–99 to 1900–1999).
+ *
+ * Forms handled: `YYYY-MM-DD HH:MM:SS[.ffffff][±HH[:MM[:SS]]][ BC]`, years of 4 or more digits,
+ * offsets with minutes or seconds (historic local-mean-time offsets in non-UTC sessions),
+ * `infinity`/`-infinity` (no instant: an error, as no column of ours may hold them).
+ * Sub-millisecond digits are truncated: the service's instants have millisecond precision.
+ */
+const TIMESTAMP = /^(\d{4,})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:([+-])(\d{2})(?::?(\d{2}))?(?::?(\d{2}))?)?( BC)?$/;
+
+export function parsePostgresTimestamp(text: string, options: { readonly assumeUtc?: boolean } = {}): string {
+  const match = TIMESTAMP.exec(text);
+  if (!match) throw new Error(`not a PostgreSQL ISO timestamp: ${JSON.stringify(text.slice(0, 64))}`);
+  const [, y, mo, d, h, mi, s, fraction, sign, oh, om, os, bc] = match;
+  if (sign === undefined && !options.assumeUtc) throw new Error(`timestamptz without an offset: ${JSON.stringify(text)}`);
+  // 1 BC is year 0 in ISO 8601 (astronomical numbering).
+  const year = bc ? 1 - Number(y) : Number(y);
+  const ms = fraction ? Number(fraction.slice(0, 3).padEnd(3, '0')) : 0;
+  const date = new Date(0);
+  date.setUTCFullYear(year, Number(mo) - 1, Number(d));
+  date.setUTCHours(Number(h), Number(mi), Number(s), ms);
+  const offsetSeconds = sign ? (sign === '-' ? -1 : 1) * (Number(oh) * 3600 + Number(om ?? 0) * 60 + Number(os ?? 0)) : 0;
+  const utc = date.getTime() - offsetSeconds * 1000;
+  if (Number.isNaN(utc)) throw new Error(`timestamp out of JavaScript's range: ${JSON.stringify(text)}`);
+  return new Date(utc).toISOString();
+}
