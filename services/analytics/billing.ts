@@ -24,7 +24,7 @@ import { BILLING_EVENT_TYPES } from '../../projections/kpi/subscriptions.ts';
 export const MAX_BILLING_BATCH = 1_000;
 
 const amount = z
-  .union([z.string(), z.number()])
+  .union([z.string().max(40), z.number()])
   .transform((v) => (typeof v === 'number' ? String(v) : v.trim()))
   .refine((v) => DECIMAL_AMOUNT.test(v), 'a non-negative decimal in major currency units with at most 4 decimal places, e.g. 49.99');
 
@@ -53,7 +53,7 @@ export const billingEventInput = z.object({
   type: z.enum(BILLING_EVENT_TYPES),
   customerId: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:@-]+$/, 'letters, digits and . _ : @ -'),
   amount: amount.describe('Decimal, major currency units (49.99); the plan price per interval'),
-  currency: z.string().regex(/^[A-Z]{3}$/, 'an ISO 4217 code such as EUR'),
+  currency: z.string().max(3).regex(/^[A-Z]{3}$/, 'an ISO 4217 code such as EUR'),
   interval: z.enum(['month', 'year']),
   occurredAt: billingInstant,
 });

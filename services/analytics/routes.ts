@@ -10,6 +10,7 @@ import { readKpiSummary, type UsageProgress } from '../../projections/kpi/query.
 import { KPI_METRICS, MAX_SERIES_POINTS, readKpiSeries, readKpiSummaryAt, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
+import { logPositionText } from '../../shared/validation.ts';
 import { billingEventsBody, ingestBillingEvents } from './billing.ts';
 
 export type AnalyticsRoutesDeps = {
@@ -89,7 +90,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         schema: {
           tags: ['analytics'],
           summary: 'KPI summary of the tenant (now, or as it was at `at`)',
-          headers: z.object({ 'x-min-position': z.string().optional() }),
+          headers: z.object({ 'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position') }),
           querystring: kpiQuery,
           response: { 200: kpiSummarySchema, ...problems, 503: problemSchema },
         },

@@ -4,7 +4,8 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import { BadRequestError, ForbiddenError, UnauthorizedError } from '../../shared/errors.ts';
 import type { V1Capability } from '../gateway/app.ts';
 import { createTenantDirectory, type TenantDirectory } from '../tenants/directory.ts';
-import { tenantSlugSchema } from '../tenants/tenants.ts';
+import { z } from 'zod';
+import { tenantHeaders, tenantSlugSchema } from '../tenants/tenants.ts';
 import { loadKeyRing, type KeyRing } from './keys.ts';
 import { connectLoginThrottleRedis, createLoginThrottle, type LoginThrottle, type LoginThrottleOptions } from './loginThrottle.ts';
 import { warmUpPasswordHashing } from './passwords.ts';
@@ -158,11 +159,19 @@ export function authenticated(deps: AuthDeps, ...capabilities: readonly V1Capabi
           throw new Error(`Route ${String(route.method)} ${route.url} is in the authenticated scope but declares no valid config.permission`);
         }
         for (const method of [route.method].flat()) deps.routes.push({ method, url: route.url, permission });
+        // Every route of the scope takes X-Tenant: declared here once, so the OpenAPI document
+        // shows it (and its limits) on each operation, including routes added later.
+        route.schema = { ...route.schema, headers: withTenantHeader(route.schema?.headers) };
       });
       scope.addHook('onRequest', createAuthHook(deps));
       for (const capability of capabilities) await capability(scope);
     });
   };
+}
+
+function withTenantHeader(headers: unknown): unknown {
+  if (headers === undefined) return tenantHeaders;
+  return headers instanceof z.ZodObject ? headers.extend(tenantHeaders.shape) : headers;
 }
 
 /** GET /.well-known/jwks.json: the public keys, for gateways or clients that verify tokens. */

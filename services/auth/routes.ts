@@ -6,10 +6,11 @@ import type { V1Capability } from '../gateway/app.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { PERMISSIONS } from './permissions.ts';
+import { tenantHeaders } from '../tenants/tenants.ts';
+import { safeText } from '../../shared/validation.ts';
 import { tenantHeader, type AuthDeps } from './plugin.ts';
 import { listRoles } from './roles.ts';
 
-const tenantHeaders = z.object({ 'x-tenant': z.string().describe('Tenant slug') });
 
 const tokenPairSchema = z
   .object({
@@ -21,7 +22,9 @@ const tokenPairSchema = z
   })
   .meta({ id: 'TokenPair' });
 
-const refreshBody = z.object({ refreshToken: z.string().min(1).max(200) });
+const refreshBody = z.object({ refreshToken: safeText(200, { min: 1 }).describe('As returned by login or refresh') });
+// Any text a person may have typed, but storable and bounded (SPEC §9): NUL in an email was a 500 (defect 6).
+const loginBody = z.object({ email: safeText(320, { min: 1 }), password: safeText(1024, { min: 1 }) });
 
 /**
  * POST /v1/auth/login and /refresh: public routes in their own encapsulated context (no bearer
@@ -45,7 +48,7 @@ export function authRoutes(deps: AuthDeps): V1Capability {
             summary: 'Log in with e-mail and password',
             security: [],
             headers: tenantHeaders,
-            body: z.object({ email: z.string().min(1).max(320), password: z.string().min(1).max(1024) }),
+            body: loginBody,
             response: { 200: tokenPairSchema, ...problems },
           },
         },

@@ -12,6 +12,7 @@ import { listEmployees, type EmployeeRecord } from '../../projections/employees/
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { rolesAllow } from '../auth/permissions.ts';
+import { ifMatchHeader, logPositionText } from '../../shared/validation.ts';
 import type { CommandMetadata, EmployeeState } from './decide.ts';
 import { toEmployeeView } from './decide.ts';
 import { assignEmployeeRole, changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee, type EmployeeResult } from './commands.ts';
@@ -44,8 +45,8 @@ export type EmployeesRoutesDeps = {
 
 const params = z.object({ id: employeeIdSchema });
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema } as const;
-const readHeaders = z.object({ 'x-min-position': z.string().optional() });
-const writeHeaders = z.object({ 'if-match': z.string().optional() });
+const readHeaders = z.object({ 'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position') });
+const writeHeaders = z.object({ 'if-match': ifMatchHeader().optional() });
 
 /** `If-Match: "<revision>"` (strong). `*` asks only that the employee exists. Anything else can never match. */
 function parseIfMatch(header: string | undefined): number | undefined | 'never' {

@@ -1,10 +1,12 @@
 import { z } from 'zod';
 import { parsePosition } from '../../shared/event-store/port.ts';
+import { boundedInt, dateOrInstant, HIRE_MIN_YEAR, instant, logPositionText, safeText, uuid } from '../../shared/validation.ts';
 import { EMPLOYEE_STATUSES } from './events.ts';
 
 /** The HTTP shapes of the employees capability; the OpenAPI document is generated from them. */
 export const employeeIdSchema = z
   .string()
+  .max(26)
   .regex(/^[0-9A-HJKMNP-TV-Z]{26}$/, 'must be an employee id (ULID)')
   .describe('Employee id (ULID)');
 
@@ -20,15 +22,13 @@ export const employeeSchema = z
   })
   .meta({ id: 'Employee' });
 
-const name = z.string().trim().min(1).max(100);
-const department = z.string().trim().min(1).max(100).describe('Department slug');
+/** SPEC §9: every field storable and bounded; the limits are documented in docs/api.md. */
+const name = safeText(100, { trim: true, min: 1 });
+const department = safeText(100, { trim: true, min: 1 }).describe('Department slug');
 const email = z.email().max(320);
 
-/** An instant with an explicit offset, normalised to UTC (`Z`). */
-const instant = z.iso
-  .datetime({ offset: true })
-  .refine((v) => !Number.isNaN(Date.parse(v)), 'is not a valid instant')
-  .transform((v) => new Date(v).toISOString());
+/** A hire date: an instant in 1900–9999 (existing staff may have been hired before 1970), normalised to UTC (`Z`). */
+const hireInstant = instant({ minYear: HIRE_MIN_YEAR });
 
 export const createEmployeeBody = z
   .object({
@@ -36,8 +36,8 @@ export const createEmployeeBody = z
     firstName: name,
     lastName: name,
     department: department.optional(),
-    roleId: z.uuid().optional().describe('RBAC role to assign (GET /v1/roles lists them)'),
-    hiredAt: instant.optional().describe('For imports of existing staff; default: now'),
+    roleId: uuid().optional().describe('RBAC role to assign (GET /v1/roles lists them)'),
+    hiredAt: hireInstant.optional().describe('For imports of existing staff; default: now'),
   })
   .strict();
 
@@ -56,27 +56,20 @@ export const roleAssignmentSchema = z
   .meta({ id: 'EmployeeRoleAssignment' });
 
 export const changeStatusBody = z
-  .object({ status: z.enum(EMPLOYEE_STATUSES), reason: z.string().trim().min(1).max(500).optional() })
+  .object({ status: z.enum(EMPLOYEE_STATUSES), reason: safeText(500, { trim: true, min: 1 }).optional() })
   .strict();
 
-const DATE = /^\d{4}-\d{2}-\d{2}$/;
-/** ISO 8601 date (`2024-05-01`) or date-time with offset; inclusive bounds. */
-const isDate = (v: string) => DATE.test(v) && !Number.isNaN(Date.parse(`${v}T00:00:00Z`)) && new Date(`${v}T00:00:00Z`).toISOString().startsWith(v);
-const isDateTime = (v: string) => z.iso.datetime({ offset: true }).safeParse(v).success && !Number.isNaN(Date.parse(v));
-const hiredBound = z
-  .string()
-  .refine((v) => isDate(v) || isDateTime(v), 'must be an ISO 8601 date or date-time')
-  .transform((v) => ({ at: DATE.test(v) ? `${v}T00:00:00.000Z` : new Date(v).toISOString(), dateOnly: DATE.test(v) }));
+/** ISO 8601 date (`2024-05-01`) or date-time with offset, years 1900–9999; inclusive bounds. */
+const hiredBound = dateOrInstant({ minYear: HIRE_MIN_YEAR });
 
-export const logPosition = z
-  .string()
+export const logPosition = logPositionText()
   .refine((v) => parsePosition(v) !== undefined, 'must be a log position as returned in X-Log-Position')
   .transform((v) => parsePosition(v) ?? { commit: 0n, prepare: 0n });
 
 export const listEmployeesQuery = z
   .object({
-    page: z.coerce.number().int().min(1).max(1_000_000).default(1),
-    limit: z.coerce.number().int().min(1).max(100).default(20),
+    page: boundedInt(1, 1_000_000).default(1),
+    limit: boundedInt(1, 100).default(20),
     department: department.optional(),
     status: z.enum(EMPLOYEE_STATUSES).optional(),
     hiredFrom: hiredBound.optional(),

@@ -7,7 +7,11 @@ export const PLANS = ['starter', 'pro', 'enterprise'] as const satisfies readonl
 /** Lowercase letters, digits and inner hyphens; 1..63 characters (a DNS label). */
 export const tenantSlugSchema = z
   .string()
+  .max(63)
   .regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/, 'must be 1-63 lowercase letters, digits or inner hyphens');
+
+/** The `X-Tenant` header every /v1 request carries (SPEC §2), as a header schema. */
+export const tenantHeaders = z.object({ 'x-tenant': tenantSlugSchema.describe('Tenant slug') });
 
 export const rateLimitOverrideSchema = z.object({
   perMinute: z.number().int().positive(),
