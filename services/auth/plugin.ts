@@ -3,6 +3,7 @@ import type { Config } from '../../shared/config.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import { BadRequestError, ForbiddenError, UnauthorizedError } from '../../shared/errors.ts';
 import type { V1Capability } from '../gateway/app.ts';
+import { problemSchema } from '../gateway/problems.ts';
 import { createTenantDirectory, type TenantDirectory } from '../tenants/directory.ts';
 import { z } from 'zod';
 import { tenantHeaders, tenantSlugSchema } from '../tenants/tenants.ts';
@@ -161,12 +162,18 @@ export function authenticated(deps: AuthDeps, ...capabilities: readonly V1Capabi
         for (const method of [route.method].flat()) deps.routes.push({ method, url: route.url, permission });
         // Every route of the scope takes X-Tenant: declared here once, so the OpenAPI document
         // shows it (and its limits) on each operation, including routes added later.
-        route.schema = { ...route.schema, headers: withTenantHeader(route.schema?.headers) };
+        route.schema = { ...route.schema, headers: withTenantHeader(route.schema?.headers), response: withScopeProblems(route.schema?.response) };
       });
       scope.addHook('onRequest', createAuthHook(deps));
       for (const capability of capabilities) await capability(scope);
     });
   };
+}
+
+/** What the scope itself may answer on any route: bad X-Tenant (400), no token (401), other tenant or role (403). */
+function withScopeProblems(response: unknown): unknown {
+  if (response === undefined || typeof response !== 'object' || response === null) return response;
+  return { 400: problemSchema, 401: problemSchema, 403: problemSchema, ...response };
 }
 
 function withTenantHeader(headers: unknown): unknown {
