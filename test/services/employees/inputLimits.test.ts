@@ -118,6 +118,15 @@ describe('documented maximum lengths', () => {
   });
 });
 
+describe('query strings', () => {
+  it('answers 400 for a repeated key rather than picking one', async () => {
+    const { headers } = await h.tenant();
+    for (const query of ['status=active&status=inactive', 'department=a&department=b', 'page=1&page=2', 'limit=1e400', 'page=1.5']) {
+      expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees?${query}`, headers }), 400);
+    }
+  });
+});
+
 describe('headers', () => {
   it('answers 400 for a malformed If-Match, 412 for a well-formed one that names no revision', async () => {
     const { headers } = await h.tenant();
