@@ -100,6 +100,13 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   if (statusCode >= 400 && statusCode < 500 && !isResponseSerializationError(error)) {
     return sendProblem(request, reply, statusCode, error.message);
   }
+  if (isReadModelMissing(error)) {
+    // A gateway that starts before any projector built the read model (a first deploy, a
+    // fresh database): not ready yet rather than broken. Found by the OpenAPI fuzz test.
+    request.log.error({ err: error }, 'read model not built yet');
+    reply.header('retry-after', '5');
+    return sendProblem(request, reply, 503, 'The read model for this request is not built yet; retry shortly');
+  }
   if (isDependencyDown(error)) {
     request.log.error({ err: error }, 'dependency unavailable');
     reply.header('retry-after', '5');
@@ -111,6 +118,14 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
 
 /** PostgreSQL (or another dependency) unreachable, restarting or full: a 503, not a 500. */
 const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '53300']);
+
+/** PostgreSQL `undefined_table`: a read model whose projector has not created it yet. */
+function isReadModelMissing(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if ('code' in e && e.code === '42P01') return true;
+  }
+  return false;
+}
 
 function isDependencyDown(error: unknown): boolean {
   for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {

@@ -1,0 +1,41 @@
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AuthDeps } from '../../../services/auth/plugin.ts';
+import { employeesCapability } from '../../../services/employees/capability.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import type { EventStore } from '../../../shared/event-store/port.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
+
+/**
+ * Found by the OpenAPI fuzz test: a gateway started on a fresh database before any projector
+ * created the employees read model answered list reads with 500. Not built yet is "not ready":
+ * 503 with Retry-After, like any dependency that is not there yet.
+ */
+describe('when the read model has not been built yet (no projector ran)', () => {
+  let db: TestDatabase;
+  let store: EventStore;
+  let auth: AuthDeps;
+  let app: FastifyInstance;
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+    auth = await createTestAuth(db.pool);
+    app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }));
+  });
+  afterAll(async () => {
+    await app?.close();
+    await auth?.close();
+    await store?.close();
+    await db?.drop();
+  });
+
+  it('answers a list read with 503 and Retry-After, not 500', async () => {
+    const headers = await authHeaders(auth, await provisionTenant(db.pool), 'hr_manager');
+    const response = await app.inject({ method: 'GET', url: '/v1/employees', headers });
+    expect(response.statusCode, response.body).toBe(503);
+    expect(response.headers['retry-after']).toBe('5');
+    expect(response.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(response.body).not.toMatch(/relation|employees_/);
+  });
+});
