@@ -44,6 +44,15 @@ export function safeText(max: number, options: SafeTextOptions = {}) {
   return (min > 0 ? base.min(min) : base).max(max).refine(isStorableText, STORABLE_MESSAGE);
 }
 
+/**
+ * An identifier from another system (a billing provider's `evt_…`): 1–`max` characters, storable,
+ * and printable — no control characters (Unicode category Cc: C0, DEL, C1), so it shows in logs
+ * and URLs as what it is.
+ */
+export function printableText(max: number) {
+  return safeText(max, { min: 1 }).refine((v) => !/\p{Cc}/u.test(v), 'must be printable (no control characters)');
+}
+
 function yearOf(instant: string): number {
   const ms = Date.parse(instant);
   return Number.isNaN(ms) ? Number.NaN : new Date(ms).getUTCFullYear();
