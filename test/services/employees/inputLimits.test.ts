@@ -1,4 +1,6 @@
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isStorableText } from '../../../shared/validation.ts';
 import { createTestUser } from '../../support/auth.ts';
 import { createEmployeesHarness, expectProblem, type EmployeesHarness } from './harness.ts';
 
@@ -187,5 +189,30 @@ describe('defect 7: hire dates round-trip exactly', () => {
     expect(employee.hiredAt).toBe('1900-01-01T00:00:00.000Z');
     const single = await h.app.inject({ method: 'GET', url: `/v1/employees/${employee.id}`, headers: { ...headers, 'x-min-position': position } });
     expect(single.json<Employee>().hiredAt).toBe('1900-01-01T00:00:00.000Z');
+  });
+});
+
+describe('whatever text a client sends as a name', () => {
+  it('is either refused with a 400 naming the field or stored and answered exactly (trimmed)', async () => {
+    const { headers } = await h.tenant();
+    const text = fc.oneof(
+      fc.string({ unit: 'binary', maxLength: 110 }),
+      fc.array(fc.constantFrom('\u0000', '\uD83D', '\uDE00', '😀', 'é', ' ', 'a'), { maxLength: 60 }).map((parts) => parts.join('')),
+    );
+    await fc.assert(
+      fc.asyncProperty(text, async (firstName) => {
+        const response = await hire(headers, { firstName });
+        const trimmed = firstName.trim();
+        if (isStorableText(firstName) && trimmed.length >= 1 && trimmed.length <= 100) {
+          expect(response.statusCode, response.body).toBe(201);
+          const id = response.json<Employee>().id;
+          const history = await h.app.inject({ method: 'GET', url: `/v1/employees/${id}/history`, headers });
+          expect(history.json<{ data: Array<{ data: { firstName?: string } }> }>().data[0]?.data.firstName).toBe(trimmed);
+        } else {
+          expectFieldError(response, 'body.firstName');
+        }
+      }),
+      { seed: 6, numRuns: 80 },
+    );
   });
 });
