@@ -447,6 +447,29 @@ describe('every operation of /v1/openapi.json, with hostile input', () => {
     expect(names).toEqual(expect.arrayContaining(['POST /v1/auth/login', 'GET /v1/employees', 'PATCH /v1/employees/{id}', 'POST /v1/analytics/billing-events']));
   });
 
+  it('documents a maximum for every input field (SPEC §9): maxLength on strings, a bound on numbers and lists', () => {
+    const unbounded = ops.flatMap((op) =>
+      fieldsOf(op)
+        .filter((field) => {
+          const schema = field.schema;
+          if (schema.enum || schema.const !== undefined) return false;
+          switch (typeOf(schema)) {
+            case 'string':
+              return schema.maxLength === undefined;
+            case 'integer':
+            case 'number':
+              return (schema as { maximum?: number }).maximum === undefined && field.in !== 'body';
+            case 'array':
+              return (schema as { maxItems?: number }).maxItems === undefined;
+            default:
+              return false;
+          }
+        })
+        .map((field) => `${op.method} ${op.path} ${fieldName(field)}`),
+    );
+    expect(unbounded).toEqual([]);
+  });
+
   it('answers each valid baseline request without a 5xx, and not with a 400', async () => {
     // A baseline the service refuses would make every mutation below a test of the first
     // validation error only: teach `known()` the field's rule instead.
