@@ -95,9 +95,15 @@ const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
 /** The `X-Tenant` header as a slug; 400 when it is missing or not a slug. */
 export function tenantHeader(request: FastifyRequest): string {
   const value = request.headers['x-tenant'];
-  if (value === undefined || value === '') throw new BadRequestError('The X-Tenant header is required: it names the tenant (its slug)');
+  if (value === undefined || value === '') {
+    throw new BadRequestError('The X-Tenant header is required: it names the tenant (its slug)', { errors: [{ path: 'headers.x-tenant', message: 'is required' }] });
+  }
   const slug = tenantSlugSchema.safeParse(value);
-  if (!slug.success) throw new BadRequestError('The X-Tenant header must be one tenant slug (lowercase letters, digits, hyphens)');
+  if (!slug.success) {
+    throw new BadRequestError('The X-Tenant header must be one tenant slug (lowercase letters, digits, hyphens)', {
+      errors: [{ path: 'headers.x-tenant', message: 'must be 1-63 lowercase letters, digits or inner hyphens' }],
+    });
+  }
   return slug.data;
 }
 
