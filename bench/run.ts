@@ -19,6 +19,7 @@ import { runRuntimeBench } from './scenarios/runtime.ts';
 import { runWriteBench } from './scenarios/write.ts';
 import { runReplayBench } from './scenarios/replay.ts';
 import { runEmployeesListBench, runListScaleBench } from './scenarios/employeesList.ts';
+import { runInputLimitsBench } from './scenarios/inputLimits.ts';
 
 const scenarios: Record<string, () => Promise<unknown>> = {
   health: () => healthScenario(),
@@ -36,6 +37,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   'employees-list': () => runEmployeesListBench(),
   'employees-list-scale': () => runListScaleBench(),
   'login-abuse': () => runLoginAbuseBench(),
+  'input-limits': () => runInputLimitsBench(),
 };
 
 const requested = process.argv.slice(2).filter((a) => !a.startsWith('-'));

@@ -60,6 +60,10 @@ function yearOf(instant: string): number {
 
 /** True when `value` names an instant whose UTC year lies in `minYear`..9999. */
 export function isInstantInRange(value: string, minYear: number = MIN_YEAR): boolean {
+  // An offset moves an instant by less than a day, so a written year strictly inside the range
+  // stays inside after normalising: only the edge years need the (costlier) full parse.
+  const written = /^\d{4}-/.test(value) ? Number(value.slice(0, 4)) : Number.NaN;
+  if (written > minYear && written < MAX_YEAR) return true;
   const year = yearOf(value);
   return year >= minYear && year <= MAX_YEAR;
 }

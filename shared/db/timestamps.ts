@@ -15,11 +15,16 @@ const TIMESTAMP = /^(\d{4,})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9
 export function parsePostgresTimestamp(text: string, options: { readonly assumeUtc?: boolean } = {}): string {
   const match = TIMESTAMP.exec(text);
   if (!match) throw new Error(`not a PostgreSQL ISO timestamp: ${JSON.stringify(text.slice(0, 64))}`);
-  const [, y, mo, d, h, mi, s, fraction, sign, oh, om, os, bc] = match;
+  const [, y = '', mo = '', d = '', h = '', mi = '', s = '', fraction, sign, oh, om, os, bc] = match;
   if (sign === undefined && !options.assumeUtc) throw new Error(`timestamptz without an offset: ${JSON.stringify(text)}`);
+  const millis = fraction ? fraction.slice(0, 3).padEnd(3, '0') : '000';
+  // The common case (a UTC session, years 1000–9999): the text already holds the ISO fields.
+  if (!bc && y.length === 4 && y[0] !== '0' && (sign === undefined || (Number(oh) === 0 && Number(om ?? 0) === 0 && Number(os ?? 0) === 0))) {
+    return `${y}-${mo}-${d}T${h}:${mi}:${s}.${millis}Z`;
+  }
   // 1 BC is year 0 in ISO 8601 (astronomical numbering).
   const year = bc ? 1 - Number(y) : Number(y);
-  const ms = fraction ? Number(fraction.slice(0, 3).padEnd(3, '0')) : 0;
+  const ms = Number(millis);
   const date = new Date(0);
   date.setUTCFullYear(year, Number(mo) - 1, Number(d));
   date.setUTCHours(Number(h), Number(mi), Number(s), ms);
