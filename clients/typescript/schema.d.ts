@@ -107,6 +107,7 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": {
+                        /** @description As returned by login or refresh */
                         refreshToken: string;
                     };
                 };
@@ -185,6 +186,7 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": {
+                        /** @description As returned by login or refresh */
                         refreshToken: string;
                     };
                 };
@@ -208,6 +210,15 @@ export interface paths {
                 };
                 /** @description Default Response */
                 401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -249,6 +260,15 @@ export interface paths {
                         "application/json": {
                             data: components["schemas"]["Role"][];
                         };
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
                     };
                 };
                 /** @description Default Response */
@@ -765,12 +785,15 @@ export interface paths {
                     /** @description Department slug */
                     department?: string;
                     status?: "active" | "inactive" | "on_leave";
+                    /** @description ISO 8601 date or date-time with offset, years 1900–9999 */
                     hiredFrom?: string;
+                    /** @description ISO 8601 date or date-time with offset, years 1900–9999 */
                     hiredTo?: string;
                     /** @description Read-your-writes: wait (≤ 2 s) until the read model reached this position */
                     minPosition?: string;
                 };
                 header?: {
+                    /** @description Read-your-writes: wait (≤ 2 s) for this position */
                     "x-min-position"?: string;
                 };
                 path?: never;
@@ -949,6 +972,7 @@ export interface paths {
                     minPosition?: string;
                 };
                 header?: {
+                    /** @description Read-your-writes: wait (≤ 2 s) for this position */
                     "x-min-position"?: string;
                 };
                 path: {
@@ -1016,6 +1040,7 @@ export interface paths {
             parameters: {
                 query?: never;
                 header?: {
+                    /** @description Expected revision, as a strong ETag ("3") */
                     "if-match"?: string;
                 };
                 path: {
@@ -1117,6 +1142,7 @@ export interface paths {
             parameters: {
                 query?: never;
                 header?: {
+                    /** @description Expected revision, as a strong ETag ("3") */
                     "if-match"?: string;
                 };
                 path: {
@@ -1414,6 +1440,7 @@ export interface paths {
                     at?: string;
                 };
                 header?: {
+                    /** @description Read-your-writes: wait (≤ 2 s) for this position */
                     "x-min-position"?: string;
                 };
                 path?: never;
@@ -1588,7 +1615,10 @@ export interface paths {
                             currency: string;
                             /** @enum {string} */
                             interval: "month" | "year";
-                            /** Format: date-time */
+                            /**
+                             * Format: date-time
+                             * @description ISO 8601 date-time with Z or an offset, years 1970–9999 after normalising to UTC
+                             */
                             occurredAt: string;
                         }[];
                     };

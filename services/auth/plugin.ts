@@ -5,8 +5,7 @@ import { BadRequestError, ForbiddenError, UnauthorizedError } from '../../shared
 import type { V1Capability } from '../gateway/app.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { createTenantDirectory, type TenantDirectory } from '../tenants/directory.ts';
-import { z } from 'zod';
-import { tenantHeaders, tenantSlugSchema } from '../tenants/tenants.ts';
+import { tenantSlugSchema } from '../tenants/tenants.ts';
 import { loadKeyRing, type KeyRing } from './keys.ts';
 import { connectLoginThrottleRedis, createLoginThrottle, type LoginThrottle, type LoginThrottleOptions } from './loginThrottle.ts';
 import { warmUpPasswordHashing } from './passwords.ts';
@@ -166,9 +165,10 @@ export function authenticated(deps: AuthDeps, ...capabilities: readonly V1Capabi
           throw new Error(`Route ${String(route.method)} ${route.url} is in the authenticated scope but declares no valid config.permission`);
         }
         for (const method of [route.method].flat()) deps.routes.push({ method, url: route.url, permission });
-        // Every route of the scope takes X-Tenant: declared here once, so the OpenAPI document
-        // shows it (and its limits) on each operation, including routes added later.
-        route.schema = { ...route.schema, headers: withTenantHeader(route.schema?.headers), response: withScopeProblems(route.schema?.response) };
+        // The scope's own answers (bad X-Tenant, no token, other tenant or role) are documented on
+        // every route of it, including routes added later. X-Tenant itself is the `tenant`
+        // security scheme of the document (services/gateway/openapi.ts), checked by the hook below.
+        route.schema = { ...route.schema, response: withScopeProblems(route.schema?.response) };
       });
       scope.addHook('onRequest', createAuthHook(deps));
       for (const capability of capabilities) await capability(scope);
@@ -180,11 +180,6 @@ export function authenticated(deps: AuthDeps, ...capabilities: readonly V1Capabi
 function withScopeProblems(response: unknown): unknown {
   if (response === undefined || typeof response !== 'object' || response === null) return response;
   return { 400: problemSchema, 401: problemSchema, 403: problemSchema, ...response };
-}
-
-function withTenantHeader(headers: unknown): unknown {
-  if (headers === undefined) return tenantHeaders;
-  return headers instanceof z.ZodObject ? headers.extend(tenantHeaders.shape) : headers;
 }
 
 /** GET /.well-known/jwks.json: the public keys, for gateways or clients that verify tokens. */

@@ -67,9 +67,19 @@ export const openApiPlugin = fp(
             'Multi-tenant, event-sourced employee management and KPI analytics. Every /v1 request carries `X-Tenant`; all but login and refresh carry `Authorization: Bearer <token>`. Errors are RFC 9457 problem details.',
         },
         components: {
-          securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
+          securitySchemes: {
+            bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
+            // Declared as a scheme rather than a parameter of each operation: like the token, a
+            // client sets it once for every call (login and refresh declare it as a parameter).
+            tenant: {
+              type: 'apiKey',
+              in: 'header',
+              name: 'X-Tenant',
+              description: 'Tenant slug, 1–63 lowercase letters, digits or inner hyphens. Missing or malformed → 400; another tenant than the token’s → 403.',
+            },
+          },
         },
-        security: [{ bearerAuth: [] }],
+        security: [{ bearerAuth: [], tenant: [] }],
       },
       transform: jsonSchemaTransform,
       transformObject: jsonSchemaTransformObject,

@@ -4,9 +4,11 @@ import fc from 'fast-check';
 import pino from 'pino';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { createGateway } from '../../../services/gateway/app.ts';
-import { jwksRoutes, type AuthDeps } from '../../../services/auth/plugin.ts';
-import { v1Capabilities } from '../../../services/roles/gateway.ts';
+import { tenantSlugSchema } from '../../../services/tenants/tenants.ts';
+import type { AuthDeps } from '../../../services/auth/plugin.ts';
+import { gatewayRoutes } from '../../../services/roles/gateway.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
@@ -21,7 +23,7 @@ import { authHeaders, createTestAuth, createTestUser, provisionTenant, type Test
 /**
  * Issue 10's fuzz test: every operation of GET /v1/openapi.json (so routes added later are
  * covered without touching this file) against the service's own capability list
- * (`v1Capabilities`, as the gateway role mounts it) on a real database. Each field of each
+ * (`gatewayRoutes`, as the gateway role mounts it) on a real database. Each field of each
  * operation — path, query, header and body, nested ones included — gets hostile values one at
  * a time; then fast-check throws random mixes at random operations (fixed seed, printed by
  * fast-check on failure). Every answer must be below 500, every error an RFC 9457 problem with
@@ -52,9 +54,14 @@ type Operation = {
   parameters?: Parameter[];
   requestBody?: { required?: boolean; content?: Record<string, { schema?: Schema }> };
   responses?: Record<string, unknown>;
-  security?: unknown[];
+  security?: Security;
 };
-type OpenApiDocument = { paths: Record<string, Record<string, Operation>>; components?: { schemas?: Record<string, Schema> } };
+type Security = Array<Record<string, unknown>>;
+type OpenApiDocument = {
+  paths: Record<string, Record<string, Operation>>;
+  components?: { schemas?: Record<string, Schema>; securitySchemes?: Record<string, { type?: string; in?: string; name?: string }> };
+  security?: Security;
+};
 
 type Op = { readonly method: string; readonly path: string; readonly operation: Operation; readonly documented: ReadonlySet<number> };
 
@@ -127,8 +134,7 @@ beforeAll(async () => {
     config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
     readiness: [],
     registry,
-    v1: v1Capabilities(auth, { pool: db.pool, eventStore: store, rateLimiter, usagePublisher: bus.publisher }),
-    publicRoutes: [jwksRoutes(auth)],
+    ...gatewayRoutes({ auth, pool: db.pool, eventStore: store, rateLimiter, usagePublisher: bus.publisher }),
   });
 
   // Enterprise: no rate limit in the way of the fuzzing (429 would still be an allowed answer).
@@ -292,9 +298,17 @@ function baseline(op: Op): RequestSpec {
   return spec;
 }
 
+/** X-Tenant as the `tenant` security scheme declares it (the slug schema the auth hook checks). */
+const TENANT_HEADER_SCHEMA = z.toJSONSchema(tenantSlugSchema) as Schema;
+
+const usesTenantScheme = (op: Op) => (op.operation.security ?? doc.security ?? []).some((requirement) => 'tenant' in requirement);
+
 /** Every field of the operation, nested body fields included (arrays: their first element). */
 function fieldsOf(op: Op): Field[] {
   const fields: Field[] = parametersOf(op).flatMap((p) => (p.in === 'cookie' ? [] : [{ in: p.in, name: p.name, schema: resolve(p.schema) }]));
+  if (usesTenantScheme(op) && !fields.some((f) => f.in === 'header' && f.name === 'x-tenant')) {
+    fields.push({ in: 'header', name: 'x-tenant', schema: TENANT_HEADER_SCHEMA });
+  }
   const walk = (schema0: Schema | undefined, path: (string | number)[], depth: number) => {
     const schema = resolve(schema0);
     if (path.length > 0) fields.push({ in: 'body', path, schema });
@@ -471,6 +485,9 @@ describe('every operation of /v1/openapi.json, with hostile input', () => {
   it('enumerates the document: the service’s operations are all there', () => {
     const names = ops.map((op) => `${op.method} ${op.path}`);
     expect(names).toEqual(expect.arrayContaining(['POST /v1/auth/login', 'GET /v1/employees', 'PATCH /v1/employees/{id}', 'POST /v1/analytics/billing-events']));
+    // X-Tenant on every authenticated operation, through the document's `tenant` security scheme.
+    expect(doc.components?.securitySchemes?.tenant).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Tenant' });
+    expect(ops.filter((op) => op.operation.security?.length !== 0).every(usesTenantScheme)).toBe(true);
   });
 
   it('documents a maximum for every input field (SPEC §9): maxLength on strings, a bound on numbers and lists', () => {
