@@ -11,6 +11,7 @@ import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { decodeCursor, encodeCursor } from './cursor.ts';
 import type { ChangeWakeups } from './wakeups.ts';
+import { safeText } from '../../shared/validation.ts';
 
 export type ChangesRoutesDeps = {
   readonly pool: DatabasePool;
@@ -21,9 +22,7 @@ export type ChangesRoutesDeps = {
 
 export const changeTypeSchema = z.enum(PUBLIC_CHANGE_TYPES as [ChangeType, ...ChangeType[]]).describe('What happened to the employee');
 
-export const cursorSchema = z
-  .string()
-  .max(64)
+export const cursorSchema = safeText(64)
   .describe('Opaque cursor: a `cursor` or `next` value this feed returned');
 
 export const changeSchema = z

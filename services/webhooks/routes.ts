@@ -14,6 +14,7 @@ import { requireAuth } from '../gateway/requestContext.ts';
 import { generateSigningSecret, type SecretBox } from './secrets.ts';
 import { deleteEndpoint, findEndpoint, insertEndpoint, latestChange, listDeliveries, listEndpoints, rewindEndpoint, type EndpointRecord } from './store.ts';
 import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
+import { safeText, uuid } from '../../shared/validation.ts';
 
 export type WebhooksRoutesDeps = {
   readonly pool: DatabasePool;
@@ -21,7 +22,7 @@ export type WebhooksRoutesDeps = {
   readonly targets: TargetPolicy;
 };
 
-const endpointId = z.uuid().describe('Webhook endpoint id');
+const endpointId = uuid().describe('Webhook endpoint id');
 const params = z.object({ id: endpointId });
 
 const endpointSchema = z
@@ -38,7 +39,7 @@ const endpointSchema = z
 
 const createBody = z
   .object({
-    url: z.string().max(2048).describe('https URL (plain http only for hosts in WEBHOOK_ALLOW_HOSTS)'),
+    url: safeText(2048).describe('https URL (plain http only for hosts in WEBHOOK_ALLOW_HOSTS)'),
     events: z.array(changeTypeSchema).min(1).max(20).describe('Change types to deliver'),
     after: cursorSchema.optional().describe('Deliver changes after this cursor; default: only changes from now on'),
   })

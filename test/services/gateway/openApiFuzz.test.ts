@@ -9,11 +9,11 @@ import { createGateway } from '../../../services/gateway/app.ts';
 import { tenantSlugSchema } from '../../../services/tenants/tenants.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { gatewayRoutes } from '../../../services/roles/gateway.ts';
+import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
-import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
-import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
+import { allProjections } from '../../../projections/index.ts';
 import { createInProcessBus } from '../../../shared/metrics-bus/inProcess.ts';
 import { createRateLimiter } from '../../../shared/rate-limit/limiter.ts';
 import { createMemoryRateLimitStore } from '../../../shared/rate-limit/memory.ts';
@@ -111,7 +111,7 @@ let ops: Op[];
 let tenantA: TestTenant;
 let tenantB: TestTenant;
 let headersA: Record<string, string>;
-const context: { employeeA?: string; employeeB?: string; roleA?: string } = {};
+const context: { employeeA?: string; employeeB?: string; roleA?: string; cursorA?: string } = {};
 /** Strings only tenant B's data contains. */
 const secretsOfB: string[] = [];
 
@@ -123,9 +123,8 @@ beforeAll(async () => {
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
   auth = await createTestAuth(db.pool);
   // The read side runs, as it does beside every gateway.
-  projectors = [runProjection(db.pool, store, employeesProjection, { pollIntervalMs: 100 }), runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 100 })];
-  await waitForCheckpoint(db.pool, employeesProjection.name, START, 60_000);
-  await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 60_000);
+  projectors = allProjections.map((projection) => runProjection(db.pool, store, projection, { pollIntervalMs: 100 }));
+  for (const projection of allProjections) await waitForCheckpoint(db.pool, projection.name, START, 60_000);
   const registry = new Registry();
   const logger = pino({ level: 'silent' });
   const bus = createInProcessBus();
@@ -134,7 +133,16 @@ beforeAll(async () => {
     config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
     readiness: [],
     registry,
-    ...gatewayRoutes({ auth, pool: db.pool, eventStore: store, rateLimiter, usagePublisher: bus.publisher }),
+    ...gatewayRoutes({
+      auth,
+      pool: db.pool,
+      eventStore: store,
+      rateLimiter,
+      usagePublisher: bus.publisher,
+      databaseUrl: db.url,
+      // No target is allow-listed: a fuzzed webhook URL must never be called.
+      webhooks: { secrets: createSecretBox(randomBytes(32)), allowHosts: [] },
+    }),
   });
 
   // Enterprise: no rate limit in the way of the fuzzing (429 would still be an allowed answer).
@@ -167,6 +175,10 @@ beforeAll(async () => {
   context.employeeA = a.json<{ id: string }>().id;
   const roles = await app.inject({ method: 'GET', url: '/v1/roles', headers: headersA });
   context.roleA = roles.json<{ data: Array<{ id: string; name: string }> }>().data.find((r) => r.name === 'employee')?.id;
+
+  // A real cursor of tenant A's change feed, for operations that require one.
+  const feed = await app.inject({ method: 'GET', url: '/v1/employees/changes', headers: headersA });
+  if (feed.statusCode === 200) context.cursorA = feed.json<{ next?: string }>().next;
 
   const response = await app.inject({ method: 'GET', url: '/v1/openapi.json' });
   expect(response.statusCode).toBe(200);
@@ -224,6 +236,8 @@ function known(name: string, schema: Schema): unknown {
       return randomUUID();
     case 'occurredAt':
       return new Date(Date.now() - 86_400_000).toISOString();
+    case 'after':
+      return typeOf(schema) === 'string' ? context.cursorA : undefined;
     case 'from':
       return typeOf(schema) === 'string' ? '2025-01-01T00:00:00.000Z' : undefined;
     case 'to':

@@ -254,11 +254,20 @@ describe('when a target is loopback, private, link-local or metadata and not all
     }
   });
 
-  it('stores a URL as normalised (a NUL or lone surrogate in the path is percent-encoded, never a 500)', async () => {
+  it('refuses a NUL or lone surrogate in the URL with a 400 naming it (SPEC §9), never a 500', async () => {
     const { headers } = await admin();
-    const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url: 'http://127.0.0.1:9/a\u0000b\ud800', events: ['employee.hired'] } });
+    for (const url of ['http://127.0.0.1:9/a\u0000b', 'http://127.0.0.1:9/a\ud800']) {
+      const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events: ['employee.hired'] } });
+      const problem = expectProblem(response, 400);
+      expect(problem.errors).toEqual(expect.arrayContaining([expect.objectContaining({ path: 'body.url' })]));
+    }
+  });
+
+  it('stores a URL as normalised (percent-encoded by the URL parser)', async () => {
+    const { headers } = await admin();
+    const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url: 'http://127.0.0.1:9/a b/é', events: ['employee.hired'] } });
     expect(response.statusCode).toBe(201);
-    expect(response.json<{ url: string }>().url).toBe('http://127.0.0.1:9/a%00b%EF%BF%BD');
+    expect(response.json<{ url: string }>().url).toBe('http://127.0.0.1:9/a%20b/%C3%A9');
   });
 
   it('is described in the OpenAPI document', async () => {
