@@ -1615,10 +1615,7 @@ export interface paths {
                             currency: string;
                             /** @enum {string} */
                             interval: "month" | "year";
-                            /**
-                             * Format: date-time
-                             * @description ISO 8601 date-time with Z or an offset, years 1970–9999 after normalising to UTC
-                             */
+                            /** Format: date-time */
                             occurredAt: string;
                         }[];
                     };

@@ -20,6 +20,7 @@ import {
 } from '../../projections/kpi/billingEvents.ts';
 import { DECIMAL_AMOUNT, parseAmount } from '../../projections/kpi/money.ts';
 import { BILLING_EVENT_TYPES } from '../../projections/kpi/subscriptions.ts';
+import { INSTANT_MAX_LENGTH } from '../../shared/validation.ts';
 
 export const MAX_BILLING_BATCH = 1_000;
 
@@ -34,6 +35,7 @@ const amount = z
  */
 export const billingEventId = z
   .string()
+  .max(510) // 255 code points are at most 510 UTF-16 units: the documented maxLength
   .regex(/^[^\p{Cc}\p{Cs}]{1,255}$/u, '1 to 255 printable characters (no control characters or lone surrogates)')
   .describe("The billing provider's event id (e.g. Stripe's evt_…); idempotency key, unique within the tenant");
 
@@ -43,6 +45,7 @@ const MAX_INSTANT = Date.UTC(10_000, 0, 1); // exclusive: 9999-12-31T23:59:59.99
 /** An ISO 8601 instant with offset whose UTC value lies in years 1970–9999 (SPEC §9). */
 export const billingInstant = z.iso
   .datetime({ offset: true })
+  .max(INSTANT_MAX_LENGTH)
   .refine((v) => {
     const t = Date.parse(v);
     return Number.isFinite(t) && t >= MIN_INSTANT && t < MAX_INSTANT;
