@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
 import { TENANT_ROLE, type Queryable } from './pool.ts';
+import { parsePostgresTimestamp } from './timestamps.ts';
 
 /**
  * Tenant-scoped reads without a transaction: the cheap path for hot list pages.
@@ -29,7 +30,8 @@ export type TenantReader = {
   end(): Promise<void>;
 };
 
-const isoTimestamp = (value: string) => new Date(value).toISOString();
+// The main pool's exact parser: `new Date(text)` misreads years < 100 and some historic offsets (defect 7).
+const isoTimestamp = (value: string) => parsePostgresTimestamp(value);
 const TYPES = {
   getTypeParser(oid: number, format?: string) {
     if (oid === 20) return (value: string) => Number(value); // int8: counts fit in a double (JSON has no BigInt)

@@ -1,8 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import { parsePostgresTimestamp } from '../../../shared/db/timestamps.ts';
+import { createTenantReader } from '../../../shared/db/tenantReader.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 describe('parsePostgresTimestamp', () => {
@@ -69,5 +71,18 @@ describe('timestamptz through the pool (real PostgreSQL)', () => {
 
   it('defect 7: reads 0045-03-01 back as year 45', async () => {
     expect(await readBack(['0045-03-01T00:00:00.000Z'])).toEqual(['0045-03-01T00:00:00.000Z']);
+  });
+
+  it('defect 7: the tenant reader (the list path) reads timestamps exactly too', async () => {
+    const reader = await createTenantReader(db.url, { maximumPoolSize: 1 });
+    try {
+      const instants = ['0045-03-01T00:00:00.000Z', '1900-01-01T00:00:00.000Z', '1969-12-31T23:59:59.999Z', '9999-12-31T23:59:59.000Z'];
+      const rows = await reader.read(randomUUID(), (q) =>
+        q.any(sql.type(z.object({ t: z.string() }))`select t from unnest(${sql.array(instants, 'timestamptz')}) with ordinality as u(t, n) order by n`),
+      );
+      expect(rows.map((r) => r.t)).toEqual(instants);
+    } finally {
+      await reader.end();
+    }
   });
 });
