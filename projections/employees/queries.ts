@@ -57,7 +57,13 @@ function conditions(tenantId: string, filter: EmployeeFilter) {
 }
 
 const DAY_MS = 86_400_000;
-const isoDate = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+/**
+ * ISO text PostgreSQL reads. Range edges can pass year 9999 (`hiredTo=9999-12-31` ends at
+ * 10000-01-01), where JavaScript writes `+010000-…`, which PostgreSQL refuses (it was a 500);
+ * PostgreSQL takes the plain five-digit year.
+ */
+const pgIso = (ms: number) => new Date(ms).toISOString().replace(/^\+0*(\d{5,})/, '$1');
+const isoDate = (ms: number) => pgIso(ms).slice(0, pgIso(ms).indexOf('T'));
 const floorDay = (ms: number) => Math.floor(ms / DAY_MS) * DAY_MS;
 const ceilDay = (ms: number) => Math.ceil(ms / DAY_MS) * DAY_MS;
 const floorMonth = (ms: number) => {
@@ -139,7 +145,7 @@ function totalExpression(tenantId: string, filter: EmployeeFilter) {
       ],
       sql.fragment` and `,
     );
-  const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+  const iso = (ms: number | null) => (ms === null ? null : pgIso(ms));
   const terms = [
     ...(plan.months ? [sql.fragment`(select coalesce(sum(count), 0) from employee_month_counts where ${key} and ${dayRange('month', plan.months.from, plan.months.to)})`] : []),
     ...plan.days.map((d) => sql.fragment`(select coalesce(sum(count), 0) from employee_day_counts where ${key} and ${dayRange('day', d.from, d.to)})`),
