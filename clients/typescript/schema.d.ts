@@ -1248,6 +1248,7 @@ export interface paths {
             parameters: {
                 query?: never;
                 header?: {
+                    /** @description Expected revision, as a strong ETag ("3") */
                     "if-match"?: string;
                 };
                 path: {
