@@ -48,7 +48,7 @@ export const patchEmployeeBody = z
   .refine((body) => Object.keys(body).length > 0, 'name at least one of firstName, lastName, department, email');
 
 export const roleAssignmentBody = z
-  .object({ roleId: z.uuid().describe('RBAC role (GET /v1/roles lists them)') })
+  .object({ roleId: uuid().describe('RBAC role (GET /v1/roles lists them)') })
   .strict();
 
 export const roleAssignmentSchema = z

@@ -177,7 +177,7 @@ describe('defect 7: hire dates round-trip exactly', () => {
 
       const day = hiredAt.slice(0, 10);
       for (const query of [`hiredFrom=${hiredAt}&hiredTo=${hiredAt}`, `hiredFrom=${day}&hiredTo=${day}`]) {
-        const list = await h.app.inject({ method: 'GET', url: `/v1/employees?${query}`, headers });
+        const list = await h.app.inject({ method: 'GET', url: `/v1/employees?${query}`, headers: { ...headers, 'x-min-position': position } });
         expect(list.statusCode, list.body).toBe(200);
         expect(list.json<Page>().data.map((e) => [e.id, e.hiredAt])).toEqual([[employee.id, hiredAt]]);
       }

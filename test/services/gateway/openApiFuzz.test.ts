@@ -417,7 +417,7 @@ function urlOf(op: Op, spec: RequestSpec): string {
   const path = op.path.replace(/\{([^}]+)\}/g, (_m, name: string) => {
     const value = spec.pathParams[name] ?? 'x';
     // Values from HOSTILE_TEXT are sent as already encoded; others are encoded here.
-    return /%[0-9A-Fa-f]{0,2}/.test(value) ? value : encodeURIComponent(value);
+    return /%[0-9A-Fa-f]{0,2}/.test(value) ? value : encodeAny(value);
   });
   const query = spec.query.map(([k, v]) => `${encodeURIComponent(k)}=${v}`).join('&');
   return query ? `${path}?${query}` : path;
@@ -465,6 +465,18 @@ function check(op: Op, label: string, response: LightMyRequestResponse, options:
   if (problems.length > 0) failures.push(`${where}: ${problems.join('; ')}`);
 }
 
+/** encodeURIComponent, except that a lone surrogate goes out as its WTF-8 bytes (as an attacker would send it). */
+const encodeAny = (text: string) =>
+  [...text]
+    .map((ch) => {
+      const code = ch.charCodeAt(0);
+      if (ch.length === 1 && code >= 0xd800 && code <= 0xdfff) {
+        return [0xe0 | (code >> 12), 0x80 | ((code >> 6) & 0x3f), 0x80 | (code & 0x3f)].map((b) => `%${b.toString(16).toUpperCase()}`).join('');
+      }
+      return encodeURIComponent(ch);
+    })
+    .join('');
+
 /** Puts `value` into `field` of `spec` (in place); URL and header values are sent as text. */
 function applyChange(spec: RequestSpec, field: Field, value: unknown): void {
   if (field.in === 'body') {
@@ -474,7 +486,7 @@ function applyChange(spec: RequestSpec, field: Field, value: unknown): void {
   const text = typeof value === 'string' ? value : (JSON.stringify(value) ?? '');
   if (field.in === 'path') spec.pathParams[field.name] = text;
   else if (field.in === 'query') {
-    const encoded = HOSTILE_TEXT.some((h) => h.value === text) ? text : encodeURIComponent(text);
+    const encoded = HOSTILE_TEXT.some((h) => h.value === text) ? text : encodeAny(text);
     spec.query = [...spec.query.filter(([k]) => k !== field.name), [field.name, encoded]];
   } else {
     // Over real HTTP a header is bytes; app.inject hands the string over as is, NUL included.
