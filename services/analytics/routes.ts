@@ -10,7 +10,7 @@ import { readKpiSummary, type UsageProgress } from '../../projections/kpi/query.
 import { KPI_METRICS, MAX_SERIES_POINTS, readKpiSeries, readKpiSummaryAt, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
-import { logPositionText } from '../../shared/validation.ts';
+import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
 import { billingEventsBody, ingestBillingEvents } from './billing.ts';
 
 export type AnalyticsRoutesDeps = {
@@ -36,12 +36,10 @@ export const kpiSummarySchema = z
   })
   .meta({ id: 'KpiSummary' });
 
-/** An ISO 8601 instant with an offset, in years 1970–9999 (SPEC §9). */
+/** The shared SPEC §9 instant (bounded length, years 1970–9999 after normalising), as epoch ms. */
 const instant = (description: string) =>
-  z.iso
-    .datetime({ offset: true })
-    .transform((text) => Date.parse(text))
-    .refine((ms) => ms >= 0 && ms < Date.UTC(10000, 0, 1), 'must lie in years 1970–9999')
+  sharedInstant()
+    .transform((iso) => Date.parse(iso))
     .describe(description);
 
 const kpiQuery = z.object({
