@@ -24,7 +24,7 @@ describe('runtime readiness', () => {
     it('checks each of them', async () => {
       const runtime = await createRuntime(loadConfig({ DATABASE_URL: db.url, REDIS_URL: process.env.REDIS_URL, LOG_LEVEL: 'silent' }), logger);
       try {
-        expect(await check(runtime)).toEqual({ postgres: 'up', redis: 'up' });
+        expect(await check(runtime)).toEqual({ postgres: 'up', projections: 'up', redis: 'up' });
       } finally {
         await runtime.close();
       }
@@ -36,7 +36,7 @@ describe('runtime readiness', () => {
       const runtime = await createRuntime(loadConfig({ DATABASE_URL: db.url, REDIS_URL: 'redis://127.0.0.1:1', LOG_LEVEL: 'silent' }), logger);
       try {
         const started = Date.now();
-        expect(await check(runtime)).toEqual({ postgres: 'up', redis: 'down' });
+        expect(await check(runtime)).toEqual({ postgres: 'up', projections: 'up', redis: 'down' });
         expect(Date.now() - started).toBeLessThan(2_500);
       } finally {
         await runtime.close();
