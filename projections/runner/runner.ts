@@ -121,6 +121,9 @@ const replayTransactionSettings = sql.type(z.object({}))`
          set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)
 `;
 
+/** `processed`: events read from the log; `parked`: those of them parked instead of applied. */
+export type ReplayResult = { processed: number; parked: number; position: GlobalPosition };
+
 export type ProgressListener = (progress: { processed: number; position: GlobalPosition; head: GlobalPosition }) => void;
 
 type ReplaySource = {
@@ -151,8 +154,12 @@ export async function replayProjection<T extends string>(
     signal?: AbortSignal;
     /** Replace a model built by a NEWER version (an explicit operator rollback). Default: refuse. */
     allowDowngrade?: boolean;
+    /** Retries of a failing event before it is parked (as for the live projector). */
+    isolation?: Partial<Pick<IsolationPolicy, 'maxAttempts' | 'backoffMs'>>;
+    /** Called for each event the replay parked, once its page has committed. */
+    onParked?: (event: RecordedEvent, error: string) => void;
   } = {},
-): Promise<{ processed: number; position: GlobalPosition }> {
+): Promise<ReplayResult> {
   // The store reads on its own connections. Bound here, outside the connection's async context,
   // so slonik does not take the store's pool queries for a foreign connection inside it.
   const batchSize = options.batchSize ?? 2_000;
@@ -222,8 +229,15 @@ async function buildAndSwap<T extends string>(
   connection: Pick<DatabasePool, 'transaction'>,
   log: ReplaySource,
   projection: Projection<T>,
-  options: { onProgress?: ProgressListener; signal?: AbortSignal; allowDowngrade?: boolean; connectionUrl?: string | undefined },
-): Promise<{ processed: number; position: GlobalPosition }> {
+  options: {
+    onProgress?: ProgressListener;
+    signal?: AbortSignal;
+    allowDowngrade?: boolean;
+    connectionUrl?: string | undefined;
+    isolation?: Partial<Pick<IsolationPolicy, 'maxAttempts' | 'backoffMs'>>;
+    onParked?: (event: RecordedEvent, error: string) => void;
+  },
+): Promise<ReplayResult> {
   const generation = `${Date.now().toString(36)}${Math.floor(Math.random() * 1296).toString(36)}`;
   const shadowName = (logical: string) => `${logical}__g${generation}`;
   const shadow = tableIds(projection, shadowName);
@@ -236,59 +250,135 @@ async function buildAndSwap<T extends string>(
   let position = START;
   let processed = 0;
   const head = await log.readHead();
-  const applyPage = async (tx: DatabaseTransactionConnection, events: readonly RecordedEvent[]) => {
-    if (events.length > 0) await projection.handle(tx, events, shadow);
-    processed += events.length;
+  const policy: IsolationPolicy = {
+    maxAttempts: options.isolation?.maxAttempts ?? DEFAULT_ISOLATION.maxAttempts,
+    backoffMs: options.isolation?.backoffMs ?? DEFAULT_ISOLATION.backoffMs,
+    signal: options.signal,
+  };
+  // Poison events are isolated and parked exactly as by the live projector (isolation.ts), under
+  // the projection's NEW version: the replay starts with no stream blocked (every event of the
+  // log is tried again) and blocks the streams it parks itself. `blocked` and `parkedIds` only
+  // take a page's outcome once its transaction has committed.
+  let blocked = new Map<string, string>();
+  const parkedIds = new Set<string>();
+  const applyParking = async (tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], isolate: boolean) => {
+    const pageBlocked = new Map(blocked);
+    const parked: { event: RecordedEvent; error: string }[] = [];
+    const outcome = await applyWithParking(tx, projection, events, shadow, {
+      isolate,
+      blocked: pageBlocked,
+      policy: { ...policy, onParked: (event, error) => parked.push({ event, error }) },
+    });
+    return { outcome, blocked: pageBlocked, parked };
+  };
+  const adopt = (result: Awaited<ReturnType<typeof applyParking>>) => {
+    blocked = result.blocked;
+    for (const { event, error } of result.parked) {
+      parkedIds.add(event.id);
+      options.onParked?.(event, error);
+    }
+    processed += result.outcome.applied + result.outcome.parked;
+  };
+  /** One page in its own transaction: the whole page first, then (deterministic failure) isolated in a fresh one. */
+  const applyPage = async (events: readonly RecordedEvent[]) => {
+    if (events.length === 0) return;
+    const attempt = (isolate: boolean) =>
+      connection.transaction(async (tx) => {
+        await tx.query(replayTransactionSettings);
+        return applyParking(tx, events, isolate);
+      });
+    let result;
+    try {
+      result = await attempt(false);
+    } catch (error) {
+      if (options.signal?.aborted || classifyFailure(error) === 'transient') throw error;
+      result = await attempt(true);
+    }
+    adopt(result);
   };
   const aborted = () => {
     if (options.signal?.aborted) throw new Error('replay aborted');
   };
   try {
     if (bulk) {
-      const fold = bulk.fold();
-      for await (const page of log.readBulk()) {
+      try {
+        const fold = bulk.fold();
+        for await (const page of log.readBulk()) {
+          aborted();
+          fold.add(page.events);
+          processed += page.events.length;
+          position = page.checkpoint;
+          options.onProgress?.({ processed, position, head });
+        }
         aborted();
-        fold.add(page.events);
-        processed += page.events.length;
-        position = page.checkpoint;
-        options.onProgress?.({ processed, position, head });
+        const rows = fold.rows();
+        await bulkLoad(
+          connection,
+          options.connectionUrl,
+          statements.map((t) => ({ table: t.table, name: shadowName(t.logical), rows: rows[t.logical], afterLoad: t.afterLoad })),
+        );
+      } catch (error) {
+        if (options.signal?.aborted || classifyFailure(error) === 'transient') throw error;
+        // A deterministic failure of the bulk path (the fold threw on an event, or PostgreSQL
+        // refused a row of the load, e.g. a hire date in year 0): the in-memory fold cannot say
+        // which event produced a bad row (rows are the state after many events), and COPY stops
+        // at the first bad row. So the whole replay falls back to the page-by-page path below,
+        // which isolates and parks the poison events like the live projector. The load ran in
+        // one transaction and rolled back; the shadow tables are recreated empty, with their
+        // keys and indexes, for it. A poison event costs the rebuild its bulk speed, never its end.
+        await connection.transaction(async (tx) => {
+          for (const table of statements) {
+            await tx.query(sql.type(z.object({}))`drop table if exists ${table.table}`);
+            await run(tx, [...table.create, ...table.afterLoad]);
+          }
+        });
+        position = START;
+        processed = 0;
       }
-      aborted();
-      const rows = fold.rows();
-      await bulkLoad(
-        connection,
-        options.connectionUrl,
-        statements.map((t) => ({ table: t.table, name: shadowName(t.logical), rows: rows[t.logical], afterLoad: t.afterLoad })),
-      );
     }
-    // Page by page (everything without a bulk path; after a bulk load, what committed meanwhile).
-    // Pipelined: the next page is read (on the store's connections) while this one is applied.
+    // Page by page (everything without a bulk path or whose bulk load failed; after a bulk load,
+    // what committed meanwhile). Pipelined: the next page is read (on the store's connections)
+    // while this one is applied.
     let page = await log.readPage(position);
     while (comparePositions(page.checkpoint, position) !== 0) {
       aborted();
       const current = page;
       const next = log.readPage(current.checkpoint);
       next.catch(() => undefined); // awaited below; this only keeps a failure of an abandoned read quiet
-      await connection.transaction(async (tx) => {
-        await tx.query(replayTransactionSettings);
-        await applyPage(tx, current.events);
-      });
+      await applyPage(current.events);
       position = current.checkpoint;
       options.onProgress?.({ processed, position, head });
       page = await next;
     }
     // The swap: synchronous commit (readers and the live projector depend on it).
+    const swapped: Awaited<ReturnType<typeof applyParking>>[] = [];
     await connection.transaction(async (tx) => {
       const stored = await readCheckpoint(tx, projection.name, true);
       // A newer version swapped in while this one was building: keep it (version guard).
       if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
-      // Under the checkpoint lock: apply whatever committed since the last page.
+      // Under the checkpoint lock: apply whatever committed since the last page, each failing
+      // event isolated in a savepoint (this transaction cannot be retried page by page).
+      let swapPosition = position;
       for (;;) {
-        const page = await log.readPage(position);
-        if (comparePositions(page.checkpoint, position) === 0) break;
-        await applyPage(tx, page.events);
-        position = page.checkpoint;
+        const page = await log.readPage(swapPosition);
+        if (comparePositions(page.checkpoint, swapPosition) === 0) break;
+        if (page.events.length > 0) {
+          const result = await applyParking(tx, page.events, true);
+          blocked = result.blocked;
+          swapped.push(result);
+        }
+        swapPosition = page.checkpoint;
       }
+      const parkedHere = new Set([...parkedIds, ...swapped.flatMap((r) => r.parked.map((p) => p.event.id))]);
+      // Events of this version parked before (a previous run of this replay, or the live
+      // projector when the same version is rebuilt) that this build applied are no longer
+      // parked: the new model has them. Those it parked again stay one row each (parkEvent upserts).
+      await tx.query(sql.type(z.object({}))`
+        update projection_parked_events set status = 'retried', resolved_at = now()
+        where projection = ${projection.name} and version = ${projection.version} and status = 'parked'
+          and (commit_position, prepare_position) <= (${swapPosition.commit.toString()}::numeric, ${swapPosition.prepare.toString()}::numeric)
+          and not (event_id = any(${sql.array([...parkedHere], 'text')}))
+      `);
       for (const logical of Object.keys(projection.tables)) {
         const live = sql.identifier([logical]);
         const retired = sql.identifier([`${logical}__retired_${generation}`]);
@@ -296,15 +386,20 @@ async function buildAndSwap<T extends string>(
         await tx.query(sql.type(z.object({}))`alter table ${sql.identifier([shadowName(logical)])} rename to ${live}`);
         await tx.query(sql.type(z.object({}))`drop table if exists ${retired}`);
       }
+      const swappedEvents = swapped.reduce((n, r) => n + r.outcome.applied + r.outcome.parked, 0);
+      const parkedTotal = parkedHere.size;
       await tx.query(sql.type(z.object({}))`
         insert into projection_checkpoints (name, version, commit_position, prepare_position, events_applied, updated_at)
-        values (${projection.name}, ${projection.version}, ${position.commit.toString()}, ${position.prepare.toString()}, ${processed}, now())
+        values (${projection.name}, ${projection.version}, ${swapPosition.commit.toString()}, ${swapPosition.prepare.toString()},
+          ${processed + swappedEvents - parkedTotal}, now())
         on conflict (name) do update set version = excluded.version, commit_position = excluded.commit_position,
           prepare_position = excluded.prepare_position, events_applied = excluded.events_applied, updated_at = now()
       `);
+      position = swapPosition;
     });
+    for (const result of swapped) adopt(result);
     options.onProgress?.({ processed, position, head: position });
-    return { processed, position };
+    return { processed, parked: parkedIds.size, position };
   } catch (error) {
     await connection
       .transaction(async (tx) => {
@@ -358,7 +453,7 @@ const abortableSleep = (ms: number, signal: AbortSignal) =>
  * skips or repeats an event. Under load a page holds whatever committed meanwhile (up to the
  * batch size): the projector batches by itself.
  */
-async function* readAhead<T>(source: AsyncIterable<T>): AsyncGenerator<T> {
+async function* readAhead<T>(source: AsyncIterable<T>, cancel: () => void): AsyncGenerator<T> {
   const iterator = source[Symbol.asyncIterator]();
   let next = iterator.next();
   try {
@@ -370,6 +465,11 @@ async function* readAhead<T>(source: AsyncIterable<T>): AsyncGenerator<T> {
       yield current.value;
     }
   } finally {
+    // The read ahead may be a long poll waiting for the next commit, and an async generator's
+    // `return()` queues behind its pending `next()`: without `cancel` (which aborts the
+    // subscription), leaving the loop on an error, e.g. a transient failure to retry, waited
+    // here until another event was appended, and the projector stalled that long.
+    cancel();
     await iterator.return?.();
   }
 }
@@ -409,7 +509,12 @@ export function runProjection<T extends string>(
     const checkpoint = await readCheckpoint(pool, projection.name);
     assertNotSuperseded(checkpoint, projection);
     if (checkpoint?.version === projection.version) return;
-    await replayProjection(pool, store, projection, { batchSize: options.batchSize, signal });
+    await replayProjection(pool, store, projection, {
+      batchSize: options.batchSize,
+      signal,
+      isolation: options.isolation,
+      onParked: options.onParked,
+    });
   };
 
   /** Applies one page and moves the checkpoint to `to`; null when the checkpoint is not where we left it. */
@@ -452,14 +557,17 @@ export function runProjection<T extends string>(
     if (!start) throw new Error(`projection ${projection.name} has no checkpoint`);
     let expected = start.position;
     let mayHaveParked = await hasParkedEvents(pool, projection);
+    // This subscription's own signal: stopping the projector, or leaving this loop, ends it.
+    const subscription = new AbortController();
     const pages = readAhead(
       store.subscribeToAll({
         after: expected,
         eventTypes: projection.eventTypes,
         maxCount: options.batchSize ?? 500,
         pollIntervalMs: options.pollIntervalMs,
-        signal,
+        signal: AbortSignal.any([signal, subscription.signal]),
       }),
+      () => subscription.abort(),
     );
     for await (const page of pages) {
       // Drop anything at or before the checkpoint (duplicates after a reconnect). A page that
