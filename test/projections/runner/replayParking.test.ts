@@ -50,9 +50,8 @@ async function givenALogWithAPoisonEvent(store: EventStore) {
   const goodB = [hire(tenantB, '2025-03-01T00:00:00Z'), hire(tenantB, '2025-04-01T00:00:00Z')];
   const poison = hire(tenantA, '0000-06-01T00:00:00Z');
   const behind = onLeave(tenantA, poison.employeeId);
-  let last: GlobalPosition = START;
-  for (const h of [goodA[0], goodB[0], poison, goodA[1], goodB[1]]) if (h) last = (await store.append(h.stream, [h.event])).position;
-  last = (await store.append(poison.stream, [behind])).position;
+  for (const h of [goodA[0], goodB[0], poison, goodA[1], goodB[1]]) if (h) await store.append(h.stream, [h.event]);
+  const last = (await store.append(poison.stream, [behind])).position;
   return { tenantA, tenantB, goodA, goodB, poison, behind, last };
 }
 
