@@ -150,7 +150,8 @@ export function registerProjectionCommands(program: Command): void {
         const seconds = (Date.now() - started) / 1000;
         process.stdout.write(
           `replayed ${projection.name}: ${result.processed} events in ${seconds.toFixed(1)} s ` +
-            `(${Math.round(result.processed / Math.max(seconds, 0.001))} events/s), now at ${formatPosition(result.position)}\n`,
+            `(${Math.round(result.processed / Math.max(seconds, 0.001))} events/s), now at ${formatPosition(result.position)}` +
+            `${result.parked > 0 ? `; ${result.parked} parked (npm run ops -- projections parked ${projection.name})` : ''}\n`,
         );
       });
     });

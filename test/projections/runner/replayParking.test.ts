@@ -133,7 +133,7 @@ describe('when an operator replays the employees model (bulk path) with a poison
         timeout: 60_000,
       });
     const { stdout } = await ops('replay', employeesProjection.name);
-    expect(stdout).toMatch(/replayed employees/);
+    expect(stdout).toMatch(/replayed employees: .*; 2 parked/);
     expect(await listIds(db.pool, log.tenantA)).toEqual(log.goodA.map((h) => h.employeeId).sort());
     expect(await listIds(db.pool, log.tenantB)).toEqual(log.goodB.map((h) => h.employeeId).sort());
     const after = await listParkedEvents(db.pool, employeesProjection.name, { status: 'parked' });
