@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import pg from 'pg';
@@ -100,6 +101,27 @@ async function provideKafka(): Promise<string> {
   return `${container.getHost()}:${container.getMappedPort(9093)}`;
 }
 
+/**
+ * Debian's chromium for the dashboard's browser test (no browser download): CHROMIUM_PATH, else
+ * /usr/bin/chromium, else installed with apt-get when we may (root on a Debian-like machine), as
+ * the test command provisions Kafka. Otherwise the browser test fails naming what is missing.
+ */
+function provideChromium(): void {
+  const path = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+  if (existsSync(path) || process.env.CHROMIUM_PATH) return;
+  if (process.getuid?.() !== 0 || !existsSync('/usr/bin/apt-get')) {
+    say(`no chromium at ${path}; the dashboard browser test needs Debian's chromium (apt-get install -y chromium) or CHROMIUM_PATH`);
+    return;
+  }
+  say('installing Debian chromium for the dashboard browser test (apt-get)');
+  try {
+    execFileSync('apt-get', ['update', '-qq'], { stdio: 'ignore', timeout: 300_000 });
+    execFileSync('apt-get', ['install', '-y', '-qq', 'chromium'], { stdio: 'ignore', timeout: 600_000, env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+  } catch (error) {
+    say(`chromium could not be installed (${(error as Error).message.split('\n')[0]}); the dashboard browser test will fail`);
+  }
+}
+
 /** A template database with every migration applied; test files clone it (fast, isolated). */
 async function prepareTemplate(adminUrl: string): Promise<string> {
   const digest = createHash('sha256').update(JSON.stringify(allMigrations)).digest('hex').slice(0, 12);
@@ -128,6 +150,7 @@ async function prepareTemplate(adminUrl: string): Promise<string> {
 
 export default async function setup(): Promise<() => Promise<void>> {
   const started = Date.now();
+  provideChromium();
   const [postgresUrl, redisUrl, kafkaBrokers] = await Promise.all([providePostgres(), provideRedis(), provideKafka()]);
   const template = await prepareTemplate(postgresUrl);
   const runId = `${Date.now().toString(36)}${process.pid.toString(36)}`;
