@@ -1,4 +1,4 @@
-import { context, propagation, trace, type Context, type Link, type Tracer } from '@opentelemetry/api';
+import { context, propagation, SpanStatusCode, trace, type Context, type Link, type Span, type Tracer } from '@opentelemetry/api';
 import type { FastifyPluginCallback } from 'fastify';
 import type { EventStore, NewEvent, RecordedEvent } from '../event-store/port.ts';
 import type { Projection } from '../../projections/runner/projection.ts';
@@ -42,38 +42,37 @@ function traceCarrier(active: Context): Carrier {
 const withTraceContext = (events: readonly NewEvent[], carrier: Carrier): NewEvent[] =>
   carrier.traceparent ? events.map((event) => ({ ...event, metadata: { ...event.metadata, ...carrier } })) : [...events];
 
+/** Runs `work` inside `span`: records a failure on it, and always ends it. */
+async function ended<T>(span: Span, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    span.recordException(error as Error);
+    span.setStatus({ code: SpanStatusCode.ERROR });
+    throw error;
+  } finally {
+    span.end();
+  }
+}
+
 /** The store, with a span per append and the caller's trace context stamped on each event. */
 export function traceEventStore(store: EventStore, tracer: Tracer = trace.getTracer(TRACER_NAME)): EventStore {
   return {
     ...store,
     append: (streamId, events, options) =>
-      tracer.startActiveSpan('eventstore.append', { attributes: { 'eas.events.count': events.length, 'eas.events.types': [...new Set(events.map((e) => e.type))] } }, async (span) => {
-        try {
-          return await store.append(streamId, withTraceContext(events, traceCarrier(context.active())), options);
-        } catch (error) {
-          span.recordException(error as Error);
-          span.setStatus({ code: 2 });
-          throw error;
-        } finally {
-          span.end();
-        }
-      }),
+      tracer.startActiveSpan('eventstore.append', { attributes: { 'eas.events.count': events.length, 'eas.events.types': [...new Set(events.map((e) => e.type))] } }, (span) =>
+        ended(span, () => store.append(streamId, withTraceContext(events, traceCarrier(context.active())), options)),
+      ),
     // A create is one appendMany (reservation + employee): the same span as an append, over several streams.
     appendMany: (requests) => {
       const events = requests.flatMap((r) => r.events);
       const attributes = { 'eas.streams.count': requests.length, 'eas.events.count': events.length, 'eas.events.types': [...new Set(events.map((e) => e.type))] };
-      return tracer.startActiveSpan('eventstore.append', { attributes }, async (span) => {
-        try {
+      return tracer.startActiveSpan('eventstore.append', { attributes }, (span) =>
+        ended(span, () => {
           const carrier = traceCarrier(context.active());
-          return await store.appendMany(requests.map((r) => ({ ...r, events: withTraceContext(r.events, carrier) })));
-        } catch (error) {
-          span.recordException(error as Error);
-          span.setStatus({ code: 2 });
-          throw error;
-        } finally {
-          span.end();
-        }
-      });
+          return store.appendMany(requests.map((r) => ({ ...r, events: withTraceContext(r.events, carrier) })));
+        }),
+      );
     },
   };
 }
@@ -103,17 +102,7 @@ export function traceProjection<T extends string>(projection: Projection<T>, tra
         `projection.apply ${projection.name}`,
         { links, attributes: { 'eas.projection': projection.name, 'eas.events.count': events.length } },
         parent,
-        async (span) => {
-          try {
-            return await projection.handle(tx, events, tables);
-          } catch (error) {
-            span.recordException(error as Error);
-            span.setStatus({ code: 2 });
-            throw error;
-          } finally {
-            span.end();
-          }
-        },
+        (span) => ended(span, () => projection.handle(tx, events, tables)),
       );
     },
   };
