@@ -26,6 +26,7 @@ COPY shared ./shared
 COPY scripts ./scripts
 COPY test ./test
 COPY bench ./bench
+COPY clients ./clients
 COPY vitest.config.ts ./
 RUN npx tsc --noEmit -p . && touch /app/.checked
 
