@@ -142,10 +142,9 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
   // Requests that arrive in one event-loop turn leave together as one script call, sent from
   // setImmediate: after this turn's I/O callbacks, so no timer delays a lone request.
   type Pending = { readonly key: string; readonly policy: BucketPolicy; resolve(decision: BucketDecision): void; reject(error: unknown): void };
-  let pending: Pending[] = [];
+  const pending: Pending[] = [];
   const flush = () => {
-    const batch = pending.slice(0, MAX_BATCH);
-    pending = pending.slice(batch.length);
+    const batch = pending.splice(0, MAX_BATCH);
     if (pending.length > 0) setImmediate(flush);
     run(batch).then(
       (decisions) => batch.forEach((item, i) => item.resolve(decisions[i] as BucketDecision)),
