@@ -134,8 +134,8 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     const values = reply.parse(raw);
     if (values.length !== items.length * 4) throw new Error(`rate-limit script answered ${values.length} values for ${items.length} keys`);
     return items.map((_, i) => {
-      const [allowed, remaining, resetUs, waitUs] = values.slice(i * 4, i * 4 + 4) as [number, number, number, number];
-      return { allowed: allowed === 1, remaining, resetMs: resetUs / 1000, waitMs: waitUs / 1000 };
+      const at = i * 4;
+      return { allowed: values[at] === 1, remaining: values[at + 1]!, resetMs: values[at + 2]! / 1000, waitMs: values[at + 3]! / 1000 };
     });
   };
 
