@@ -91,7 +91,8 @@ const isCalendarDate = (v: string) => {
   // Date.parse rolls 2023-02-30 over to March; a real date reads back as itself.
   return !Number.isNaN(ms) && new Date(ms).toISOString().startsWith(v);
 };
-const isDateTime = (v: string) => z.iso.datetime({ offset: true }).safeParse(v).success && !Number.isNaN(Date.parse(v));
+const DATE_TIME = z.iso.datetime({ offset: true });
+const isDateTime = (v: string) => DATE_TIME.safeParse(v).success && !Number.isNaN(Date.parse(v));
 
 /** A filter bound: `at` is the instant (a date's first instant), `dateOnly` says which form was sent. */
 export type DateBound = { readonly at: string; readonly dateOnly: boolean };

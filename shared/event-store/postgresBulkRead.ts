@@ -32,15 +32,16 @@ function toEvent(row: unknown, index: number): RecordedEvent {
   if (!Array.isArray(row) || row.length !== 9 || row.some((v, i) => typeof v !== 'string' && !(i === 4 && v === null))) {
     throw new Error(`bulk read: malformed event row at index ${index} of the page`);
   }
-  const [id, streamId, revision, type, data, metadata, commit, prepare, recordedMs] = row as string[];
+  // Checked above: nine strings, only the data may be null.
+  const [id, streamId, revision, type, data, metadata, commit, prepare, recordedMs] = row as [string, string, string, string, string | null, string, string, string, string];
   return {
-    id: id ?? '',
-    streamId: streamId ?? '',
+    id,
+    streamId,
     revision: Number(revision),
-    type: type ?? '',
+    type,
     data: JSON.parse(data ?? 'null') as unknown,
-    metadata: JSON.parse(metadata ?? '{}') as Record<string, unknown>,
-    position: { commit: BigInt(commit ?? '0'), prepare: BigInt(prepare ?? '0') },
+    metadata: JSON.parse(metadata) as Record<string, unknown>,
+    position: { commit: BigInt(commit), prepare: BigInt(prepare) },
     recordedAt: new Date(Number(recordedMs)).toISOString(),
   };
 }

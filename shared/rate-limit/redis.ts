@@ -134,18 +134,17 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     const values = reply.parse(raw);
     if (values.length !== items.length * 4) throw new Error(`rate-limit script answered ${values.length} values for ${items.length} keys`);
     return items.map((_, i) => {
-      const [allowed, remaining, resetUs, waitUs] = values.slice(i * 4, i * 4 + 4) as [number, number, number, number];
-      return { allowed: allowed === 1, remaining, resetMs: resetUs / 1000, waitMs: waitUs / 1000 };
+      const at = i * 4;
+      return { allowed: values[at] === 1, remaining: values[at + 1]!, resetMs: values[at + 2]! / 1000, waitMs: values[at + 3]! / 1000 };
     });
   };
 
   // Requests that arrive in one event-loop turn leave together as one script call, sent from
   // setImmediate: after this turn's I/O callbacks, so no timer delays a lone request.
   type Pending = { readonly key: string; readonly policy: BucketPolicy; resolve(decision: BucketDecision): void; reject(error: unknown): void };
-  let pending: Pending[] = [];
+  const pending: Pending[] = [];
   const flush = () => {
-    const batch = pending.slice(0, MAX_BATCH);
-    pending = pending.slice(batch.length);
+    const batch = pending.splice(0, MAX_BATCH);
     if (pending.length > 0) setImmediate(flush);
     run(batch).then(
       (decisions) => batch.forEach((item, i) => item.resolve(decisions[i] as BucketDecision)),

@@ -153,8 +153,10 @@ class Writer {
 class Reader {
   private offset = 0;
   private readonly buffer: Uint8Array;
+  private readonly view: DataView;
   constructor(buffer: Uint8Array) {
     this.buffer = buffer;
+    this.view = new DataView(buffer.buffer, buffer.byteOffset, buffer.byteLength);
   }
   byte(): number {
     const value = this.buffer[this.offset++];
@@ -163,17 +165,23 @@ class Reader {
   }
   double(): number {
     if (this.offset + 8 > this.buffer.length) throw new RangeError('truncated sketch');
-    const value = Buffer.from(this.buffer.buffer, this.buffer.byteOffset + this.offset, 8).readDoubleLE(0);
+    const value = this.view.getFloat64(this.offset, true);
     this.offset += 8;
     return value;
   }
   varint(): number {
+    const buffer = this.buffer;
+    let offset = this.offset;
     let value = 0;
     let scale = 1;
     for (;;) {
-      const b = this.byte();
+      if (offset >= buffer.length) throw new RangeError('truncated sketch');
+      const b = buffer[offset++]!;
       value += (b & 0x7f) * scale;
-      if (b < 0x80) return value;
+      if (b < 0x80) {
+        this.offset = offset;
+        return value;
+      }
       scale *= 0x80;
       if (scale > 2 ** 56) throw new RangeError('varint too long');
     }
@@ -181,6 +189,21 @@ class Reader {
   done(): boolean {
     return this.offset === this.buffer.length;
   }
+}
+
+/** Reads everything before the bins; the reader is then positioned on the first bin. */
+function readHeader(reader: Reader) {
+  const version = reader.byte();
+  if (version !== FORMAT_VERSION) throw new RangeError(`unknown sketch format ${version}`);
+  return {
+    relativeAccuracy: reader.double(),
+    count: reader.varint(),
+    zeroCount: reader.varint(),
+    sum: reader.double(),
+    min: reader.double(),
+    max: reader.double(),
+    bins: reader.varint(),
+  };
 }
 
 const zigzag = (n: number) => (n >= 0 ? n * 2 : -n * 2 - 1);
@@ -208,18 +231,16 @@ export function serializeSketch(sketch: DDSketch): Buffer {
 
 export function deserializeSketch(bytes: Uint8Array): DDSketch {
   const reader = new Reader(bytes);
-  const version = reader.byte();
-  if (version !== FORMAT_VERSION) throw new RangeError(`unknown sketch format ${version}`);
-  const sketch = createSketch(reader.double());
-  sketch.count = reader.varint();
-  sketch.zeroCount = reader.varint();
-  sketch.sum = reader.double();
-  sketch.min = reader.double();
-  sketch.max = reader.double();
-  const bins = reader.varint();
+  const header = readHeader(reader);
+  const sketch = createSketch(header.relativeAccuracy);
+  sketch.count = header.count;
+  sketch.zeroCount = header.zeroCount;
+  sketch.sum = header.sum;
+  sketch.min = header.min;
+  sketch.max = header.max;
   let index = 0;
   let binned = 0;
-  for (let i = 0; i < bins; i++) {
+  for (let i = 0; i < header.bins; i++) {
     index += unzigzag(reader.varint());
     const count = reader.varint();
     sketch.bins.set(index, count);
@@ -236,46 +257,19 @@ export function deserializeSketch(bytes: Uint8Array): DDSketch {
  * the query's cost flat as traffic grows. Same checks as `deserializeSketch`.
  */
 export function mergeSerializedInto(into: DDSketch, bytes: Uint8Array): DDSketch {
-  let offset = 0;
-  const length = bytes.length;
-  const varint = () => {
-    let value = 0;
-    let scale = 1;
-    for (;;) {
-      if (offset >= length) throw new RangeError('truncated sketch');
-      const b = bytes[offset++]!;
-      value += (b & 0x7f) * scale;
-      if (b < 0x80) return value;
-      scale *= 0x80;
-      if (scale > 2 ** 56) throw new RangeError('varint too long');
-    }
-  };
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const double = () => {
-    if (offset + 8 > length) throw new RangeError('truncated sketch');
-    const value = view.getFloat64(offset, true);
-    offset += 8;
-    return value;
-  };
-  if (bytes[offset++] !== FORMAT_VERSION) throw new RangeError(`unknown sketch format ${bytes[0]}`);
-  if (double() !== into.relativeAccuracy) throw new RangeError('cannot merge sketches of different accuracy');
-  const count = varint();
-  const zeroCount = varint();
-  const sum = double();
-  const min = double();
-  const max = double();
-  const bins = varint();
+  const reader = new Reader(bytes);
+  const { relativeAccuracy, count, zeroCount, sum, min, max, bins } = readHeader(reader);
+  if (relativeAccuracy !== into.relativeAccuracy) throw new RangeError('cannot merge sketches of different accuracy');
   const target = into.bins;
   let index = 0;
   let binned = 0;
   for (let i = 0; i < bins; i++) {
-    const z = varint();
-    index += z % 2 === 0 ? z / 2 : -(z + 1) / 2;
-    const c = varint();
+    index += unzigzag(reader.varint());
+    const c = reader.varint();
     target.set(index, (target.get(index) ?? 0) + c);
     binned += c;
   }
-  if (offset !== length || binned + zeroCount !== count) throw new RangeError('corrupt sketch');
+  if (!reader.done() || binned + zeroCount !== count) throw new RangeError('corrupt sketch');
   into.count += count;
   into.zeroCount += zeroCount;
   into.sum += sum;
@@ -291,45 +285,17 @@ export function mergeSerializedInto(into: DDSketch, bytes: Uint8Array): DDSketch
  */
 export function quantileSerialized(bytes: Uint8Array, q: number): number | undefined {
   if (!(q >= 0 && q <= 1)) throw new RangeError('q must be in [0, 1]');
-  let offset = 0;
-  const length = bytes.length;
-  const varint = () => {
-    let value = 0;
-    let scale = 1;
-    for (;;) {
-      if (offset >= length) throw new RangeError('truncated sketch');
-      const b = bytes[offset++]!;
-      value += (b & 0x7f) * scale;
-      if (b < 0x80) return value;
-      scale *= 0x80;
-      if (scale > 2 ** 56) throw new RangeError('varint too long');
-    }
-  };
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const double = () => {
-    if (offset + 8 > length) throw new RangeError('truncated sketch');
-    const value = view.getFloat64(offset, true);
-    offset += 8;
-    return value;
-  };
-  if (bytes[offset++] !== FORMAT_VERSION) throw new RangeError(`unknown sketch format ${bytes[0]}`);
-  const alpha = double();
-  const count = varint();
-  const zeroCount = varint();
-  double(); // sum
-  const min = double();
-  const max = double();
-  const bins = varint();
+  const reader = new Reader(bytes);
+  const { relativeAccuracy, count, zeroCount, min, max, bins } = readHeader(reader);
   if (count === 0) return undefined;
   const rank = Math.floor(q * (count - 1));
   if (rank < zeroCount) return 0;
   let seen = zeroCount;
   let index = 0;
   for (let i = 0; i < bins; i++) {
-    const z = varint();
-    index += z % 2 === 0 ? z / 2 : -(z + 1) / 2;
-    seen += varint();
-    if (seen > rank) return Math.min(max, Math.max(min, bucketValue(alpha, index)));
+    index += unzigzag(reader.varint());
+    seen += reader.varint();
+    if (seen > rank) return Math.min(max, Math.max(min, bucketValue(relativeAccuracy, index)));
   }
   return max;
 }

@@ -55,18 +55,20 @@ async function ended<T>(span: Span, work: () => Promise<T>): Promise<T> {
   }
 }
 
+const eventAttributes = (events: readonly NewEvent[]) => ({ 'eas.events.count': events.length, 'eas.events.types': [...new Set(events.map((e) => e.type))] });
+
 /** The store, with a span per append and the caller's trace context stamped on each event. */
 export function traceEventStore(store: EventStore, tracer: Tracer = trace.getTracer(TRACER_NAME)): EventStore {
   return {
     ...store,
     append: (streamId, events, options) =>
-      tracer.startActiveSpan('eventstore.append', { attributes: { 'eas.events.count': events.length, 'eas.events.types': [...new Set(events.map((e) => e.type))] } }, (span) =>
+      tracer.startActiveSpan('eventstore.append', { attributes: eventAttributes(events) }, (span) =>
         ended(span, () => store.append(streamId, withTraceContext(events, traceCarrier(context.active())), options)),
       ),
     // A create is one appendMany (reservation + employee): the same span as an append, over several streams.
     appendMany: (requests) => {
       const events = requests.flatMap((r) => r.events);
-      const attributes = { 'eas.streams.count': requests.length, 'eas.events.count': events.length, 'eas.events.types': [...new Set(events.map((e) => e.type))] };
+      const attributes = { 'eas.streams.count': requests.length, ...eventAttributes(events) };
       return tracer.startActiveSpan('eventstore.append', { attributes }, (span) =>
         ended(span, () => {
           const carrier = traceCarrier(context.active());
