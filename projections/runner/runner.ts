@@ -15,7 +15,7 @@ import {
 import type { Projection } from './projection.ts';
 import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNotifications.ts';
 import { classifyFailure } from './failures.ts';
-import { DEFAULT_ISOLATION, applyWithParking, type IsolationPolicy } from './isolation.ts';
+import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { hasParkedEvents, parkedEventsMigration, parkedStreams } from './parking.ts';
 
 export const projectionRunnerMigrations: readonly Migration[] = [
@@ -250,11 +250,7 @@ async function buildAndSwap<T extends string>(
   let position = START;
   let processed = 0;
   const head = await log.readHead();
-  const policy: IsolationPolicy = {
-    maxAttempts: options.isolation?.maxAttempts ?? DEFAULT_ISOLATION.maxAttempts,
-    backoffMs: options.isolation?.backoffMs ?? DEFAULT_ISOLATION.backoffMs,
-    signal: options.signal,
-  };
+  const policy = isolationPolicy(options.isolation, options.signal);
   // Poison events are isolated and parked exactly as by the live projector (isolation.ts), under
   // the projection's NEW version: the replay starts with no stream blocked (every event of the
   // log is tried again) and blocks the streams it parks itself. `blocked` and `parkedIds` only
@@ -498,12 +494,7 @@ export function runProjection<T extends string>(
   const controller = new AbortController();
   const { signal } = controller;
   const live = tableIds(projection, (logical) => logical);
-  const policy: IsolationPolicy = {
-    maxAttempts: options.isolation?.maxAttempts ?? DEFAULT_ISOLATION.maxAttempts,
-    backoffMs: options.isolation?.backoffMs ?? DEFAULT_ISOLATION.backoffMs,
-    signal,
-    onParked: options.onParked,
-  };
+  const policy = isolationPolicy(options.isolation, signal, options.onParked);
 
   const ensureBuilt = async () => {
     const checkpoint = await readCheckpoint(pool, projection.name);
@@ -517,7 +508,6 @@ export function runProjection<T extends string>(
     });
   };
 
-  /** Applies one page and moves the checkpoint to `to`; null when the checkpoint is not where we left it. */
   /**
    * Applies one page and moves the checkpoint to `to`; null when the checkpoint is not where we
    * left it. The first statement is the compare-and-set itself (it locks the checkpoint row and
