@@ -1,4 +1,5 @@
 import { AsyncResource } from 'node:async_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
 import { connectionUrlOf, sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
@@ -432,17 +433,6 @@ export type RunProjectionOptions = {
 /** Backoff after a transient failure (database down, deadlock): doubles from 50 ms up to 2 s. */
 const TRANSIENT_BACKOFF_MS = { first: 50, max: 2_000 };
 
-const abortableSleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
-
 /**
  * The next page is requested while the current one is applied (read and apply pipelined): the
  * subscription has already moved its cursor past a page it yielded, so reading ahead never
@@ -590,7 +580,7 @@ export function runProjection<T extends string>(
         if (signal.aborted) break;
         options.onError?.(error);
         if (error instanceof ProjectionSupersededError) return 'superseded';
-        await abortableSleep(backoff, signal);
+        await sleep(backoff, undefined, { signal }).catch(() => undefined); // rejects on abort: the loop then ends
         backoff = Math.min(backoff * 2, TRANSIENT_BACKOFF_MS.max);
       }
     }
