@@ -1,5 +1,4 @@
-import { Socket } from 'node:net';
-import pg from 'pg';
+import { createListenConnection } from '../../shared/db/listen.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Migration } from '../../shared/db/migrate.ts';
 import { comparePositions, parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
@@ -48,13 +47,11 @@ export type CheckpointListener = {
 export function createCheckpointListener(url: string): CheckpointListener {
   const latest = new Map<string, GlobalPosition>();
   const waiters = new Set<Waiter>();
-  let client: pg.Client | undefined;
-  let connecting: Promise<boolean> | undefined;
   let lingerTimer: NodeJS.Timeout | undefined;
   let closed = false;
 
-  const onNotification = (message: pg.Notification) => {
-    const [name, text] = (message.payload ?? '').split(' ');
+  const onNotification = (payload: string | undefined) => {
+    const [name, text] = (payload ?? '').split(' ');
     const position = text ? parsePosition(text) : undefined;
     if (!name || !position) return;
     const known = latest.get(name);
@@ -64,54 +61,31 @@ export function createCheckpointListener(url: string): CheckpointListener {
     }
   };
 
-  const drop = (c: pg.Client) => {
-    if (client === c) client = undefined;
-    // What arrived while we were not listening is unknown: forget it and let waiters re-read.
-    latest.clear();
-    for (const waiter of waiters) waiter.wake(false);
-    void c.end().catch(() => undefined);
-  };
-
-  const connect = async (): Promise<boolean> => {
-    if (closed) return false;
-    // An unref'd socket: a process with nothing else to do is not kept alive by its listener.
-    const c = new pg.Client({
-      connectionString: url,
-      stream: () => {
-        const socket = new Socket();
-        socket.unref();
-        return socket;
-      },
-    });
-    c.on('notification', onNotification);
-    c.on('error', () => drop(c));
-    c.on('end', () => drop(c));
-    try {
-      await c.connect();
-      await c.query(`listen ${CHECKPOINT_CHANNEL}`);
-      client = c;
-      return true;
-    } catch {
-      await c.end().catch(() => undefined);
-      return false;
-    }
-  };
+  const connection = createListenConnection({
+    url,
+    channel: CHECKPOINT_CHANNEL,
+    onNotification,
+    unref: true,
+    onLost: () => {
+      // What arrived while we were not listening is unknown: forget it and let waiters re-read.
+      latest.clear();
+      for (const waiter of waiters) waiter.wake(false);
+    },
+  });
 
   const scheduleLinger = () => {
     if (lingerTimer) clearTimeout(lingerTimer);
     lingerTimer = setTimeout(() => {
       lingerTimer = undefined;
-      if (waiters.size > 0 || !client) return;
-      const c = client;
-      client = undefined;
+      if (waiters.size > 0 || !connection.listening) return;
       latest.clear();
-      void c.end().catch(() => undefined);
+      void connection.release();
     }, LINGER_MS);
     lingerTimer.unref();
   };
 
   return {
-    latest: (name) => (client ? latest.get(name) : undefined),
+    latest: (name) => (connection.listening ? latest.get(name) : undefined),
     watch(name, position, wake) {
       const waiter = { name, position, wake };
       waiters.add(waiter);
@@ -120,17 +94,11 @@ export function createCheckpointListener(url: string): CheckpointListener {
         if (waiters.size === 0) scheduleLinger();
       };
     },
-    ready() {
-      if (client) return Promise.resolve(true);
-      connecting ??= connect().finally(() => (connecting = undefined));
-      return connecting;
-    },
+    ready: () => (closed ? Promise.resolve(false) : connection.open()),
     async close() {
       closed = true;
       if (lingerTimer) clearTimeout(lingerTimer);
-      const c = client;
-      client = undefined;
-      await c?.end().catch(() => undefined);
+      await connection.release();
     },
   };
 }

@@ -16,6 +16,18 @@ export type IsolationPolicy = {
 
 export const DEFAULT_ISOLATION: IsolationPolicy = { maxAttempts: 3, backoffMs: 20 };
 
+/** The policy for a run: the caller's retry settings over the defaults, with its signal and parking callback. */
+export const isolationPolicy = (
+  settings: Partial<Pick<IsolationPolicy, 'maxAttempts' | 'backoffMs'>> | undefined,
+  signal: AbortSignal | undefined,
+  onParked?: IsolationPolicy['onParked'],
+): IsolationPolicy => ({
+  maxAttempts: settings?.maxAttempts ?? DEFAULT_ISOLATION.maxAttempts,
+  backoffMs: settings?.backoffMs ?? DEFAULT_ISOLATION.backoffMs,
+  signal,
+  onParked,
+});
+
 export type ApplyOutcome = { readonly applied: number; readonly parked: number };
 
 const sleep = (ms: number, signal?: AbortSignal) =>

@@ -1,4 +1,5 @@
 import { AsyncResource } from 'node:async_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
 import { connectionUrlOf, sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
@@ -15,7 +16,7 @@ import {
 import type { Projection } from './projection.ts';
 import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNotifications.ts';
 import { classifyFailure } from './failures.ts';
-import { DEFAULT_ISOLATION, applyWithParking, type IsolationPolicy } from './isolation.ts';
+import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { hasParkedEvents, parkedEventsMigration, parkedStreams } from './parking.ts';
 
 export const projectionRunnerMigrations: readonly Migration[] = [
@@ -250,11 +251,7 @@ async function buildAndSwap<T extends string>(
   let position = START;
   let processed = 0;
   const head = await log.readHead();
-  const policy: IsolationPolicy = {
-    maxAttempts: options.isolation?.maxAttempts ?? DEFAULT_ISOLATION.maxAttempts,
-    backoffMs: options.isolation?.backoffMs ?? DEFAULT_ISOLATION.backoffMs,
-    signal: options.signal,
-  };
+  const policy = isolationPolicy(options.isolation, options.signal);
   // Poison events are isolated and parked exactly as by the live projector (isolation.ts), under
   // the projection's NEW version: the replay starts with no stream blocked (every event of the
   // log is tried again) and blocks the streams it parks itself. `blocked` and `parkedIds` only
@@ -436,17 +433,6 @@ export type RunProjectionOptions = {
 /** Backoff after a transient failure (database down, deadlock): doubles from 50 ms up to 2 s. */
 const TRANSIENT_BACKOFF_MS = { first: 50, max: 2_000 };
 
-const abortableSleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
-
 /**
  * The next page is requested while the current one is applied (read and apply pipelined): the
  * subscription has already moved its cursor past a page it yielded, so reading ahead never
@@ -498,12 +484,7 @@ export function runProjection<T extends string>(
   const controller = new AbortController();
   const { signal } = controller;
   const live = tableIds(projection, (logical) => logical);
-  const policy: IsolationPolicy = {
-    maxAttempts: options.isolation?.maxAttempts ?? DEFAULT_ISOLATION.maxAttempts,
-    backoffMs: options.isolation?.backoffMs ?? DEFAULT_ISOLATION.backoffMs,
-    signal,
-    onParked: options.onParked,
-  };
+  const policy = isolationPolicy(options.isolation, signal, options.onParked);
 
   const ensureBuilt = async () => {
     const checkpoint = await readCheckpoint(pool, projection.name);
@@ -517,7 +498,6 @@ export function runProjection<T extends string>(
     });
   };
 
-  /** Applies one page and moves the checkpoint to `to`; null when the checkpoint is not where we left it. */
   /**
    * Applies one page and moves the checkpoint to `to`; null when the checkpoint is not where we
    * left it. The first statement is the compare-and-set itself (it locks the checkpoint row and
@@ -600,7 +580,7 @@ export function runProjection<T extends string>(
         if (signal.aborted) break;
         options.onError?.(error);
         if (error instanceof ProjectionSupersededError) return 'superseded';
-        await abortableSleep(backoff, signal);
+        await sleep(backoff, undefined, { signal }).catch(() => undefined); // rejects on abort: the loop then ends
         backoff = Math.min(backoff * 2, TRANSIENT_BACKOFF_MS.max);
       }
     }

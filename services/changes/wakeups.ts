@@ -1,4 +1,4 @@
-import pg from 'pg';
+import { createListenConnection } from '../../shared/db/listen.ts';
 import { CHANGES_CHANNEL } from '../../projections/changes/changesProjection.ts';
 
 export type ChangeWatch = {
@@ -25,8 +25,6 @@ export type ChangeWakeups = {
  */
 export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
   const waiters = new Map<string, Set<() => void>>();
-  let client: pg.Client | undefined;
-  let connecting: Promise<void> | undefined;
   let closed = false;
 
   const wake = (tenantId: string | undefined) => {
@@ -34,28 +32,16 @@ export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
     for (const set of targets) for (const done of set ?? []) done();
   };
 
-  const connect = async () => {
-    if (closed) return;
-    const c = new pg.Client({ connectionString: databaseUrl });
-    c.on('notification', (message) => wake(message.payload ?? undefined));
-    c.on('error', () => {
-      if (client === c) client = undefined;
-      void c.end().catch(() => undefined);
-      wake(undefined);
-    });
-    try {
-      await c.connect();
-      await c.query(`listen ${CHANGES_CHANNEL}`);
-      client = c;
-    } catch {
-      await c.end().catch(() => undefined);
-    }
-  };
+  const connection = createListenConnection({
+    url: databaseUrl,
+    channel: CHANGES_CHANNEL,
+    onNotification: wake,
+    onLost: () => wake(undefined),
+  });
 
   return {
     async watch(tenantId) {
-      if (!client && !connecting && !closed) connecting = connect().finally(() => (connecting = undefined));
-      await connecting;
+      if (!closed) await connection.open();
       let fired = false;
       let resolveWait: (() => void) | undefined;
       const set = waiters.get(tenantId) ?? new Set<() => void>();
@@ -95,9 +81,7 @@ export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
     async close() {
       closed = true;
       wake(undefined);
-      const c = client;
-      client = undefined;
-      await c?.end().catch(() => undefined);
+      await connection.release();
     },
   };
 }
