@@ -57,10 +57,11 @@ export const roleAssignmentReactor = defineProjection({
       const event = { type: recorded.type, data: recorded.data } as EmployeeEvent;
       return [{ recorded, event, ...stream, key: keyOf(stream.tenantId, stream.employeeId) }];
     });
-    const hiredInBatch = new Set<Key>();
+    // Only an assignment made before the batch gives the employee an address needs a lookup.
+    const addressedInBatch = new Set<Key>();
     for (const { event, key } of parsed) {
-      if (event.type === 'EmployeeHired') hiredInBatch.add(key);
-      else if (!hiredInBatch.has(key)) missing.add(key);
+      if (event.type === 'EmployeeHired' || event.type === 'EmployeeEmailChanged') addressedInBatch.add(key);
+      else if (event.type === 'EmployeeRoleAssigned' && !addressedInBatch.has(key)) missing.add(key);
     }
     if (missing.size > 0) {
       const wanted = [...missing].map((k) => k.split('/'));

@@ -1,18 +1,4 @@
-import type { Migration } from '../../shared/db/migrate.ts';
-
-/**
- * Roles, users and refresh tokens are tenant-scoped: row-level security (forced, so even the
- * owner is filtered unless it is a superuser) keyed on `app.tenant_id`, which `withTenant`
- * sets per transaction. Without it `nullif(...)` yields null and every policy is false.
- */
-const tenantScoped = (table: string) => `
-  alter table ${table} enable row level security;
-  alter table ${table} force row level security;
-  create policy ${table}_tenant_isolation on ${table}
-    using (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid)
-    with check (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid);
-  grant select, insert, update, delete on ${table} to eas_tenant;
-`;
+import { tenantScopedDdl, type Migration } from '../../shared/db/migrate.ts';
 
 export const authMigrations: readonly Migration[] = [
   {
@@ -25,7 +11,7 @@ export const authMigrations: readonly Migration[] = [
         created_at timestamptz not null default now(),
         unique (tenant_id, name)
       );
-      ${tenantScoped('roles')}
+      ${tenantScopedDdl('roles')}
 
       -- A user is a login. Its role_id is the one source of truth for a person's role.
       -- password_hash is null for an account created by an employee's roleId that has no
@@ -41,7 +27,7 @@ export const authMigrations: readonly Migration[] = [
         updated_at timestamptz not null default now()
       );
       create unique index users_tenant_email on users (tenant_id, lower(email));
-      ${tenantScoped('users')}
+      ${tenantScopedDdl('users')}
 
       -- Refresh tokens are opaque to clients and stored only as sha256 digests.
       create table refresh_tokens (
@@ -57,7 +43,7 @@ export const authMigrations: readonly Migration[] = [
       );
       create index refresh_tokens_family on refresh_tokens (family_id);
       create index refresh_tokens_user on refresh_tokens (user_id);
-      ${tenantScoped('refresh_tokens')}
+      ${tenantScopedDdl('refresh_tokens')}
     `,
   },
   {

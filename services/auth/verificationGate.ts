@@ -40,7 +40,7 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
   const maxRunningPerKey = options.maxRunningPerKey ?? Math.max(1, concurrency - 1);
   let active = 0;
   let queued = 0;
-  /** Insertion-ordered: the key served last moves to the end (round-robin). */
+  /** Waiters per key; which key goes next is `nextKey`'s choice (fewest running, then least recently served). */
   const queues = new Map<string, Waiter[]>();
   const pending = new Map<string, number>();
 
@@ -83,8 +83,7 @@ export function createVerificationGate(options: VerificationGateOptions = {}): V
       const waiters = key === undefined ? undefined : queues.get(key);
       if (key === undefined || !waiters) return;
       const waiter = waiters.shift();
-      queues.delete(key);
-      if (waiters.length > 0) queues.set(key, waiters);
+      if (waiters.length === 0) queues.delete(key);
       if (!waiter) continue;
       queued--;
       started(key);

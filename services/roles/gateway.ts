@@ -72,6 +72,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
   await bootstrapTenant(runtime.pool, config, logger);
   const webhookSecrets = await loadSecretBox(config);
   const auth = await createAuthDeps({ pool: runtime.pool, config, redisUrl: config.REDIS_URL });
+  const tracing = activeTracing();
   const app = await createGateway({
     config,
     logger,
@@ -79,7 +80,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     registry: runtime.registry,
     trustProxy: config.TRUST_PROXY,
     ...gatewayRoutes({ auth, pool: runtime.pool, tenantReader: runtime.tenantReader, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, usageSource: runtime.usage.source, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS } }),
-    ...(activeTracing() ? { tracing: activeTracing()?.fastifyPlugin } : {}),
+    ...(tracing && { tracing: tracing.fastifyPlugin }),
   });
   const address = await listen(app, config.HOST, config.PORT);
   logger.info({ address }, `listening on ${address}`);

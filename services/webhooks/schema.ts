@@ -1,13 +1,4 @@
-import type { Migration } from '../../shared/db/migrate.ts';
-
-const tenantScoped = (table: string) => `
-  alter table ${table} enable row level security;
-  alter table ${table} force row level security;
-  create policy ${table}_tenant_isolation on ${table}
-    using (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid)
-    with check (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid);
-  grant select, insert, update, delete on ${table} to eas_tenant;
-`;
+import { tenantScopedDdl, type Migration } from '../../shared/db/migrate.ts';
 
 /**
  * Webhook endpoints and their delivery log. An endpoint's position in the change feed (its
@@ -38,7 +29,7 @@ export const webhookMigrations: readonly Migration[] = [
       );
       create index webhook_endpoints_tenant on webhook_endpoints (tenant_id, created_at);
       create index webhook_endpoints_due on webhook_endpoints (next_attempt_at) where status = 'active';
-      ${tenantScoped('webhook_endpoints')}
+      ${tenantScopedDdl('webhook_endpoints')}
 
       create table webhook_deliveries (
         endpoint_id uuid not null references webhook_endpoints (id) on delete cascade,
@@ -55,7 +46,7 @@ export const webhookMigrations: readonly Migration[] = [
         primary key (endpoint_id, commit_position, prepare_position)
       );
       create index webhook_deliveries_recent on webhook_deliveries (endpoint_id, last_attempt_at desc);
-      ${tenantScoped('webhook_deliveries')}
+      ${tenantScopedDdl('webhook_deliveries')}
     `,
   },
 ];

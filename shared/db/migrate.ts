@@ -68,3 +68,18 @@ export const tenantRoleMigration: Migration = {
     grant usage on schema public to eas_tenant;
   `,
 };
+
+/**
+ * DDL that makes `table` tenant-scoped: row-level security (forced, so even the owner is
+ * filtered unless it is a superuser) keyed on `app.tenant_id`, which `withTenant` sets per
+ * transaction, and the table granted to `eas_tenant`. Without the setting `nullif(...)` yields
+ * null and every policy is false.
+ */
+export const tenantScopedDdl = (table: string) => `
+  alter table ${table} enable row level security;
+  alter table ${table} force row level security;
+  create policy ${table}_tenant_isolation on ${table}
+    using (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid)
+    with check (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid);
+  grant select, insert, update, delete on ${table} to eas_tenant;
+`;
