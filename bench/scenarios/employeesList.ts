@@ -26,7 +26,7 @@ import { createTenantReader } from '../../shared/db/tenantReader.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { importEmployees, listLatency, setUpEmployeesBench } from './employees.ts';
-import { median } from '../support/measure.ts';
+import { freePort, median, waitForHttp } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench employees-list] ${message}\n`);
 
@@ -76,16 +76,6 @@ function startChild(args: string[], env: NodeJS.ProcessEnv, stdout: 'pipe' | 'ig
   return spawn(process.execPath, [...profile, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', stdout, 'inherit'] });
 }
 
-async function waitForHttp(url: string, headers: Record<string, string>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const response = await fetch(url, { headers }).catch(() => null);
-    if (response?.ok) return;
-    if (Date.now() > deadline) throw new Error(`${url} did not answer 200 (last: ${response?.status ?? 'no connection'})`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 export async function runEmployeesListBench(options: { employees?: number; rounds?: number; seconds?: number } = {}) {
   const employees = options.employees ?? Number(process.env.BENCH_LIST_EMPLOYEES ?? 2_000);
   const rounds = options.rounds ?? Number(process.env.BENCH_LIST_ROUNDS ?? 4);
@@ -107,7 +97,7 @@ export async function runEmployeesListBench(options: { employees?: number; round
     await store.close();
     await pool.query(sql.type(z.object({}))`vacuum analyze employees`);
 
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const port = await freePort();
     const gateway = startChild(['services/main.ts', 'gateway'], {
       DATABASE_URL: database.url,
       PORT: String(port),
@@ -128,7 +118,7 @@ export async function runEmployeesListBench(options: { employees?: number; round
     });
     const oursUrl = `http://127.0.0.1:${port}/v1/employees?limit=20`;
     const baselineUrl = `${bareUrl}/v1/employees?limit=20`;
-    await waitForHttp(oursUrl, headers, 60_000);
+    await waitForHttp(oursUrl, 60_000, { headers });
     // Same answer from both (what the bench compares is the same work).
     const [a, b] = await Promise.all([fetch(oursUrl, { headers }).then((r) => r.json()), fetch(baselineUrl).then((r) => r.json())]);
     if (JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`baseline and gateway answer differently:\n${JSON.stringify(a).slice(0, 300)}\n${JSON.stringify(b).slice(0, 300)}`);

@@ -15,6 +15,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import autocannon from 'autocannon';
+import { waitForHttp } from '../support/measure.ts';
 
 type Sample = { readonly at: number; readonly rssMb: number };
 
@@ -23,16 +24,6 @@ const rssMb = async (pid: number) => {
   const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 'NaN');
   return Math.round((kb / 1024) * 10) / 10;
 };
-
-async function waitReady(url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const ok = await fetch(url).then((r) => r.ok, () => false);
-    if (ok) return;
-    if (Date.now() > deadline) throw new Error(`${url} not ready within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 const stop = (child: ChildProcess) =>
   new Promise<void>((done) => {
@@ -74,7 +65,7 @@ export async function runRuntimeBench(): Promise<Record<string, unknown>> {
     const started = performance.now();
     const child = spawn(process.execPath, ['--max-semi-space-size=16', 'services/main.ts'], // as `npm start` runs it
       { cwd: resolve(import.meta.dirname, '../..'), env, stdio: ['ignore', 'ignore', 'inherit'] });
-    await waitReady(`${base}/health/ready`, 60_000);
+    await waitForHttp(`${base}/health/ready`, 60_000, { intervalMs: 25 });
     return { child, readyMs: Math.round(performance.now() - started) };
   };
   try {
