@@ -8,18 +8,14 @@
  *   npm run bench -- employees-list     # BENCH_LIST_EMPLOYEES (2,000), BENCH_LIST_ROUNDS (4), BENCH_DURATION (5 s)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import Fastify from 'fastify';
 import pg from 'pg';
 import { z } from 'zod';
-import { loadConfig } from '../../shared/config.ts';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
-import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
-import { createTokenService } from '../../services/auth/tokens.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, listEmployeesStatement } from '../../projections/employees/queries.ts';
 import { createTenantReader } from '../../shared/db/tenantReader.ts';
@@ -27,6 +23,7 @@ import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { importEmployees, listLatency, setUpEmployeesBench } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
+import { createBenchAuth, serviceEnv } from '../support/services.ts';
 
 const say = (message: string) => process.stderr.write(`[bench employees-list] ${message}\n`);
 
@@ -84,13 +81,10 @@ export async function runEmployeesListBench(options: { employees?: number; round
   const pool = await createDatabasePool(database.url, { maximumPoolSize: 4 });
   const children: ChildProcess[] = [];
   try {
-    const config = loadConfig({});
-    const jwk = await generatePrivateJwk();
-    const tokens = createTokenService({ keys: await createKeyRing([jwk]), issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE });
+    const { jwk, adminHeaders } = await createBenchAuth();
     const slug = `bench-list-${Date.now().toString(36)}`;
     const { tenant } = await provisionTenant(pool, { slug, plan: 'enterprise' });
-    const { accessToken } = await tokens.issue({ userId: randomUUID(), tenant: slug, roles: ['admin'] });
-    const headers = { authorization: `Bearer ${accessToken}`, 'x-tenant': slug };
+    const headers = await adminHeaders(slug);
     await importEmployees(database.url, tenant.id, employees);
     const store = createPostgresEventStore(pool);
     await replayProjection(pool, store, employeesProjection);
@@ -98,17 +92,7 @@ export async function runEmployeesListBench(options: { employees?: number; round
     await pool.query(sql.type(z.object({}))`vacuum analyze employees`);
 
     const port = await freePort();
-    const gateway = startChild(['services/main.ts', 'gateway'], {
-      DATABASE_URL: database.url,
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'warn',
-      NODE_ENV: 'production',
-      JWT_PRIVATE_JWKS: JSON.stringify([jwk]),
-      KAFKA_BROKERS: '',
-      REDIS_URL: '',
-      EVENTSTORE_URL: '',
-    }, process.env.BENCH_GATEWAY_STDOUT === '1' ? 'inherit' : 'ignore');
+    const gateway = startChild(['services/main.ts', 'gateway'], { ...serviceEnv(database.url, jwk), PORT: String(port) }, process.env.BENCH_GATEWAY_STDOUT === '1' ? 'inherit' : 'ignore');
     children.push(gateway);
     const bare = startChild([fileURLToPath(import.meta.url)], { LIST_BENCH_ROLE: 'server', DATABASE_URL: database.url, LIST_BENCH_TENANT: tenant.id });
     children.push(bare);
