@@ -34,7 +34,7 @@ import { employeeStreamId } from '../../services/employees/events.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
 import { freePort, waitForHttp } from '../support/measure.ts';
-import { createBenchAuth, serviceEnv } from '../support/services.ts';
+import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
 export type EmployeesBenchEnv = {
   readonly pool: DatabasePool;
@@ -200,12 +200,7 @@ export async function setUpEmployeesBench(options: { employees?: number; port?: 
     small,
     large,
     async close() {
-      for (const child of children) {
-        if (child.exitCode !== null) continue;
-        const exited = new Promise((r) => child.once('exit', r));
-        child.kill('SIGTERM');
-        await exited;
-      }
+      for (const child of children) await stopChild(child);
       await pool.end();
       if (process.env.BENCH_KEEP_DB !== '1') await database.drop();
     },

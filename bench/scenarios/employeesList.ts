@@ -23,7 +23,7 @@ import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { importEmployees, listLatency, setUpEmployeesBench } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
-import { createBenchAuth, serviceEnv } from '../support/services.ts';
+import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
 const say = (message: string) => process.stderr.write(`[bench employees-list] ${message}\n`);
 
@@ -161,12 +161,7 @@ export async function runEmployeesListBench(options: { employees?: number; round
       met: ratio >= 0.6,
     };
   } finally {
-    for (const child of children) {
-      if (child.exitCode !== null) continue;
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      await exited;
-    }
+    for (const child of children) await stopChild(child);
     await pool.end();
     await database.drop();
   }

@@ -24,7 +24,7 @@ import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { createThroughput, importEmployees, projectionLag, type EmployeesBenchEnv } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
-import { createBenchAuth, serviceEnv } from '../support/services.ts';
+import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
 const say = (message: string) => process.stderr.write(`[bench lag] ${message}\n`);
 const repoRoot = resolve(import.meta.dirname, '../..');
@@ -87,14 +87,7 @@ export async function runProjectionLagBench() {
       return {
         env: benchEnv,
         async stop() {
-          await Promise.all(
-            running.map(async (child) => {
-              if (child.exitCode !== null) return;
-              const exited = new Promise((r) => child.once('exit', r));
-              child.kill('SIGTERM');
-              await exited;
-            }),
-          );
+          await Promise.all(running.map(stopChild));
         },
       };
     };

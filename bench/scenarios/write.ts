@@ -27,19 +27,13 @@ import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
-import { createBenchAuth, serviceEnv } from '../support/services.ts';
+import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
 const say = (message: string) => process.stderr.write(`[bench write] ${message}\n`);
 const round2 = (n: number) => Number(n.toFixed(2));
 
 
 
-async function stopChild(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await exited;
-}
 
 const STREAMS = 1_000;
 const APPENDS_PER_STREAM = 20;

@@ -1,3 +1,4 @@
+import type { ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { loadConfig } from '../../shared/config.ts';
 import { createKeyRing, generatePrivateJwk, type PrivateJwk } from '../../services/auth/keys.ts';
@@ -34,3 +35,11 @@ export const serviceEnv = (databaseUrl: string, jwk: PrivateJwk): Record<string,
   REDIS_URL: '',
   EVENTSTORE_URL: '',
 });
+
+/** SIGTERM, then wait for the exit (at once if the child has already gone). */
+export async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  await exited;
+}
