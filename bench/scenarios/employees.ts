@@ -24,19 +24,17 @@ import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
-import { loadConfig } from '../../shared/config.ts';
 import { createDatabasePool, sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { comparePositions, parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
-import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
-import { createTokenService } from '../../services/auth/tokens.ts';
 import { emailReservationStreamId } from '../../services/employees/emailReservation.ts';
 import { employeeStreamId } from '../../services/employees/events.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
 import { freePort, waitForHttp } from '../support/measure.ts';
+import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
 export type EmployeesBenchEnv = {
   readonly pool: DatabasePool;
@@ -163,14 +161,11 @@ export async function setUpEmployeesBench(options: { employees?: number; port?: 
   const databaseUrl = database.url;
   const pool = await createDatabasePool(databaseUrl, { maximumPoolSize: 10 });
 
-  const config = loadConfig({});
-  const jwk = await generatePrivateJwk();
-  const tokens = createTokenService({ keys: await createKeyRing([jwk]), issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE });
+  const { jwk, adminHeaders } = await createBenchAuth();
   const tenant = async (count: number): Promise<BenchTenant> => {
     const slug = `bench-${count}-${Date.now().toString(36)}`;
     const { tenant: t } = await provisionTenant(pool, { slug, plan: 'enterprise' });
-    const { accessToken } = await tokens.issue({ userId: randomUUID(), tenant: slug, roles: ['admin'] });
-    return { tenantId: t.id, slug, employees: count, headers: { authorization: `Bearer ${accessToken}`, 'x-tenant': slug } };
+    return { tenantId: t.id, slug, employees: count, headers: await adminHeaders(slug) };
   };
   const small = await tenant(1_000);
   const large = await tenant(employees);
@@ -184,18 +179,7 @@ export async function setUpEmployeesBench(options: { employees?: number; port?: 
   await pool.query(sql.type(z.object({}))`analyze employees`);
 
   // The scaled-out topology: a gateway process and the employees projector process.
-  const childEnv = {
-    ...process.env,
-    DATABASE_URL: databaseUrl,
-    PORT: String(port),
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
-    NODE_ENV: 'production',
-    JWT_PRIVATE_JWKS: JSON.stringify([jwk]),
-    KAFKA_BROKERS: '',
-    REDIS_URL: '',
-    EVENTSTORE_URL: '',
-  };
+  const childEnv = { ...process.env, ...serviceEnv(databaseUrl, jwk) };
   const start = (port: number, ...role: string[]): ChildProcess =>
     spawn(process.execPath, ['services/main.ts', ...role], {
       env: { ...childEnv, PORT: String(port) },
@@ -216,12 +200,7 @@ export async function setUpEmployeesBench(options: { employees?: number; port?: 
     small,
     large,
     async close() {
-      for (const child of children) {
-        if (child.exitCode !== null) continue;
-        const exited = new Promise((r) => child.once('exit', r));
-        child.kill('SIGTERM');
-        await exited;
-      }
+      for (const child of children) await stopChild(child);
       await pool.end();
       if (process.env.BENCH_KEEP_DB !== '1') await database.drop();
     },

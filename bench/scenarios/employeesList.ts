@@ -8,25 +8,22 @@
  *   npm run bench -- employees-list     # BENCH_LIST_EMPLOYEES (2,000), BENCH_LIST_ROUNDS (4), BENCH_DURATION (5 s)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import Fastify from 'fastify';
 import pg from 'pg';
 import { z } from 'zod';
-import { loadConfig } from '../../shared/config.ts';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
-import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
-import { createTokenService } from '../../services/auth/tokens.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, listEmployeesStatement } from '../../projections/employees/queries.ts';
 import { createTenantReader } from '../../shared/db/tenantReader.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { importEmployees, listLatency, setUpEmployeesBench } from './employees.ts';
-import { median } from '../support/measure.ts';
+import { freePort, median, waitForHttp } from '../support/measure.ts';
+import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
 const say = (message: string) => process.stderr.write(`[bench employees-list] ${message}\n`);
 
@@ -76,16 +73,6 @@ function startChild(args: string[], env: NodeJS.ProcessEnv, stdout: 'pipe' | 'ig
   return spawn(process.execPath, [...profile, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', stdout, 'inherit'] });
 }
 
-async function waitForHttp(url: string, headers: Record<string, string>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const response = await fetch(url, { headers }).catch(() => null);
-    if (response?.ok) return;
-    if (Date.now() > deadline) throw new Error(`${url} did not answer 200 (last: ${response?.status ?? 'no connection'})`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 export async function runEmployeesListBench(options: { employees?: number; rounds?: number; seconds?: number } = {}) {
   const employees = options.employees ?? Number(process.env.BENCH_LIST_EMPLOYEES ?? 2_000);
   const rounds = options.rounds ?? Number(process.env.BENCH_LIST_ROUNDS ?? 4);
@@ -94,31 +81,18 @@ export async function runEmployeesListBench(options: { employees?: number; round
   const pool = await createDatabasePool(database.url, { maximumPoolSize: 4 });
   const children: ChildProcess[] = [];
   try {
-    const config = loadConfig({});
-    const jwk = await generatePrivateJwk();
-    const tokens = createTokenService({ keys: await createKeyRing([jwk]), issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE });
+    const { jwk, adminHeaders } = await createBenchAuth();
     const slug = `bench-list-${Date.now().toString(36)}`;
     const { tenant } = await provisionTenant(pool, { slug, plan: 'enterprise' });
-    const { accessToken } = await tokens.issue({ userId: randomUUID(), tenant: slug, roles: ['admin'] });
-    const headers = { authorization: `Bearer ${accessToken}`, 'x-tenant': slug };
+    const headers = await adminHeaders(slug);
     await importEmployees(database.url, tenant.id, employees);
     const store = createPostgresEventStore(pool);
     await replayProjection(pool, store, employeesProjection);
     await store.close();
     await pool.query(sql.type(z.object({}))`vacuum analyze employees`);
 
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
-    const gateway = startChild(['services/main.ts', 'gateway'], {
-      DATABASE_URL: database.url,
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'warn',
-      NODE_ENV: 'production',
-      JWT_PRIVATE_JWKS: JSON.stringify([jwk]),
-      KAFKA_BROKERS: '',
-      REDIS_URL: '',
-      EVENTSTORE_URL: '',
-    }, process.env.BENCH_GATEWAY_STDOUT === '1' ? 'inherit' : 'ignore');
+    const port = await freePort();
+    const gateway = startChild(['services/main.ts', 'gateway'], { ...serviceEnv(database.url, jwk), PORT: String(port) }, process.env.BENCH_GATEWAY_STDOUT === '1' ? 'inherit' : 'ignore');
     children.push(gateway);
     const bare = startChild([fileURLToPath(import.meta.url)], { LIST_BENCH_ROLE: 'server', DATABASE_URL: database.url, LIST_BENCH_TENANT: tenant.id });
     children.push(bare);
@@ -128,7 +102,7 @@ export async function runEmployeesListBench(options: { employees?: number; round
     });
     const oursUrl = `http://127.0.0.1:${port}/v1/employees?limit=20`;
     const baselineUrl = `${bareUrl}/v1/employees?limit=20`;
-    await waitForHttp(oursUrl, headers, 60_000);
+    await waitForHttp(oursUrl, 60_000, { headers });
     // Same answer from both (what the bench compares is the same work).
     const [a, b] = await Promise.all([fetch(oursUrl, { headers }).then((r) => r.json()), fetch(baselineUrl).then((r) => r.json())]);
     if (JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`baseline and gateway answer differently:\n${JSON.stringify(a).slice(0, 300)}\n${JSON.stringify(b).slice(0, 300)}`);
@@ -187,12 +161,7 @@ export async function runEmployeesListBench(options: { employees?: number; round
       met: ratio >= 0.6,
     };
   } finally {
-    for (const child of children) {
-      if (child.exitCode !== null) continue;
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      await exited;
-    }
+    for (const child of children) await stopChild(child);
     await pool.end();
     await database.drop();
   }

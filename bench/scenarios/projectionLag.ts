@@ -15,19 +15,16 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
-import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
-import { loadConfig } from '../../shared/config.ts';
 import { createDatabasePool } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
-import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
-import { createTokenService } from '../../services/auth/tokens.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { createThroughput, importEmployees, projectionLag, type EmployeesBenchEnv } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
+import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
 const say = (message: string) => process.stderr.write(`[bench lag] ${message}\n`);
 const repoRoot = resolve(import.meta.dirname, '../..');
@@ -59,13 +56,10 @@ export async function runProjectionLagBench() {
   const pool = await createDatabasePool(database.url, { maximumPoolSize: 4 });
   const children = new Set<ChildProcess>();
   try {
-    const config = loadConfig({});
-    const jwk = await generatePrivateJwk();
-    const tokens = createTokenService({ keys: await createKeyRing([jwk]), issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE });
+    const { jwk, adminHeaders } = await createBenchAuth();
     const slug = `bench-lag-${Date.now().toString(36)}`;
     const { tenant } = await provisionTenant(pool, { slug, plan: 'enterprise' });
-    const { accessToken } = await tokens.issue({ userId: randomUUID(), tenant: slug, roles: ['admin'] });
-    const benchTenant = { tenantId: tenant.id, slug, employees: 1_000, headers: { authorization: `Bearer ${accessToken}`, 'x-tenant': slug } };
+    const benchTenant = { tenantId: tenant.id, slug, employees: 1_000, headers: await adminHeaders(slug) };
     await importEmployees(database.url, tenant.id, 1_000);
     const store = createPostgresEventStore(pool);
     await replayProjection(pool, store, employeesProjection);
@@ -73,17 +67,7 @@ export async function runProjectionLagBench() {
 
     const start = async (dir: string) => {
       const port = await freePort();
-      const env = {
-        ...process.env,
-        DATABASE_URL: database.url,
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'warn',
-        NODE_ENV: 'production',
-        JWT_PRIVATE_JWKS: JSON.stringify([jwk]),
-        KAFKA_BROKERS: '',
-        REDIS_URL: '',
-        EVENTSTORE_URL: '',
-      };
+      const env = { ...process.env, ...serviceEnv(database.url, jwk) };
       // A tree from before plain-Node TypeScript still starts through the tsx loader.
       const loader = /--import tsx/.test(readFileSync(resolve(dir, 'package.json'), 'utf8')) ? ['--import', 'tsx'] : [];
       const spawnRole = (p: number, ...role: string[]) => {
@@ -103,14 +87,7 @@ export async function runProjectionLagBench() {
       return {
         env: benchEnv,
         async stop() {
-          await Promise.all(
-            running.map(async (child) => {
-              if (child.exitCode !== null) return;
-              const exited = new Promise((r) => child.once('exit', r));
-              child.kill('SIGTERM');
-              await exited;
-            }),
-          );
+          await Promise.all(running.map(stopChild));
         },
       };
     };

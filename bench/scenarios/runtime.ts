@@ -9,13 +9,14 @@
  * The load is a mix of creates, list pages, single reads and the KPI summary from 16
  * connections at a fixed overall rate; RSS is sampled every second from /proc.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import autocannon from 'autocannon';
 import { freePort, waitForHttp } from '../support/measure.ts';
+import { stopChild } from '../support/services.ts';
 
 type Sample = { readonly at: number; readonly rssMb: number };
 
@@ -25,20 +26,13 @@ const rssMb = async (pid: number) => {
   return Math.round((kb / 1024) * 10) / 10;
 };
 
-const stop = (child: ChildProcess) =>
-  new Promise<void>((done) => {
-    if (child.exitCode !== null) return done();
-    child.once('exit', () => done());
-    child.kill('SIGTERM');
-  });
-
 async function bareFastifyRss(): Promise<number> {
   const code = `const f = (await import('fastify')).default({ logger: false }); f.get('/', async () => ({ ok: true })); await f.listen({ port: 0, host: '127.0.0.1' }); process.stdout.write('up\\n');`;
   const child = spawn(process.execPath, ['--input-type=module', '-e', code], { cwd: resolve(import.meta.dirname, '../..'), stdio: ['ignore', 'pipe', 'inherit'] });
   await new Promise((r) => child.stdout?.once('data', r));
   await new Promise((r) => setTimeout(r, 3_000));
   const rss = await rssMb(child.pid ?? 0);
-  await stop(child);
+  await stopChild(child);
   return rss;
 }
 
@@ -72,7 +66,7 @@ export async function runRuntimeBench(): Promise<Record<string, unknown>> {
     const cold = await start();
     await new Promise((r) => setTimeout(r, 5_000));
     const idleCold = await rssMb(cold.child.pid ?? 0);
-    await stop(cold.child);
+    await stopChild(cold.child);
     const warm = await start();
     const child = warm.child;
     await new Promise((r) => setTimeout(r, 5_000));
@@ -117,7 +111,7 @@ export async function runRuntimeBench(): Promise<Record<string, unknown>> {
       loadedRss: { first: loaded[0], peak: Math.max(...loaded), last: loaded.at(-1), atQuarterMarks: [0.25, 0.5, 0.75, 1].map((q) => loaded[Math.max(0, Math.round(loaded.length * q) - 1)]) },
       baselineBareFastifyIdleRss: await bareFastifyRss(),
     };
-    await stop(child);
+    await stopChild(child);
     return report;
   } finally {
     await rm(dataDir, { recursive: true, force: true }).catch(() => undefined);

@@ -22,26 +22,18 @@ import { randomUUID } from 'node:crypto';
 import { getPostgreSQLEventStore } from '@event-driven-io/emmett-postgresql';
 import { STREAM_DOES_NOT_EXIST } from '@event-driven-io/emmett';
 import autocannon from 'autocannon';
-import { loadConfig } from '../../shared/config.ts';
 import { createDatabasePool } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
-import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
-import { createTokenService } from '../../services/auth/tokens.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
+import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
 const say = (message: string) => process.stderr.write(`[bench write] ${message}\n`);
 const round2 = (n: number) => Number(n.toFixed(2));
 
 
 
-async function stopChild(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await exited;
-}
 
 const STREAMS = 1_000;
 const APPENDS_PER_STREAM = 20;
@@ -154,25 +146,12 @@ async function createsBench(rounds: number, seconds: number, connections: number
   const pool = await createDatabasePool(oursDb.url, { maximumPoolSize: 4 });
   const children: ChildProcess[] = [];
   try {
-    const config = loadConfig({});
-    const jwk = await generatePrivateJwk();
-    const tokens = createTokenService({ keys: await createKeyRing([jwk]), issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE });
+    const { jwk, adminHeaders } = await createBenchAuth();
     const slug = `write-${Date.now().toString(36)}`;
     await provisionTenant(pool, { slug, plan: 'enterprise' });
-    const { accessToken } = await tokens.issue({ userId: randomUUID(), tenant: slug, roles: ['admin'] });
-    const headers = { authorization: `Bearer ${accessToken}`, 'x-tenant': slug };
+    const headers = await adminHeaders(slug);
 
-    const env = {
-      ...process.env,
-      DATABASE_URL: oursDb.url,
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'warn',
-      NODE_ENV: 'production',
-      JWT_PRIVATE_JWKS: JSON.stringify([jwk]),
-      KAFKA_BROKERS: '',
-      REDIS_URL: '',
-      EVENTSTORE_URL: '',
-    };
+    const env = { ...process.env, ...serviceEnv(oursDb.url, jwk) };
     const nodeArgs = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean);
     const start = (script: string, port: number, extraEnv: Record<string, string>, ...args: string[]) => {
       const child = spawn(process.execPath, [...nodeArgs, script, ...args], {

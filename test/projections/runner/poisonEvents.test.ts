@@ -3,13 +3,11 @@ import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { Registry } from 'prom-client';
-import { monotonicFactory } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql, type DatabasePool } from '../../../shared/db/pool.ts';
 import { START, type EventStore, type NewEvent } from '../../../shared/event-store/port.ts';
 import { createGateway } from '../../../services/gateway/app.ts';
-import { employeeStreamId } from '../../../services/employees/events.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
 import { defineProjection } from '../../../projections/runner/projection.ts';
@@ -17,26 +15,7 @@ import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle 
 import { listParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
 import { parkedEventsReadiness, registerParkedEventsMetric } from '../../../projections/runner/monitoring.ts';
 import { useTestEventStore } from '../../support/database.ts';
-
-const nextUlid = monotonicFactory();
-
-const hire = (tenantId: string, hiredAt: string) => {
-  const employeeId = nextUlid();
-  const event: NewEvent = {
-    id: randomUUID(),
-    type: 'EmployeeHired',
-    data: { employeeId, email: `${employeeId.toLowerCase()}@example.test`, firstName: 'Ada', lastName: 'Lovelace', department: 'eng', status: 'active', hiredAt },
-    metadata: { tenantId, actor: 'test', occurredAt: new Date().toISOString() },
-  };
-  return { employeeId, stream: employeeStreamId(tenantId, employeeId), event };
-};
-
-const statusChanged = (tenantId: string, employeeId: string, to: 'on_leave' | 'inactive'): NewEvent => ({
-  id: randomUUID(),
-  type: 'EmployeeStatusChanged',
-  data: { employeeId, from: 'active', to, reason: null, changedAt: new Date().toISOString() },
-  metadata: { tenantId, actor: 'test' },
-});
+import { hire, statusChanged } from './fixtures/employeeEvents.ts';
 
 const listIds = async (pool: DatabasePool, tenantId: string) =>
   (await listEmployees(pool, tenantId, { page: 1, limit: 100 })).data.map((e) => e.id);

@@ -1,11 +1,10 @@
-import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
 import { runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
 import { START, type GlobalPosition } from '../../../shared/event-store/port.ts';
 import { useTestEventStore } from '../../support/database.ts';
-import { TALLIED, tallyProjection } from './fixtures/tallyProjection.ts';
+import { tallied, tallyProjection } from './fixtures/tallyProjection.ts';
 
 /**
  * Read-your-writes waits on checkpoint NOTIFYs (one LISTEN connection per process), not by
@@ -13,7 +12,6 @@ import { TALLIED, tallyProjection } from './fixtures/tallyProjection.ts';
  */
 describe('read-your-writes (waitForCheckpoint)', () => {
   const fixture = useTestEventStore();
-  const tallied = () => ({ id: randomUUID(), type: TALLIED, data: {} });
 
   it('wakes on the checkpoint commit: many waiters, no polling (fallback poll set to a minute)', async () => {
     const { db, store } = fixture;

@@ -2,42 +2,22 @@ import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { monotonicFactory } from 'ulid';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql, type DatabasePool } from '../../../shared/db/pool.ts';
 import { START, type EventStore, type GlobalPosition, type NewEvent } from '../../../shared/event-store/port.ts';
-import { employeeStreamId } from '../../../services/employees/events.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
 import { defineProjection, type Projection } from '../../../projections/runner/projection.ts';
 import { readCheckpoint, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
 import { listParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
 import { useTestEventStore } from '../../support/database.ts';
+import { hire, statusChanged } from './fixtures/employeeEvents.ts';
 
 /**
  * Defect 1, rebuilds: a poison event already in the log must not stop a replay (page by page or
  * bulk), which a version bump forces at start-up; it is parked once, with the NEW version.
  */
-const nextUlid = monotonicFactory();
-
-const hire = (tenantId: string, hiredAt: string) => {
-  const employeeId = nextUlid();
-  const event: NewEvent = {
-    id: randomUUID(),
-    type: 'EmployeeHired',
-    data: { employeeId, email: `${employeeId.toLowerCase()}@example.test`, firstName: 'Ada', lastName: 'Lovelace', department: 'eng', status: 'active', hiredAt },
-    metadata: { tenantId, actor: 'test', occurredAt: new Date().toISOString() },
-  };
-  return { employeeId, stream: employeeStreamId(tenantId, employeeId), event };
-};
-
-const onLeave = (tenantId: string, employeeId: string): NewEvent => ({
-  id: randomUUID(),
-  type: 'EmployeeStatusChanged',
-  data: { employeeId, from: 'active', to: 'on_leave', reason: null, changedAt: new Date().toISOString() },
-  metadata: { tenantId, actor: 'test' },
-});
 
 const listIds = async (pool: DatabasePool, tenantId: string) =>
   (await listEmployees(pool, tenantId, { page: 1, limit: 100 })).data.map((e) => e.id).sort();
@@ -49,7 +29,7 @@ async function givenALogWithAPoisonEvent(store: EventStore) {
   const goodA = [hire(tenantA, '2024-01-01T00:00:00Z'), hire(tenantA, '2024-02-01T00:00:00Z')];
   const goodB = [hire(tenantB, '2025-03-01T00:00:00Z'), hire(tenantB, '2025-04-01T00:00:00Z')];
   const poison = hire(tenantA, '0000-06-01T00:00:00Z');
-  const behind = onLeave(tenantA, poison.employeeId);
+  const behind = statusChanged(tenantA, poison.employeeId, 'on_leave');
   for (const h of [goodA[0], goodB[0], poison, goodA[1], goodB[1]]) if (h) await store.append(h.stream, [h.event]);
   const last = (await store.append(poison.stream, [behind])).position;
   return { tenantA, tenantB, goodA, goodB, poison, behind, last };

@@ -1,25 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
-import { START, comparePositions, type EventStore, type RecordedEvent } from '../../../shared/event-store/port.ts';
+import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
 import { createTestDatabase, useTestEventStore, type TestDatabase } from '../../support/database.ts';
-import { TALLIED, expectedTally, readTally, tallyProjection } from './fixtures/tallyProjection.ts';
-
-async function allEvents(store: EventStore): Promise<RecordedEvent[]> {
-  const events: RecordedEvent[] = [];
-  let after = START;
-  for (;;) {
-    const page = await store.readAll({ after, maxCount: 1_000 });
-    events.push(...page.events);
-    if (comparePositions(page.checkpoint, after) === 0) return events;
-    after = page.checkpoint;
-  }
-}
-
-const tallied = () => ({ id: randomUUID(), type: TALLIED, data: {} });
+import { allEvents, expectedTally, readTally, tallied, tallyProjection } from './fixtures/tallyProjection.ts';
 
 async function appendMany(store: EventStore, streams: number, perStream: number, prefix: string) {
   for (let r = 0; r < perStream; r++) {

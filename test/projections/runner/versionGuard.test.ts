@@ -1,6 +1,5 @@
-import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { START, comparePositions, type EventStore, type RecordedEvent } from '../../../shared/event-store/port.ts';
+import { START } from '../../../shared/event-store/port.ts';
 import {
   ProjectionSupersededError,
   readCheckpoint,
@@ -9,20 +8,7 @@ import {
   waitForCheckpoint,
 } from '../../../projections/runner/runner.ts';
 import { useTestEventStore } from '../../support/database.ts';
-import { TALLIED, expectedTally, readTally, tallyProjection } from './fixtures/tallyProjection.ts';
-
-async function allEvents(store: EventStore): Promise<RecordedEvent[]> {
-  const events: RecordedEvent[] = [];
-  let after = START;
-  for (;;) {
-    const page = await store.readAll({ after, maxCount: 1_000 });
-    events.push(...page.events);
-    if (comparePositions(page.checkpoint, after) === 0) return events;
-    after = page.checkpoint;
-  }
-}
-
-const tallied = () => ({ id: randomUUID(), type: TALLIED, data: {} });
+import { allEvents, expectedTally, readTally, tallied, tallyProjection } from './fixtures/tallyProjection.ts';
 
 /**
  * Defect 10: during a rolling deploy that bumps a projection's version, old and new projectors

@@ -1,40 +1,32 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
-import { START, parsePosition, type EventStore } from '../../../shared/event-store/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { parsePosition, type EventStore } from '../../../shared/event-store/port.ts';
+import { waitForCheckpoint } from '../../../projections/runner/runner.ts';
 import { billingStreamId } from '../../../projections/kpi/billingEvents.ts';
 import { loadRevenueHistories, readRevenueAsOf } from '../../../projections/kpi/revenue.ts';
 import { revenueAsOf } from '../../../projections/kpi/subscriptions.ts';
 import { withTenant } from '../../../shared/db/pool.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
-import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import { billingEventStoreId, uuidV5 } from '../../../services/analytics/billing.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import type { TestDatabase } from '../../support/database.ts';
+import { authHeaders, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import { createAnalyticsHarness, type AnalyticsHarness } from './harness.ts';
 
 let db: TestDatabase;
 let store: EventStore;
 let auth: AuthDeps;
 let app: FastifyInstance;
-let projector: ProjectorHandle;
+let harness: AnalyticsHarness | undefined;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  store = createPostgresEventStore(db.pool, { listenUrl: db.url });
-  auth = await createTestAuth(db.pool);
-  projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
-  await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
-  app = await createTestApp(auth, analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }));
+  harness = await createAnalyticsHarness();
+  ({ db, store, auth, app } = harness);
 });
 
 afterAll(async () => {
-  await app?.close();
-  await projector?.stop();
-  await store?.close();
-  await db?.drop();
+  await harness?.close();
 });
 
 type Kpi = { mrr: number; arr: number; churnRate: number; asOf: string; currency: string | null };

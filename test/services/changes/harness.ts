@@ -11,16 +11,9 @@ import { changeEmployeeDetails, hireEmployee } from '../../../services/employees
 import { parseEmployeeStreamId, EMPLOYEE_EVENT_TYPES } from '../../../services/employees/events.ts';
 import { monotonicFactory } from 'ulid';
 import type { V1Capability } from '../../../services/gateway/app.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
-export async function waitFor<T>(probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error('condition not met before the deadline');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+export { waitFor };
 
 export type ChangesHarness = {
   readonly db: TestDatabase;

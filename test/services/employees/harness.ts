@@ -10,6 +10,9 @@ import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../pr
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { roleAssignmentReactor } from '../../../services/auth/roleAssignmentReactor.ts';
+import { waitFor } from '../../support/waitFor.ts';
+
+export { waitFor };
 
 /** A fresh database, the live employees projector and the gateway with real auth in front. */
 export type EmployeesHarness = {
@@ -21,16 +24,6 @@ export type EmployeesHarness = {
   tenant(role?: RoleName): Promise<{ tenant: TestTenant; headers: Record<string, string>; as(role: RoleName | readonly string[]): Promise<Record<string, string>> }>;
   close(): Promise<void>;
 };
-
-export async function waitFor<T>(probe: () => Promise<T | undefined | null | false>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error('condition not met before the deadline');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 export async function createEmployeesHarness(options: { clock?: () => Date; readWaitMs?: number } = {}): Promise<EmployeesHarness> {
   const db = await createTestDatabase();

@@ -7,6 +7,7 @@ import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import type { AppendResult, NewEvent } from '../../../shared/event-store/port.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { useTestEventStore } from '../../support/database.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 /**
  * Group commit in the PostgreSQL adapter (issue 11): appends that queue while a flush is in
@@ -14,16 +15,6 @@ import { useTestEventStore } from '../../support/database.ts';
  * request. Requests of one flush share a transaction id, which is how these tests see a batch.
  */
 const event = (type: string): NewEvent => ({ id: randomUUID(), type, data: {} });
-
-async function waitFor<T>(probe: () => Promise<T | undefined | null | false>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error('condition not met before the deadline');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describe('group commit (PostgreSQL adapter)', () => {
   const fixture = useTestEventStore();

@@ -1,0 +1,44 @@
+import type { FastifyInstance } from 'fastify';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { START, type EventStore } from '../../../shared/event-store/port.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
+import { analyticsRoutes } from '../../../services/analytics/routes.ts';
+import type { AuthDeps } from '../../../services/auth/plugin.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { createTestApp, createTestAuth } from '../../support/auth.ts';
+
+export type AnalyticsHarness = {
+  readonly db: TestDatabase;
+  readonly store: EventStore;
+  readonly auth: AuthDeps;
+  readonly app: FastifyInstance;
+  close(): Promise<void>;
+};
+
+/**
+ * A fresh database, the billing projector (built before it returns) and a gateway with the
+ * analytics routes behind real auth. No usage hook: the only usage is what a test seeds.
+ */
+export async function createAnalyticsHarness(): Promise<AnalyticsHarness> {
+  const db = await createTestDatabase();
+  const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+  let projector: ProjectorHandle | undefined;
+  let app: FastifyInstance | undefined;
+  const close = async () => {
+    await app?.close();
+    await projector?.stop();
+    await store.close();
+    await db.drop();
+  };
+  try {
+    const auth = await createTestAuth(db.pool);
+    projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
+    await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
+    app = await createTestApp(auth, analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }));
+    return { db, store, auth, app, close };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
