@@ -1,8 +1,8 @@
-import pg from 'pg';
 import { z } from 'zod';
 import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
 import type { Migration } from '../db/migrate.ts';
 import { readAllBulk } from './postgresBulkRead.ts';
+import { createListenConnection } from '../db/listen.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
@@ -707,8 +707,6 @@ function createGroupCommit(
  * wait short; every wait is bounded, so a lost connection costs latency, never events.
  */
 function createWakeups(listenUrl: string | undefined) {
-  let client: pg.Client | undefined;
-  let connecting: Promise<void> | undefined;
   let users = 0;
   let closed = false;
   const waiters = new Set<() => void>();
@@ -719,37 +717,17 @@ function createWakeups(listenUrl: string | undefined) {
     for (const wake of waiters) wake();
     waiters.clear();
   };
-
-  const connect = async () => {
-    if (!listenUrl || closed) return;
-    const c = new pg.Client({ connectionString: listenUrl });
-    c.on('notification', wakeAll);
-    c.on('error', () => {
-      client = undefined;
-      c.end().catch(() => undefined);
-      wakeAll();
-    });
-    try {
-      await c.connect();
-      await c.query(`listen ${NOTIFY_CHANNEL}`);
-      client = c;
-    } catch {
-      await c.end().catch(() => undefined);
-    }
-  };
+  // A lost connection wakes every waiter too: what was notified meanwhile is unknown, so re-read.
+  const listen = listenUrl ? createListenConnection({ url: listenUrl, channel: NOTIFY_CHANNEL, onNotification: wakeAll, onLost: wakeAll }) : undefined;
+  const connect = () => (listen && !closed ? listen.open() : Promise.resolve(false));
 
   return {
     async subscribe() {
       users++;
-      if (!client && !connecting) connecting = connect().finally(() => (connecting = undefined));
-      await connecting;
+      await connect();
       return () => {
         users--;
-        if (users === 0 && client) {
-          const c = client;
-          client = undefined;
-          void c.end().catch(() => undefined);
-        }
+        if (users === 0) void listen?.release();
       };
     },
     /** Counts notifications: read it before a read, hand it to `next` after an empty one. */
@@ -760,9 +738,7 @@ function createWakeups(listenUrl: string | undefined) {
      */
     next(seen: number, timeoutMs: number, signal?: AbortSignal): Promise<void> {
       if (notifications !== seen || signal?.aborted) return Promise.resolve();
-      if (!client && !connecting && users > 0 && !closed) {
-        connecting = connect().finally(() => (connecting = undefined));
-      }
+      if (users > 0 && !listen?.listening) void connect();
       return new Promise<void>((resolve) => {
         const done = () => {
           clearTimeout(timer);
@@ -778,9 +754,7 @@ function createWakeups(listenUrl: string | undefined) {
     async close() {
       closed = true;
       wakeAll();
-      const c = client;
-      client = undefined;
-      await c?.end().catch(() => undefined);
+      await listen?.release();
     },
   };
 }
