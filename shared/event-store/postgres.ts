@@ -61,6 +61,19 @@ export const eventStoreMigrations: readonly Migration[] = [
   // Group commit: many append requests (single- or multi-stream) in one statement and one
   // transaction. es_append stays for rolling upgrades (an older gateway still calls it).
   { id: 'event-store/004-append-batch', sql: appendBatchFunction() },
+  // PL/pgSQL caches a generic plan per statement on a connection's first calls. Planned while
+  // the tables were small (a fresh deployment, a new database), the event-id and stream lookups
+  // became sequential scans and stayed so for the connection's life: es_append_batch took
+  // 11 ms per flush at 15k events, 4 ms of it scanning es_events for 32 ids
+  // (auto_explain, issue 11). Every table access in these functions is a lookup by a unique key,
+  // for which an index scan is right at any size, so the planner is told so.
+  {
+    id: 'event-store/005-append-index-lookups',
+    sql: `
+      alter function es_append_batch(int[], text[], text[], int[], uuid[], text[], jsonb[], jsonb[]) set enable_seqscan = off;
+      alter function es_append(text, text, uuid[], text[], jsonb[], jsonb[]) set enable_seqscan = off;
+    `,
+  },
 ];
 
 /**
