@@ -503,13 +503,19 @@ export function runProjection<T extends string>(
    * left it. The first statement is the compare-and-set itself (it locks the checkpoint row and
    * moves it, counting every event as applied), so a page costs one round trip less than a
    * separate lock-then-update; the count is corrected in the rare page that parks events.
+   * Commits are asynchronous (see the statement): live lag does not wait for fsync.
    */
   const commitPage = (events: readonly RecordedEvent[], expected: GlobalPosition, to: GlobalPosition, isolate: boolean, mayHaveParked: boolean) =>
     pool.transaction(async (tx) => {
+      // The same statement makes the page's commit asynchronous (no wait for the WAL flush): a
+      // crash can lose only the last pages, model and checkpoint together, and the projector
+      // applies them again from the log. What readers see stays all or nothing per page.
       const moved = await tx.maybeOne(sql.type(checkpointRow)`
+        with asynchronous as materialized (select set_config('synchronous_commit', 'off', true))
         update projection_checkpoints
         set commit_position = ${to.commit.toString()}, prepare_position = ${to.prepare.toString()},
             events_applied = events_applied + ${events.length}, updated_at = now()
+        from asynchronous
         where name = ${projection.name} and version = ${projection.version}
           and commit_position = ${expected.commit.toString()}::numeric and prepare_position = ${expected.prepare.toString()}::numeric
         returning version, commit_position::text, prepare_position::text, events_applied, updated_at

@@ -74,7 +74,80 @@ export const eventStoreMigrations: readonly Migration[] = [
       alter function es_append(text, text, uuid[], text[], jsonb[], jsonb[]) set enable_seqscan = off;
     `,
   },
+  // A page of the log in one round trip (was two statements, three when filtered): the horizon,
+  // the scan window and the fetch run inside one function, each statement on its own fresh
+  // snapshot (a VOLATILE function in READ COMMITTED), so the horizon is still taken strictly
+  // before the rows are read.
+  { id: 'event-store/006-read-page-function', sql: readFunctions() },
 ];
+
+/**
+ * `es_read_horizon()`: the smallest transaction id still in flight among the backends holding a
+ * lock on the event tables, else the next id to be assigned. A writer draws its id only after
+ * locking the tables, so a writer not seen here will draw an id at or above the snapshot's xmax,
+ * which bounds the horizon. A writer that finishes while this runs has committed before the
+ * next statement (the read) takes its snapshot.
+ *
+ * `es_read_page(after, max, types, window)`: the events after `after` that a reader may see
+ * (below the horizon, so no gap can fill in later). Unfiltered (`types` null): at most `max`
+ * events. Filtered: first the end of a window of at most `window` visible entries (index only),
+ * then the matching events up to it; a last row with a null id carries the window's end, the
+ * page's checkpoint when fewer than `max` events matched.
+ */
+function readFunctions(): string {
+  return `
+      create function es_read_horizon() returns xid8 language sql volatile as $fn$
+        select coalesce(
+          (select min(x) from pg_snapshot_xip(snap.s) x
+           where (x::text::bigint % 4294967296) in (
+             select l2.transactionid::text::bigint
+             from pg_locks l1
+             join pg_locks l2 on l2.pid = l1.pid and l2.locktype = 'transactionid' and l2.mode = 'ExclusiveLock' and l2.granted
+             where l1.locktype = 'relation'
+               and l1.database = (select oid from pg_database where datname = current_database())
+               and l1.relation in ('es_events'::regclass, 'es_streams'::regclass)
+               and l1.pid <> pg_backend_pid())),
+          pg_snapshot_xmax(snap.s))
+        from (select pg_current_snapshot() as s) snap
+      $fn$;
+
+      create function es_read_page(p_after_commit xid8, p_after_prepare bigint, p_max int, p_types text[], p_window int)
+      returns table (id text, stream_id text, revision bigint, type text, data jsonb, metadata jsonb, commit text, prepare bigint, recorded_at timestamptz)
+      language plpgsql volatile
+      -- Generic plans are cached per connection; planned on an empty table they would scan it.
+      set enable_seqscan = off
+      as $fn$
+      declare
+        v_horizon xid8 := es_read_horizon();
+        v_end_commit xid8;
+        v_end_prepare bigint;
+      begin
+        if p_types is null then
+          return query
+            select e.event_id::text, e.stream_id, e.revision, e.type, e.data, e.metadata, e.transaction_id::text, e.position, e.recorded_at
+            from es_events e
+            where (e.transaction_id, e.position) > (p_after_commit, p_after_prepare) and e.transaction_id < v_horizon
+            order by e.transaction_id, e.position limit p_max;
+          return;
+        end if;
+        select w.transaction_id, w.position into v_end_commit, v_end_prepare from (
+          select e.transaction_id, e.position from es_events e
+          where (e.transaction_id, e.position) > (p_after_commit, p_after_prepare) and e.transaction_id < v_horizon
+          order by e.transaction_id, e.position limit p_window
+        ) w order by w.transaction_id desc, w.position desc limit 1;
+        if v_end_commit is null then return; end if;
+        return query
+          select e.event_id::text, e.stream_id, e.revision, e.type, e.data, e.metadata, e.transaction_id::text, e.position, e.recorded_at
+          from es_events e
+          where (e.transaction_id, e.position) > (p_after_commit, p_after_prepare)
+            and (e.transaction_id, e.position) <= (v_end_commit, v_end_prepare)
+            and e.type = any(p_types)
+          order by e.transaction_id, e.position limit p_max;
+        return query select null::text, null::text, null::bigint, null::text, null::jsonb, null::jsonb, v_end_commit::text, v_end_prepare, null::timestamptz;
+      end
+      $fn$;
+    `;
+}
 
 /**
  * `es_append_batch`: the flush of the adapter's group commit. Takes parts (one stream's events
@@ -364,6 +437,26 @@ const eventRow = z.object({
   recorded_at: z.string(),
 });
 
+/** A row of `es_read_page`: an event, or (null id) the end of a filtered read's scanned window. */
+const pageRow = eventRow.extend({
+  id: z.string().nullable(),
+  stream_id: z.string().nullable(),
+  revision: z.number().nullable(),
+  type: z.string().nullable(),
+  metadata: z.record(z.string(), z.unknown()).nullable(),
+  recorded_at: z.string().nullable(),
+});
+
+/** An event row of `es_read_page` (every column set), or null for its window-end row. */
+function pageEvent(row: z.infer<typeof pageRow>): RecordedEvent | null {
+  const { id, stream_id, revision, type, metadata, recorded_at } = row;
+  if (id === null) return null;
+  if (stream_id === null || revision === null || type === null || metadata === null || recorded_at === null) {
+    throw new Error(`es_read_page returned an incomplete event row (${id})`);
+  }
+  return toRecorded({ ...row, id, stream_id, revision, type, metadata, recorded_at });
+}
+
 const toPosition = (row: z.infer<typeof positionRow>): GlobalPosition => ({
   commit: BigInt(row.commit),
   prepare: BigInt(row.prepare),
@@ -385,33 +478,9 @@ const eventColumns = sql.fragment`
   transaction_id::text as commit, position as prepare, recorded_at
 `;
 
-/**
- * The read horizon, taken in its own statement before the read: the smallest transaction id
- * still in flight among the backends holding a lock on the event tables, else the next id to
- * be assigned. A writer draws its id only after locking the tables, so a writer not seen here
- * will draw an id at or above the snapshot's xmax, which bounds the horizon. A writer that
- * finishes while this runs has committed before the read statement takes its snapshot.
- */
-const horizonQuery = sql.type(z.object({ horizon: z.string() }))`
-  select coalesce(
-    (select min(x) from pg_snapshot_xip(snap.s) x
-     where (x::text::bigint % 4294967296) in (
-       select l2.transactionid::text::bigint
-       from pg_locks l1
-       join pg_locks l2 on l2.pid = l1.pid and l2.locktype = 'transactionid' and l2.mode = 'ExclusiveLock' and l2.granted
-       where l1.locktype = 'relation'
-         and l1.database = (select oid from pg_database where datname = current_database())
-         and l1.relation in ('es_events'::regclass, 'es_streams'::regclass)
-         and l1.pid <> pg_backend_pid())),
-    pg_snapshot_xmax(snap.s))::text as horizon
-  from (select pg_current_snapshot() as s) snap
-`;
+/** The read horizon (`es_read_horizon`, see its migration), for the bulk read's one fixed horizon. */
+const horizonQuery = sql.type(z.object({ horizon: z.string() }))`select es_read_horizon()::text as horizon`;
 
-/** Rows after `after` that the reader may see: below the horizon, so no gap can fill in later. */
-const visibleAfter = (after: GlobalPosition, horizon: string) => sql.fragment`
-  (transaction_id, position) > (${after.commit.toString()}::xid8, ${after.prepare.toString()}::int8)
-  and transaction_id < ${horizon}::xid8
-`;
 
 export type PostgresEventStoreOptions = {
   /** Connection string for the LISTEN connection that wakes live subscriptions. */
@@ -515,37 +584,25 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     if (appended) wakeSubscribers();
   }
 
+  /** One page of the log in one round trip (`es_read_page`, see its migration). */
   async function readAll(opts: ReadAllOptions = {}): Promise<ReadAllPage> {
     const after = opts.after ?? START;
     const maxCount = opts.maxCount ?? 1_000;
-    const horizon = await pool.oneFirst(horizonQuery);
-    if (!opts.eventTypes) {
-      const rows = await pool.any(sql.type(eventRow)`
-        select ${eventColumns} from es_events where ${visibleAfter(after, horizon)}
-        order by transaction_id, position limit ${maxCount}
-      `);
-      const events = rows.map(toRecorded);
-      return { events, checkpoint: events.at(-1)?.position ?? after };
+    const types = opts.eventTypes ? sql.array([...opts.eventTypes], 'text') : null;
+    const rows = await pool.any(sql.type(pageRow)`
+      select * from es_read_page(${after.commit.toString()}::xid8, ${after.prepare.toString()}::int8, ${maxCount}, ${types}, ${scanWindow})
+    `);
+    const events: RecordedEvent[] = [];
+    let windowEnd: GlobalPosition | undefined;
+    for (const row of rows) {
+      const event = pageEvent(row);
+      if (event) events.push(event);
+      else windowEnd = toPosition(row);
     }
-    // Filtered: first fix the end of a window of at most `scanWindow` visible entries (index
-    // only), then fetch the matching events up to it. Nothing can commit inside it later.
-    const windowEndRow = await pool.maybeOne(sql.type(positionRow)`
-      select transaction_id::text as commit, position as prepare from (
-        select transaction_id, position from es_events where ${visibleAfter(after, horizon)}
-        order by transaction_id, position limit ${scanWindow}
-      ) scanned order by transaction_id desc, position desc limit 1
-    `);
-    if (!windowEndRow) return { events: [], checkpoint: after };
-    const windowEnd = toPosition(windowEndRow);
-    const rows = await pool.any(sql.type(eventRow)`
-      select ${eventColumns} from es_events
-      where (transaction_id, position) > (${after.commit.toString()}::xid8, ${after.prepare.toString()}::int8)
-        and (transaction_id, position) <= (${windowEndRow.commit}::xid8, ${windowEndRow.prepare}::int8)
-        and type = any(${sql.array([...opts.eventTypes], 'text')})
-      order by transaction_id, position limit ${maxCount}
-    `);
-    const events = rows.map(toRecorded);
-    const checkpoint = events.length === maxCount ? (events.at(-1)?.position ?? windowEnd) : windowEnd;
+    const last = events.at(-1)?.position;
+    // Unfiltered: the page ends at its last event. Filtered: at the scanned window's end, unless
+    // the page is full (then at its last event: more may match inside the window).
+    const checkpoint = !windowEnd || (events.length === maxCount && last) ? (last ?? after) : windowEnd;
     return { events, checkpoint };
   }
 
