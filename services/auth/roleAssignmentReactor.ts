@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { sql, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../projections/runner/projection.ts';
-import { parseEmployeeStreamId, type EmployeeEvent } from '../employees/events.ts';
+import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../employees/events.ts';
 import { normaliseEmail } from '../../shared/email.ts';
 
 /**
@@ -34,7 +34,10 @@ const decidedAt = (event: RecordedEvent): string =>
 export const roleAssignmentReactor = defineProjection({
   name: ROLE_ASSIGNMENTS_PROJECTION,
   version: 1,
-  eventTypes: ['EmployeeHired', 'EmployeeEmailChanged', 'EmployeeRoleAssigned'],
+  // Every employee event, though only hires, address changes and assignments matter: the
+  // projections beside it in `projector employees` read the same pages, so the store reads
+  // each page once for all three (shared subscription pages, event-store/postgres.ts).
+  eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
     role_reactor_emails: (table) => [
       sql.fragment`create table ${table} (

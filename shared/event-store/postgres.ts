@@ -7,6 +7,7 @@ import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
   assertAppendManyRequests,
+  comparePositions,
   type AppendRequest,
   type AppendResult,
   type EventStore,
@@ -606,6 +607,10 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     return { events, checkpoint };
   }
 
+  // Live subscriptions of this process share their reads (see createSharedPages); `readAll`
+  // itself always reads afresh.
+  const sharedPages = createSharedPages(readAll, SHARED_PAGES);
+
   return {
     async append(streamId, events, { expectedRevision = 'any' } = {}) {
       if (events.length === 0) throw new Error('append needs at least one event');
@@ -640,7 +645,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
       try {
         while (!signal?.aborted) {
           const seen = wakeups.generation();
-          const page = await readAll({ ...opts, after });
+          const page = await sharedPages.read({ ...opts, after });
           if (page.events.length > 0 || page.checkpoint !== after) {
             after = page.checkpoint;
             yield page;
@@ -669,6 +674,46 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
       await groupCommit.drained();
       await wakeScheduled;
       await wakeups.close();
+    },
+  };
+}
+
+/** How many recent pages a store keeps for the other subscribers of its process. */
+const SHARED_PAGES = 16;
+
+/**
+ * Live subscriptions of one process (`projector employees` runs three projections) follow the
+ * log at the same pace and ask for the same pages: the same position, types and size. Each such
+ * page is read once: a read in flight is shared, and a page that made progress (its checkpoint moved
+ * past `after`) is kept among the last few. A page below the horizon never changes, so handing
+ * out a kept one is as correct as reading it again; it may end earlier than a read now would,
+ * and the next read goes on from there. A page without progress is never kept: it means "wait
+ * for the next commit", and a later read must look again.
+ */
+function createSharedPages(read: (opts: ReadAllOptions) => Promise<ReadAllPage>, size: number) {
+  const pages = new Map<string, Promise<ReadAllPage>>();
+  const keyOf = (opts: ReadAllOptions, after: GlobalPosition) =>
+    `${after.commit}/${after.prepare}/${opts.maxCount ?? ''}/${opts.eventTypes ? [...opts.eventTypes].sort().join(',') : '*'}`;
+  return {
+    read(opts: ReadAllOptions): Promise<ReadAllPage> {
+      const after = opts.after ?? START;
+      const key = keyOf(opts, after);
+      const shared = pages.get(key);
+      if (shared) return shared;
+      const page = read(opts);
+      pages.set(key, page);
+      const forget = () => {
+        if (pages.get(key) === page) pages.delete(key);
+      };
+      page.then((result) => {
+        if (comparePositions(result.checkpoint, after) <= 0) return forget();
+        // Keep the newest `size` pages (a Map iterates in insertion order).
+        for (const old of pages.keys()) {
+          if (pages.size <= size) break;
+          pages.delete(old);
+        }
+      }, forget);
+      return page;
     },
   };
 }
