@@ -683,37 +683,53 @@ const SHARED_PAGES = 16;
 
 /**
  * Live subscriptions of one process (`projector employees` runs three projections) follow the
- * log at the same pace and ask for the same pages: the same position, types and size. Each such
- * page is read once: a read in flight is shared, and a page that made progress (its checkpoint moved
- * past `after`) is kept among the last few. A page below the horizon never changes, so handing
- * out a kept one is as correct as reading it again; it may end earlier than a read now would,
- * and the next read goes on from there. A page without progress is never kept: it means "wait
- * for the next commit", and a later read must look again.
+ * log at about the same pace over the same event types. Each page is read once for all of them:
+ * a subscriber whose position falls inside a page read recently (or being read) for the same
+ * types and size gets that page's rest: its events after the position, and its checkpoint. A
+ * page guarantees every matching event between its start and its checkpoint, so its rest is a
+ * valid page from any position inside it; it may end earlier than a read now would, and the next
+ * read goes on from there. Subscribers whose pages ended at different points thus meet again at
+ * the next shared checkpoint. A page without progress is never kept: it means "wait for the next
+ * commit", and a later read must look again.
  */
 function createSharedPages(read: (opts: ReadAllOptions) => Promise<ReadAllPage>, size: number) {
-  const pages = new Map<string, Promise<ReadAllPage>>();
-  const keyOf = (opts: ReadAllOptions, after: GlobalPosition) =>
-    `${after.commit}/${after.prepare}/${opts.maxCount ?? ''}/${opts.eventTypes ? [...opts.eventTypes].sort().join(',') : '*'}`;
+  type Kept = { readonly key: string; readonly after: GlobalPosition; readonly page: Promise<ReadAllPage>; result?: ReadAllPage };
+  let kept: Kept[] = [];
+  const keyOf = (opts: ReadAllOptions) => `${opts.maxCount ?? ''}/${opts.eventTypes ? [...opts.eventTypes].sort().join(',') : '*'}`;
+  const restOf = (page: ReadAllPage, after: GlobalPosition): ReadAllPage | undefined => {
+    if (comparePositions(page.checkpoint, after) <= 0) return undefined;
+    const first = page.events.findIndex((e) => comparePositions(e.position, after) > 0);
+    return { events: first < 0 ? [] : first === 0 ? page.events : page.events.slice(first), checkpoint: page.checkpoint };
+  };
+  // Kept before the read returns, so that a subscriber asking meanwhile waits for it.
+  const fresh = (opts: ReadAllOptions, key: string, after: GlobalPosition): Promise<ReadAllPage> => {
+    const entry: Kept = { key, after, page: read(opts) };
+    kept.push(entry);
+    if (kept.length > size) kept = kept.slice(-size);
+    const forget = () => void (kept = kept.filter((k) => k !== entry));
+    entry.page.then((result) => (comparePositions(result.checkpoint, after) <= 0 ? forget() : void (entry.result = result)), forget);
+    return entry.page;
+  };
   return {
     read(opts: ReadAllOptions): Promise<ReadAllPage> {
       const after = opts.after ?? START;
-      const key = keyOf(opts, after);
-      const shared = pages.get(key);
-      if (shared) return shared;
-      const page = read(opts);
-      pages.set(key, page);
-      const forget = () => {
-        if (pages.get(key) === page) pages.delete(key);
-      };
-      page.then((result) => {
-        if (comparePositions(result.checkpoint, after) <= 0) return forget();
-        // Keep the newest `size` pages (a Map iterates in insertion order).
-        for (const old of pages.keys()) {
-          if (pages.size <= size) break;
-          pages.delete(old);
+      const key = keyOf(opts);
+      // Newest first: a page that starts at or before `after` and ends past it gives its rest.
+      for (let i = kept.length - 1; i >= 0; i--) {
+        const entry = kept[i];
+        if (!entry || entry.key !== key || comparePositions(entry.after, after) > 0) continue;
+        if (entry.result) {
+          const rest = restOf(entry.result, after);
+          if (rest) return Promise.resolve(rest);
+          continue;
         }
-      }, forget);
-      return page;
+        // Still being read: wait for it rather than read the same rows a second time.
+        return entry.page.then(
+          (page) => restOf(page, after) ?? fresh(opts, key, after),
+          () => fresh(opts, key, after),
+        );
+      }
+      return fresh(opts, key, after);
     },
   };
 }
