@@ -2,12 +2,12 @@ import { z } from 'zod';
 import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
 import type { Migration } from '../db/migrate.ts';
 import { readAllBulk } from './postgresBulkRead.ts';
+import { createSharedTails } from './sharedTail.ts';
 import { createListenConnection } from '../db/listen.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
   assertAppendManyRequests,
-  comparePositions,
   type AppendRequest,
   type AppendResult,
   type EventStore,
@@ -607,9 +607,9 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     return { events, checkpoint };
   }
 
-  // Live subscriptions of this process share their reads (see createSharedPages); `readAll`
+  // Live subscriptions of this process share their reads at the head (sharedTail.ts); `readAll`
   // itself always reads afresh.
-  const sharedPages = createSharedPages(readAll, SHARED_PAGES);
+  const tails = createSharedTails(readAll, wakeups);
 
   return {
     async append(streamId, events, { expectedRevision = 'any' } = {}) {
@@ -639,20 +639,9 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     ...(bulkReadUrl !== undefined && { readAllBulk: (opts = {}) => readAllBulk(pool, bulkReadUrl, horizonQuery, opts) }),
 
     async *subscribeToAll(opts: SubscribeOptions = {}) {
-      const { signal, pollIntervalMs = 250 } = opts;
-      let after = opts.after ?? START;
       const unsubscribe = await wakeups.subscribe();
       try {
-        while (!signal?.aborted) {
-          const seen = wakeups.generation();
-          const page = await sharedPages.read({ ...opts, after });
-          if (page.events.length > 0 || page.checkpoint !== after) {
-            after = page.checkpoint;
-            yield page;
-            continue;
-          }
-          await wakeups.next(seen, pollIntervalMs, signal);
-        }
+        yield* tails.subscribe(opts);
       } finally {
         unsubscribe();
       }
@@ -674,62 +663,6 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
       await groupCommit.drained();
       await wakeScheduled;
       await wakeups.close();
-    },
-  };
-}
-
-/** How many recent pages a store keeps for the other subscribers of its process. */
-const SHARED_PAGES = 16;
-
-/**
- * Live subscriptions of one process (`projector employees` runs three projections) follow the
- * log at about the same pace over the same event types. Each page is read once for all of them:
- * a subscriber whose position falls inside a page read recently (or being read) for the same
- * types and size gets that page's rest: its events after the position, and its checkpoint. A
- * page guarantees every matching event between its start and its checkpoint, so its rest is a
- * valid page from any position inside it; it may end earlier than a read now would, and the next
- * read goes on from there. Subscribers whose pages ended at different points thus meet again at
- * the next shared checkpoint. A page without progress is never kept: it means "wait for the next
- * commit", and a later read must look again.
- */
-function createSharedPages(read: (opts: ReadAllOptions) => Promise<ReadAllPage>, size: number) {
-  type Kept = { readonly key: string; readonly after: GlobalPosition; readonly page: Promise<ReadAllPage>; result?: ReadAllPage };
-  let kept: Kept[] = [];
-  const keyOf = (opts: ReadAllOptions) => `${opts.maxCount ?? ''}/${opts.eventTypes ? [...opts.eventTypes].sort().join(',') : '*'}`;
-  const restOf = (page: ReadAllPage, after: GlobalPosition): ReadAllPage | undefined => {
-    if (comparePositions(page.checkpoint, after) <= 0) return undefined;
-    const first = page.events.findIndex((e) => comparePositions(e.position, after) > 0);
-    return { events: first < 0 ? [] : first === 0 ? page.events : page.events.slice(first), checkpoint: page.checkpoint };
-  };
-  // Kept before the read returns, so that a subscriber asking meanwhile waits for it.
-  const fresh = (opts: ReadAllOptions, key: string, after: GlobalPosition): Promise<ReadAllPage> => {
-    const entry: Kept = { key, after, page: read(opts) };
-    kept.push(entry);
-    if (kept.length > size) kept = kept.slice(-size);
-    const forget = () => void (kept = kept.filter((k) => k !== entry));
-    entry.page.then((result) => (comparePositions(result.checkpoint, after) <= 0 ? forget() : void (entry.result = result)), forget);
-    return entry.page;
-  };
-  return {
-    read(opts: ReadAllOptions): Promise<ReadAllPage> {
-      const after = opts.after ?? START;
-      const key = keyOf(opts);
-      // Newest first: a page that starts at or before `after` and ends past it gives its rest.
-      for (let i = kept.length - 1; i >= 0; i--) {
-        const entry = kept[i];
-        if (!entry || entry.key !== key || comparePositions(entry.after, after) > 0) continue;
-        if (entry.result) {
-          const rest = restOf(entry.result, after);
-          if (rest) return Promise.resolve(rest);
-          continue;
-        }
-        // Still being read: wait for it rather than read the same rows a second time.
-        return entry.page.then(
-          (page) => restOf(page, after) ?? fresh(opts, key, after),
-          () => fresh(opts, key, after),
-        );
-      }
-      return fresh(opts, key, after);
     },
   };
 }
