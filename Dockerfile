@@ -48,8 +48,17 @@ EXPOSE 3000
 # Every role serves /health/live on $PORT (the gateway with the API, the others alone).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=5 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||3000)+'/health/live').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+# Memory settings, the same as `npm start` (docs/benchmarks.md, "Runtime"; keep the two in step):
+# - MALLOC_MMAP_THRESHOLD_: a fixed glibc mmap threshold. Left dynamic, glibc raises it to the
+#   size of the first large block freed: argon2's 19 MiB work area then stays in the arena of
+#   each libuv thread that hashed a password (up to 4 × 19 MiB). Fixed, large blocks are mapped
+#   and unmapped each time.
+ENV MALLOC_MMAP_THRESHOLD_=131072
 # Plain `node`: no wrapper process or loader, so SIGTERM reaches the service's shutdown handler.
 # --max-semi-space-size=16: the young generation Node ≤ 20 had; Node 24 grows it to 64 MB per
-# semi-space on large hosts, which held ~130 MB more RSS under load (docs/benchmarks.md).
-ENTRYPOINT ["node", "--max-semi-space-size=16", "services/main.ts"]
+# semi-space on large hosts, which held ~130 MB more RSS under load.
+# --heap-growing-percent=50: the old generation's next GC limit is 1.5 × what survived, not up to
+# 4 × (V8's factor for a heap limit ≥ 2 GB). It sets no limit: unlike --max-old-space-size, a
+# larger live set only means later GCs, never a crash.
+ENTRYPOINT ["node", "--max-semi-space-size=16", "--heap-growing-percent=50", "services/main.ts"]
 CMD ["all"]

@@ -1,7 +1,7 @@
 /**
  * The process itself: cold start to ready, Node RSS at idle and under a sustained mixed load, on
- * the embedded default exactly as `npm start` runs it (plain `node services/main.ts`, embedded
- * PostgreSQL in a fresh data directory). Baseline in the same run: a bare Node process serving
+ * the embedded default exactly as `npm start` runs it (its environment assignments and node flags
+ * are read from package.json's `start` script; embedded PostgreSQL in a fresh data directory). Baseline in the same run: a bare Node process serving
  * one Fastify route (what any Fastify service costs before it does anything).
  *
  *   npm run bench -- runtime          # BENCH_SOAK_SECONDS (default 120), BENCH_SOAK_RATE (default 400 req/s)
@@ -19,6 +19,32 @@ import { freePort, waitForHttp } from '../support/measure.ts';
 import { stopChild } from '../support/services.ts';
 
 type Sample = { readonly at: number; readonly rssMb: number };
+
+/**
+ * `npm start`'s command line from package.json (`[NAME=value …] node [--flag …] services/main.ts`),
+ * so the bench runs what `npm start` runs and a flag changed there is measured here.
+ */
+export function startCommand(script: string): { readonly env: Record<string, string>; readonly nodeArgs: readonly string[] } {
+  const words = script.trim().split(/\s+/);
+  const node = words.indexOf('node');
+  const entry = words.indexOf('services/main.ts');
+  if (node < 0 || entry < node) throw new Error(`unexpected start script: ${script}`);
+  const env: Record<string, string> = {};
+  for (const word of words.slice(0, node)) {
+    const match = /^([A-Z_][A-Z0-9_]*)=(\S*)$/.exec(word);
+    if (!match?.[1] || match[2] === undefined) throw new Error(`unexpected start script: ${script}`);
+    env[match[1]] = match[2];
+  }
+  return { env, nodeArgs: words.slice(node + 1, entry + 1) };
+}
+
+async function npmStartCommand(root: string) {
+  const manifest: unknown = JSON.parse(await readFile(join(root, 'package.json'), 'utf8'));
+  const scripts = typeof manifest === 'object' && manifest !== null && 'scripts' in manifest ? manifest.scripts : undefined;
+  const start = typeof scripts === 'object' && scripts !== null && 'start' in scripts ? scripts.start : undefined;
+  if (typeof start !== 'string') throw new Error('package.json has no start script');
+  return startCommand(start);
+}
 
 const rssMb = async (pid: number) => {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
@@ -39,11 +65,14 @@ async function bareFastifyRss(): Promise<number> {
 export async function runRuntimeBench(): Promise<Record<string, unknown>> {
   const seconds = Number(process.env.BENCH_SOAK_SECONDS ?? 120);
   const rate = Number(process.env.BENCH_SOAK_RATE ?? 400);
+  const root = resolve(import.meta.dirname, '../..');
+  const npmStart = await npmStartCommand(root);
   const [port, pgPort] = [await freePort(), await freePort()];
   const dataDir = await mkdtemp(join(tmpdir(), 'eas-runtime-bench-'));
   const password = `pw-${randomBytes(8).toString('hex')}`;
   const env: NodeJS.ProcessEnv = {
     ...process.env,
+    ...npmStart.env,
     PORT: String(port),
     EMBEDDED_PG_PORT: String(pgPort),
     DATA_DIR: dataDir,
@@ -57,8 +86,7 @@ export async function runRuntimeBench(): Promise<Record<string, unknown>> {
   const base = `http://127.0.0.1:${port}`;
   const start = async () => {
     const started = performance.now();
-    const child = spawn(process.execPath, ['--max-semi-space-size=16', 'services/main.ts'], // as `npm start` runs it
-      { cwd: resolve(import.meta.dirname, '../..'), env, stdio: ['ignore', 'ignore', 'inherit'] });
+    const child = spawn(process.execPath, [...npmStart.nodeArgs], { cwd: root, env, stdio: ['ignore', 'ignore', 'inherit'] });
     await waitForHttp(`${base}/health/ready`, 60_000, { intervalMs: 25 }); // 25 ms: start-up is timed to it
     return { child, readyMs: Math.round(performance.now() - started) };
   };
@@ -103,6 +131,7 @@ export async function runRuntimeBench(): Promise<Record<string, unknown>> {
     const loaded = samples.map((s) => s.rssMb);
     const report = {
       unit: 'MB (Node process RSS; the embedded PostgreSQL processes are not counted)',
+      command: { env: npmStart.env, nodeArgs: npmStart.nodeArgs },
       coldStartToReadyMs: cold.readyMs,
       warmStartToReadyMs: warm.readyMs,
       idleRssColdStart: idleCold,
