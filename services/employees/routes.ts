@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { monotonicFactory } from 'ulid';
+import { bufferedRandom } from '../../shared/random.ts';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
@@ -66,7 +67,7 @@ const etag = (revision: number) => `"${revision}"`;
 export function employeesRoutes(deps: EmployeesRoutesDeps) {
   const clock = deps.clock ?? (() => new Date());
   const readWaitMs = deps.readWaitMs ?? 2_000;
-  const nextId = monotonicFactory();
+  const nextId = monotonicFactory(bufferedRandom());
 
   const metadataOf = (request: FastifyRequest): CommandMetadata => {
     const auth = requireAuth(request);
