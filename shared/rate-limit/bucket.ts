@@ -1,8 +1,9 @@
 import type { BucketDecision, BucketPolicy } from './port.ts';
 
 /**
- * Token-bucket arithmetic in exact integers, shared by the memory store and mirrored line by line
- * in the Redis Lua script (`redis.ts`). Time is in microseconds. One token is `UNITS_PER_TOKEN`
+ * Token-bucket arithmetic in exact integers, shared by both stores: the memory store runs
+ * `takeToken`; the Redis store's Lua script (`redis.ts`) mirrors `refill` line by line and the
+ * store runs `take` on what the script answers. Time is in microseconds. One token is `UNITS_PER_TOKEN`
  * units and the bucket gains `perMinute` units per microsecond, so a refill of perMinute/60
  * tokens per second needs no fractions: every quantity stays an integer below 2^53, where a
  * double (JavaScript and Redis Lua alike) is exact.
@@ -15,32 +16,38 @@ export type BucketState = {
   readonly atUs: number;
 };
 
+/** Units held at `nowUs`: what `state` held plus what flowed back since, capped at the capacity. */
+export function refill(state: BucketState | undefined, policy: BucketPolicy, nowUs: number): BucketState {
+  const capacity = policy.burst * UNITS_PER_TOKEN;
+  if (!state) return { units: capacity, atUs: nowUs };
+  // A smaller policy (plan downgrade) caps what is held; a clock that steps back refills nothing.
+  const units = Math.min(state.units, capacity);
+  const elapsed = Math.max(0, nowUs - state.atUs);
+  return { units: elapsed * policy.perMinute >= capacity - units ? capacity : units + elapsed * policy.perMinute, atUs: Math.max(state.atUs, nowUs) };
+}
+
+/** One request against a bucket holding `units` (already refilled): takes a token if there is one. */
+export function take(units: number, policy: BucketPolicy): { units: number; decision: BucketDecision } {
+  const allowed = units >= UNITS_PER_TOKEN;
+  const after = allowed ? units - UNITS_PER_TOKEN : units;
+  const waitUs = after >= UNITS_PER_TOKEN ? 0 : Math.ceil((UNITS_PER_TOKEN - after) / policy.perMinute);
+  return {
+    units: after,
+    decision: {
+      allowed,
+      remaining: Math.floor(after / UNITS_PER_TOKEN),
+      resetMs: Math.ceil((policy.burst * UNITS_PER_TOKEN - after) / policy.perMinute) / 1000,
+      waitMs: waitUs / 1000,
+    },
+  };
+}
+
 export function takeToken(
   state: BucketState | undefined,
   policy: BucketPolicy,
   nowUs: number,
 ): { state: BucketState; decision: BucketDecision } {
-  const capacity = policy.burst * UNITS_PER_TOKEN;
-  let units = capacity;
-  let atUs = nowUs;
-  if (state) {
-    // A smaller policy (plan downgrade) caps what is held; a clock that steps back refills nothing.
-    units = Math.min(state.units, capacity);
-    atUs = Math.max(state.atUs, nowUs);
-    const elapsed = Math.max(0, nowUs - state.atUs);
-    const deficit = capacity - units;
-    units = elapsed * policy.perMinute >= deficit ? capacity : units + elapsed * policy.perMinute;
-  }
-  const allowed = units >= UNITS_PER_TOKEN;
-  if (allowed) units -= UNITS_PER_TOKEN;
-  const waitUs = units >= UNITS_PER_TOKEN ? 0 : Math.ceil((UNITS_PER_TOKEN - units) / policy.perMinute);
-  return {
-    state: { units, atUs },
-    decision: {
-      allowed,
-      remaining: Math.floor(units / UNITS_PER_TOKEN),
-      resetMs: Math.ceil((capacity - units) / policy.perMinute) / 1000,
-      waitMs: waitUs / 1000,
-    },
-  };
+  const held = refill(state, policy, nowUs);
+  const { units, decision } = take(held.units, policy);
+  return { state: { units, atUs: held.atUs }, decision };
 }

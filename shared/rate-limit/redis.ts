@@ -1,20 +1,26 @@
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
-import { UNITS_PER_TOKEN } from './bucket.ts';
+import { take, UNITS_PER_TOKEN } from './bucket.ts';
 import type { BucketDecision, BucketPolicy, RateLimitStore } from './port.ts';
 
 /**
- * The token bucket of `bucket.ts`, as one Lua script so that read-refill-take-write is atomic
- * and every gateway sharing this Redis sees one bucket per key. The clock is Redis `TIME`, so
+ * The refill of `bucket.ts`, as one Lua script, so that read-refill-take-write is atomic and
+ * every gateway sharing this Redis sees one bucket per key. The clock is Redis `TIME`, so
  * gateways with skewed clocks still agree. ARGV[1] (an explicit time in µs, or '') exists only
  * so the test suite can hold the script to the reference model; the store always passes ''.
  *
- * One call decides a whole batch: KEYS[i] with ARGV[2i] (per minute) and ARGV[2i+1] (burst),
- * in order, so a key named twice takes two tokens one after the other, exactly as two calls
- * would. The store sends every request that arrived in one event-loop turn as one call (see
- * `createRedisRateLimitStore`): a busy gateway pays one round trip per turn, not per request.
- * (All keys of one call must live on one Redis node; this store targets a single primary.)
+ * One call decides a whole batch: KEYS[i] with ARGV[3i-1] (per minute), ARGV[3i] (burst) and
+ * ARGV[3i+1] (how many requests take a token from it, one after the other). The script answers,
+ * per key, the units the bucket held after refilling at `now`, before those requests; it takes
+ * as many tokens as there are (at most the count) and writes what is left. The store replays
+ * the same takes with `take` (bucket.ts) to give each request its own decision: identical to
+ * one call per request at the same `now`, but Redis runs one read and one write per key, not
+ * per request, and answers one integer per key. A key may appear more than once (a policy
+ * change within one batch): entries run in order. The store sends every request that arrived
+ * in one event-loop turn as one call (see `createRedisRateLimitStore`): a busy gateway pays one
+ * round trip per turn, not per request. (All keys of one call must live on one Redis node;
+ * this store targets a single primary.)
  *
  * Why not rate-limiter-flexible (installed): its RateLimiterRedis is a fixed-window counter
  * (INCRBY + EXPIRE per `duration`), and BurstyRateLimiter stacks two such windows. Neither is a
@@ -23,7 +29,8 @@ import type { BucketDecision, BucketPolicy, RateLimitStore } from './port.ts';
  *
  * State is a hash {u: units, t: µs}; numbers are written with %.0f because Lua's tostring keeps
  * only 14 significant digits. An absent key is a full bucket, so the key expires once full.
- * The reply is flat: {allowed, remaining, reset µs, wait µs} per key.
+ * Every quantity is an integer below 2^53 (policy.ts MAX_OVERRIDE), so Lua's doubles are exact;
+ * the whole-token count is corrected after the division, which alone could round up.
  */
 export const TOKEN_BUCKET_LUA = `
 local U = ${UNITS_PER_TOKEN}
@@ -36,8 +43,9 @@ else
 end
 local out = {}
 for i = 1, #KEYS do
-  local per_minute = tonumber(ARGV[2 * i])
-  local capacity = tonumber(ARGV[2 * i + 1]) * U
+  local per_minute = tonumber(ARGV[3 * i - 1])
+  local capacity = tonumber(ARGV[3 * i]) * U
+  local count = tonumber(ARGV[3 * i + 1])
   local units = capacity
   local at = now
   local held = redis.call('HMGET', KEYS[i], 'u', 't')
@@ -52,22 +60,15 @@ for i = 1, #KEYS do
       units = units + elapsed * per_minute
     end
   end
-  local allowed = 0
-  if units >= U then
-    allowed = 1
-    units = units - U
+  local tokens = math.floor(units / U)
+  if tokens * U > units then tokens = tokens - 1 end
+  local taken = math.min(count, tokens)
+  if taken > 0 then
+    local left = units - taken * U
+    redis.call('HSET', KEYS[i], 'u', string.format('%.0f', left), 't', string.format('%.0f', at))
+    redis.call('PEXPIRE', KEYS[i], math.ceil(math.ceil((capacity - left) / per_minute) / 1000) + 1000)
   end
-  local wait = 0
-  if units < U then wait = math.ceil((U - units) / per_minute) end
-  local reset = math.ceil((capacity - units) / per_minute)
-  if allowed == 1 then
-    redis.call('HSET', KEYS[i], 'u', string.format('%.0f', units), 't', string.format('%.0f', at))
-    redis.call('PEXPIRE', KEYS[i], math.ceil(reset / 1000) + 1000)
-  end
-  out[#out + 1] = allowed
-  out[#out + 1] = math.floor(units / U)
-  out[#out + 1] = reset
-  out[#out + 1] = wait
+  out[i] = units
 end
 return out
 `;
@@ -92,6 +93,8 @@ export type RedisRateLimitStoreOptions = {
 export type RedisRateLimitStore = RateLimitStore & {
   /** For tests only: one bucket step at an explicit time (µs) instead of Redis TIME. */
   consumeAt(key: string, policy: BucketPolicy, nowUs: number): Promise<BucketDecision>;
+  /** For tests only: `count` requests for one key in one script call at an explicit time (µs). */
+  consumeManyAt(key: string, policy: BucketPolicy, nowUs: number, count: number): Promise<BucketDecision[]>;
   readonly client: Redis;
 };
 
@@ -120,41 +123,23 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     });
   });
 
-  const run = async (items: ReadonlyArray<{ readonly key: string; readonly policy: BucketPolicy }>, nowUs = ''): Promise<BucketDecision[]> => {
-    const keys = items.map((item) => prefix + item.key);
-    const args: Array<string | number> = [nowUs];
-    for (const { policy } of items) args.push(policy.perMinute, policy.burst);
+  /** One script call: each entry's bucket after refilling at `now`, before its `count` takes. */
+  const run = async (entries: ReadonlyArray<{ readonly key: string; readonly policy: BucketPolicy; readonly count: number }>, nowUs = ''): Promise<number[]> => {
+    const args: Array<string | number> = [];
+    for (const { key } of entries) args.push(prefix + key);
+    args.push(nowUs);
+    for (const { policy, count } of entries) args.push(policy.perMinute, policy.burst, count);
     let raw: unknown;
     try {
-      raw = await client.evalsha(SCRIPT_SHA, keys.length, ...keys, ...args);
+      raw = await client.evalsha(SCRIPT_SHA, entries.length, ...args);
     } catch (error) {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      raw = await client.eval(TOKEN_BUCKET_LUA, keys.length, ...keys, ...args);
+      raw = await client.eval(TOKEN_BUCKET_LUA, entries.length, ...args);
     }
-    const values = reply.parse(raw);
-    if (values.length !== items.length * 4) throw new Error(`rate-limit script answered ${values.length} values for ${items.length} keys`);
-    return items.map((_, i) => {
-      const at = i * 4;
-      return { allowed: values[at] === 1, remaining: values[at + 1]!, resetMs: values[at + 2]! / 1000, waitMs: values[at + 3]! / 1000 };
-    });
+    const held = reply.parse(raw);
+    if (held.length !== entries.length) throw new Error(`rate-limit script answered ${held.length} values for ${entries.length} keys`);
+    return held;
   };
-
-  // Requests that arrive in one event-loop turn leave together as one script call, sent from
-  // setImmediate: after this turn's I/O callbacks, so no timer delays a lone request.
-  type Pending = { readonly key: string; readonly policy: BucketPolicy; resolve(decision: BucketDecision): void; reject(error: unknown): void };
-  const pending: Pending[] = [];
-  const flush = () => {
-    const batch = pending.splice(0, MAX_BATCH);
-    if (pending.length > 0) setImmediate(flush);
-    run(batch).then(
-      (decisions) => batch.forEach((item, i) => item.resolve(decisions[i] as BucketDecision)),
-      (error: unknown) => batch.forEach((item) => item.reject(error)),
-    );
-  };
-  const decide = (key: string, policy: BucketPolicy) =>
-    new Promise<BucketDecision>((resolve, reject) => {
-      if (pending.push({ key, policy, resolve, reject }) === 1) setImmediate(flush);
-    });
 
   // A refusal holds until its wait has passed: tokens only flow back with time, and other
   // gateways can only take them, so until then Redis would refuse too. Answering locally keeps
@@ -166,27 +151,81 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     for (const [key, refusal] of refusals) if (now - refusal.sentAt >= refusal.decision.waitMs) refusals.delete(key);
   };
 
+  // Requests that arrive in one event-loop turn leave together as one script call, sent from
+  // setImmediate: after this turn's I/O callbacks, so no timer delays a lone request. Within a
+  // batch, the requests for one key (and policy) become one entry with a count.
+  type Pending = { readonly key: string; readonly policy: BucketPolicy; resolve(decision: BucketDecision): void; reject(error: unknown): void };
+  type Entry = { readonly key: string; readonly policy: BucketPolicy; count: number; readonly requests: Pending[] };
+  let pending: Pending[] = [];
+  const settle = (entries: readonly Entry[], sentAt: number, held: readonly number[]) => {
+    entries.forEach((entry, i) => {
+      let units = held[i] as number;
+      for (const request of entry.requests) {
+        const step = take(units, entry.policy);
+        units = step.units;
+        if (!step.decision.allowed) {
+          if (refusals.size >= 10_000) forgetPassed(sentAt);
+          refusals.set(entry.key, { policy: entry.policy, sentAt, decision: step.decision });
+        }
+        request.resolve(step.decision);
+      }
+    });
+  };
+  const flush = () => {
+    const batch = pending.length <= MAX_BATCH ? pending : pending.slice(0, MAX_BATCH);
+    pending = pending.length <= MAX_BATCH ? [] : pending.slice(MAX_BATCH);
+    if (pending.length > 0) setImmediate(flush);
+    const entries: Entry[] = [];
+    const last = new Map<string, Entry>();
+    for (const request of batch) {
+      const entry = last.get(request.key);
+      if (entry && entry.policy.perMinute === request.policy.perMinute && entry.policy.burst === request.policy.burst) {
+        entry.count++;
+        entry.requests.push(request);
+      } else {
+        const created = { key: request.key, policy: request.policy, count: 1, requests: [request] };
+        entries.push(created);
+        last.set(request.key, created);
+      }
+    }
+    const sentAt = performance.now();
+    run(entries).then(
+      (held) => settle(entries, sentAt, held),
+      (error: unknown) => {
+        for (const request of batch) request.reject(error);
+      },
+    );
+  };
+
   return {
     client,
-    async consume(key, policy) {
-      const sentAt = performance.now();
+    consume(key, policy) {
       const refusal = refusals.get(key);
       if (refusal) {
-        const elapsed = sentAt - refusal.sentAt;
+        const elapsed = performance.now() - refusal.sentAt;
         const same = refusal.policy.perMinute === policy.perMinute && refusal.policy.burst === policy.burst;
         if (same && elapsed < refusal.decision.waitMs) {
-          return { allowed: false, remaining: 0, waitMs: refusal.decision.waitMs - elapsed, resetMs: refusal.decision.resetMs - elapsed };
+          return Promise.resolve({ allowed: false, remaining: 0, waitMs: refusal.decision.waitMs - elapsed, resetMs: refusal.decision.resetMs - elapsed });
         }
         refusals.delete(key);
       }
-      const decision = await decide(key, policy);
-      if (!decision.allowed) {
-        if (refusals.size >= 10_000) forgetPassed(sentAt);
-        refusals.set(key, { policy, sentAt, decision });
-      }
-      return decision;
+      return new Promise<BucketDecision>((resolve, reject) => {
+        if (pending.push({ key, policy, resolve, reject }) === 1) setImmediate(flush);
+      });
     },
-    consumeAt: async (key, policy, nowUs) => (await run([{ key, policy }], String(nowUs)))[0] as BucketDecision,
+    async consumeAt(key, policy, nowUs) {
+      const [held] = await run([{ key, policy, count: 1 }], String(nowUs));
+      return take(held as number, policy).decision;
+    },
+    async consumeManyAt(key, policy, nowUs, count) {
+      const [held] = await run([{ key, policy, count }], String(nowUs));
+      let units = held as number;
+      return Array.from({ length: count }, () => {
+        const step = take(units, policy);
+        units = step.units;
+        return step.decision;
+      });
+    },
     async ping() {
       await client.ping();
     },

@@ -117,5 +117,22 @@ describe('token bucket arithmetic', () => {
         { numRuns: 150 },
       );
     });
+
+    it('decides like the reference model when the requests of one instant arrive as one counted entry', async () => {
+      await fc.assert(
+        fc.asyncProperty(policy, requestTimes, async (p, times) => {
+          const key = randomUUID();
+          const decisions = [];
+          for (let i = 0; i < times.length; ) {
+            let count = 1;
+            while (times[i + count] === times[i]) count++;
+            decisions.push(...(await store.consumeManyAt(key, p, times[i] as number, count)));
+            i += count;
+          }
+          expect(decisions).toEqual(referenceModel(p, times));
+        }),
+        { numRuns: 150 },
+      );
+    });
   });
 });
