@@ -31,16 +31,13 @@ import { readKpiSummary } from '../../projections/kpi/query.ts';
 import { defineProjection } from '../../projections/runner/projection.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { ingestBillingEvents, type BillingEventInput } from '../../services/analytics/billing.ts';
+import { median } from '../support/measure.ts';
 
 export type ScenarioResult = { name: string; ours: number; baseline: number; ratio: number; details?: Record<string, unknown> };
 
 const say = (message: string) => process.stderr.write(`[bench billing] ${message}\n`);
 const brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
 const DAY = 86_400_000;
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor((sorted.length - 1) / 2)]!;
-};
 
 /** The baseline: the same facts inserted, nothing folded. */
 const factsOnly = defineProjection({

@@ -33,7 +33,7 @@ import { emailReservationStreamId } from '../../services/employees/emailReservat
 import { employeeStreamId } from '../../services/employees/events.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
-import { freePort, waitForHttp } from '../support/measure.ts';
+import { freePort, percentile, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
 export type EmployeesBenchEnv = {
@@ -289,7 +289,6 @@ export async function createThroughput(env: EmployeesBenchEnv, options: { durati
   };
 }
 
-const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
 
 /**
  * Projection lag at a fixed write rate: creates are sent at `rate`/s (open loop, in 10 ms

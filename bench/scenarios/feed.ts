@@ -39,16 +39,9 @@ import { sendWebhook } from '../../services/webhooks/deliver.ts';
 import { changesProjection } from '../../projections/changes/changesProjection.ts';
 import { replayProjection, runProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
+import { median, percentile } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench feed] ${message}\n`);
-const median = (xs: readonly number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor((s.length - 1) / 2)] ?? 0;
-};
-const percentile = (xs: readonly number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] ?? 0;
-};
 const nextId = monotonicFactory();
 
 /** `employees` employees × `changesEach` events (hire + renames), `concurrency` appends at a time. */

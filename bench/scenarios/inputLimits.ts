@@ -9,10 +9,10 @@
 import { z } from 'zod';
 import { parsePostgresTimestamp } from '../../shared/db/timestamps.ts';
 import { createEmployeeBody } from '../../services/employees/schemas.ts';
+import { median } from '../support/measure.ts';
 
 type Comparison = { name: string; ours: number; baseline: number; ratio: number };
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
 function opsPerSecond(work: () => void, operations: number): number {
   const started = process.hrtime.bigint();

@@ -50,6 +50,7 @@ import { KPI_METRICS, readKpiSeries, seriesInstants, type KpiMetric } from '../.
 import { ingestBillingEvents, type BillingEventInput } from '../../services/analytics/billing.ts';
 import { applySamples } from '../../projections/kpi/usageRollup.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
+import { median } from '../support/measure.ts';
 
 export type ScenarioResult = { name: string; ours: number; baseline: number; ratio: number; details?: Record<string, unknown> };
 
@@ -208,6 +209,17 @@ export async function kpiFreshness(probes = 50): Promise<ScenarioResult> {
   }
 }
 
+/** One seeded request of one of 1,000 users, at a random instant of the minute starting at `minuteStart`. */
+const seededSample = (tenantId: string, minuteStart: number): UsageSample => ({
+  tenantId,
+  userId: `user-${Math.floor(Math.random() * 1_000)}`,
+  route: '/v1/employees',
+  method: 'GET',
+  status: 200,
+  durationMs: lognormalMs(),
+  timestamp: minuteStart + Math.floor(Math.random() * 60_000),
+});
+
 /** Folds `total` samples spread evenly over the 24 h before `end` into the rollups, minute by minute. */
 async function seedTenant(pool: DatabasePool, tenantId: string, total: number, end: number) {
   const minutes = 1_440;
@@ -217,15 +229,7 @@ async function seedTenant(pool: DatabasePool, tenantId: string, total: number, e
   for (let m = 0; m < minutes; m++) {
     const count = Math.floor(((m + 1) * total) / minutes) - Math.floor((m * total) / minutes);
     for (let i = 0; i < count; i++) {
-      chunk.push({
-        tenantId,
-        userId: `user-${Math.floor(Math.random() * 1_000)}`,
-        route: '/v1/employees',
-        method: 'GET',
-        status: 200,
-        durationMs: lognormalMs(),
-        timestamp: start + m * 60_000 + Math.floor(Math.random() * 60_000),
-      });
+      chunk.push(seededSample(tenantId, start + m * 60_000));
     }
     if (chunk.length >= 400_000 || m === minutes - 1) {
       const batch = chunk;
@@ -268,7 +272,6 @@ export async function kpiQueryScaling(large = Number(process.env.BENCH_KPI_LARGE
       smallRounds.push(await queryP99(env, smallTenant, now, 200));
       largeRounds.push(await queryP99(env, largeTenant, now, 200));
     }
-    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
     const smallP99 = median(smallRounds);
     const largeP99 = median(largeRounds);
     const bestRatio = Math.min(...largeRounds) / Math.min(...smallRounds);
@@ -302,15 +305,7 @@ async function seedYear(pool: DatabasePool, tenantId: string, total: number, end
     const count = Math.floor(((h + 1) * total) / hours) - Math.floor((h * total) / hours);
     const minute = start + h * 3_600_000 + Math.floor(Math.random() * 60) * 60_000;
     for (let i = 0; i < count; i++) {
-      chunk.push({
-        tenantId,
-        userId: `user-${Math.floor(Math.random() * 1_000)}`,
-        route: '/v1/employees',
-        method: 'GET',
-        status: 200,
-        durationMs: lognormalMs(),
-        timestamp: minute + Math.floor(Math.random() * 60_000),
-      });
+      chunk.push(seededSample(tenantId, minute));
     }
     if (chunk.length >= 400_000 || h === hours - 1) {
       const batch = chunk;
@@ -366,7 +361,6 @@ export async function kpiSeriesQuery(large = Number(process.env.BENCH_KPI_LARGE 
     for (const metric of KPI_METRICS) {
       const rounds: { s: number; l: number }[] = [];
       for (let round = 0; round < 3; round++) rounds.push({ s: await p99(smallTenant, metric, 40), l: await p99(largeTenant, metric, 40) });
-      const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
       const s = median(rounds.map((r) => r.s));
       const l = median(rounds.map((r) => r.l));
       perMetric[metric] = { smallP99Ms: Number(s.toFixed(2)), largeP99Ms: Number(l.toFixed(2)), ratio: Number((l / s).toFixed(3)) };

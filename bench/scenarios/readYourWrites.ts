@@ -18,6 +18,7 @@ import { comparePositions, type GlobalPosition } from '../../shared/event-store/
 import { readCheckpoint, waitForCheckpoint } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
+import { median, percentile } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench ryw] ${message}\n`);
 
@@ -32,8 +33,6 @@ async function pollingWaitForCheckpoint(pool: DatabasePool, name: string, positi
   }
 }
 
-const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
-const median = (values: readonly number[]) => percentile([...values].sort((a, b) => a - b), 50);
 
 export async function runReadYourWritesBench() {
   const waiters = Number(process.env.BENCH_RYW_WAITERS ?? 100);

@@ -3,7 +3,7 @@ import type { IdentifierSqlToken } from 'slonik';
 import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../runner/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeEventType } from '../../services/employees/events.ts';
+import { EMPLOYEE_EVENT_TYPES, EMPLOYEE_STATUSES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeEventType } from '../../services/employees/events.ts';
 // The feed's `employee` must be exactly the state the write side computes after the change, so
 // it folds with the aggregate's own `evolve` instead of a second copy that could drift.
 import { evolve, toEmployeeView, type EmployeeState } from '../../services/employees/decide.ts';
@@ -46,15 +46,17 @@ const lastStateRow = z.object({
   role_id: z.string().nullable(),
 });
 
-const employeeView = z.object({
+/** The employee as a change carries it (stored with the change, read back by the feed). */
+export const employeeView = z.object({
   id: z.string(),
   email: z.string(),
   firstName: z.string(),
   lastName: z.string(),
   department: z.string().nullable(),
-  status: z.enum(['active', 'inactive', 'on_leave']),
+  status: z.enum(EMPLOYEE_STATUSES),
   hiredAt: z.string(),
 });
+export type EmployeeView = z.infer<typeof employeeView>;
 
 const isEmployeeEvent = (type: string): type is EmployeeEventType => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(type);
 

@@ -1,22 +1,14 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import { START, comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
-import { PUBLIC_CHANGE_TYPES, type ChangeType } from './changesProjection.ts';
+import { PUBLIC_CHANGE_TYPES, employeeView, type ChangeType, type EmployeeView } from './changesProjection.ts';
 
 export type ChangeRecord = {
   readonly position: GlobalPosition;
   readonly type: ChangeType;
   readonly employeeId: string;
   readonly occurredAt: string;
-  readonly employee: {
-    readonly id: string;
-    readonly email: string;
-    readonly firstName: string;
-    readonly lastName: string;
-    readonly department: string | null;
-    readonly status: 'active' | 'inactive' | 'on_leave';
-    readonly hiredAt: string;
-  };
+  readonly employee: EmployeeView;
 };
 
 // SQL shapes the whole page into one JSON value, validated once per page (not per row).
@@ -29,15 +21,7 @@ const pageSchema = z.object({
       type: z.enum(PUBLIC_CHANGE_TYPES as [ChangeType, ...ChangeType[]]),
       employeeId: z.string(),
       occurredAt: z.string(),
-      employee: z.object({
-        id: z.string(),
-        email: z.string(),
-        firstName: z.string(),
-        lastName: z.string(),
-        department: z.string().nullable(),
-        status: z.enum(['active', 'inactive', 'on_leave']),
-        hiredAt: z.string(),
-      }),
+      employee: employeeView,
     }),
   ),
 });

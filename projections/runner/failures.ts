@@ -6,6 +6,7 @@ import {
   StatementCancelledError,
   StatementTimeoutError,
 } from 'slonik';
+import { sqlStateOf } from '../../shared/db/sqlState.ts';
 
 /**
  * Why a page failed decides what the runner does with it:
@@ -31,17 +32,6 @@ const transientErrorClasses = [
   StatementCancelledError,
   StatementTimeoutError,
 ];
-
-/** The SQLSTATE of the first error in the `cause` chain that carries one. */
-export function sqlStateOf(error: unknown): string | undefined {
-  let current: unknown = error;
-  for (let depth = 0; depth < 8 && current instanceof Error; depth++) {
-    const code = (current as { code?: unknown }).code;
-    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
-    current = current.cause;
-  }
-  return undefined;
-}
 
 export function classifyFailure(error: unknown): FailureKind {
   let current: unknown = error;

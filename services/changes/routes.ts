@@ -5,10 +5,11 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import { BadRequestError } from '../../shared/errors.ts';
 import { START } from '../../shared/event-store/port.ts';
 import { PUBLIC_CHANGE_TYPES, type ChangeType } from '../../projections/changes/changesProjection.ts';
-import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
+import { readChanges } from '../../projections/changes/queries.ts';
 import { employeeSchema } from '../employees/schemas.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
+import { toChange } from './change.ts';
 import { decodeCursor, encodeCursor } from './cursor.ts';
 import type { ChangeWakeups } from './wakeups.ts';
 import { safeText } from '../../shared/validation.ts';
@@ -47,14 +48,6 @@ const changesResponse = z.object({
   data: z.array(changeSchema),
   next: z.string().describe('Cursor to pass as `after` next time (also when `data` is empty)'),
   hasMore: z.boolean().describe('True when more changes are pending right now'),
-});
-
-export const toChange = (record: ChangeRecord) => ({
-  cursor: encodeCursor(record.position),
-  type: record.type,
-  employeeId: record.employeeId,
-  occurredAt: record.occurredAt,
-  employee: record.employee,
 });
 
 /** Parses `after`; a malformed cursor is a 400 naming the parameter. */

@@ -19,13 +19,54 @@ export type ChangeWakeups = {
 };
 
 /**
- * One LISTEN connection per process for every long-poll and the webhook dispatcher, opened on
- * first use and reopened after an error. A lost notification costs latency only: every wait
- * is bounded and followed by a read.
+ * One LISTEN connection per process and database for every long-poll and the webhook dispatcher
+ * (`all` runs both): every `createChangeWakeups` on the same URL shares it, opened on first use,
+ * reopened after an error, released when its last user closes. A lost notification costs latency
+ * only: every wait is bounded and followed by a read.
  */
 export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
-  const waiters = new Map<string, Set<() => void>>();
+  let hub = hubs.get(databaseUrl);
+  if (!hub) {
+    hub = createHub(databaseUrl);
+    hubs.set(databaseUrl, hub);
+  }
+  const shared = hub;
+  shared.users++;
   let closed = false;
+  // This user's watches: closing it ends their waits (the other users' go on).
+  const mine = new Set<() => void>();
+  return {
+    async watch(tenantId) {
+      if (!closed) await shared.connection.open();
+      const watch = shared.watch(tenantId, () => closed);
+      const wake = () => watch.wake();
+      mine.add(wake);
+      return {
+        wait: watch.wait,
+        cancel() {
+          mine.delete(wake);
+          watch.cancel();
+        },
+      };
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      for (const wake of mine) wake();
+      shared.users--;
+      if (shared.users === 0) {
+        hubs.delete(databaseUrl);
+        await shared.connection.release();
+      }
+    },
+  };
+}
+
+type Hub = ReturnType<typeof createHub>;
+const hubs = new Map<string, Hub>();
+
+function createHub(databaseUrl: string) {
+  const waiters = new Map<string, Set<() => void>>();
 
   const wake = (tenantId: string | undefined) => {
     const targets = tenantId === undefined ? [...waiters.values()] : [waiters.get(tenantId), waiters.get('*')];
@@ -40,8 +81,10 @@ export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
   });
 
   return {
-    async watch(tenantId) {
-      if (!closed) await connection.open();
+    connection,
+    users: 0,
+    /** A watch on `tenantId`; `isClosed` is its user's state (a closed user's waits end at once). */
+    watch(tenantId: string, isClosed: () => boolean): ChangeWatch & { wake(): void } {
       let fired = false;
       let resolveWait: (() => void) | undefined;
       const set = waiters.get(tenantId) ?? new Set<() => void>();
@@ -58,8 +101,9 @@ export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
       };
       return {
         cancel,
+        wake: onWake,
         wait(timeoutMs, signal) {
-          if (fired || closed || signal?.aborted) {
+          if (fired || isClosed() || signal?.aborted) {
             fired = false;
             return Promise.resolve();
           }
@@ -77,11 +121,6 @@ export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
           });
         },
       };
-    },
-    async close() {
-      closed = true;
-      wake(undefined);
-      await connection.release();
     },
   };
 }

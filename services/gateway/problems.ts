@@ -2,6 +2,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError } from 'slonik';
+import { sqlStateOf } from '../../shared/db/sqlState.ts';
 import { AppError } from '../../shared/errors.ts';
 
 /** RFC 9457 problem details, the body of every error response. */
@@ -121,10 +122,7 @@ const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'E
 
 /** PostgreSQL `undefined_table`: a read model whose projector has not created it yet. */
 function isReadModelMissing(error: unknown): boolean {
-  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
-    if ('code' in e && e.code === '42P01') return true;
-  }
-  return false;
+  return sqlStateOf(error) === '42P01';
 }
 
 function isDependencyDown(error: unknown): boolean {

@@ -5,7 +5,7 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
 import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
 import { encodeCursor } from '../changes/cursor.ts';
-import { toChange } from '../changes/routes.ts';
+import { toChange } from '../changes/change.ts';
 import { createChangeWakeups } from '../changes/wakeups.ts';
 import { sendWebhook } from './deliver.ts';
 import { DEFAULT_RETRY_POLICY, nextRetryDelay, type RetryPolicy } from './schedule.ts';

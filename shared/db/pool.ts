@@ -38,6 +38,35 @@ const validateRows: Interceptor = {
 const isoTimestamp = (value: string | null) => (value === null ? null : parsePostgresTimestamp(value));
 const isoTimestampWithoutZone = (value: string | null) => (value === null ? null : parsePostgresTimestamp(value, { assumeUtc: true }));
 
+/**
+ * How column text becomes values, for every pool of the service: slonik's (`createDatabasePool`)
+ * and the plain pg ones (`pgTypeParsers`, e.g. the tenant reader).
+ */
+const TYPE_PARSERS = [
+  // Counts and revisions fit in a double; JSON cannot carry BigInt (PITFALLS).
+  { name: 'int8', parse: (v: string) => Number(v) },
+  // Money stays exact as text; callers decide how to do arithmetic on it.
+  { name: 'numeric', parse: (v: string) => v },
+  // Our own parser: `new Date(text)` misreads years < 100 and some historic offsets (defect 7).
+  { name: 'timestamptz', parse: isoTimestamp },
+  { name: 'timestamp', parse: isoTimestampWithoutZone },
+  createDateTypeParser(),
+  createIntervalTypeParser(),
+];
+
+/** The OIDs of those built-in types, for a plain pg pool. */
+const TYPE_OIDS: Readonly<Record<string, number>> = { int8: 20, numeric: 1700, timestamptz: 1184, timestamp: 1114, date: 1082, interval: 1186 };
+
+/** The same parsing for a plain `pg.Pool` (its `types` option); other types keep pg's own parsers. */
+export function pgTypeParsers(builtins: { getTypeParser(oid: number, format?: 'text' | 'binary'): unknown }) {
+  const byOid = new Map(TYPE_PARSERS.map((t) => [TYPE_OIDS[t.name], t.parse]));
+  return {
+    getTypeParser(oid: number, format?: string) {
+      return byOid.get(oid) ?? builtins.getTypeParser(oid, format === 'binary' ? 'binary' : 'text');
+    },
+  };
+}
+
 export type CreateDatabasePoolOptions = {
   readonly maximumPoolSize?: number;
   readonly statementTimeoutMs?: number;
@@ -56,16 +85,7 @@ export async function createDatabasePool(url: string, options: CreateDatabasePoo
     // leave no session state behind (tenant and role are set with `set_config(..., true)`, i.e.
     // per transaction; advisory locks are released explicitly), so there is nothing to discard.
     resetConnection: async () => undefined,
-    typeParsers: [
-      // Counts and revisions fit in a double; JSON cannot carry BigInt (PITFALLS).
-      { name: 'int8', parse: (v: string) => Number(v) },
-      // Money stays exact as text; callers decide how to do arithmetic on it.
-      { name: 'numeric', parse: (v: string) => v },
-      { name: 'timestamptz', parse: isoTimestamp },
-      { name: 'timestamp', parse: isoTimestampWithoutZone },
-      createDateTypeParser(),
-      createIntervalTypeParser(),
-    ],
+    typeParsers: [...TYPE_PARSERS],
   });
   connectionUrls.set(pool, url);
   return pool;

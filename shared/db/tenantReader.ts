@@ -1,7 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { TENANT_ROLE, type Queryable } from './pool.ts';
-import { parsePostgresTimestamp } from './timestamps.ts';
+import { TENANT_ROLE, pgTypeParsers, type Queryable } from './pool.ts';
 
 /**
  * Tenant-scoped reads without a transaction: the cheap path for hot list pages.
@@ -14,7 +13,7 @@ import { parsePostgresTimestamp } from './timestamps.ts';
  * applies to everything it runs. A read sets `app.tenant_id` for the session and runs its one
  * statement: two round trips, no BEGIN/COMMIT. Statements are still slonik tokens (every value
  * bound); rows are checked against the token's schema synchronously, once each, with the same
- * type parsing as the main pool (int8 as number, timestamptz as ISO 8601 UTC).
+ * type parsing as the main pool (`pgTypeParsers`).
  *
  * The setting stays on the idle connection; the next read overwrites it before running
  * anything, and `read` is the only way to use the pool. Like `withTenant`, this is a wall against
@@ -30,16 +29,6 @@ export type TenantReader = {
   end(): Promise<void>;
 };
 
-// The main pool's exact parser: `new Date(text)` misreads years < 100 and some historic offsets (defect 7).
-const isoTimestamp = (value: string) => parsePostgresTimestamp(value);
-const TYPES = {
-  getTypeParser(oid: number, format?: string) {
-    if (oid === 20) return (value: string) => Number(value); // int8: counts fit in a double (JSON has no BigInt)
-    if (oid === 1184) return isoTimestamp; // timestamptz
-    return pg.types.getTypeParser(oid, format === 'binary' ? 'binary' : 'text');
-  },
-};
-
 /** slonik numbers its placeholders `$slonik_N`; pg wants `$N`. */
 const pgText = (query: QuerySqlToken) => query.sql.replace(/\$slonik_(\d+)/g, '$$$1');
 
@@ -49,7 +38,7 @@ export async function createTenantReader(url: string, options: { readonly maximu
     max: options.maximumPoolSize ?? 10,
     application_name: 'employee-analytics-reader',
     options: `-c role=${TENANT_ROLE} -c default_transaction_read_only=on -c statement_timeout=30000`,
-    types: TYPES,
+    types: pgTypeParsers(pg.types) as pg.CustomTypesConfig,
   });
   pool.on('error', () => undefined); // an idle connection dropped: the pool replaces it
   const any = (client: pg.PoolClient) =>

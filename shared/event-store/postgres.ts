@@ -4,6 +4,7 @@ import type { Migration } from '../db/migrate.ts';
 import { readAllBulk } from './postgresBulkRead.ts';
 import { createSharedTails } from './sharedTail.ts';
 import { createListenConnection } from '../db/listen.ts';
+import { sqlStateOf } from '../db/sqlState.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
@@ -675,15 +676,6 @@ type QueuedAppend = {
   reject(error: unknown): void;
 };
 
-/** SQLSTATE of a driver error, looked up through slonik's wrapping (`cause`). */
-function sqlState(error: unknown): string | undefined {
-  for (let e: unknown = error, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
-  }
-  return undefined;
-}
-
 /**
  * Group commit (what KurrentDB's single writer does with its flush): append requests queue
  * while a flush is in flight; the next flush takes everything queued (up to `maxBatchEvents`)
@@ -722,7 +714,7 @@ function createGroupCommit(
     try {
       await flush(batch);
     } catch (error) {
-      const state = sqlState(error);
+      const state = sqlStateOf(error);
       const isolatable = batch.length > 1 && state !== undefined && !state.startsWith('08') && !state.startsWith('57');
       if (!isolatable) {
         for (const request of batch) request.reject(error);

@@ -5,7 +5,7 @@ import { sql } from '../../../shared/db/pool.ts';
 import { START } from '../../../shared/event-store/port.ts';
 import { defineProjection } from '../../../projections/runner/projection.ts';
 import { runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
-import { sqlStateOf } from '../../../projections/runner/failures.ts';
+import { sqlStateOf } from '../../../shared/db/sqlState.ts';
 import { listParkedEvents } from '../../../projections/runner/parking.ts';
 import { useTestEventStore } from '../../support/database.ts';
 
