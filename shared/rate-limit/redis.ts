@@ -17,10 +17,10 @@ import type { BucketDecision, BucketPolicy, RateLimitStore } from './port.ts';
  * the same takes with `take` (bucket.ts) to give each request its own decision: identical to
  * one call per request at the same `now`, but Redis runs one read and one write per key, not
  * per request, and answers one integer per key. A key may appear more than once (a policy
- * change within one batch): entries run in order. The store sends every request that arrived
- * in one event-loop turn as one call (see `createRedisRateLimitStore`): a busy gateway pays one
- * round trip per turn, not per request. (All keys of one call must live on one Redis node;
- * this store targets a single primary.)
+ * change within one batch): entries run in order. The store has one call in flight at a time
+ * and sends every request that arrived meanwhile as the next (see `createRedisRateLimitStore`):
+ * a busy gateway pays one round trip per Redis answer, not per request. (All keys of one call
+ * must live on one Redis node; this store targets a single primary.)
  *
  * Why not rate-limiter-flexible (installed): its RateLimiterRedis is a fixed-window counter
  * (INCRBY + EXPIRE per `duration`), and BurstyRateLimiter stacks two such windows. Neither is a
@@ -151,12 +151,17 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     for (const [key, refusal] of refusals) if (now - refusal.sentAt >= refusal.decision.waitMs) refusals.delete(key);
   };
 
-  // Requests that arrive in one event-loop turn leave together as one script call, sent from
-  // setImmediate: after this turn's I/O callbacks, so no timer delays a lone request. Within a
-  // batch, the requests for one key (and policy) become one entry with a count.
+  // Requests leave in batches, one script call at a time, as in group commit: a request that
+  // finds no call in flight is sent from setImmediate (after this turn's I/O callbacks, so no
+  // timer delays a lone request); requests that arrive while a call is in flight wait for its
+  // answer and leave together in the next. A busy gateway thus pays one round trip per Redis
+  // answer, however many requests arrived meanwhile, and never more than one call's latency
+  // of waiting. Within a batch, the requests for one key (and policy) become one entry with a
+  // count.
   type Pending = { readonly key: string; readonly policy: BucketPolicy; resolve(decision: BucketDecision): void; reject(error: unknown): void };
   type Entry = { readonly key: string; readonly policy: BucketPolicy; count: number; readonly requests: Pending[] };
   let pending: Pending[] = [];
+  let inFlight = false;
   const settle = (entries: readonly Entry[], sentAt: number, held: readonly number[]) => {
     entries.forEach((entry, i) => {
       let units = held[i] as number;
@@ -174,7 +179,6 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
   const flush = () => {
     const batch = pending.length <= MAX_BATCH ? pending : pending.slice(0, MAX_BATCH);
     pending = pending.length <= MAX_BATCH ? [] : pending.slice(MAX_BATCH);
-    if (pending.length > 0) setImmediate(flush);
     const entries: Entry[] = [];
     const last = new Map<string, Entry>();
     for (const request of batch) {
@@ -189,12 +193,18 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
       }
     }
     const sentAt = performance.now();
-    run(entries).then(
-      (held) => settle(entries, sentAt, held),
-      (error: unknown) => {
-        for (const request of batch) request.reject(error);
-      },
-    );
+    inFlight = true;
+    run(entries)
+      .then(
+        (held) => settle(entries, sentAt, held),
+        (error: unknown) => {
+          for (const request of batch) request.reject(error);
+        },
+      )
+      .finally(() => {
+        inFlight = false;
+        if (pending.length > 0) setImmediate(flush);
+      });
   };
 
   return {
@@ -210,7 +220,7 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
         refusals.delete(key);
       }
       return new Promise<BucketDecision>((resolve, reject) => {
-        if (pending.push({ key, policy, resolve, reject }) === 1) setImmediate(flush);
+        if (pending.push({ key, policy, resolve, reject }) === 1 && !inFlight) setImmediate(flush);
       });
     },
     async consumeAt(key, policy, nowUs) {
