@@ -78,3 +78,41 @@ describe('when many requests arrive in one event-loop turn', () => {
     }
   });
 });
+
+describe('when requests arrive while a script call is in flight', () => {
+  it('sends them together as the next call once it answers, one call in flight at a time', async () => {
+    const store = await createRedisRateLimitStore({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `test:rl:${randomUUID()}:` });
+    try {
+      const calls: number[] = []; // requests per call, in order
+      let inFlight = 0;
+      let mostInFlight = 0;
+      const original = store.client.evalsha.bind(store.client);
+      store.client.evalsha = ((...args: Parameters<typeof original>) => {
+        const keys = Number(args[1]);
+        calls.push(args.slice(2 + keys + 1).filter((_, i) => i % 3 === 2).reduce<number>((sum, count) => sum + Number(count), 0));
+        mostInFlight = Math.max(mostInFlight, ++inFlight);
+        // A slow link: each answer is held for 50 ms after Redis gave it.
+        return original(...args)
+          .then((answer) => delay(50).then(() => answer))
+          .finally(() => inFlight--);
+      }) as typeof store.client.evalsha;
+      const policy = { perMinute: 1, burst: 1_000 };
+      const first = store.consume('busy', policy);
+      // The store sends from setImmediate; this one runs after it, with the call on the wire.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(calls).toEqual([1]);
+      // Sixty arrivals over three event-loop turns while the first call is out.
+      const later: Array<ReturnType<typeof store.consume>> = [];
+      for (let turn = 0; turn < 3; turn++) {
+        for (let i = 0; i < 20; i++) later.push(store.consume('busy', policy));
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      const decisions = await Promise.all([first, ...later]);
+      expect(calls).toEqual([1, 60]);
+      expect(mostInFlight).toBe(1);
+      expect(decisions.map((d) => d.remaining)).toEqual(Array.from({ length: 61 }, (_, i) => 999 - i));
+    } finally {
+      await store.close();
+    }
+  });
+});
