@@ -195,52 +195,44 @@ async function handle(tx: DatabaseTransactionConnection, events: readonly Record
   }
   if (changed.length === 0) return;
 
-  // The revision guard makes a re-applied hire a no-op; only rows actually written count.
-  const written = await tx.any(sql.type(z.object({ tenant_id: z.string(), id: z.string() }))`
-    insert into ${tables.employees} as t
-      (tenant_id, id, email, first_name, last_name, department, status, hired_at, revision, updated_at)
-    select * from ${sql.unnest(changed.map(employeeTuple), [...EMPLOYEE_TYPES])}
-    on conflict (tenant_id, id) do update set
-      email = excluded.email, first_name = excluded.first_name, last_name = excluded.last_name,
-      department = excluded.department, status = excluded.status, hired_at = excluded.hired_at,
-      revision = excluded.revision, updated_at = excluded.updated_at
-    where t.revision < excluded.revision
-    returning t.tenant_id::text, t.id
-  `);
-  const writtenKeys = new Set(written.map((w) => keyOf(w.tenant_id, w.id)));
-
-  const deltas = createCounterDeltas();
+  // One statement (one round trip of the page transaction): the upsert, whose revision guard
+  // makes a re-applied hire a no-op, and the counter deltas of the rows it actually wrote. Each
+  // changed row brings its deltas (minus its old counter keys, plus its new ones), joined to what
+  // the upsert returned; the three counter tables then take their sums per key.
+  const delta: Array<[string, string, string, string, string, string, number]> = [];
   for (const row of changed) {
-    const key = keyOf(row.tenant_id, row.id);
-    if (!writtenKeys.has(key)) continue;
-    const old = before.get(key);
-    if (old) deltas.bump(old, -1);
-    deltas.bump(row, 1);
+    const old = before.get(keyOf(row.tenant_id, row.id));
+    for (const [counted, sign] of old ? ([[old, -1], [row, 1]] as const) : ([[row, 1]] as const)) {
+      const k = counterKeys(counted);
+      delta.push([row.tenant_id, row.id, k.status, k.department, k.monthStart, k.dayStart, sign]);
+    }
   }
-  const { all, month, day } = deltas.nonZero();
-  if (all.length + month.length + day.length === 0) return;
-  // All three counter tables in one statement (one round trip).
   await tx.query(sql.type(z.object({}))`
-    with counts as (
+    with written as (
+      insert into ${tables.employees} as t
+        (tenant_id, id, email, first_name, last_name, department, status, hired_at, revision, updated_at)
+      select * from ${sql.unnest(changed.map(employeeTuple), [...EMPLOYEE_TYPES])}
+      on conflict (tenant_id, id) do update set
+        email = excluded.email, first_name = excluded.first_name, last_name = excluded.last_name,
+        department = excluded.department, status = excluded.status, hired_at = excluded.hired_at,
+        revision = excluded.revision, updated_at = excluded.updated_at
+      where t.revision < excluded.revision
+      returning t.tenant_id, t.id
+    ), d as (
+      select d.tenant_id, d.status, d.department, d.month, d.day, d.delta
+      from ${sql.unnest(delta, ['uuid', 'text', 'text', 'text', 'date', 'date', 'int8'])} as d(tenant_id, id, status, department, month, day, delta)
+      join written w on w.tenant_id = d.tenant_id and w.id = d.id
+    ), counts as (
       insert into ${tables.employee_counts} (tenant_id, status, department, count)
-      select * from ${sql.unnest(
-        all.map((d) => [d.tenant_id, d.status, d.department, d.delta]),
-        ['uuid', 'text', 'text', 'int8'],
-      )}
+      select tenant_id, status, department, sum(delta) from d group by 1, 2, 3 having sum(delta) <> 0
       on conflict (tenant_id, status, department) do update set count = ${tables.employee_counts}.count + excluded.count
     ), months as (
       insert into ${tables.employee_month_counts} (tenant_id, month, status, department, count)
-      select * from ${sql.unnest(
-        month.map((d) => [d.tenant_id, d.bucket, d.status, d.department, d.delta]),
-        ['uuid', 'date', 'text', 'text', 'int8'],
-      )}
+      select tenant_id, month, status, department, sum(delta) from d group by 1, 2, 3, 4 having sum(delta) <> 0
       on conflict (tenant_id, month, status, department) do update set count = ${tables.employee_month_counts}.count + excluded.count
     )
     insert into ${tables.employee_day_counts} (tenant_id, day, status, department, count)
-    select * from ${sql.unnest(
-      day.map((d) => [d.tenant_id, d.bucket, d.status, d.department, d.delta]),
-      ['uuid', 'date', 'text', 'text', 'int8'],
-    )}
+    select tenant_id, day, status, department, sum(delta) from d group by 1, 2, 3, 4 having sum(delta) <> 0
     on conflict (tenant_id, day, status, department) do update set count = ${tables.employee_day_counts}.count + excluded.count
   `);
 }
