@@ -13,10 +13,12 @@ import { TENANT_ROLE, pgTypeParsers, type Queryable } from './pool.ts';
  * applies to everything it runs.
  *
  * Every statement travels with its own tenant setting, in one write and one round trip:
- * `SET LOCAL app.tenant_id` and the statement go out as one extended-protocol batch with a single
- * Sync, so PostgreSQL runs both in one implicit transaction. The statement cannot run under
- * another tenant's setting (if the SET fails, PostgreSQL skips the statement), and nothing stays
- * on the idle connection (the setting ends with that transaction). Statements are still slonik
+ * `set_config('app.tenant_id', $1, true)` (transaction-local, the tenant id bound) and the
+ * statement go out as one extended-protocol batch with a single Sync, so PostgreSQL runs both in
+ * one implicit transaction. The statement cannot run under another tenant's setting (if the
+ * setting fails, PostgreSQL skips the statement), and nothing stays on the idle connection (the
+ * setting ends with that transaction). (`SET LOCAL` would do the same but logs a warning per
+ * read: outside an explicit transaction block PostgreSQL warns about it.) Statements are still slonik
  * tokens (every value bound); rows are checked against the token's schema synchronously, once
  * each, with the same type parsing as the main pool (`pgTypeParsers`).
  *
@@ -42,34 +44,51 @@ export type TenantReader = {
 /** slonik numbers its placeholders `$slonik_N`; pg wants `$N`. */
 const pgText = (query: QuerySqlToken) => query.sql.replace(/\$slonik_(\d+)/g, '$$$1');
 
-/** Tenant ids are uuids; only a string of this exact shape is ever written into the SET command. */
+/** Tenant ids are uuids: anything else is refused before it reaches PostgreSQL, with a clear error. */
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
+ * What of pg's connection this batch relies on besides its typed API (pg 8.x; pg's own Query
+ * reads and writes the same two records): which named statements the server holds or has been
+ * sent.
+ */
+type NamedStatements = { readonly parsedStatements: Record<string, string>; readonly submittedNamedStatements: Record<string, string> };
+
+/**
  * `text` with `values`, preceded in the same batch (one Sync, one implicit transaction) by
- * `SET LOCAL app.tenant_id`. Resolves with the statement's rows.
+ * `set_config('app.tenant_id', $1, true)`. Resolves with the statement's rows.
+ *
+ * Order on the wire: the statement's own Parse (when it is named and not yet prepared on this
+ * connection), then the setting (Parse, Bind, Describe, Execute), then the statement (Bind,
+ * Describe, Execute) and the Sync. pg marks a named statement as parsed on the batch's first
+ * ParseComplete; sending the statement's Parse first makes that mark exact, whatever fails later
+ * in the batch (a prepared statement outlives its transaction).
  */
 function scopedRows(client: pg.PoolClient, tenantId: string, text: string, values: readonly unknown[], name: string | undefined): Promise<Record<string, unknown>[]> {
   if (!UUID.test(tenantId)) return Promise.reject(new Error(`tenant reader: tenant id is not a uuid: ${JSON.stringify(tenantId)}`));
-  // A SET takes no bind parameters; the value is a checked uuid, so the literal is safe.
-  const setting = `set local app.tenant_id = '${tenantId.toLowerCase()}'`;
   return new Promise((resolve, reject) => {
-    // `extended` even without values: a simple-protocol Query message may not follow the SET's
-    // unsynced messages.
+    // `extended` even without values: a simple-protocol Query message may not follow the
+    // setting's unsynced messages.
     const config: pg.QueryConfig & { readonly queryMode: 'extended' } = { text, values: [...values], queryMode: 'extended', ...(name === undefined ? {} : { name }) };
     const query = new pg.Query(config, (error: Error | undefined, result: pg.ResultBuilder | pg.ResultBuilder[]) => {
       if (error) return reject(error);
-      // Two results (the SET's, the statement's): the rows are the statement's.
+      // Two results (the setting's, the statement's): the rows are the statement's.
       resolve((Array.isArray(result) ? result[result.length - 1] : result)?.rows ?? []);
     });
     const submitStatement = query.submit;
     query.submit = (connection) => {
+      const named = connection as unknown as NamedStatements;
       connection.stream.cork();
       try {
-        connection.parse({ text: setting, name: '', types: [] }, true);
-        connection.bind({}, true);
+        if (name !== undefined && named.parsedStatements[name] === undefined && named.submittedNamedStatements[name] === undefined) {
+          connection.parse({ text, name, types: [] }, true);
+          named.submittedNamedStatements[name] = text; // pg's Query now skips its own Parse
+        }
+        connection.parse({ text: `select from set_config('app.tenant_id', $1, true)`, name: '', types: [] }, true);
+        connection.bind({ values: [tenantId] }, true);
+        connection.describe({ type: 'P', name: '' }, true);
         connection.execute({}, true);
-        // The statement's Parse, Bind, Describe, Execute and the one Sync.
+        // The statement's Bind, Describe, Execute and the one Sync.
         return submitStatement.call(query, connection);
       } finally {
         connection.stream.uncork();
@@ -88,9 +107,6 @@ function scopedRows(client: pg.PoolClient, tenantId: string, text: string, value
  */
 const MAX_PREPARED = 256;
 
-/** SQLSTATE classes raised while executing, after the statement parsed: the connection stays. */
-const EXECUTION_CLASSES = new Set(['22', '23', '40', '53', '54', '55', '57']);
-
 export async function createTenantReader(url: string, options: { readonly maximumPoolSize?: number } = {}): Promise<TenantReader> {
   const pool = new pg.Pool({
     connectionString: url,
@@ -106,10 +122,16 @@ export async function createTenantReader(url: string, options: { readonly maximu
     if (name === undefined && names.size < MAX_PREPARED) names.set(text, (name = `tenant_read_${names.size + 1}`));
     return name;
   };
+  // Connections that met an error PostgreSQL did not answer with (a value pg could not bind, a
+  // broken socket): dropped on release even when `work` caught the error.
+  const unsound = new WeakSet<pg.PoolClient>();
   const any = (client: pg.PoolClient, tenantId: string) =>
     (async (query: QuerySqlToken) => {
       const text = pgText(query);
-      const rows = await scopedRows(client, tenantId, text, query.values, nameOf(text));
+      const rows = await scopedRows(client, tenantId, text, query.values, nameOf(text)).catch((error: unknown) => {
+        if (!(error instanceof pg.DatabaseError)) unsound.add(client);
+        throw error;
+      });
       const validate = query.parser['~standard'].validate;
       return rows.map((row, i) => {
         const result = validate(row);
@@ -125,12 +147,11 @@ export async function createTenantReader(url: string, options: { readonly maximu
       try {
         return await work({ any: any(client, tenantId) });
       } catch (error) {
-        // Anything but an error PostgreSQL raised while executing drops the connection: its
-        // state is unknown, or its record of prepared statements may be (an error while parsing).
-        broken = !(error instanceof pg.DatabaseError && EXECUTION_CLASSES.has(error.code?.slice(0, 2) ?? ''));
+        // Anything but an error PostgreSQL answered with drops the connection (unknown state).
+        broken = !(error instanceof pg.DatabaseError);
         throw error;
       } finally {
-        client.release(broken);
+        client.release(broken || unsound.has(client));
       }
     },
     end: () => pool.end(),

@@ -194,13 +194,16 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     }
     const sentAt = performance.now();
     inFlight = true;
+    const fail = (error: unknown) => {
+      // The requests that queued behind a failed call fail with it, rather than wait for a call
+      // of their own to time out too: a hung Redis costs a request one command timeout, not two.
+      const queued = pending;
+      pending = [];
+      for (const request of [...batch, ...queued]) request.reject(error); // no-op for those already settled
+    };
     run(entries)
-      .then(
-        (held) => settle(entries, sentAt, held),
-        (error: unknown) => {
-          for (const request of batch) request.reject(error);
-        },
-      )
+      .then((held) => settle(entries, sentAt, held), fail)
+      .catch(fail)
       .finally(() => {
         inFlight = false;
         if (pending.length > 0) setImmediate(flush);

@@ -7,7 +7,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 
 /**
  * The transaction-free tenant reader (the list path) on real PostgreSQL: each statement goes out
- * in one batch behind its own `SET LOCAL app.tenant_id`, so these check that a statement always
+ * in one batch behind its own transaction-local `app.tenant_id` setting, so these check that a statement always
  * runs under its read's tenant, never under the connection's previous one, and that nothing but
  * a checked uuid is written into the setting.
  */
@@ -71,6 +71,45 @@ describe('tenant reader (pipelined, real PostgreSQL)', () => {
     // that never existed.
     expect(await reader.read(tenantA, (q) => q.any(later))).toEqual([{ id: 'x' }]);
     expect(await reader.read(tenantA, (q) => q.any(later))).toEqual([{ id: 'x' }]);
+  });
+
+  it('keeps an exact record of prepared statements when a parse error is caught inside the read', async () => {
+    const caught = idsOf`select id from reader_caught order by id`;
+    const first = await reader.read(tenantA, (q) => q.any(caught).catch((error: { code?: string }) => error.code));
+    expect(first).toBe('42P01');
+    await db.pool.query(sql.unsafe`create table reader_caught (tenant_id uuid not null, id text not null)`);
+    await db.pool.query(sql.unsafe`grant select on reader_caught to eas_tenant`);
+    await db.pool.query(sql.unsafe`insert into reader_caught values (${tenantA}::uuid, 'c')`);
+    expect(await reader.read(tenantA, (q) => q.any(caught))).toEqual([{ id: 'c' }]);
+  });
+
+  it('recovers when a read is cancelled while its statement waits in Parse (lock wait)', async () => {
+    const waiting = idsOf`select id from reader_probe where id <> ${'none'} order by id`;
+    const locker = await db.pool.connect(async (connection) => {
+      await connection.query(sql.unsafe`begin`);
+      await connection.query(sql.unsafe`lock table reader_probe in access exclusive mode`);
+      const read = reader.read(tenantA, (q) => q.any(waiting)).then(
+        () => 'answered',
+        (error: { code?: string }) => error.code,
+      );
+      // Cancel the reader's backend once it waits on the lock (in Parse: analysis locks the table).
+      let cancelled = false;
+      for (let i = 0; i < 100 && !cancelled; i++) {
+        const rows = await db.pool.any(sql.type(z.object({ ok: z.boolean() }))`
+          select pg_cancel_backend(pid) as ok from pg_stat_activity
+          where application_name = 'employee-analytics-reader' and wait_event_type = 'Lock'`);
+        cancelled = rows.some((r) => r.ok);
+        if (!cancelled) await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(cancelled).toBe(true);
+      const outcome = await read;
+      await connection.query(sql.unsafe`rollback`);
+      return outcome;
+    });
+    expect(locker).toBe('57014');
+    // The same connection slot, the same text: read correctly, not "prepared statement does not exist".
+    expect((await reader.read(tenantA, (q) => q.any(waiting))).map((r) => r.id)).toEqual(['a1', 'a2']);
+    expect((await reader.read(tenantA, (q) => q.any(waiting))).map((r) => r.id)).toEqual(['a1', 'a2']);
   });
 
   it('refuses a tenant id that is not a uuid, and scopes the next read right', async () => {

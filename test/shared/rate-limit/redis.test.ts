@@ -116,3 +116,33 @@ describe('when requests arrive while a script call is in flight', () => {
     }
   });
 });
+
+describe('when a script call fails while requests queue behind it', () => {
+  it('fails them with it, so a hung Redis costs a request one command timeout, not two', async () => {
+    const store = await createRedisRateLimitStore({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `test:rl:${randomUUID()}:` });
+    try {
+      let calls = 0;
+      const original = store.client.evalsha.bind(store.client);
+      store.client.evalsha = ((...args: Parameters<typeof original>) => {
+        calls++;
+        // The first call stands for a command that times out after 300 ms.
+        if (calls === 1) return delay(300).then(() => Promise.reject(new Error('Command timed out')));
+        return original(...args);
+      }) as typeof store.client.evalsha;
+      const policy = { perMinute: 60, burst: 10 };
+      const started = performance.now();
+      const settledAt = (p: Promise<unknown>) => p.then(() => ({ ok: true, ms: performance.now() - started }), () => ({ ok: false, ms: performance.now() - started }));
+      const first = settledAt(store.consume('slow', policy));
+      await new Promise((resolve) => setImmediate(resolve)); // the first call is out
+      const queued = Array.from({ length: 10 }, () => settledAt(store.consume('slow', policy)));
+      const outcomes = await Promise.all([first, ...queued]);
+      expect(outcomes.map((o) => o.ok)).toEqual(Array<boolean>(11).fill(false));
+      expect(Math.max(...outcomes.map((o) => o.ms))).toBeLessThan(550);
+      expect(calls).toBe(1);
+      // Redis answers again: the next request goes through.
+      expect((await store.consume('slow', policy)).allowed).toBe(true);
+    } finally {
+      await store.close();
+    }
+  });
+});
