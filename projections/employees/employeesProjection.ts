@@ -200,12 +200,14 @@ async function handle(tx: DatabaseTransactionConnection, events: readonly Record
   // changed row brings its deltas (minus its old counter keys, plus its new ones), joined to what
   // the upsert returned; the three counter tables then take their sums per key.
   const delta: Array<[string, string, string, string, string, string, number]> = [];
+  const count = (row: Row, counted: Row, sign: number) => {
+    const k = counterKeys(counted);
+    delta.push([row.tenant_id, row.id, k.status, k.department, k.monthStart, k.dayStart, sign]);
+  };
   for (const row of changed) {
     const old = before.get(keyOf(row.tenant_id, row.id));
-    for (const [counted, sign] of old ? ([[old, -1], [row, 1]] as const) : ([[row, 1]] as const)) {
-      const k = counterKeys(counted);
-      delta.push([row.tenant_id, row.id, k.status, k.department, k.monthStart, k.dayStart, sign]);
-    }
+    if (old) count(row, old, -1);
+    count(row, row, 1);
   }
   await tx.query(sql.type(z.object({}))`
     with written as (

@@ -116,42 +116,44 @@ export async function createTenantReader(url: string, options: { readonly maximu
     types: pgTypeParsers(pg.types) as pg.CustomTypesConfig,
   });
   pool.on('error', () => undefined); // an idle connection dropped: the pool replaces it
-  const names = new Map<string, string>();
-  const nameOf = (text: string) => {
-    let name = names.get(text);
-    if (name === undefined && names.size < MAX_PREPARED) names.set(text, (name = `tenant_read_${names.size + 1}`));
-    return name;
+  // Per slonik text: pg's text and the prepared statement's name (none past MAX_PREPARED).
+  const statements = new Map<string, { readonly text: string; readonly name: string | undefined }>();
+  const statementOf = (query: QuerySqlToken) => {
+    let statement = statements.get(query.sql);
+    if (statement === undefined) {
+      statement = { text: pgText(query), name: statements.size < MAX_PREPARED ? `tenant_read_${statements.size + 1}` : undefined };
+      if (statement.name !== undefined) statements.set(query.sql, statement);
+    }
+    return statement;
   };
-  // Connections that met an error PostgreSQL did not answer with (a value pg could not bind, a
-  // broken socket): dropped on release even when `work` caught the error.
-  const unsound = new WeakSet<pg.PoolClient>();
-  const any = (client: pg.PoolClient, tenantId: string) =>
-    (async (query: QuerySqlToken) => {
-      const text = pgText(query);
-      const rows = await scopedRows(client, tenantId, text, query.values, nameOf(text)).catch((error: unknown) => {
-        if (!(error instanceof pg.DatabaseError)) unsound.add(client);
-        throw error;
-      });
-      const validate = query.parser['~standard'].validate;
-      return rows.map((row, i) => {
-        const result = validate(row);
-        if (result instanceof Promise) throw new Error('tenant reader: row schemas must validate synchronously');
-        if (result.issues) throw new Error(`tenant reader: row ${i} does not match its schema: ${result.issues.map((x) => x.message).join('; ')}`);
-        return result.value;
-      });
-    }) as TenantQueryable['any'];
   return {
     async read(tenantId, work) {
       const client = await pool.connect();
-      let broken = false;
+      // Set when the connection met an error PostgreSQL did not answer with (a value pg could not
+      // bind, a broken socket), even if `work` caught it: the connection is then dropped.
+      let unsound = false;
+      const any = (async (query: QuerySqlToken) => {
+        const { text, name } = statementOf(query);
+        const rows = await scopedRows(client, tenantId, text, query.values, name).catch((error: unknown) => {
+          if (!(error instanceof pg.DatabaseError)) unsound = true;
+          throw error;
+        });
+        const validate = query.parser['~standard'].validate;
+        return rows.map((row, i) => {
+          const result = validate(row);
+          if (result instanceof Promise) throw new Error('tenant reader: row schemas must validate synchronously');
+          if (result.issues) throw new Error(`tenant reader: row ${i} does not match its schema: ${result.issues.map((x) => x.message).join('; ')}`);
+          return result.value;
+        });
+      }) as TenantQueryable['any'];
       try {
-        return await work({ any: any(client, tenantId) });
+        return await work({ any });
       } catch (error) {
         // Anything but an error PostgreSQL answered with drops the connection (unknown state).
-        broken = !(error instanceof pg.DatabaseError);
+        unsound ||= !(error instanceof pg.DatabaseError);
         throw error;
       } finally {
-        client.release(broken || unsound.has(client));
+        client.release(unsound);
       }
     },
     end: () => pool.end(),

@@ -42,6 +42,20 @@ export function take(units: number, policy: BucketPolicy): { units: number; deci
   };
 }
 
+/**
+ * `count` requests one after the other against a bucket holding `units` (already refilled): each
+ * request's decision, as `take` gives it on what the one before it left.
+ */
+export function takeEach(units: number, policy: BucketPolicy, count: number): BucketDecision[] {
+  const decisions: BucketDecision[] = [];
+  for (let left = units, i = 0; i < count; i++) {
+    const step = take(left, policy);
+    left = step.units;
+    decisions.push(step.decision);
+  }
+  return decisions;
+}
+
 export function takeToken(
   state: BucketState | undefined,
   policy: BucketPolicy,

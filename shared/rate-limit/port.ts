@@ -11,6 +11,9 @@ export type BucketPolicy = {
   readonly burst: number;
 };
 
+/** The same bucket size and rate (a changed plan or override is a different policy). */
+export const samePolicy = (a: BucketPolicy, b: BucketPolicy) => a.perMinute === b.perMinute && a.burst === b.burst;
+
 export type BucketDecision = {
   readonly allowed: boolean;
   /** Whole tokens left after this request. */

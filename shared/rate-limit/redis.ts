@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
-import { take, UNITS_PER_TOKEN } from './bucket.ts';
-import type { BucketDecision, BucketPolicy, RateLimitStore } from './port.ts';
+import { take, takeEach, UNITS_PER_TOKEN } from './bucket.ts';
+import { samePolicy, type BucketDecision, type BucketPolicy, type RateLimitStore } from './port.ts';
 
 /**
  * The refill of `bucket.ts`, as one Lua script, so that read-refill-take-write is atomic and
@@ -159,50 +159,43 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
   // of waiting. Within a batch, the requests for one key (and policy) become one entry with a
   // count.
   type Pending = { readonly key: string; readonly policy: BucketPolicy; resolve(decision: BucketDecision): void; reject(error: unknown): void };
-  type Entry = { readonly key: string; readonly policy: BucketPolicy; count: number; readonly requests: Pending[] };
-  let pending: Pending[] = [];
+  type Entry = { readonly key: string; readonly policy: BucketPolicy; readonly requests: Pending[] };
+  const pending: Pending[] = [];
   let inFlight = false;
   const settle = (entries: readonly Entry[], sentAt: number, held: readonly number[]) => {
     entries.forEach((entry, i) => {
-      let units = held[i] as number;
-      for (const request of entry.requests) {
-        const step = take(units, entry.policy);
-        units = step.units;
-        if (!step.decision.allowed) {
+      takeEach(held[i] as number, entry.policy, entry.requests.length).forEach((decision, j) => {
+        if (!decision.allowed) {
           if (refusals.size >= 10_000) forgetPassed(sentAt);
-          refusals.set(entry.key, { policy: entry.policy, sentAt, decision: step.decision });
+          refusals.set(entry.key, { policy: entry.policy, sentAt, decision });
         }
-        request.resolve(step.decision);
-      }
+        entry.requests[j]?.resolve(decision);
+      });
     });
   };
   const flush = () => {
-    const batch = pending.length <= MAX_BATCH ? pending : pending.slice(0, MAX_BATCH);
-    pending = pending.length <= MAX_BATCH ? [] : pending.slice(MAX_BATCH);
+    const batch = pending.splice(0, MAX_BATCH);
     const entries: Entry[] = [];
     const last = new Map<string, Entry>();
     for (const request of batch) {
       const entry = last.get(request.key);
-      if (entry && entry.policy.perMinute === request.policy.perMinute && entry.policy.burst === request.policy.burst) {
-        entry.count++;
+      if (entry && samePolicy(entry.policy, request.policy)) {
         entry.requests.push(request);
-      } else {
-        const created = { key: request.key, policy: request.policy, count: 1, requests: [request] };
-        entries.push(created);
-        last.set(request.key, created);
+        continue;
       }
+      const created = { key: request.key, policy: request.policy, requests: [request] };
+      entries.push(created);
+      last.set(request.key, created);
     }
     const sentAt = performance.now();
     inFlight = true;
     const fail = (error: unknown) => {
       // The requests that queued behind a failed call fail with it, rather than wait for a call
       // of their own to time out too: a hung Redis costs a request one command timeout, not two.
-      const queued = pending;
-      pending = [];
-      for (const request of [...batch, ...queued]) request.reject(error); // no-op for those already settled
+      for (const request of [...batch, ...pending.splice(0)]) request.reject(error); // no-op for those already settled
     };
-    run(entries)
-      .then((held) => settle(entries, sentAt, held), fail)
+    run(entries.map(({ key, policy, requests }) => ({ key, policy, count: requests.length })))
+      .then((held) => settle(entries, sentAt, held))
       .catch(fail)
       .finally(() => {
         inFlight = false;
@@ -216,8 +209,7 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
       const refusal = refusals.get(key);
       if (refusal) {
         const elapsed = performance.now() - refusal.sentAt;
-        const same = refusal.policy.perMinute === policy.perMinute && refusal.policy.burst === policy.burst;
-        if (same && elapsed < refusal.decision.waitMs) {
+        if (samePolicy(refusal.policy, policy) && elapsed < refusal.decision.waitMs) {
           return Promise.resolve({ allowed: false, remaining: 0, waitMs: refusal.decision.waitMs - elapsed, resetMs: refusal.decision.resetMs - elapsed });
         }
         refusals.delete(key);
@@ -232,12 +224,7 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     },
     async consumeManyAt(key, policy, nowUs, count) {
       const [held] = await run([{ key, policy, count }], String(nowUs));
-      let units = held as number;
-      return Array.from({ length: count }, () => {
-        const step = take(units, policy);
-        units = step.units;
-        return step.decision;
-      });
+      return takeEach(held as number, policy, count);
     },
     async ping() {
       await client.ping();

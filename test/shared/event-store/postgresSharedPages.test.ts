@@ -21,18 +21,24 @@ async function follow(store: EventStore, signal: AbortSignal, until: (seen: Reco
   return { pages, seen };
 }
 
+/** `count` one-event appends under a fresh run prefix, in order; the run and the event ids. */
+async function appendRun(store: EventStore, count: number, streamOf: (i: number) => number, typeOf: (i: number) => string) {
+  const run = randomUUID().slice(0, 8);
+  const ids: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const id = randomUUID();
+    ids.push(id);
+    await store.append(`${run}-${streamOf(i)}`, [{ id, type: typeOf(i), data: { i } }]);
+  }
+  return { run, ids };
+}
+
 describe('shared subscription pages (PostgreSQL adapter)', () => {
   const fixture = useTestEventStore();
 
   it('gives subscribers at the same position every event once, in order', async () => {
     const { store } = fixture;
-    const run = randomUUID().slice(0, 8);
-    const ids: string[] = [];
-    for (let i = 0; i < 40; i++) {
-      const id = randomUUID();
-      ids.push(id);
-      await store.append(`${run}-${i % 5}`, [{ id, type: i % 2 ? 'SharedA' : 'SharedB', data: { i } }]);
-    }
+    const { run, ids } = await appendRun(store, 40, (i) => i % 5, (i) => (i % 2 ? 'SharedA' : 'SharedB'));
     const controller = new AbortController();
     const mine = (seen: RecordedEvent[]) => seen.filter((e) => e.streamId.startsWith(run)).length >= 40;
     const [first, second] = await Promise.all([follow(store, controller.signal, mine), follow(store, controller.signal, mine)]);
@@ -43,13 +49,7 @@ describe('shared subscription pages (PostgreSQL adapter)', () => {
 
   it('gives a subscriber inside a kept page the rest of it, then goes on reading', async () => {
     const { store } = fixture;
-    const run = randomUUID().slice(0, 8);
-    const ids: string[] = [];
-    for (let i = 0; i < 20; i++) {
-      const id = randomUUID();
-      ids.push(id);
-      await store.append(`${run}-${i}`, [{ id, type: 'SharedA', data: { i } }]);
-    }
+    const { run, ids } = await appendRun(store, 20, (i) => i, () => 'SharedA');
     const all = await store.readAll({ eventTypes: TYPES, maxCount: 10_000 });
     const mine = all.events.filter((e) => e.streamId.startsWith(run));
     const start = mine[0]?.position;
