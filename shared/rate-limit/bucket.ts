@@ -56,6 +56,27 @@ export function takeEach(units: number, policy: BucketPolicy, count: number): Bu
   return decisions;
 }
 
+/**
+ * Leases (the Redis store, `redis.ts`): after a batch's `count` takes, a gateway may also take
+ * up to `wanted` tokens to spend locally, but never more than 1/LEASE_SHARE of the whole tokens
+ * the bucket still holds, so leases shrink to nothing as a bucket runs out. The Lua script
+ * computes the same grant from the same integers.
+ */
+export const LEASE_SHARE = 32;
+
+/** Whole tokens in `units`, corrected where the division alone could round up. */
+export const wholeTokens = (units: number): number => {
+  const tokens = Math.floor(units / UNITS_PER_TOKEN);
+  return tokens * UNITS_PER_TOKEN > units ? tokens - 1 : tokens;
+};
+
+/** The tokens leased from a bucket that held `units` before `count` takes, for `wanted` asked. */
+export function leaseOf(units: number, count: number, wanted: number): number {
+  if (wanted <= 0) return 0;
+  const tokens = wholeTokens(units);
+  return Math.min(wanted, Math.floor((tokens - Math.min(count, tokens)) / LEASE_SHARE));
+}
+
 export function takeToken(
   state: BucketState | undefined,
   policy: BucketPolicy,

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
-import { take, takeEach, UNITS_PER_TOKEN } from './bucket.ts';
+import { LEASE_SHARE, leaseOf, take, takeEach, UNITS_PER_TOKEN, wholeTokens } from './bucket.ts';
 import { samePolicy, type BucketDecision, type BucketPolicy, type RateLimitStore } from './port.ts';
 
 /**
@@ -10,14 +10,16 @@ import { samePolicy, type BucketDecision, type BucketPolicy, type RateLimitStore
  * gateways with skewed clocks still agree. ARGV[1] (an explicit time in µs, or '') exists only
  * so the test suite can hold the script to the reference model; the store always passes ''.
  *
- * One call decides a whole batch: KEYS[i] with ARGV[3i-1] (per minute), ARGV[3i] (burst) and
- * ARGV[3i+1] (how many requests take a token from it, one after the other). The script answers,
- * per key, the units the bucket held after refilling at `now`, before those requests; it takes
- * as many tokens as there are (at most the count) and writes what is left. The store replays
- * the same takes with `take` (bucket.ts) to give each request its own decision: identical to
- * one call per request at the same `now`, but Redis runs one read and one write per key, not
- * per request, and answers one integer per key. A key may appear more than once (a policy
- * change within one batch): entries run in order. The store has one call in flight at a time
+ * One call decides a whole batch: KEYS[i] with ARGV[4i-2] (per minute), ARGV[4i-1] (burst),
+ * ARGV[4i] (how many requests take a token from it, one after the other) and ARGV[4i+1] (how
+ * many more tokens the gateway would like to lease, see below). The script answers, per key,
+ * the units the bucket held after refilling at `now`, before those requests; it takes as many
+ * tokens as there are (at most the count), then the lease `leaseOf` (bucket.ts) allows, and
+ * writes what is left. The store replays the same takes with `take` and `leaseOf` to give each
+ * request its own decision: identical to one call per request at the same `now`, but Redis runs
+ * one read and one write per key, not per request, and answers one integer per key. A negative
+ * count gives leased tokens back (capped at the capacity). A key may appear more than once (a
+ * policy change, a give-back): entries run in order. The store has one call in flight at a time
  * and sends every request that arrived meanwhile as the next (see `createRedisRateLimitStore`):
  * a busy gateway pays one round trip per Redis answer, not per request. (All keys of one call
  * must live on one Redis node; this store targets a single primary.)
@@ -34,6 +36,7 @@ import { samePolicy, type BucketDecision, type BucketPolicy, type RateLimitStore
  */
 export const TOKEN_BUCKET_LUA = `
 local U = ${UNITS_PER_TOKEN}
+local SHARE = ${LEASE_SHARE}
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -43,9 +46,10 @@ else
 end
 local out = {}
 for i = 1, #KEYS do
-  local per_minute = tonumber(ARGV[3 * i - 1])
-  local capacity = tonumber(ARGV[3 * i]) * U
-  local count = tonumber(ARGV[3 * i + 1])
+  local per_minute = tonumber(ARGV[4 * i - 2])
+  local capacity = tonumber(ARGV[4 * i - 1]) * U
+  local count = tonumber(ARGV[4 * i])
+  local lease = tonumber(ARGV[4 * i + 1])
   local units = capacity
   local at = now
   local held = redis.call('HMGET', KEYS[i], 'u', 't')
@@ -60,11 +64,17 @@ for i = 1, #KEYS do
       units = units + elapsed * per_minute
     end
   end
-  local tokens = math.floor(units / U)
-  if tokens * U > units then tokens = tokens - 1 end
-  local taken = math.min(count, tokens)
-  if taken > 0 then
-    local left = units - taken * U
+  local left = units
+  if count < 0 then
+    left = math.min(capacity, units - count * U)
+  else
+    local tokens = math.floor(units / U)
+    if tokens * U > units then tokens = tokens - 1 end
+    local taken = math.min(count, tokens)
+    if lease > 0 then taken = taken + math.min(lease, math.floor((tokens - taken) / SHARE)) end
+    left = units - taken * U
+  end
+  if left ~= units then
     redis.call('HSET', KEYS[i], 'u', string.format('%.0f', left), 't', string.format('%.0f', at))
     redis.call('PEXPIRE', KEYS[i], math.ceil(math.ceil((capacity - left) / per_minute) / 1000) + 1000)
   end
@@ -79,6 +89,29 @@ const reply = z.array(z.number().int());
 
 /** The most requests one script call decides; more wait for the next call. */
 const MAX_BATCH = 512;
+
+/**
+ * Leases. A gateway that is busy with one big bucket takes a few of its tokens ahead and spends
+ * them without a round trip: at most MAX_LEASE, at most 1/LEASE_SHARE of what the bucket holds
+ * (bucket.ts), about half a DEMAND_WINDOW_MS of this gateway's recent requests for that key, and
+ * only for buckets of at least LEASE_MIN_BURST tokens (every plan's bucket is smaller and stays
+ * exact to the token). A lease lives LEASE_MS from before its call was sent; what is left then
+ * goes back to the bucket in one call. The tokens were taken from the shared bucket before any
+ * of them is spent, so gateways together never hand out more than it holds, except for the
+ * refill a full bucket could not take while leased tokens were out of it: at most one lease
+ * (MAX_LEASE) per gateway and LEASE_MS, only while the bucket is near full, that is while the
+ * tenant is far from its limit. Until a lease is spent or given back, other gateways may refuse
+ * requests the leased tokens would have covered; leases shrink with the bucket, so near
+ * exhaustion (under LEASE_SHARE tokens) every request goes to Redis again.
+ */
+const LEASE_MIN_BURST = 1_000;
+const MAX_LEASE = 256;
+const LEASE_MS = 100;
+const DEMAND_WINDOW_MS = 50;
+
+/** How long a gateway answers a refused bucket's requests itself (see `refusals` below). */
+const refusalHoldMs = (policy: BucketPolicy, refused: BucketDecision) =>
+  policy.burst >= LEASE_MIN_BURST ? Math.min(refused.waitMs, LEASE_MS) : refused.waitMs;
 
 export type RedisRateLimitStoreOptions = {
   readonly url: string;
@@ -123,12 +156,15 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     });
   });
 
-  /** One script call: each entry's bucket after refilling at `now`, before its `count` takes. */
-  const run = async (entries: ReadonlyArray<{ readonly key: string; readonly policy: BucketPolicy; readonly count: number }>, nowUs = ''): Promise<number[]> => {
+  /** One script call: each entry's bucket after refilling at `now`, before its `count` takes (and lease). */
+  const run = async (
+    entries: ReadonlyArray<{ readonly key: string; readonly policy: BucketPolicy; readonly count: number; readonly lease?: number }>,
+    nowUs = '',
+  ): Promise<number[]> => {
     const args: Array<string | number> = [];
     for (const { key } of entries) args.push(prefix + key);
     args.push(nowUs);
-    for (const { policy, count } of entries) args.push(policy.perMinute, policy.burst, count);
+    for (const { policy, count, lease } of entries) args.push(policy.perMinute, policy.burst, count, lease ?? 0);
     let raw: unknown;
     try {
       raw = await client.evalsha(SCRIPT_SHA, entries.length, ...args);
@@ -142,13 +178,14 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
   };
 
   // A refusal holds until its wait has passed: tokens only flow back with time, and other
-  // gateways can only take them, so until then Redis would refuse too. Answering locally keeps
+  // gateways can only take them, so until then Redis would refuse too (a bucket big enough for
+  // leases can also get leased tokens back, within LEASE_MS: its refusals hold no longer). Answering locally keeps
   // a tenant that hammers past its limit from costing a Redis round trip per request. The
   // wait is counted from before the command was sent, never from the reply, so it is never
   // longer than Redis's own; a different policy (plan change) goes to Redis.
   const refusals = new Map<string, { readonly policy: BucketPolicy; readonly sentAt: number; readonly decision: BucketDecision }>();
   const forgetPassed = (now: number) => {
-    for (const [key, refusal] of refusals) if (now - refusal.sentAt >= refusal.decision.waitMs) refusals.delete(key);
+    for (const [key, refusal] of refusals) if (now - refusal.sentAt >= refusalHoldMs(refusal.policy, refusal.decision)) refusals.delete(key);
   };
 
   // Requests leave in batches, one script call at a time, as in group commit: a request that
@@ -157,44 +194,144 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
   // answer and leave together in the next. A busy gateway thus pays one round trip per Redis
   // answer, however many requests arrived meanwhile, and never more than one call's latency
   // of waiting. Within a batch, the requests for one key (and policy) become one entry with a
-  // count.
-  type Pending = { readonly key: string; readonly policy: BucketPolicy; resolve(decision: BucketDecision): void; reject(error: unknown): void };
-  type Entry = { readonly key: string; readonly policy: BucketPolicy; readonly requests: Pending[] };
+  // count. A give-back (a lease's unspent tokens) is an entry of its own, with no requests.
+  type Pending = {
+    readonly key: string;
+    readonly policy: BucketPolicy;
+    /** Leased tokens to return: a give-back, not a request. */
+    readonly giveBack?: number;
+    resolve(decision: BucketDecision): void;
+    reject(error: unknown): void;
+  };
+  type Entry = { readonly key: string; readonly policy: BucketPolicy; readonly requests: Pending[]; readonly giveBack: number; lease: number };
   const pending: Pending[] = [];
   let inFlight = false;
+  const enqueue = (request: Pending) => {
+    if (pending.push(request) === 1 && !inFlight) setImmediate(flush);
+  };
+
+  // Demand per key in the current and the previous window, for the size of a lease.
+  const demand = new Map<string, { start: number; count: number; previous: number }>();
+  const noteDemand = (key: string, now: number) => {
+    const seen = demand.get(key);
+    if (!seen) {
+      if (demand.size >= 10_000) for (const [k, d] of demand) if (now - d.start >= 2 * DEMAND_WINDOW_MS) demand.delete(k);
+      demand.set(key, { start: now, count: 1, previous: 0 });
+    } else if (now - seen.start >= DEMAND_WINDOW_MS) {
+      seen.previous = now - seen.start < 2 * DEMAND_WINDOW_MS ? seen.count : 0;
+      seen.start = now;
+      seen.count = 1;
+    } else seen.count++;
+  };
+  const wanted = (key: string, policy: BucketPolicy): number => {
+    const seen = demand.get(key);
+    if (policy.burst < LEASE_MIN_BURST || !seen) return 0;
+    const lease = Math.min(MAX_LEASE, Math.floor(Math.max(seen.count, seen.previous) / 2));
+    return lease >= 2 ? lease : 0;
+  };
+
+  type Lease = {
+    readonly policy: BucketPolicy;
+    tokens: number;
+    /** What Redis held after the call that granted the lease, and when that call was sent. */
+    readonly redisUnits: number;
+    readonly sentAt: number;
+  };
+  const leases = new Map<string, Lease>();
+  let sweep: NodeJS.Timeout | undefined;
+  /** Ends a lease; its unspent tokens go back in the next call (into `batch` when one is being built). */
+  const giveBack = (key: string, lease: Lease, batch?: Pending[]) => {
+    leases.delete(key);
+    if (lease.tokens === 0) return;
+    const returned = { key, policy: lease.policy, giveBack: lease.tokens, resolve: () => undefined, reject: () => undefined };
+    if (batch) batch.push(returned);
+    else enqueue(returned);
+  };
+  const sweepLeases = () => {
+    sweep = undefined;
+    const now = performance.now();
+    for (const [key, lease] of leases) if (now - lease.sentAt >= LEASE_MS) giveBack(key, lease);
+    if (leases.size > 0) armSweep();
+  };
+  const armSweep = () => {
+    sweep ??= setTimeout(sweepLeases, LEASE_MS).unref();
+  };
+  /** One request answered from the key's lease, or undefined when it has none to spend. */
+  const spend = (key: string, policy: BucketPolicy, now: number, batch?: Pending[]): BucketDecision | undefined => {
+    const lease = leases.get(key);
+    if (!lease) return undefined;
+    if (!samePolicy(lease.policy, policy) || now - lease.sentAt >= LEASE_MS) {
+      giveBack(key, lease, batch);
+      return undefined;
+    }
+    // The decision's `remaining` and times are this gateway's estimate: what Redis held after
+    // the lease, refilled since, plus the tokens still leased (other gateways' takes unseen).
+    const capacity = policy.burst * UNITS_PER_TOKEN;
+    const redisNow = Math.min(capacity, lease.redisUnits + Math.floor((now - lease.sentAt) * 1000) * policy.perMinute);
+    const held = Math.min(capacity, redisNow + lease.tokens * UNITS_PER_TOKEN);
+    if (--lease.tokens === 0) leases.delete(key);
+    return take(held, policy).decision;
+  };
+
   const settle = (entries: readonly Entry[], sentAt: number, held: readonly number[]) => {
     entries.forEach((entry, i) => {
-      takeEach(held[i] as number, entry.policy, entry.requests.length).forEach((decision, j) => {
+      if (entry.giveBack > 0) return;
+      const units = held[i] as number;
+      takeEach(units, entry.policy, entry.requests.length).forEach((decision, j) => {
         if (!decision.allowed) {
           if (refusals.size >= 10_000) forgetPassed(sentAt);
           refusals.set(entry.key, { policy: entry.policy, sentAt, decision });
         }
         entry.requests[j]?.resolve(decision);
       });
+      const leased = leaseOf(units, entry.requests.length, entry.lease);
+      if (leased > 0) {
+        const taken = Math.min(entry.requests.length, wholeTokens(units)) + leased;
+        const previous = leases.get(entry.key);
+        if (previous) giveBack(entry.key, previous);
+        leases.set(entry.key, { policy: entry.policy, tokens: leased, redisUnits: units - taken * UNITS_PER_TOKEN, sentAt });
+        armSweep();
+      }
     });
   };
   const flush = () => {
-    const batch = pending.splice(0, MAX_BATCH);
+    // Requests that queued while the last call was out may find the lease it brought.
+    const now = performance.now();
+    const batch: Pending[] = [];
+    let drained = 0;
+    for (; drained < pending.length && batch.length < MAX_BATCH; drained++) {
+      const request = pending[drained] as Pending;
+      const local = request.giveBack === undefined ? spend(request.key, request.policy, now, batch) : undefined;
+      if (local) request.resolve(local);
+      else batch.push(request);
+    }
+    pending.splice(0, drained);
+    if (batch.length === 0) return;
     const entries: Entry[] = [];
     const last = new Map<string, Entry>();
     for (const request of batch) {
       const entry = last.get(request.key);
-      if (entry && samePolicy(entry.policy, request.policy)) {
+      if (entry && entry.giveBack === 0 && request.giveBack === undefined && samePolicy(entry.policy, request.policy)) {
         entry.requests.push(request);
         continue;
       }
-      const created = { key: request.key, policy: request.policy, requests: [request] };
+      const created: Entry = request.giveBack
+        ? { key: request.key, policy: request.policy, requests: [], giveBack: request.giveBack, lease: 0 }
+        : { key: request.key, policy: request.policy, requests: [request], giveBack: 0, lease: 0 };
       entries.push(created);
       last.set(request.key, created);
     }
+    // A key's last entry in the call asks for its lease, if any.
+    for (const [key, entry] of last) if (entry.giveBack === 0) entry.lease = wanted(key, entry.policy);
     const sentAt = performance.now();
     inFlight = true;
     const fail = (error: unknown) => {
       // The requests that queued behind a failed call fail with it, rather than wait for a call
       // of their own to time out too: a hung Redis costs a request one command timeout, not two.
+      // (A failed give-back leaves its tokens out of the bucket until they flow back.)
       for (const request of [...batch, ...pending.splice(0)]) request.reject(error); // no-op for those already settled
     };
-    run(entries.map(({ key, policy, requests }) => ({ key, policy, count: requests.length })))
+    run(entries.map(({ key, policy, requests, giveBack: returned, lease }) => ({ key, policy, count: returned > 0 ? -returned : requests.length, lease })))
       .then((held) => settle(entries, sentAt, held))
       .catch(fail)
       .finally(() => {
@@ -209,14 +346,16 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
       const refusal = refusals.get(key);
       if (refusal) {
         const elapsed = performance.now() - refusal.sentAt;
-        if (samePolicy(refusal.policy, policy) && elapsed < refusal.decision.waitMs) {
+        if (samePolicy(refusal.policy, policy) && elapsed < refusalHoldMs(policy, refusal.decision)) {
           return Promise.resolve({ allowed: false, remaining: 0, waitMs: refusal.decision.waitMs - elapsed, resetMs: refusal.decision.resetMs - elapsed });
         }
         refusals.delete(key);
       }
-      return new Promise<BucketDecision>((resolve, reject) => {
-        if (pending.push({ key, policy, resolve, reject }) === 1 && !inFlight) setImmediate(flush);
-      });
+      const now = performance.now();
+      if (policy.burst >= LEASE_MIN_BURST) noteDemand(key, now);
+      const local = spend(key, policy, now);
+      if (local) return Promise.resolve(local);
+      return new Promise<BucketDecision>((resolve, reject) => enqueue({ key, policy, resolve, reject }));
     },
     async consumeAt(key, policy, nowUs) {
       const [held] = await run([{ key, policy, count: 1 }], String(nowUs));
@@ -230,6 +369,8 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
       await client.ping();
     },
     async close() {
+      // Tokens still leased are not given back: they flow back into the bucket with time.
+      if (sweep) clearTimeout(sweep);
       client.disconnect();
     },
   };

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { createRedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
+import { wholeTokens } from '../../../shared/rate-limit/bucket.ts';
+import { createRedisRateLimitStore, type RedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { rateLimitStoreContract } from './contract.ts';
 
 rateLimitStoreContract('Redis', async () => {
@@ -50,14 +51,14 @@ describe('when many requests arrive in one event-loop turn', () => {
     const prefix = `test:rl:${randomUUID()}:`;
     const [a, b] = await Promise.all([createRedisRateLimitStore({ url, prefix }), createRedisRateLimitStore({ url, prefix })]);
     try {
-      // Per call: how many keys it names, and how many requests those keys stand for (the last
-      // ARGV of each key: evalsha(sha, numkeys, ...keys, now, ...[perMinute, burst, count]).
+      // Per call: how many keys it names, and how many requests those keys stand for (the third
+      // ARGV of each key: evalsha(sha, numkeys, ...keys, now, ...[perMinute, burst, count, lease]).
       const calls: Array<{ keys: number; requests: number }> = [];
       for (const store of [a, b]) {
         const original = store.client.evalsha.bind(store.client);
         store.client.evalsha = ((...args: Parameters<typeof original>) => {
           const keys = Number(args[1]);
-          const counts = args.slice(2 + keys + 1).filter((_, i) => i % 3 === 2);
+          const counts = args.slice(2 + keys + 1).filter((_, i) => i % 4 === 2);
           calls.push({ keys, requests: counts.reduce<number>((sum, count) => sum + Number(count), 0) });
           return original(...args);
         }) as typeof store.client.evalsha;
@@ -89,7 +90,7 @@ describe('when requests arrive while a script call is in flight', () => {
       const original = store.client.evalsha.bind(store.client);
       store.client.evalsha = ((...args: Parameters<typeof original>) => {
         const keys = Number(args[1]);
-        calls.push(args.slice(2 + keys + 1).filter((_, i) => i % 3 === 2).reduce<number>((sum, count) => sum + Number(count), 0));
+        calls.push(args.slice(2 + keys + 1).filter((_, i) => i % 4 === 2).reduce<number>((sum, count) => sum + Number(count), 0));
         mostInFlight = Math.max(mostInFlight, ++inFlight);
         // A slow link: each answer is held for 50 ms after Redis gave it.
         return original(...args)
@@ -141,6 +142,87 @@ describe('when a script call fails while requests queue behind it', () => {
       expect(calls).toBe(1);
       // Redis answers again: the next request goes through.
       expect((await store.consume('slow', policy)).allowed).toBe(true);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('when a gateway is busy with one big bucket', () => {
+  const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+  /** Counts a store's script calls. */
+  const countCalls = (store: RedisRateLimitStore) => {
+    const counted = { calls: 0 };
+    const original = store.client.evalsha.bind(store.client);
+    store.client.evalsha = ((...args: Parameters<typeof original>) => {
+      counted.calls++;
+      return original(...args);
+    }) as typeof store.client.evalsha;
+    return counted;
+  };
+  /** `clients` closed-loop callers per store, each sending `each` requests one after the other. */
+  const closedLoop = async (stores: readonly RedisRateLimitStore[], clients: number, each: number, policy: { perMinute: number; burst: number }) => {
+    const decisions: Array<Awaited<ReturnType<RedisRateLimitStore['consume']>>> = [];
+    await Promise.all(
+      Array.from({ length: clients * stores.length }, async (_, i) => {
+        const store = stores[i % stores.length] as RedisRateLimitStore;
+        for (let n = 0; n < each; n++) decisions.push(await store.consume('big', policy));
+      }),
+    );
+    return decisions;
+  };
+
+  it('spends leased tokens without a round trip each, and two gateways hand out no token twice: admitted + left in Redis = the bucket', async () => {
+    const prefix = `test:rl:${randomUUID()}:`;
+    const [a, b] = await Promise.all([createRedisRateLimitStore({ url, prefix }), createRedisRateLimitStore({ url, prefix })]);
+    try {
+      const counted = [countCalls(a), countCalls(b)];
+      const policy = { perMinute: 1, burst: 3_000 }; // less than a token refills while the test runs
+      // 16 closed-loop callers over the two gateways, 4,000 requests for 3,000 tokens
+      const decisions = await closedLoop([a, b], 8, 250, policy);
+      const admitted = decisions.filter((d) => d.allowed).length;
+      const calls = counted[0]!.calls + counted[1]!.calls;
+      process.stdout.write(`[rate-limit leases] ${admitted} of ${decisions.length} admitted in ${calls} script calls\n`);
+      expect(admitted).toBeLessThanOrEqual(3_000);
+      expect(calls).toBeLessThan(decisions.length / 8);
+      for (const d of decisions.filter((x) => x.allowed)) expect(d.remaining).toBeLessThan(3_000);
+      // Unspent leases go back within two lease lifetimes: then every token is either admitted or
+      // still in the bucket, none lost and none handed out twice.
+      await delay(400);
+      const units = Number(await a.client.hget(`${prefix}big`, 'u'));
+      expect(wholeTokens(units) + admitted).toBe(3_000);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('gives a lease nobody spends back to the bucket', async () => {
+    const prefix = `test:rl:${randomUUID()}:`;
+    const store = await createRedisRateLimitStore({ url, prefix });
+    try {
+      const policy = { perMinute: 1, burst: 100_000 };
+      const tokensInRedis = async () => wholeTokens(Number(await store.client.hget(`${prefix}big`, 'u')));
+      // 600 requests at once: the call decides 512 (a call's most) and, with that much demand,
+      // leases 256 more; the other 88 requests spend 88 of them and nobody asks for the rest.
+      const decisions = await Promise.all(Array.from({ length: 600 }, () => store.consume('big', policy)));
+      expect(decisions.every((d) => d.allowed)).toBe(true);
+      expect(await tokensInRedis()).toBe(100_000 - 512 - 256);
+      await delay(400);
+      expect(await tokensInRedis()).toBe(100_000 - 600);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('leases nothing for buckets under 1,000 tokens (every plan): each admitted request is decided by Redis', async () => {
+    const store = await createRedisRateLimitStore({ url, prefix: `test:rl:${randomUUID()}:` });
+    try {
+      const counted = countCalls(store);
+      const decisions = await closedLoop([store], 1, 120, { perMinute: 1, burst: 100 });
+      // one call per admitted request and one for the first refusal (the later ones are answered
+      // locally, as for every refused bucket)
+      expect(counted.calls).toBe(101);
+      expect(decisions.filter((d) => d.allowed).map((d) => d.remaining)).toEqual(Array.from({ length: 100 }, (_, i) => 99 - i));
     } finally {
       await store.close();
     }
