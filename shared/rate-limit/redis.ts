@@ -93,16 +93,17 @@ const MAX_BATCH = 512;
 /**
  * Leases. A gateway that is busy with one big bucket takes a few of its tokens ahead and spends
  * them without a round trip: at most MAX_LEASE, at most 1/LEASE_SHARE of what the bucket holds
- * (bucket.ts), about half a DEMAND_WINDOW_MS of this gateway's recent requests for that key, and
- * only for buckets of at least LEASE_MIN_BURST tokens (every plan's bucket is smaller and stays
- * exact to the token). A lease lives LEASE_MS from before its call was sent; what is left then
- * goes back to the bucket in one call. The tokens were taken from the shared bucket before any
- * of them is spent, so gateways together never hand out more than it holds, except for the
- * refill a full bucket could not take while leased tokens were out of it: at most one lease
- * (MAX_LEASE) per gateway and LEASE_MS, only while the bucket is near full, that is while the
- * tenant is far from its limit. Until a lease is spent or given back, other gateways may refuse
- * requests the leased tokens would have covered; leases shrink with the bucket, so near
- * exhaustion (under LEASE_SHARE tokens) every request goes to Redis again.
+ * after the batch's own takes (bucket.ts), about half a DEMAND_WINDOW_MS of this gateway's recent
+ * requests for that key, and only for buckets of at least LEASE_MIN_BURST tokens (every plan's
+ * bucket is smaller and stays exact to the token). A lease is spent for LEASE_MS from before its
+ * call was sent; what is left then goes back to the bucket in the next call. The tokens were
+ * taken from the shared bucket before any of them is spent, so gateways together never hand out
+ * more than it holds, except for the refill a full bucket could not take while leased tokens were
+ * out of it: in any window, at most the tokens leased out when it began (one lease per gateway
+ * and key), and only while the bucket is near full, that is while the tenant is far from its
+ * limit. Until a lease is spent or given back, other gateways may refuse requests the leased
+ * tokens would have covered; leases shrink with the bucket, so near exhaustion (under
+ * LEASE_SHARE tokens) every request goes to Redis again.
  */
 const LEASE_MIN_BURST = 1_000;
 const MAX_LEASE = 256;
@@ -247,14 +248,18 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     if (batch) batch.push(returned);
     else enqueue(returned);
   };
+  // One timer, set for the oldest lease's end (leases end in the order they were granted).
   const sweepLeases = () => {
     sweep = undefined;
     const now = performance.now();
     for (const [key, lease] of leases) if (now - lease.sentAt >= LEASE_MS) giveBack(key, lease);
-    if (leases.size > 0) armSweep();
+    armSweep();
   };
   const armSweep = () => {
-    sweep ??= setTimeout(sweepLeases, LEASE_MS).unref();
+    if (sweep || leases.size === 0) return;
+    let oldest = Infinity;
+    for (const lease of leases.values()) oldest = Math.min(oldest, lease.sentAt);
+    sweep = setTimeout(sweepLeases, Math.max(0, oldest + LEASE_MS - performance.now())).unref();
   };
   /** One request answered from the key's lease, or undefined when it has none to spend. */
   const spend = (key: string, policy: BucketPolicy, now: number, batch?: Pending[]): BucketDecision | undefined => {
@@ -287,8 +292,7 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
       const leased = leaseOf(units, entry.requests.length, entry.lease);
       if (leased > 0) {
         const taken = Math.min(entry.requests.length, wholeTokens(units)) + leased;
-        const previous = leases.get(entry.key);
-        if (previous) giveBack(entry.key, previous);
+        // (No live lease can be replaced here: a key goes to Redis only once its lease is spent or ended.)
         leases.set(entry.key, { policy: entry.policy, tokens: leased, redisUnits: units - taken * UNITS_PER_TOKEN, sentAt });
         armSweep();
       }
@@ -328,8 +332,11 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     const fail = (error: unknown) => {
       // The requests that queued behind a failed call fail with it, rather than wait for a call
       // of their own to time out too: a hung Redis costs a request one command timeout, not two.
-      // (A failed give-back leaves its tokens out of the bucket until they flow back.)
-      for (const request of [...batch, ...pending.splice(0)]) request.reject(error); // no-op for those already settled
+      // Give-backs not yet sent stay queued; one in the failed call is not sent again (Redis may
+      // have run it before the failure reached us), so its tokens stay out until they flow back.
+      const queued = pending.splice(0);
+      pending.push(...queued.filter((request) => request.giveBack !== undefined));
+      for (const request of [...batch, ...queued]) request.reject(error); // no-op for those already settled and for give-backs
     };
     run(entries.map(({ key, policy, requests, giveBack: returned, lease }) => ({ key, policy, count: returned > 0 ? -returned : requests.length, lease })))
       .then((held) => settle(entries, sentAt, held))
