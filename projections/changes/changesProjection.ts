@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
-import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../runner/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, EMPLOYEE_STATUSES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeEventType } from '../../services/employees/events.ts';
@@ -73,7 +73,7 @@ type ChangeRow = {
 };
 
 async function handle(
-  tx: DatabaseTransactionConnection,
+  tx: Queryable,
   events: readonly RecordedEvent[],
   tables: Readonly<Record<'employee_changes', IdentifierSqlToken>>,
 ): Promise<void> {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../runner/projection.ts';
@@ -161,7 +161,7 @@ const EMPLOYEE_COLUMNS = ['tenant_id', 'id', 'email', 'first_name', 'last_name',
 const EMPLOYEE_TYPES = ['uuid', 'text', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'int4', 'timestamptz'] as const;
 const employeeTuple = (r: Row) => [r.tenant_id, r.id, r.email, r.first_name, r.last_name, r.department, r.status, r.hired_at, r.revision, r.updated_at];
 
-async function handle(tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], tables: Readonly<Record<Tables, IdentifierSqlToken>>): Promise<void> {
+async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: Readonly<Record<Tables, IdentifierSqlToken>>): Promise<void> {
   // Per employee, its events of this batch in order (the batch is in global order).
   const streams = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
   for (const event of events) {

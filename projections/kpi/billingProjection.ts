@@ -1,6 +1,6 @@
 import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
-import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../runner/projection.ts';
 import { apiTypeOf, BILLING_STORED_TYPES, storedBillingData } from './billingEvents.ts';
@@ -139,7 +139,7 @@ export const kpiBillingProjection = defineProjection({
       ...tenantScoped(t, named('tenant')),
     ],
   },
-  async handle(tx: DatabaseTransactionConnection, events, tables) {
+  async handle(tx: Queryable, events, tables) {
     const facts = events.map(toFact).filter((f): f is Fact => f !== undefined);
     if (facts.length === 0) return;
 

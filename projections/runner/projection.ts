@@ -1,5 +1,5 @@
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
-import type { DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import type { Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 
 /**
@@ -17,8 +17,12 @@ export type Projection<Table extends string = string> = {
    * (the live name or a shadow generation), `named` makes index/constraint names unique to it.
    */
   readonly tables: Readonly<Record<Table, TableDefinition>>;
-  /** Applies a batch, in order. The runner hands each event over exactly once per model build. */
-  handle(tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], tables: Readonly<Record<Table, IdentifierSqlToken>>): Promise<void>;
+  /**
+   * Applies a batch, in order. The runner hands each event over exactly once per model build.
+   * `tx` is the page's transaction: a slonik transaction, or on the live fast path the page
+   * pipeline (pagePipeline.ts), which runs the same statements with slonik's query methods.
+   */
+  handle(tx: Queryable, events: readonly RecordedEvent[], tables: Readonly<Record<Table, IdentifierSqlToken>>): Promise<void>;
   /**
    * Optional bulk path for rebuilds: the runner folds the log in memory with it and loads the
    * resulting rows in one go (then builds each table's `afterLoad` indexes), instead of calling

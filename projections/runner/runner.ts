@@ -17,6 +17,7 @@ import type { Projection } from './projection.ts';
 import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNotifications.ts';
 import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
+import { createPagePipeline } from './pagePipeline.ts';
 import { hasParkedEvents, parkedEventsMigration, parkedStreams } from './parking.ts';
 
 export const projectionRunnerMigrations: readonly Migration[] = [
@@ -505,21 +506,35 @@ export function runProjection<T extends string>(
    * separate lock-then-update; the count is corrected in the rare page that parks events.
    * Commits are asynchronous (see the statement): live lag does not wait for fsync.
    */
-  const commitPage = (events: readonly RecordedEvent[], expected: GlobalPosition, to: GlobalPosition, isolate: boolean, mayHaveParked: boolean) =>
-    pool.transaction(async (tx) => {
-      // The same statement makes the page's commit asynchronous (no wait for the WAL flush): a
-      // crash can lose only the last pages, model and checkpoint together, and the projector
-      // applies them again from the log. What readers see stays all or nothing per page.
-      const moved = await tx.maybeOne(sql.type(checkpointRow)`
-        with asynchronous as materialized (select set_config('synchronous_commit', 'off', true))
-        update projection_checkpoints
-        set commit_position = ${to.commit.toString()}, prepare_position = ${to.prepare.toString()},
-            events_applied = events_applied + ${events.length}, updated_at = now()
-        from asynchronous
-        where name = ${projection.name} and version = ${projection.version}
-          and commit_position = ${expected.commit.toString()}::numeric and prepare_position = ${expected.prepare.toString()}::numeric
-        returning version, commit_position::text, prepare_position::text, events_applied, updated_at
-      `);
+  // The same statement makes the page's commit asynchronous (no wait for the WAL flush): a
+  // crash can lose only the last pages, model and checkpoint together, and the projector
+  // applies them again from the log. What readers see stays all or nothing per page.
+  const compareAndSet = (events: readonly RecordedEvent[], expected: GlobalPosition, to: GlobalPosition) => sql.type(checkpointRow)`
+    with asynchronous as materialized (select set_config('synchronous_commit', 'off', true))
+    update projection_checkpoints
+    set commit_position = ${to.commit.toString()}, prepare_position = ${to.prepare.toString()},
+        events_applied = events_applied + ${events.length}, updated_at = now()
+    from asynchronous
+    where name = ${projection.name} and version = ${projection.version}
+      and commit_position = ${expected.commit.toString()}::numeric and prepare_position = ${expected.prepare.toString()}::numeric
+    returning version, commit_position::text, prepare_position::text, events_applied, updated_at
+  `;
+  // The usual page (no isolation, no parked stream in sight) goes through the pipeline: the
+  // same statements in the same transaction, in two socket writes (pagePipeline.ts).
+  const pageUrl = connectionUrlOf(pool);
+  const pipeline = pageUrl ? createPagePipeline(pageUrl, { applicationName: `employee-analytics-projector-${projection.name}` }) : undefined;
+
+  const commitPage = async (events: readonly RecordedEvent[], expected: GlobalPosition, to: GlobalPosition, isolate: boolean, mayHaveParked: boolean) => {
+    if (pipeline && !isolate && !mayHaveParked) {
+      const moved = await pipeline.page(compareAndSet(events, expected, to), async (tx) => {
+        if (events.length > 0) await projection.handle(tx, events, live);
+      });
+      const [row] = (moved ?? []) as Array<z.infer<typeof checkpointRow>>;
+      // Someone else moved it (replay swap, another instance, a newer version): resubscribe.
+      return row ? { checkpoint: toCheckpoint(projection.name, row), parked: 0 } : null;
+    }
+    return pool.transaction(async (tx) => {
+      const moved = await tx.maybeOne(compareAndSet(events, expected, to));
       // Someone else moved it (replay swap, another instance, a newer version): resubscribe.
       if (!moved) return null;
       let outcome = { applied: 0, parked: 0 };
@@ -537,6 +552,7 @@ export function runProjection<T extends string>(
       const checkpoint = toCheckpoint(projection.name, moved);
       return { checkpoint: { ...checkpoint, eventsApplied: checkpoint.eventsApplied - skipped }, parked: outcome.parked };
     });
+  };
 
   const follow = async (onProgress: () => void) => {
     const start = await readCheckpoint(pool, projection.name);
@@ -577,6 +593,13 @@ export function runProjection<T extends string>(
   };
 
   const done = (async (): Promise<ProjectorStopReason> => {
+    try {
+      return await follows();
+    } finally {
+      await pipeline?.end();
+    }
+  })();
+  async function follows(): Promise<ProjectorStopReason> {
     let backoff = TRANSIENT_BACKOFF_MS.first;
     while (!signal.aborted) {
       try {
@@ -591,7 +614,7 @@ export function runProjection<T extends string>(
       }
     }
     return 'stopped';
-  })();
+  }
 
   return {
     done,

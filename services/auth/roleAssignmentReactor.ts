@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
+import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../projections/runner/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../employees/events.ts';
@@ -48,7 +48,7 @@ export const roleAssignmentReactor = defineProjection({
       )`,
     ],
   },
-  async handle(tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], tables) {
+  async handle(tx: Queryable, events: readonly RecordedEvent[], tables) {
     // Set-wise for addresses (hires are the bulk of the log), one statement per assignment (rare).
     const emails = new Map<Key, { tenantId: string; employeeId: string; email: string }>();
     const changed = new Set<Key>();

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
+import { pgText, validatedRows } from './plainPg.ts';
 import { TENANT_ROLE, pgTypeParsers, type Queryable } from './pool.ts';
 
 /**
@@ -41,8 +42,6 @@ export type TenantReader = {
   end(): Promise<void>;
 };
 
-/** slonik numbers its placeholders `$slonik_N`; pg wants `$N`. */
-const pgText = (query: QuerySqlToken) => query.sql.replace(/\$slonik_(\d+)/g, '$$$1');
 
 /** Tenant ids are uuids: anything else is refused before it reaches PostgreSQL, with a clear error. */
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -138,13 +137,7 @@ export async function createTenantReader(url: string, options: { readonly maximu
           if (!(error instanceof pg.DatabaseError)) unsound = true;
           throw error;
         });
-        const validate = query.parser['~standard'].validate;
-        return rows.map((row, i) => {
-          const result = validate(row);
-          if (result instanceof Promise) throw new Error('tenant reader: row schemas must validate synchronously');
-          if (result.issues) throw new Error(`tenant reader: row ${i} does not match its schema: ${result.issues.map((x) => x.message).join('; ')}`);
-          return result.value;
-        });
+        return validatedRows(query, rows, 'tenant reader');
       }) as TenantQueryable['any'];
       try {
         return await work({ any });

@@ -1,0 +1,133 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { sql } from '../../../shared/db/pool.ts';
+import { sqlStateOf } from '../../../shared/db/sqlState.ts';
+import { classifyFailure } from '../../../projections/runner/failures.ts';
+import { createPagePipeline, type PagePipeline } from '../../../projections/runner/pagePipeline.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+
+/**
+ * The live page transaction on a pipelined connection (pagePipeline.ts), against real
+ * PostgreSQL: a stand-in checkpoint row (`marks`), compared and set as the runner does, and a
+ * handler writing `notes`.
+ */
+describe('the page pipeline', () => {
+  let db: TestDatabase;
+  let pipeline: PagePipeline;
+  const applicationName = 'page-pipeline-test';
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await db.pool.query(sql.type(z.object({}))`create table marks (name text primary key, position int not null)`);
+    await db.pool.query(sql.type(z.object({}))`create table notes (id int primary key, text text not null)`);
+  });
+  afterAll(async () => {
+    await db?.drop();
+  });
+  beforeEach(async () => {
+    await db.pool.query(sql.type(z.object({}))`truncate marks, notes`);
+    await db.pool.query(sql.type(z.object({}))`insert into marks values ('m', 0)`);
+    pipeline = createPagePipeline(db.url, { applicationName });
+  });
+  afterEach(async () => {
+    await pipeline.end();
+  });
+
+  const moveMark = (from: number, to: number) =>
+    sql.type(z.object({ position: z.number() }))`update marks set position = ${to} where name = 'm' and position = ${from} returning position`;
+  const note = (id: number, text: string) => sql.type(z.object({}))`insert into notes (id, text) values (${id}, ${text})`;
+  const notes = () => db.pool.anyFirst(sql.type(z.object({ text: z.string() }))`select text from notes order by id`);
+  const mark = () => db.pool.oneFirst(sql.type(z.object({ position: z.number() }))`select position from marks where name = 'm'`);
+
+  it('commits the handler’s statements with the mark, and answers with the mark’s row', async () => {
+    const moved = await pipeline.page(moveMark(0, 1), async (tx) => {
+      await tx.query(note(1, 'a'));
+      // a read inside the page sees the page's own writes
+      expect(await tx.anyFirst(sql.type(z.object({ text: z.string() }))`select text from notes`)).toEqual(['a']);
+      await tx.query(note(2, 'b'));
+    });
+    expect(moved).toEqual([{ position: 1 }]);
+    expect(await notes()).toEqual(['a', 'b']);
+    expect(await mark()).toBe(1);
+  });
+
+  it('rolls everything back when the mark is not where the page expects it', async () => {
+    const moved = await pipeline.page(moveMark(5, 6), async (tx) => {
+      await tx.query(note(1, 'a'));
+    });
+    expect(moved).toBeUndefined();
+    expect(await notes()).toEqual([]);
+    expect(await mark()).toBe(0);
+  });
+
+  it('fails with the first error when a statement fails, commits nothing, and the next page runs on the same connection', async () => {
+    await db.pool.query(sql.type(z.object({}))`insert into notes values (1, 'taken')`);
+    const failed = pipeline.page(moveMark(0, 1), async (tx) => {
+      await tx.query(note(2, 'b'));
+      await tx.query(note(1, 'duplicate'));
+      await tx.query(note(3, 'c'));
+    });
+    await expect(failed).rejects.toSatisfy((error: unknown) => sqlStateOf(error) === '23505');
+    expect(await notes()).toEqual(['taken']);
+    expect(await mark()).toBe(0);
+    const backends = () => db.pool.anyFirst(sql.type(z.object({ pid: z.number() }))`select pid from pg_stat_activity where application_name = ${applicationName}`);
+    const before = await backends();
+    expect(await pipeline.page(moveMark(0, 1), (tx) => tx.query(note(2, 'b')).then(() => undefined))).toEqual([{ position: 1 }]);
+    expect(await notes()).toEqual(['taken', 'b']);
+    expect(await backends()).toEqual(before);
+  });
+
+  it('does not commit a page whose handler caught a failed statement', async () => {
+    await db.pool.query(sql.type(z.object({}))`insert into notes values (1, 'taken')`);
+    const failed = pipeline.page(moveMark(0, 1), async (tx) => {
+      await tx.query(note(1, 'duplicate')).catch(() => undefined);
+      await tx.query(note(2, 'b')).catch(() => undefined); // refused: the transaction is aborted
+    });
+    await expect(failed).rejects.toSatisfy((error: unknown) => sqlStateOf(error) === '23505');
+    expect(await notes()).toEqual(['taken']);
+    expect(await mark()).toBe(0);
+  });
+
+  it('sends BEGIN, the mark and the handler’s first statement in one write, and COMMIT in a second', async () => {
+    // Warm the connection first (connecting writes too), then count what reaches the socket.
+    await pipeline.page(moveMark(0, 1), async () => undefined);
+    const { Socket } = await import('node:net');
+    const writes: number[] = [];
+    const original = { write: Socket.prototype._write, writev: Socket.prototype._writev };
+    Socket.prototype._write = function (this: InstanceType<typeof Socket>, ...args: Parameters<typeof original.write>) {
+      writes.push(1);
+      return original.write.apply(this, args);
+    };
+    Socket.prototype._writev = function (this: InstanceType<typeof Socket>, ...args: Parameters<NonNullable<typeof original.writev>>) {
+      writes.push(args[0].length);
+      return original.writev?.apply(this, args);
+    };
+    try {
+      await pipeline.page(moveMark(1, 2), async (tx) => {
+        await tx.query(note(1, 'a'));
+      });
+    } finally {
+      Socket.prototype._write = original.write;
+      Socket.prototype._writev = original.writev;
+    }
+    expect(writes).toHaveLength(2);
+    expect(await notes()).toEqual(['a']);
+  });
+
+  it('fails transiently when its connection is lost mid-page, and the next page opens a new one', async () => {
+    const failed = pipeline.page(moveMark(0, 1), async (tx) => {
+      await tx.query(note(1, 'a'));
+      await db.pool.query(sql.type(z.object({}))`select pg_terminate_backend(pid) from pg_stat_activity where application_name = ${applicationName}`);
+      await tx.query(note(2, 'b'));
+    });
+    const error = await failed.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeDefined();
+    expect(classifyFailure(error)).toBe('transient');
+    expect(await notes()).toEqual([]);
+    expect(await pipeline.page(moveMark(0, 1), (tx) => tx.query(note(1, 'a')).then(() => undefined))).toEqual([{ position: 1 }]);
+    expect(await notes()).toEqual(['a']);
+  });
+});
