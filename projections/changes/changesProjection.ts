@@ -131,19 +131,20 @@ async function handle(
     }
   }
   if (out.length === 0) return;
-  await tx.query(sql.type(z.object({}))`
-    insert into ${tables.employee_changes}
-      (tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id)
-    select * from ${sql.unnest(
-      out.map((r) => [r.tenantId, r.commit, r.prepare, r.employeeId, r.revision, r.type, r.occurredAt, r.employee, r.roleId]),
-      ['uuid', 'numeric', 'numeric', 'text', 'int4', 'text', 'timestamptz', 'jsonb', 'text'],
-    )}
-    on conflict do nothing
-  `);
-  // Delivered at commit (and only if it commits): wakes feed long-polls and webhook dispatch.
-  // One NOTIFY per batch and tenant, not per event.
+  // The NOTIFY is delivered at commit (and only if it commits): it wakes feed long-polls and
+  // webhook dispatch, one per batch and tenant, not per event. One statement with the insert (a
+  // data-modifying WITH runs to completion whether or not it is read): one round trip less.
   const tenants = [...new Set(out.map((r) => r.tenantId))];
   await tx.query(sql.type(z.object({}))`
+    with inserted as (
+      insert into ${tables.employee_changes}
+        (tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id)
+      select * from ${sql.unnest(
+        out.map((r) => [r.tenantId, r.commit, r.prepare, r.employeeId, r.revision, r.type, r.occurredAt, r.employee, r.roleId]),
+        ['uuid', 'numeric', 'numeric', 'text', 'int4', 'text', 'timestamptz', 'jsonb', 'text'],
+      )}
+      on conflict do nothing
+    )
     select pg_notify(${CHANGES_CHANNEL}, t) from unnest(${sql.array(tenants, 'text')}) as t
   `);
 }
