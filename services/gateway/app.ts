@@ -3,6 +3,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyPlug
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
 import type { Config } from '../../shared/config.ts';
+import { lazyChild, type Logger } from '../../shared/logger.ts';
 import { handleError, sendProblem } from './problems.ts';
 import { healthRoutes, type ReadinessCheck } from './health.ts';
 import { openApiPlugin, openApiRoutes } from './openapi.ts';
@@ -41,6 +42,10 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
       : { logger: { level: options.config.LOG_LEVEL, redact: ['req.headers.authorization', 'req.headers.cookie'] } }),
     bodyLimit: options.config.BODY_LIMIT_BYTES,
     ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
+    // Request loggers bind lazily (the request id here, tenant and user in auth): pino would
+    // serialise both bindings on every request, whether or not a line is written.
+    childLoggerFactory: (logger, bindings, options) =>
+      Object.keys(options).length > 0 ? logger.child(bindings, options) : (lazyChild(logger as Logger, bindings) as FastifyBaseLogger),
     genReqId: (req) => {
       const incoming = req.headers['x-request-id'];
       return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();

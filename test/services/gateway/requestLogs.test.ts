@@ -1,0 +1,91 @@
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { Registry } from 'prom-client';
+import { describe, expect, it, vi } from 'vitest';
+import { createGateway } from '../../../services/gateway/app.ts';
+import { lazyChild, wantsPrettyLogs } from '../../../shared/logger.ts';
+
+type Line = Record<string, unknown> & { msg?: string };
+
+/** A gateway whose logger writes JSON lines into `lines`, with one route behind a hook that binds tenant and user as auth does. */
+async function gatewayLogging(level: 'info' | 'warn') {
+  const lines: Line[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(text) as Line);
+      done();
+    },
+  });
+  const app = await createGateway({
+    config: { BODY_LIMIT_BYTES: 1_024, LOG_LEVEL: level, NODE_ENV: 'test' },
+    logger: pino({ level }, sink),
+    readiness: [],
+    registry: new Registry(),
+    v1: [
+      async (v1) => {
+        v1.addHook('onRequest', async (request, reply) => {
+          // what services/auth/plugin.ts does once it knows the caller
+          request.log = request.log.child({ tenant: 'acme', userId: 'user-1' });
+          reply.log = request.log;
+        });
+        v1.get('/probe', async (request) => {
+          request.log.warn({ step: 'handler' }, 'probe warned');
+          return { ok: true };
+        });
+      },
+    ],
+  });
+  return { app, lines };
+}
+
+describe('request logs', () => {
+  it('carry the request id, and the tenant and user once auth knows them, on every line of the request', async () => {
+    const { app, lines } = await gatewayLogging('info');
+    try {
+      const response = await app.inject({ url: '/v1/probe', headers: { 'x-request-id': 'req-1' } });
+      expect(response.statusCode).toBe(200);
+      const byMessage = (msg: string) => lines.find((line) => line.msg === msg);
+      expect(byMessage('incoming request')).toMatchObject({ reqId: 'req-1' });
+      expect(byMessage('probe warned')).toMatchObject({ reqId: 'req-1', tenant: 'acme', userId: 'user-1', step: 'handler' });
+      expect(byMessage('request completed')).toMatchObject({ reqId: 'req-1', tenant: 'acme', userId: 'user-1' });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('at warn, write only the warning, still with all its bindings', async () => {
+    const { app, lines } = await gatewayLogging('warn');
+    try {
+      await app.inject({ url: '/v1/probe', headers: { 'x-request-id': 'req-2' } });
+      expect(lines.map((line) => line.msg)).toEqual(['probe warned']);
+      expect(lines[0]).toMatchObject({ reqId: 'req-2', tenant: 'acme', userId: 'user-1' });
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('a lazy child logger', () => {
+  it('makes no pino child until it writes a line, then writes with its merged bindings', () => {
+    const lines: Line[] = [];
+    const parent = pino({ level: 'warn' }, new Writable({ write: (chunk: Buffer, _e, done) => (lines.push(JSON.parse(chunk.toString()) as Line), done()) }));
+    const child = vi.spyOn(parent, 'child');
+    const logger = lazyChild(parent, { reqId: 'r' }).child({ tenant: 't' });
+    logger.info('not written');
+    logger.debug('not written');
+    expect(child).not.toHaveBeenCalled();
+    expect(logger.level).toBe('warn');
+    logger.error({ code: 7 }, 'written');
+    expect(child).toHaveBeenCalledTimes(1);
+    expect(lines).toEqual([expect.objectContaining({ reqId: 'r', tenant: 't', code: 7, msg: 'written' })]);
+  });
+});
+
+describe('log format', () => {
+  it('is pretty on a terminal (auto) or when asked, JSON otherwise', () => {
+    expect(wantsPrettyLogs('auto', true)).toBe(true);
+    expect(wantsPrettyLogs('auto', false)).toBe(false);
+    expect(wantsPrettyLogs('pretty', false)).toBe(true);
+    expect(wantsPrettyLogs('json', true)).toBe(false);
+  });
+});
