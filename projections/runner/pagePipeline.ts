@@ -2,6 +2,7 @@ import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
 import { pgText, validatedRows } from '../../shared/db/plainPg.ts';
 import { pgTypeParsers, type Queryable } from '../../shared/db/pool.ts';
+import { sqlStateOf } from '../../shared/db/sqlState.ts';
 
 /**
  * The live projector's page transaction in two writes instead of four or more.
@@ -20,9 +21,18 @@ import { pgTypeParsers, type Queryable } from '../../shared/db/pool.ts';
  * page then ends with ROLLBACK and fails with the first error, whatever the handler caught. The
  * page commits only if the compare-and-set returned its row and COMMIT answered COMMIT.
  *
+ * Since the handler's statements leave before the compare-and-set has answered, a page whose
+ * checkpoint another instance has moved still runs them, and they are rolled back.
+ *
+ * Like slonik's transactions, a page that meets a serialization failure or a deadlock runs
+ * again at once (up to RETRIES_IN_PLACE times). A page whose connection was lost fails with
+ * SQLSTATE 08006, which the runner retries as transient.
+ *
  * Rows are checked against each statement's schema (`sql.type`) synchronously, as the tenant
- * reader does. A connection that fails other than with a PostgreSQL error (socket closed, a
- * value pg cannot send) is dropped; the next page opens a new one.
+ * reader does; types are parsed as in the main pool (`pgTypeParsers`: its scalar types; arrays
+ * of them keep pg's own parsing, which no handler reads). A connection that fails other than
+ * with a PostgreSQL error (socket closed, a value pg cannot send) is dropped; the next page
+ * opens a new one.
  */
 export type PagePipeline = {
   /**
@@ -35,10 +45,32 @@ export type PagePipeline = {
 
 type Sent = Promise<pg.QueryResult<Record<string, unknown>>>;
 
+/**
+ * A page that lost its connection fails as a connection failure (SQLSTATE class 08), which the
+ * runner retries as transient, whichever of pg's errors told of it first.
+ */
+const connectionLost = (cause: unknown) =>
+  Object.assign(new Error('page pipeline: the connection was lost during the page', { cause }), { code: '08006' });
+
+/** SQLSTATEs on which a page is simply run again at once, as slonik's transactions do. */
+const RETRY_IN_PLACE = new Set(['40001', '40P01']);
+const RETRIES_IN_PLACE = 5;
+
 export function createPagePipeline(url: string, options: { readonly applicationName?: string; readonly statementTimeoutMs?: number } = {}): PagePipeline {
   let client: pg.Client | undefined;
   let connecting: Promise<pg.Client> | undefined;
   let ended = false;
+  /** Connections pg has reported closed or broken. */
+  const lost = new WeakSet<pg.Client>();
+  // The connection string's own settings are kept; ours are added (a URL parameter would
+  // otherwise override the client's options).
+  const connectionString = (() => {
+    const parsed = new URL(url);
+    const timeouts = `-c statement_timeout=${options.statementTimeoutMs ?? 30_000} -c idle_in_transaction_session_timeout=60000`;
+    parsed.searchParams.set('options', [parsed.searchParams.get('options'), timeouts].filter(Boolean).join(' '));
+    parsed.searchParams.set('application_name', options.applicationName ?? 'employee-analytics-projector');
+    return parsed.toString();
+  })();
 
   const drop = (dropped: pg.Client) => {
     if (client === dropped) client = undefined;
@@ -47,14 +79,14 @@ export function createPagePipeline(url: string, options: { readonly applicationN
   const connect = (): Promise<pg.Client> => {
     if (client) return Promise.resolve(client);
     connecting ??= (async () => {
-      const fresh = new pg.Client({
-        connectionString: url,
-        pipeline: true,
-        application_name: options.applicationName ?? 'employee-analytics-projector',
-        options: `-c statement_timeout=${options.statementTimeoutMs ?? 30_000} -c idle_in_transaction_session_timeout=60000`,
-        types: pgTypeParsers(pg.types) as pg.CustomTypesConfig,
-      });
-      fresh.on('error', () => drop(fresh)); // lost while idle: the next page reconnects
+      const fresh = new pg.Client({ connectionString, pipeline: true, types: pgTypeParsers(pg.types) as pg.CustomTypesConfig });
+      // Lost (while idle or mid-page): the next page reconnects.
+      const onLost = () => {
+        lost.add(fresh);
+        drop(fresh);
+      };
+      fresh.on('error', onLost);
+      fresh.on('end', onLost);
       try {
         await fresh.connect();
       } catch (error) {
@@ -73,62 +105,85 @@ export function createPagePipeline(url: string, options: { readonly applicationN
     return connecting;
   };
 
+  /** One run of a page (see `page`). */
+  const runPage = async (compareAndSet: QuerySqlToken, handle: (tx: Queryable) => Promise<void>): Promise<unknown[] | undefined> => {
+    let connection = await connect();
+    if (connection.getTransactionStatus() !== 'I') {
+      // Not idle (it should always be, between pages): start over on a new connection.
+      drop(connection);
+      connection = await connect();
+    }
+    // The first failure of the page, in the order PostgreSQL answered: the cause, where the
+    // statements behind it only report the aborted transaction (25P02).
+    let failure: { readonly error: unknown } | undefined;
+    let sound = true;
+    const send = (text: string, values: readonly unknown[] = []): Sent => {
+      const config: pg.QueryConfig & { readonly queryMode: 'extended' } = { text, values: [...values], queryMode: 'extended' };
+      const sent = connection.query<Record<string, unknown>>(config);
+      sent.catch((error: unknown) => {
+        failure ??= { error };
+        if (!(error instanceof pg.DatabaseError)) sound = false;
+      });
+      return sent;
+    };
+    const rows = async (query: QuerySqlToken) => validatedRows(query, (await send(pgText(query), query.values)).rows, 'page pipeline');
+    const tx = pageQueryable(rows, async (query) => {
+      const result = await send(pgText(query), query.values);
+      return { rows: validatedRows(query, result.rows, 'page pipeline'), rowCount: result.rowCount ?? 0, command: result.command, fields: [], notices: [], type: 'QueryResult' };
+    });
+
+    // BEGIN, the compare-and-set and what the handler sends before it first waits: one write.
+    const stream = connection.connection.stream;
+    let moved: Sent;
+    let handled: Promise<void>;
+    stream.cork();
+    try {
+      void send('begin');
+      moved = send(pgText(compareAndSet), compareAndSet.values);
+      try {
+        handled = handle(tx);
+      } catch (error) {
+        handled = Promise.reject(error instanceof Error ? error : new Error(String(error)));
+      }
+    } finally {
+      stream.uncork();
+    }
+    try {
+      await handled;
+      const checkpoint = validatedRows(compareAndSet, (await moved).rows, 'page pipeline');
+      if (failure) throw failure.error; // a statement failed and the handler caught it
+      if (checkpoint.length === 0) {
+        await send('rollback');
+        return undefined;
+      }
+      const committed = await send('commit');
+      // COMMIT of an aborted transaction answers ROLLBACK, without an error.
+      if (committed.command !== 'COMMIT') throw new Error(`page pipeline: COMMIT answered ${committed.command}`);
+      return checkpoint;
+    } catch (error) {
+      const cause = failure ? failure.error : error;
+      // A ROLLBACK that PostgreSQL does not answer means the connection is gone.
+      const rolledBack = await send('rollback').then(
+        () => true,
+        (rollbackError: unknown) => rollbackError instanceof pg.DatabaseError,
+      );
+      if (!rolledBack || lost.has(connection)) throw connectionLost(cause);
+      throw cause;
+    } finally {
+      // Every statement of the page has answered by now (the last one sent was awaited).
+      if (!sound) drop(connection);
+    }
+  };
+
   return {
     async page(compareAndSet, handle) {
-      const connection = await connect();
-      // The first failure of the page, in the order PostgreSQL answered: the cause, where the
-      // statements behind it only report the aborted transaction (25P02).
-      let failure: { readonly error: unknown } | undefined;
-      let sound = true;
-      const send = (text: string, values: readonly unknown[] = []): Sent => {
-        const config: pg.QueryConfig & { readonly queryMode: 'extended' } = { text, values: [...values], queryMode: 'extended' };
-        const sent = connection.query<Record<string, unknown>>(config);
-        sent.catch((error: unknown) => {
-          failure ??= { error };
-          if (!(error instanceof pg.DatabaseError)) sound = false;
-        });
-        return sent;
-      };
-      const rows = async (query: QuerySqlToken) => validatedRows(query, (await send(pgText(query), query.values)).rows, 'page pipeline');
-      const tx = pageQueryable(rows, async (query) => {
-        const result = await send(pgText(query), query.values);
-        return { rows: validatedRows(query, result.rows, 'page pipeline'), rowCount: result.rowCount ?? 0, command: result.command, fields: [], notices: [], type: 'QueryResult' };
-      });
-
-      // BEGIN, the compare-and-set and what the handler sends before it first waits: one write.
-      const stream = connection.connection.stream;
-      let moved: Sent;
-      let handled: Promise<void>;
-      stream.cork();
-      try {
-        void send('begin');
-        moved = send(pgText(compareAndSet), compareAndSet.values);
+      for (let attempt = 1; ; attempt++) {
         try {
-          handled = handle(tx);
+          return await runPage(compareAndSet, handle);
         } catch (error) {
-          handled = Promise.reject(error instanceof Error ? error : new Error(String(error)));
+          const state = sqlStateOf(error);
+          if (attempt >= RETRIES_IN_PLACE || state === undefined || !RETRY_IN_PLACE.has(state)) throw error;
         }
-      } finally {
-        stream.uncork();
-      }
-      try {
-        await handled;
-        const checkpoint = validatedRows(compareAndSet, (await moved).rows, 'page pipeline');
-        if (failure) throw failure.error; // a statement failed and the handler caught it
-        if (checkpoint.length === 0) {
-          await send('rollback');
-          return undefined;
-        }
-        const committed = await send('commit');
-        // COMMIT of an aborted transaction answers ROLLBACK, without an error.
-        if (committed.command !== 'COMMIT') throw new Error(`page pipeline: COMMIT answered ${committed.command}`);
-        return checkpoint;
-      } catch (error) {
-        await send('rollback').catch(() => undefined);
-        throw failure ? failure.error : error;
-      } finally {
-        // Every statement of the page has answered by now (the last one sent was awaited).
-        if (!sound) drop(connection);
       }
     },
     async end() {
@@ -156,7 +211,12 @@ function pageQueryable(
     if (found.length === 0 && !allowNone) throw new Error('page pipeline: expected one row, got none');
     return found[0] ?? null;
   };
-  const first = (row: unknown) => (row === null ? null : Object.values(row as Record<string, unknown>)[0]);
+  const first = (row: unknown) => {
+    if (row === null) return null;
+    const values = Object.values(row as Record<string, unknown>);
+    if (values.length !== 1) throw new Error(`page pipeline: expected one column, got ${values.length}`);
+    return values[0];
+  };
   const methods = {
     any: rows,
     many: async (token: QuerySqlToken) => {

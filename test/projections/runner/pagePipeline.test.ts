@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { QuerySqlToken } from 'slonik';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import { sqlStateOf } from '../../../shared/db/sqlState.ts';
@@ -124,10 +125,45 @@ describe('the page pipeline', () => {
       () => undefined,
       (e: unknown) => e,
     );
-    expect(error).toBeDefined();
+    // whether pg learned of it from the statement in flight or between two statements
+    expect(sqlStateOf(error)).toBe('08006');
     expect(classifyFailure(error)).toBe('transient');
     expect(await notes()).toEqual([]);
     expect(await pipeline.page(moveMark(0, 1), (tx) => tx.query(note(1, 'a')).then(() => undefined))).toEqual([{ position: 1 }]);
     expect(await notes()).toEqual(['a']);
+  });
+
+  it('runs a page again at once after a serialization failure, as slonik’s transactions do', async () => {
+    let runs = 0;
+    const moved = await pipeline.page(moveMark(0, 1), async (tx) => {
+      runs++;
+      if (runs === 1) await tx.query(sql.type(z.object({}))`do $$ begin raise exception 'conflict' using errcode = '40001'; end $$`);
+      await tx.query(note(1, 'a'));
+    });
+    expect(runs).toBe(2);
+    expect(moved).toEqual([{ position: 1 }]);
+    expect(await notes()).toEqual(['a']);
+  });
+
+  it('fails deterministically on a value pg cannot send, and the next page runs on a new connection', async () => {
+    const backend = () => db.pool.maybeOneFirst(sql.type(z.object({ pid: z.number() }))`select pid from pg_stat_activity where application_name = ${applicationName}`);
+    await pipeline.page(moveMark(0, 1), async () => undefined);
+    const first = await backend();
+    const circular: Record<string, unknown> = {};
+    circular.self = circular;
+    // slonik refuses such a value itself; built by hand, the statement reaches pg, which fails to bind it
+    const unsendable = { ...sql.type(z.object({}))`insert into notes (id, text) values (1, ${'placeholder'})`, values: [circular] } as unknown as QuerySqlToken;
+    const failed = pipeline.page(moveMark(1, 2), async (tx) => {
+      await tx.query(unsendable);
+    });
+    const error = await failed.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(Error);
+    expect(classifyFailure(error)).toBe('deterministic');
+    expect(await mark()).toBe(1);
+    expect(await pipeline.page(moveMark(1, 2), (tx) => tx.query(note(1, 'a')).then(() => undefined))).toEqual([{ position: 2 }]);
+    expect(await backend()).not.toBe(first);
   });
 });

@@ -1,6 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { sql } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
@@ -12,6 +14,12 @@ async function appendMany(store: EventStore, streams: number, perStream: number,
     await Promise.all(Array.from({ length: streams }, (_, s) => store.append(`${prefix}-${s}`, [tallied()])));
   }
 }
+
+/** Connections of the tally projection's page pipeline, as PostgreSQL sees them. */
+const pipelineConnections = (db: TestDatabase) =>
+  db.pool.oneFirst(sql.type(z.object({ n: z.number() }))`
+    select count(*)::int as n from pg_stat_activity where application_name = 'employee-analytics-projector-tally' and datname = current_database()
+  `);
 
 describe('projection runner', () => {
   const fixture = useTestEventStore();
@@ -25,9 +33,12 @@ describe('projection runner', () => {
         expect(await waitForCheckpoint(db.pool, 'tally', await store.headPosition(), 10_000)).toBe(true);
         await appendMany(store, 2, 3, 'live');
         expect(await waitForCheckpoint(db.pool, 'tally', await store.headPosition(), 10_000)).toBe(true);
+        // live pages ran on the projection's pipelined connection (pagePipeline.ts)
+        expect(await pipelineConnections(db)).toBe(1);
       } finally {
         await handle.stop();
       }
+      expect(await pipelineConnections(db)).toBe(0);
       expect(await readTally(db.pool)).toEqual(expectedTally(await allEvents(store)));
       const checkpoint = await readCheckpoint(db.pool, 'tally');
       expect(checkpoint?.eventsApplied).toBe(26);

@@ -10,6 +10,7 @@ type Line = Record<string, unknown> & { msg?: string };
 /** A gateway whose logger writes JSON lines into `lines`, with one route behind a hook that binds tenant and user as auth does. */
 async function gatewayLogging(level: 'info' | 'warn') {
   const lines: Line[] = [];
+  let logger: pino.Logger | undefined;
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
       for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(text) as Line);
@@ -18,7 +19,7 @@ async function gatewayLogging(level: 'info' | 'warn') {
   });
   const app = await createGateway({
     config: { BODY_LIMIT_BYTES: 1_024, LOG_LEVEL: level, NODE_ENV: 'test' },
-    logger: pino({ level }, sink),
+    logger: (logger = pino({ level }, sink)),
     readiness: [],
     registry: new Registry(),
     v1: [
@@ -32,10 +33,11 @@ async function gatewayLogging(level: 'info' | 'warn') {
           request.log.warn({ step: 'handler' }, 'probe warned');
           return { ok: true };
         });
+        v1.get('/quiet', async () => ({ ok: true }));
       },
     ],
   });
-  return { app, lines };
+  return { app, lines, logger };
 }
 
 describe('request logs', () => {
@@ -48,6 +50,19 @@ describe('request logs', () => {
       expect(byMessage('incoming request')).toMatchObject({ reqId: 'req-1' });
       expect(byMessage('probe warned')).toMatchObject({ reqId: 'req-1', tenant: 'acme', userId: 'user-1', step: 'handler' });
       expect(byMessage('request completed')).toMatchObject({ reqId: 'req-1', tenant: 'acme', userId: 'user-1' });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('cost no pino child logger for a request that writes no line', async () => {
+    const { app, logger } = await gatewayLogging('warn');
+    try {
+      const child = vi.spyOn(logger as pino.Logger, 'child');
+      expect((await app.inject({ url: '/v1/quiet' })).statusCode).toBe(200);
+      expect(child).not.toHaveBeenCalled();
+      await app.inject({ url: '/v1/probe' });
+      expect(child).toHaveBeenCalledTimes(1); // the one line written, with all its bindings
     } finally {
       await app.close();
     }
