@@ -160,6 +160,16 @@ describe('when a gateway is busy with one big bucket', () => {
     }) as typeof store.client.evalsha;
     return counted;
   };
+  /** A store on a fresh prefix for `run`, closed afterwards. */
+  const withStore = async (run: (store: RedisRateLimitStore, prefix: string) => Promise<void>) => {
+    const prefix = `test:rl:${randomUUID()}:`;
+    const store = await createRedisRateLimitStore({ url, prefix });
+    try {
+      await run(store, prefix);
+    } finally {
+      await store.close();
+    }
+  };
   /** `clients` closed-loop callers per store, each sending `each` requests one after the other. */
   const closedLoop = async (stores: readonly RedisRateLimitStore[], clients: number, each: number, policy: { perMinute: number; burst: number }) => {
     const decisions: Array<Awaited<ReturnType<RedisRateLimitStore['consume']>>> = [];
@@ -197,10 +207,8 @@ describe('when a gateway is busy with one big bucket', () => {
     }
   });
 
-  it('gives a lease nobody spends back to the bucket', async () => {
-    const prefix = `test:rl:${randomUUID()}:`;
-    const store = await createRedisRateLimitStore({ url, prefix });
-    try {
+  it('gives a lease nobody spends back to the bucket', () =>
+    withStore(async (store, prefix) => {
       const policy = { perMinute: 1, burst: 100_000 };
       const tokensInRedis = async () => wholeTokens(Number(await store.client.hget(`${prefix}big`, 'u')));
       // 600 requests at once: the call decides 512 (a call's most) and, with that much demand,
@@ -210,14 +218,10 @@ describe('when a gateway is busy with one big bucket', () => {
       expect(await tokensInRedis()).toBe(100_000 - 512 - 256);
       await delay(400);
       expect(await tokensInRedis()).toBe(100_000 - 600);
-    } finally {
-      await store.close();
-    }
-  });
+    }));
 
-  it('holds a refusal of a big bucket at most 100 ms (leased tokens may come back), a plan-sized one until its next token', async () => {
-    const store = await createRedisRateLimitStore({ url, prefix: `test:rl:${randomUUID()}:` });
-    try {
+  it('holds a refusal of a big bucket at most 100 ms (leased tokens may come back), a plan-sized one until its next token', () =>
+    withStore(async (store) => {
       const counted = countCalls(store);
       for (const policy of [{ perMinute: 1, burst: 1_000 }, { perMinute: 1, burst: 10 }]) {
         const key = `refused-${policy.burst}`;
@@ -228,22 +232,15 @@ describe('when a gateway is busy with one big bucket', () => {
         expect((await store.consume(key, policy)).allowed).toBe(false);
         expect(counted.calls - before, `burst ${policy.burst}`).toBe(policy.burst >= 1_000 ? 1 : 0);
       }
-    } finally {
-      await store.close();
-    }
-  });
+    }));
 
-  it('leases nothing for buckets under 1,000 tokens (every plan): each admitted request is decided by Redis', async () => {
-    const store = await createRedisRateLimitStore({ url, prefix: `test:rl:${randomUUID()}:` });
-    try {
+  it('leases nothing for buckets under 1,000 tokens (every plan): each admitted request is decided by Redis', () =>
+    withStore(async (store) => {
       const counted = countCalls(store);
       const decisions = await closedLoop([store], 1, 120, { perMinute: 1, burst: 100 });
       // one call per admitted request and one for the first refusal (the later ones are answered
       // locally, as for every refused bucket)
       expect(counted.calls).toBe(101);
       expect(decisions.filter((d) => d.allowed).map((d) => d.remaining)).toEqual(Array.from({ length: 100 }, (_, i) => 99 - i));
-    } finally {
-      await store.close();
-    }
-  });
+    }));
 });
