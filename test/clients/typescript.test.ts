@@ -38,17 +38,20 @@ describe('when an integrator uses the typed client against a running service', (
     const id = created.data?.id;
     if (!id) throw new Error(`no id in ${JSON.stringify(created.error)}`);
 
-    // Reads are eventually consistent; the write's log position makes this one wait for it.
+    // A single read folds the employee's stream (always consistent); lists come from the read
+    // model, so the list below passes the write's log position to wait for it.
     const position = created.response.headers.get('x-log-position');
-    const read = await eas.api.GET('/v1/employees/{id}', { params: { path: { id } }, headers: position ? { 'x-min-position': position } : {} });
+    if (!position) throw new Error('no x-log-position on the create');
+    const read = await eas.api.GET('/v1/employees/{id}', { params: { path: { id } } });
     expect(read.data, JSON.stringify(read.error)).toMatchObject({ id, email: 'ada@example.test', status: 'active' });
 
     // An access token the service no longer accepts (as after 15 minutes): one refresh, one retry.
     const before = eas.session();
     if (!before) throw new Error('no session');
     eas.useSession({ ...before, accessToken: `${before.accessToken}x` });
-    const listed = await eas.api.GET('/v1/employees', { params: { query: { limit: 10 } } });
+    const listed = await eas.api.GET('/v1/employees', { params: { query: { limit: 10 } }, headers: { 'x-min-position': position } });
     expect(listed.response.status).toBe(200);
+    expect(listed.response.headers.get('x-consistency')).toBe('consistent');
     expect(listed.data?.data.map((e) => e.id)).toContain(id);
     expect(eas.session()?.refreshToken).not.toBe(before.refreshToken);
 
