@@ -43,7 +43,10 @@ export function lazyChild(parent: Logger, bindings: Bindings): ChildLogger {
   return new LazyChild(parent, bindings) as unknown as ChildLogger;
 }
 
-/** One object per request, its methods on the prototype (closures per request cost 2 % again). */
+/**
+ * One object per request, its methods on the prototype (closures per request cost 2 % again);
+ * `fatal` … `trace` are added to the prototype below.
+ */
 class LazyChild {
   readonly #parent: Logger;
   readonly #bindings: Bindings;
@@ -58,7 +61,8 @@ class LazyChild {
     return (this.#real ??= this.#parent.child(this.#bindings));
   }
 
-  #write(level: LogLevel, args: unknown[]): void {
+  /** A line at `level` (the level methods below call it). */
+  write(level: LogLevel, args: unknown[]): void {
     if (!this.#real && !this.#parent.isLevelEnabled(level)) return;
     (this.#materialized()[level] as (...written: unknown[]) => void)(...args);
   }
@@ -71,24 +75,6 @@ class LazyChild {
     this.#materialized().level = level;
   }
 
-  fatal(...args: unknown[]) {
-    this.#write('fatal', args);
-  }
-  error(...args: unknown[]) {
-    this.#write('error', args);
-  }
-  warn(...args: unknown[]) {
-    this.#write('warn', args);
-  }
-  info(...args: unknown[]) {
-    this.#write('info', args);
-  }
-  debug(...args: unknown[]) {
-    this.#write('debug', args);
-  }
-  trace(...args: unknown[]) {
-    this.#write('trace', args);
-  }
   silent() {}
 
   isLevelEnabled(level: string): boolean {
@@ -99,4 +85,12 @@ class LazyChild {
     if (this.#real || options) return this.#materialized().child(more, options);
     return lazyChild(this.#parent, { ...this.#bindings, ...more });
   }
+}
+
+for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const) {
+  Object.defineProperty(LazyChild.prototype, level, {
+    value(this: LazyChild, ...args: unknown[]) {
+      this.write(level, args);
+    },
+  });
 }
