@@ -126,8 +126,7 @@ export function createPagePipeline(url: string, options: { readonly applicationN
       });
       return sent;
     };
-    const rows = async (query: QuerySqlToken) => validatedRows(query, (await send(pgText(query), query.values)).rows, 'page pipeline');
-    const tx = pageQueryable(rows, async (query) => {
+    const tx = pageQueryable(async (query) => {
       const result = await send(pgText(query), query.values);
       return { rows: validatedRows(query, result.rows, 'page pipeline'), rowCount: result.rowCount ?? 0, command: result.command, fields: [], notices: [], type: 'QueryResult' };
     });
@@ -198,13 +197,11 @@ export function createPagePipeline(url: string, options: { readonly applicationN
 }
 
 /**
- * slonik's query methods over `rows` (and `query` for the whole result), so that a projection's
- * handler runs unchanged on the pipeline or in a slonik transaction.
+ * slonik's query methods over `query` (one statement's whole result, its rows validated), so
+ * that a projection's handler runs unchanged on the pipeline or in a slonik transaction.
  */
-function pageQueryable(
-  rows: (query: QuerySqlToken) => Promise<unknown[]>,
-  query: (query: QuerySqlToken) => Promise<unknown>,
-): Queryable {
+function pageQueryable(query: (query: QuerySqlToken) => Promise<{ readonly rows: unknown[] }>): Queryable {
+  const rows = async (token: QuerySqlToken) => (await query(token)).rows;
   const one = async (token: QuerySqlToken, allowNone: boolean) => {
     const found = await rows(token);
     if (found.length > 1) throw new Error(`page pipeline: expected at most one row, got ${found.length}`);

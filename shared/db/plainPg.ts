@@ -6,8 +6,21 @@ import type { QuerySqlToken } from 'slonik';
  * row interceptor would (pool.ts), but synchronously, once each.
  */
 
-/** slonik numbers its placeholders `$slonik_N`; pg wants `$N`. */
-export const pgText = (query: QuerySqlToken): string => query.sql.replace(/\$slonik_(\d+)/g, '$$$1');
+/**
+ * slonik numbers its placeholders `$slonik_N`; pg wants `$N`. Rewritten once per statement text
+ * (our statements are a few dozen shapes, rewritten on every read and every page otherwise);
+ * past MAX_TEXTS distinct texts the rest are rewritten each time.
+ */
+export const pgText = (query: QuerySqlToken): string => {
+  let text = texts.get(query.sql);
+  if (text === undefined) {
+    text = query.sql.replace(/\$slonik_(\d+)/g, '$$$1');
+    if (texts.size < MAX_TEXTS) texts.set(query.sql, text);
+  }
+  return text;
+};
+const MAX_TEXTS = 1_024;
+const texts = new Map<string, string>();
 
 /** `rows` validated by `query`'s schema (`sql.type(schema)`); `who` names the caller in errors. */
 export function validatedRows(query: QuerySqlToken, rows: readonly Record<string, unknown>[], who: string): unknown[] {

@@ -115,15 +115,15 @@ export async function createTenantReader(url: string, options: { readonly maximu
     types: pgTypeParsers(pg.types) as pg.CustomTypesConfig,
   });
   pool.on('error', () => undefined); // an idle connection dropped: the pool replaces it
-  // Per slonik text: pg's text and the prepared statement's name (none past MAX_PREPARED).
-  const statements = new Map<string, { readonly text: string; readonly name: string | undefined }>();
-  const statementOf = (query: QuerySqlToken) => {
-    let statement = statements.get(query.sql);
-    if (statement === undefined) {
-      statement = { text: pgText(query), name: statements.size < MAX_PREPARED ? `tenant_read_${statements.size + 1}` : undefined };
-      if (statement.name !== undefined) statements.set(query.sql, statement);
+  // Per slonik text, the prepared statement's name (none past MAX_PREPARED).
+  const names = new Map<string, string>();
+  const nameOf = (query: QuerySqlToken): string | undefined => {
+    let name = names.get(query.sql);
+    if (name === undefined && names.size < MAX_PREPARED) {
+      name = `tenant_read_${names.size + 1}`;
+      names.set(query.sql, name);
     }
-    return statement;
+    return name;
   };
   return {
     async read(tenantId, work) {
@@ -132,8 +132,7 @@ export async function createTenantReader(url: string, options: { readonly maximu
       // bind, a broken socket), even if `work` caught it: the connection is then dropped.
       let unsound = false;
       const any = (async (query: QuerySqlToken) => {
-        const { text, name } = statementOf(query);
-        const rows = await scopedRows(client, tenantId, text, query.values, name).catch((error: unknown) => {
+        const rows = await scopedRows(client, tenantId, pgText(query), query.values, nameOf(query)).catch((error: unknown) => {
           if (!(error instanceof pg.DatabaseError)) unsound = true;
           throw error;
         });

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
-import { LEASE_SHARE, leaseOf, take, takeEach, UNITS_PER_TOKEN, wholeTokens } from './bucket.ts';
+import { LEASE_SHARE, leaseOf, refill, take, takeEach, UNITS_PER_TOKEN, wholeTokens } from './bucket.ts';
 import { samePolicy, type BucketDecision, type BucketPolicy, type RateLimitStore } from './port.ts';
 
 /**
@@ -180,10 +180,10 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
 
   // A refusal holds until its wait has passed: tokens only flow back with time, and other
   // gateways can only take them, so until then Redis would refuse too (a bucket big enough for
-  // leases can also get leased tokens back, within LEASE_MS: its refusals hold no longer). Answering locally keeps
-  // a tenant that hammers past its limit from costing a Redis round trip per request. The
-  // wait is counted from before the command was sent, never from the reply, so it is never
-  // longer than Redis's own; a different policy (plan change) goes to Redis.
+  // leases can also get leased tokens back, within LEASE_MS: its refusals hold no longer).
+  // Answering locally keeps a tenant that hammers past its limit from costing a Redis round trip
+  // per request. The wait is counted from before the command was sent, never from the reply, so
+  // it is never longer than Redis's own; a different policy (plan change) goes to Redis.
   const refusals = new Map<string, { readonly policy: BucketPolicy; readonly sentAt: number; readonly decision: BucketDecision }>();
   const forgetPassed = (now: number) => {
     for (const [key, refusal] of refusals) if (now - refusal.sentAt >= refusalHoldMs(refusal.policy, refusal.decision)) refusals.delete(key);
@@ -271,9 +271,8 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     }
     // The decision's `remaining` and times are this gateway's estimate: what Redis held after
     // the lease, refilled since, plus the tokens still leased (other gateways' takes unseen).
-    const capacity = policy.burst * UNITS_PER_TOKEN;
-    const redisNow = Math.min(capacity, lease.redisUnits + Math.floor((now - lease.sentAt) * 1000) * policy.perMinute);
-    const held = Math.min(capacity, redisNow + lease.tokens * UNITS_PER_TOKEN);
+    const redisNow = refill({ units: lease.redisUnits, atUs: 0 }, policy, Math.floor((now - lease.sentAt) * 1000)).units; // µs since the call
+    const held = Math.min(policy.burst * UNITS_PER_TOKEN, redisNow + lease.tokens * UNITS_PER_TOKEN);
     if (--lease.tokens === 0) leases.delete(key);
     return take(held, policy).decision;
   };
