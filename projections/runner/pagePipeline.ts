@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { pgText, validatedRows } from '../../shared/db/plainPg.ts';
+import { pgText, statementNames, validatedRows } from '../../shared/db/plainPg.ts';
 import { pgTypeParsers, type Queryable } from '../../shared/db/pool.ts';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
 
@@ -33,6 +33,13 @@ import { sqlStateOf } from '../../shared/db/sqlState.ts';
  * of them keep pg's own parsing, which no handler reads). A connection that fails other than
  * with a PostgreSQL error (socket closed, a value pg cannot send) is dropped; the next page
  * opens a new one.
+ *
+ * The compare-and-set and the handlers' statements are prepared once per connection
+ * (`statementNames`): a page then sends no statement text, and PostgreSQL neither parses nor,
+ * once it keeps a generic plan, plans them again (under the create load the unnamed upsert and
+ * compare-and-set were planned on every page: 0.33 ms and 0.14 ms each, issue 11). A prepared
+ * statement is planned again when a table it reads is altered, dropped or swapped (PostgreSQL
+ * analyses its text anew), so a replay's table swap needs nothing from here.
  */
 export type PagePipeline = {
   /**
@@ -55,6 +62,9 @@ const connectionLost = (cause: unknown) =>
 /** SQLSTATEs on which a page is simply run again at once, as slonik's transactions do. */
 const RETRY_IN_PLACE = new Set(['40001', '40P01']);
 const RETRIES_IN_PLACE = 5;
+
+/** The names of the statements pages prepare (one set per process, the same on every connection). */
+const nameOf = statementNames('projector_page');
 
 export function createPagePipeline(url: string, options: { readonly applicationName?: string; readonly statementTimeoutMs?: number } = {}): PagePipeline {
   let client: pg.Client | undefined;
@@ -117,8 +127,8 @@ export function createPagePipeline(url: string, options: { readonly applicationN
     // statements behind it only report the aborted transaction (25P02).
     let failure: { readonly error: unknown } | undefined;
     let sound = true;
-    const send = (text: string, values: readonly unknown[] = []): Sent => {
-      const config: pg.QueryConfig & { readonly queryMode: 'extended' } = { text, values: [...values], queryMode: 'extended' };
+    const send = (text: string, values: readonly unknown[] = [], name?: string): Sent => {
+      const config: pg.QueryConfig & { readonly queryMode: 'extended' } = { text, values: [...values], queryMode: 'extended', ...(name !== undefined && { name }) };
       const sent = connection.query<Record<string, unknown>>(config);
       sent.catch((error: unknown) => {
         failure ??= { error };
@@ -127,7 +137,7 @@ export function createPagePipeline(url: string, options: { readonly applicationN
       return sent;
     };
     const tx = pageQueryable(async (query) => {
-      const result = await send(pgText(query), query.values);
+      const result = await send(pgText(query), query.values, nameOf(query));
       return { rows: validatedRows(query, result.rows, 'page pipeline'), rowCount: result.rowCount ?? 0, command: result.command, fields: [], notices: [], type: 'QueryResult' };
     });
 
@@ -138,7 +148,7 @@ export function createPagePipeline(url: string, options: { readonly applicationN
     stream.cork();
     try {
       void send('begin');
-      moved = send(pgText(compareAndSet), compareAndSet.values);
+      moved = send(pgText(compareAndSet), compareAndSet.values, nameOf(compareAndSet));
       try {
         handled = handle(tx);
       } catch (error) {

@@ -22,6 +22,23 @@ export const pgText = (query: QuerySqlToken): string => {
 const MAX_TEXTS = 1_024;
 const texts = new Map<string, string>();
 
+/**
+ * Names for prepared statements, one per distinct statement text: a statement prepared once
+ * per connection spares PostgreSQL its parse and analysis on every run. The texts are our own
+ * statements, a few dozen shapes; past `max` distinct texts the rest run unnamed.
+ */
+export function statementNames(prefix: string, max = 256): (query: QuerySqlToken) => string | undefined {
+  const names = new Map<string, string>();
+  return (query) => {
+    let name = names.get(query.sql);
+    if (name === undefined && names.size < max) {
+      name = `${prefix}_${names.size + 1}`;
+      names.set(query.sql, name);
+    }
+    return name;
+  };
+}
+
 /** `rows` validated by `query`'s schema (`sql.type(schema)`); `who` names the caller in errors. */
 export function validatedRows(query: QuerySqlToken, rows: readonly Record<string, unknown>[], who: string): unknown[] {
   const validate = query.parser['~standard'].validate;

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { pgText, validatedRows } from './plainPg.ts';
+import { pgText, statementNames, validatedRows } from './plainPg.ts';
 import { TENANT_ROLE, pgTypeParsers, type Queryable } from './pool.ts';
 
 /**
@@ -98,14 +98,10 @@ function scopedRows(client: pg.PoolClient, tenantId: string, text: string, value
 }
 
 /**
- * Statements are prepared once per connection (a name per distinct text), which spares
- * PostgreSQL the parse and analysis of every read; the connections plan each execution afresh
- * (`plan_cache_mode=force_custom_plan`), so a tenant's plan never comes from another tenant's
- * statistics. The texts are our own statements, a few dozen shapes; past `MAX_PREPARED` distinct
- * texts the rest run unnamed.
+ * Statements are prepared once per connection (`statementNames`); the connections plan each
+ * execution afresh (`plan_cache_mode=force_custom_plan`), so a tenant's plan never comes from
+ * another tenant's statistics.
  */
-const MAX_PREPARED = 256;
-
 export async function createTenantReader(url: string, options: { readonly maximumPoolSize?: number } = {}): Promise<TenantReader> {
   const pool = new pg.Pool({
     connectionString: url,
@@ -115,16 +111,7 @@ export async function createTenantReader(url: string, options: { readonly maximu
     types: pgTypeParsers(pg.types) as pg.CustomTypesConfig,
   });
   pool.on('error', () => undefined); // an idle connection dropped: the pool replaces it
-  // Per slonik text, the prepared statement's name (none past MAX_PREPARED).
-  const names = new Map<string, string>();
-  const nameOf = (query: QuerySqlToken): string | undefined => {
-    let name = names.get(query.sql);
-    if (name === undefined && names.size < MAX_PREPARED) {
-      name = `tenant_read_${names.size + 1}`;
-      names.set(query.sql, name);
-    }
-    return name;
-  };
+  const nameOf = statementNames('tenant_read');
   return {
     async read(tenantId, work) {
       const client = await pool.connect();

@@ -75,6 +75,12 @@ export type ReadAllPage = {
    * filter it moves past events of other types, so a reader resumes here without rescanning.
    */
   readonly checkpoint: GlobalPosition;
+  /**
+   * Set by adapters that know it: true when the read reached what was readable when it ran (the
+   * checkpoint is the head as that read saw it), so a live reader needs to read again only once
+   * something new commits. Absent means unknown.
+   */
+  readonly atHead?: boolean;
 };
 
 export type SubscribeOptions = ReadAllOptions & {

@@ -34,6 +34,11 @@ type Tail = {
   running: boolean;
   /** Subscribers waiting at the tail's position for its next page (or its failure). */
   waiters: Set<Waiter>;
+  /**
+   * Set when the last page reached the head (`atHead`): the notification count taken before
+   * that read. Until a notification comes after it, a read would find nothing new.
+   */
+  headSeen: number | undefined;
   stop: AbortController;
 };
 
@@ -84,6 +89,15 @@ export function createSharedTails(readAll: (opts: ReadAllOptions) => Promise<Rea
     tail.running = true;
     try {
       while (tail.position && tail.waiters.size > 0 && !tail.stop.signal.aborted) {
+        if (tail.headSeen !== undefined) {
+          // The last page reached the head: wait for a commit instead of reading nothing (under
+          // load that empty read was every other read, issue 11). A commit after that read
+          // began notifies after it, so no commit can be missed; a lost notification costs up
+          // to the poll interval, as it does after an empty read.
+          await wakeups.next(tail.headSeen, pollIntervalMs, tail.stop.signal);
+          tail.headSeen = undefined;
+          continue;
+        }
         const after = tail.position;
         const seen = wakeups.generation();
         let page: ReadAllPage;
@@ -98,6 +112,7 @@ export function createSharedTails(readAll: (opts: ReadAllOptions) => Promise<Rea
           tail.kept.push({ after, page });
           if (tail.kept.length > KEPT_PAGES) tail.kept.shift();
           tail.position = page.checkpoint;
+          if (page.atHead) tail.headSeen = seen;
           wake(tail);
         } else {
           await wakeups.next(seen, pollIntervalMs, tail.stop.signal);
@@ -116,7 +131,7 @@ export function createSharedTails(readAll: (opts: ReadAllOptions) => Promise<Rea
       const key = `${maxCount}/${pollIntervalMs}/${readOptions.eventTypes ? [...readOptions.eventTypes].sort().join(',') : '*'}`;
       let tail = tails.get(key);
       if (!tail) {
-        tail = { position: undefined, kept: [], subscribers: 0, running: false, waiters: new Set(), stop: new AbortController() };
+        tail = { position: undefined, kept: [], subscribers: 0, running: false, waiters: new Set(), headSeen: undefined, stop: new AbortController() };
         tails.set(key, tail);
       }
       const mine = tail;

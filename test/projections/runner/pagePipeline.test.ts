@@ -52,6 +52,39 @@ describe('the page pipeline', () => {
     expect(await mark()).toBe(1);
   });
 
+  it('prepares its statements once per connection, and a prepared statement follows a swapped table', async () => {
+    await pipeline.page(moveMark(0, 1), async (tx) => {
+      await tx.query(note(1, 'a'));
+    });
+    let prepared: readonly unknown[] = [];
+    await pipeline.page(moveMark(1, 2), async (tx) => {
+      prepared = await tx.anyFirst(sql.type(z.object({ statement: z.string() }))`
+        select statement from pg_prepared_statements where name like 'projector_page_%' order by prepare_time
+      `);
+      await tx.query(note(2, 'b'));
+    });
+    // The first page prepared the compare-and-set and the insert; the second ran them by name
+    // (and prepared only its new statement, this read).
+    expect(prepared).toEqual([
+      expect.stringContaining('update marks'),
+      expect.stringContaining('insert into notes'),
+      expect.stringContaining('pg_prepared_statements'),
+    ]);
+    // A replay swaps tables under a prepared statement: PostgreSQL analyses its text again.
+    await db.pool.query(sql.type(z.object({}))`alter table notes rename to notes_before`);
+    await db.pool.query(sql.type(z.object({}))`create table notes (id int primary key, text text not null)`);
+    try {
+      await pipeline.page(moveMark(2, 3), async (tx) => {
+        await tx.query(note(3, 'c'));
+      });
+      expect(await notes()).toEqual(['c']);
+      expect(await db.pool.anyFirst(sql.type(z.object({ text: z.string() }))`select text from notes_before order by id`)).toEqual(['a', 'b']);
+    } finally {
+      await db.pool.query(sql.type(z.object({}))`drop table notes`);
+      await db.pool.query(sql.type(z.object({}))`alter table notes_before rename to notes`);
+    }
+  });
+
   it('rolls everything back when the mark is not where the page expects it', async () => {
     const moved = await pipeline.page(moveMark(5, 6), async (tx) => {
       await tx.query(note(1, 'a'));

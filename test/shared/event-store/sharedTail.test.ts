@@ -8,17 +8,20 @@ import { createSharedTails } from '../../../shared/event-store/sharedTail.ts';
  * PostgreSQL adapter's integration is covered by postgresSharedPages.test.ts. What matters here
  * is the count: subscribers at the head share one reader instead of each polling the head.
  */
-function memoryLog() {
+function memoryLog(options: { readonly reportsHead?: boolean } = {}) {
   const events: RecordedEvent[] = [];
   let generation = 0;
   let waiters: Array<() => void> = [];
-  const stats = { reads: 0 };
+  const stats = { reads: 0, emptyReads: 0 };
   const readAll = async (opts: ReadAllOptions): Promise<ReadAllPage> => {
     stats.reads++;
     await new Promise((r) => setTimeout(r, 1)); // a read takes time, as a real one does
     const after = opts.after ?? START;
-    const page = events.filter((e) => comparePositions(e.position, after) > 0).slice(0, opts.maxCount ?? 1_000);
-    return { events: page, checkpoint: page.at(-1)?.position ?? after };
+    const maxCount = opts.maxCount ?? 1_000;
+    const page = events.filter((e) => comparePositions(e.position, after) > 0).slice(0, maxCount);
+    if (page.length === 0) stats.emptyReads++;
+    const checkpoint = page.at(-1)?.position ?? after;
+    return options.reportsHead ? { events: page, checkpoint, atHead: page.length < maxCount } : { events: page, checkpoint };
   };
   const wakeups = {
     generation: () => generation,
@@ -81,6 +84,31 @@ describe('shared tail', () => {
     // Each subscriber reading for itself would read at least once per batch: 3 × 40 reads.
     const reads = log.stats.reads - readsAtHead;
     expect(reads).toBeLessThanOrEqual(60);
+  });
+
+  it('does not read again after a page that reached the head until something commits (atHead)', async () => {
+    const run = async (reportsHead: boolean) => {
+      const log = memoryLog({ reportsHead });
+      const tails = createSharedTails(log.readAll, log.wakeups);
+      const controller = new AbortController();
+      const subscribe = () => tails.subscribe({ maxCount: 50, pollIntervalMs: 10_000, signal: controller.signal });
+      const followers = [follow(subscribe(), 200, 2), follow(subscribe(), 200, 3)];
+      await new Promise((r) => setTimeout(r, 20)); // both at the (empty) head
+      const emptyAtHead = log.stats.emptyReads;
+      for (let batch = 0; batch < 40; batch++) {
+        log.append(5);
+        await new Promise((r) => setTimeout(r, 8)); // the subscribers keep up between commits
+      }
+      const results = await Promise.all(followers);
+      controller.abort();
+      const expected = Array.from({ length: 200 }, (_, i) => `e${i + 1}`);
+      for (const { ids } of results) expect(ids).toEqual(expected);
+      return log.stats.emptyReads - emptyAtHead;
+    };
+    // Without the hint, a page is followed by a read that finds nothing, about once per commit.
+    expect(await run(false)).toBeGreaterThanOrEqual(20);
+    // With it, the tail waits for the next commit instead: no read comes back empty.
+    expect(await run(true)).toBe(0);
   });
 
   it('lets a subscriber far behind read for itself, then join the others at the head', async () => {
