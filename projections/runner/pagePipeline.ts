@@ -39,7 +39,9 @@ import { sqlStateOf } from '../../shared/db/sqlState.ts';
  * once it keeps a generic plan, plans them again (under the create load the unnamed upsert and
  * compare-and-set were planned on every page: 0.33 ms and 0.14 ms each, issue 11). A prepared
  * statement is planned again when a table it reads is altered, dropped or swapped (PostgreSQL
- * analyses its text anew), so a replay's table swap needs nothing from here.
+ * analyses its text anew), so a replay's table swap needs nothing from here, as long as the
+ * columns a statement returns keep their types (a same-version replay keeps the tables' shape;
+ * otherwise PostgreSQL refuses with 0A000 and the page fails).
  */
 export type PagePipeline = {
   /**

@@ -848,6 +848,7 @@ function createWakeups(listenUrl: string | undefined) {
     },
     /** Counts notifications: read it before a read, hand it to `next` after an empty one. */
     generation: () => notifications,
+    listening: () => listen?.listening === true,
     /**
      * Resolves at once if a notification came since `seen`, else on the next one, after
      * `timeoutMs`, or on abort, whichever is first.

@@ -19,6 +19,11 @@ export type TailWakeups = {
   generation(): number;
   /** Resolves on a notification since `seen`, after `timeoutMs`, or on abort. */
   next(seen: number, timeoutMs: number, signal?: AbortSignal): Promise<void>;
+  /**
+   * Whether commit notifications are arriving now (a LISTEN connection is open). Without them
+   * the tail does not wait after a page at the head: it reads again, as after any other page.
+   */
+  listening?(): boolean;
 };
 
 type KeptPage = { readonly after: GlobalPosition; readonly page: ReadAllPage };
@@ -92,8 +97,10 @@ export function createSharedTails(readAll: (opts: ReadAllOptions) => Promise<Rea
         if (tail.headSeen !== undefined) {
           // The last page reached the head: wait for a commit instead of reading nothing (under
           // load that empty read was every other read, issue 11). A commit after that read
-          // began notifies after it, so no commit can be missed; a lost notification costs up
-          // to the poll interval, as it does after an empty read.
+          // began notifies after it. Events that committed before it but were below an older
+          // writer still open (the horizon) come with that writer's notification; if it ends
+          // without one (a failed flush, another transaction locking the tables), they wait
+          // for the poll interval, as after an empty read. Nothing is lost either way.
           await wakeups.next(tail.headSeen, pollIntervalMs, tail.stop.signal);
           tail.headSeen = undefined;
           continue;
@@ -112,7 +119,7 @@ export function createSharedTails(readAll: (opts: ReadAllOptions) => Promise<Rea
           tail.kept.push({ after, page });
           if (tail.kept.length > KEPT_PAGES) tail.kept.shift();
           tail.position = page.checkpoint;
-          if (page.atHead) tail.headSeen = seen;
+          if (page.atHead && wakeups.listening?.() === true) tail.headSeen = seen;
           wake(tail);
         } else {
           await wakeups.next(seen, pollIntervalMs, tail.stop.signal);

@@ -8,7 +8,7 @@ import { createSharedTails } from '../../../shared/event-store/sharedTail.ts';
  * PostgreSQL adapter's integration is covered by postgresSharedPages.test.ts. What matters here
  * is the count: subscribers at the head share one reader instead of each polling the head.
  */
-function memoryLog(options: { readonly reportsHead?: boolean } = {}) {
+function memoryLog(options: { readonly reportsHead?: boolean; readonly listening?: boolean } = {}) {
   const events: RecordedEvent[] = [];
   let generation = 0;
   let waiters: Array<() => void> = [];
@@ -25,6 +25,7 @@ function memoryLog(options: { readonly reportsHead?: boolean } = {}) {
   };
   const wakeups = {
     generation: () => generation,
+    listening: () => options.listening ?? true,
     next: (seen: number, timeoutMs: number, signal?: AbortSignal) =>
       generation !== seen || signal?.aborted
         ? Promise.resolve()
@@ -87,8 +88,8 @@ describe('shared tail', () => {
   });
 
   it('does not read again after a page that reached the head until something commits (atHead)', async () => {
-    const run = async (reportsHead: boolean) => {
-      const log = memoryLog({ reportsHead });
+    const run = async (reportsHead: boolean, listening = true) => {
+      const log = memoryLog({ reportsHead, listening });
       const tails = createSharedTails(log.readAll, log.wakeups);
       const controller = new AbortController();
       const subscribe = () => tails.subscribe({ maxCount: 50, pollIntervalMs: 10_000, signal: controller.signal });
@@ -109,6 +110,8 @@ describe('shared tail', () => {
     expect(await run(false)).toBeGreaterThanOrEqual(20);
     // With it, the tail waits for the next commit instead: no read comes back empty.
     expect(await run(true)).toBe(0);
+    // Unless no notifications arrive (no LISTEN connection): then it reads again as before.
+    expect(await run(true, false)).toBeGreaterThanOrEqual(20);
   });
 
   it('lets a subscriber far behind read for itself, then join the others at the head', async () => {
