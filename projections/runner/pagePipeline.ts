@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { pgText, statementNames, validatedRows } from '../../shared/db/plainPg.ts';
+import { pgStatements, validatedRows } from '../../shared/db/plainPg.ts';
 import { pgTypeParsers, type Queryable } from '../../shared/db/pool.ts';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
 
@@ -35,7 +35,7 @@ import { sqlStateOf } from '../../shared/db/sqlState.ts';
  * opens a new one.
  *
  * The compare-and-set and the handlers' statements are prepared once per connection
- * (`statementNames`): a page then sends no statement text, and PostgreSQL neither parses nor,
+ * (`pgStatements`): a page then sends no statement text, and PostgreSQL neither parses nor,
  * once it keeps a generic plan, plans them again (under the create load the unnamed upsert and
  * compare-and-set were planned on every page: 0.33 ms and 0.14 ms each, issue 11). A prepared
  * statement is planned again when a table it reads is altered, dropped or swapped (PostgreSQL
@@ -65,8 +65,8 @@ const connectionLost = (cause: unknown) =>
 const RETRY_IN_PLACE = new Set(['40001', '40P01']);
 const RETRIES_IN_PLACE = 5;
 
-/** The names of the statements pages prepare (one set per process, the same on every connection). */
-const nameOf = statementNames('projector_page');
+/** Each statement's text and name as pages send it (one set per process, the same names on every connection). */
+const statementOf = pgStatements('projector_page');
 
 export function createPagePipeline(url: string, options: { readonly applicationName?: string; readonly statementTimeoutMs?: number } = {}): PagePipeline {
   let client: pg.Client | undefined;
@@ -129,7 +129,7 @@ export function createPagePipeline(url: string, options: { readonly applicationN
     // statements behind it only report the aborted transaction (25P02).
     let failure: { readonly error: unknown } | undefined;
     let sound = true;
-    const send = (text: string, values: readonly unknown[] = [], name?: string): Sent => {
+    const send = ({ text, name }: { readonly text: string; readonly name?: string | undefined }, values: readonly unknown[] = []): Sent => {
       const config: pg.QueryConfig & { readonly queryMode: 'extended' } = { text, values: [...values], queryMode: 'extended', ...(name !== undefined && { name }) };
       const sent = connection.query<Record<string, unknown>>(config);
       sent.catch((error: unknown) => {
@@ -139,7 +139,7 @@ export function createPagePipeline(url: string, options: { readonly applicationN
       return sent;
     };
     const tx = pageQueryable(async (query) => {
-      const result = await send(pgText(query), query.values, nameOf(query));
+      const result = await send(statementOf(query), query.values);
       return { rows: validatedRows(query, result.rows, 'page pipeline'), rowCount: result.rowCount ?? 0, command: result.command, fields: [], notices: [], type: 'QueryResult' };
     });
 
@@ -149,8 +149,8 @@ export function createPagePipeline(url: string, options: { readonly applicationN
     let handled: Promise<void>;
     stream.cork();
     try {
-      void send('begin');
-      moved = send(pgText(compareAndSet), compareAndSet.values, nameOf(compareAndSet));
+      void send({ text: 'begin' });
+      moved = send(statementOf(compareAndSet), compareAndSet.values);
       try {
         handled = handle(tx);
       } catch (error) {
@@ -164,17 +164,17 @@ export function createPagePipeline(url: string, options: { readonly applicationN
       const checkpoint = validatedRows(compareAndSet, (await moved).rows, 'page pipeline');
       if (failure) throw failure.error; // a statement failed and the handler caught it
       if (checkpoint.length === 0) {
-        await send('rollback');
+        await send({ text: 'rollback' });
         return undefined;
       }
-      const committed = await send('commit');
+      const committed = await send({ text: 'commit' });
       // COMMIT of an aborted transaction answers ROLLBACK, without an error.
       if (committed.command !== 'COMMIT') throw new Error(`page pipeline: COMMIT answered ${committed.command}`);
       return checkpoint;
     } catch (error) {
       const cause = failure ? failure.error : error;
       // A ROLLBACK that PostgreSQL does not answer means the connection is gone.
-      const rolledBack = await send('rollback').then(
+      const rolledBack = await send({ text: 'rollback' }).then(
         () => true,
         (rollbackError: unknown) => rollbackError instanceof pg.DatabaseError,
       );

@@ -6,36 +6,25 @@ import type { QuerySqlToken } from 'slonik';
  * row interceptor would (pool.ts), but synchronously, once each.
  */
 
-/**
- * slonik numbers its placeholders `$slonik_N`; pg wants `$N`. Rewritten once per statement text
- * (our statements are a few dozen shapes, rewritten on every read and every page otherwise);
- * past MAX_TEXTS distinct texts the rest are rewritten each time.
- */
-export const pgText = (query: QuerySqlToken): string => {
-  let text = texts.get(query.sql);
-  if (text === undefined) {
-    text = query.sql.replace(/\$slonik_(\d+)/g, '$$$1');
-    if (texts.size < MAX_TEXTS) texts.set(query.sql, text);
-  }
-  return text;
-};
-const MAX_TEXTS = 1_024;
-const texts = new Map<string, string>();
+/** A slonik statement as pg takes it: its text, and a prepared statement's name if it has one. */
+export type PgStatement = { readonly text: string; readonly name: string | undefined };
 
 /**
- * Names for prepared statements, one per distinct statement text: a statement prepared once
- * per connection spares PostgreSQL its parse and analysis on every run. The texts are our own
- * statements, a few dozen shapes; past `max` distinct texts the rest run unnamed.
+ * Per statement text, what pg sends: slonik numbers its placeholders `$slonik_N`, pg wants `$N`;
+ * and a name, so that the statement is prepared once per connection and PostgreSQL need not
+ * parse and analyse it on every run. Both are worked out once per text, in one lookup. The texts
+ * are our own statements, a few dozen shapes; past `max` distinct texts the rest run unnamed
+ * (their text rewritten each time).
  */
-export function statementNames(prefix: string, max = 256): (query: QuerySqlToken) => string | undefined {
-  const names = new Map<string, string>();
+export function pgStatements(prefix: string, max = 256): (query: QuerySqlToken) => PgStatement {
+  const statements = new Map<string, PgStatement>();
   return (query) => {
-    let name = names.get(query.sql);
-    if (name === undefined && names.size < max) {
-      name = `${prefix}_${names.size + 1}`;
-      names.set(query.sql, name);
+    let statement = statements.get(query.sql);
+    if (statement === undefined) {
+      statement = { text: query.sql.replace(/\$slonik_(\d+)/g, '$$$1'), name: statements.size < max ? `${prefix}_${statements.size + 1}` : undefined };
+      if (statement.name !== undefined) statements.set(query.sql, statement);
     }
-    return name;
+    return statement;
   };
 }
 

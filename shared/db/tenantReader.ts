@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { pgText, statementNames, validatedRows } from './plainPg.ts';
+import { pgStatements, validatedRows } from './plainPg.ts';
 import { TENANT_ROLE, pgTypeParsers, type Queryable } from './pool.ts';
 
 /**
@@ -98,7 +98,7 @@ function scopedRows(client: pg.PoolClient, tenantId: string, text: string, value
 }
 
 /**
- * Statements are prepared once per connection (`statementNames`); the connections plan each
+ * Statements are prepared once per connection (`pgStatements`); the connections plan each
  * execution afresh (`plan_cache_mode=force_custom_plan`), so a tenant's plan never comes from
  * another tenant's statistics.
  */
@@ -111,7 +111,7 @@ export async function createTenantReader(url: string, options: { readonly maximu
     types: pgTypeParsers(pg.types) as pg.CustomTypesConfig,
   });
   pool.on('error', () => undefined); // an idle connection dropped: the pool replaces it
-  const nameOf = statementNames('tenant_read');
+  const statementOf = pgStatements('tenant_read');
   return {
     async read(tenantId, work) {
       const client = await pool.connect();
@@ -119,7 +119,8 @@ export async function createTenantReader(url: string, options: { readonly maximu
       // bind, a broken socket), even if `work` caught it: the connection is then dropped.
       let unsound = false;
       const any = (async (query: QuerySqlToken) => {
-        const rows = await scopedRows(client, tenantId, pgText(query), query.values, nameOf(query)).catch((error: unknown) => {
+        const { text, name } = statementOf(query);
+        const rows = await scopedRows(client, tenantId, text, query.values, name).catch((error: unknown) => {
           if (!(error instanceof pg.DatabaseError)) unsound = true;
           throw error;
         });

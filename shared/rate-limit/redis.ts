@@ -349,15 +349,15 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
   return {
     client,
     consume(key, policy) {
+      const now = performance.now();
       const refusal = refusals.get(key);
       if (refusal) {
-        const elapsed = performance.now() - refusal.sentAt;
+        const elapsed = now - refusal.sentAt;
         if (samePolicy(refusal.policy, policy) && elapsed < refusalHoldMs(policy, refusal.decision)) {
           return Promise.resolve({ allowed: false, remaining: 0, waitMs: refusal.decision.waitMs - elapsed, resetMs: refusal.decision.resetMs - elapsed });
         }
         refusals.delete(key);
       }
-      const now = performance.now();
       if (policy.burst >= LEASE_MIN_BURST) noteDemand(key, now);
       const local = spend(key, policy, now);
       if (local) return Promise.resolve(local);
