@@ -1,7 +1,8 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
 import { pgStatements, validatedRows } from '../../shared/db/plainPg.ts';
-import { pgTypeParsers, type Queryable } from '../../shared/db/pool.ts';
+import type { Queryable } from '../../shared/db/pool.ts';
+import { createPlainConnection } from '../../shared/db/plainConnection.ts';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
 
 /**
@@ -69,61 +70,19 @@ const RETRIES_IN_PLACE = 5;
 const statementOf = pgStatements('projector_page');
 
 export function createPagePipeline(url: string, options: { readonly applicationName?: string; readonly statementTimeoutMs?: number } = {}): PagePipeline {
-  let client: pg.Client | undefined;
-  let connecting: Promise<pg.Client> | undefined;
-  let ended = false;
-  /** Connections pg has reported closed or broken. */
-  const lost = new WeakSet<pg.Client>();
-  // The connection string's own settings are kept; ours are added (a URL parameter would
-  // otherwise override the client's options).
-  const connectionString = (() => {
-    const parsed = new URL(url);
-    const timeouts = `-c statement_timeout=${options.statementTimeoutMs ?? 30_000} -c idle_in_transaction_session_timeout=60000`;
-    parsed.searchParams.set('options', [parsed.searchParams.get('options'), timeouts].filter(Boolean).join(' '));
-    parsed.searchParams.set('application_name', options.applicationName ?? 'employee-analytics-projector');
-    return parsed.toString();
-  })();
-
-  const drop = (dropped: pg.Client) => {
-    if (client === dropped) client = undefined;
-    dropped.end().catch(() => undefined);
-  };
-  const connect = (): Promise<pg.Client> => {
-    if (client) return Promise.resolve(client);
-    connecting ??= (async () => {
-      const fresh = new pg.Client({ connectionString, pipeline: true, types: pgTypeParsers(pg.types) as pg.CustomTypesConfig });
-      // Lost (while idle or mid-page): the next page reconnects.
-      const onLost = () => {
-        lost.add(fresh);
-        drop(fresh);
-      };
-      fresh.on('error', onLost);
-      fresh.on('end', onLost);
-      try {
-        await fresh.connect();
-      } catch (error) {
-        fresh.end().catch(() => undefined);
-        throw error;
-      }
-      if (ended) {
-        drop(fresh);
-        throw new Error('page pipeline ended');
-      }
-      client = fresh;
-      return fresh;
-    })().finally(() => {
-      connecting = undefined;
-    });
-    return connecting;
-  };
+  const plain = createPlainConnection(url, {
+    applicationName: options.applicationName ?? 'employee-analytics-projector',
+    ...(options.statementTimeoutMs !== undefined && { statementTimeoutMs: options.statementTimeoutMs }),
+  });
+  const { drop } = plain;
 
   /** One run of a page (see `page`). */
   const runPage = async (compareAndSet: QuerySqlToken, handle: (tx: Queryable) => Promise<void>): Promise<unknown[] | undefined> => {
-    let connection = await connect();
+    let connection = await plain.get();
     if (connection.getTransactionStatus() !== 'I') {
       // Not idle (it should always be, between pages): start over on a new connection.
       drop(connection);
-      connection = await connect();
+      connection = await plain.get();
     }
     // The first failure of the page, in the order PostgreSQL answered: the cause, where the
     // statements behind it only report the aborted transaction (25P02).
@@ -178,7 +137,7 @@ export function createPagePipeline(url: string, options: { readonly applicationN
         () => true,
         (rollbackError: unknown) => rollbackError instanceof pg.DatabaseError,
       );
-      if (!rolledBack || lost.has(connection)) throw connectionLost(cause);
+      if (!rolledBack || plain.isLost(connection)) throw connectionLost(cause);
       throw cause;
     } finally {
       // Every statement of the page has answered by now (the last one sent was awaited).
@@ -197,14 +156,7 @@ export function createPagePipeline(url: string, options: { readonly applicationN
         }
       }
     },
-    async end() {
-      ended = true;
-      const open = client ?? (await connecting?.catch(() => undefined));
-      if (open) {
-        client = undefined;
-        await open.end().catch(() => undefined);
-      }
-    },
+    end: () => plain.end(),
   };
 }
 

@@ -1,9 +1,11 @@
+import pg from 'pg';
 import { z } from 'zod';
 import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
 import type { Migration } from '../db/migrate.ts';
 import { readAllBulk } from './postgresBulkRead.ts';
 import { createSharedTails } from './sharedTail.ts';
 import { createListenConnection } from '../db/listen.ts';
+import { createPlainConnection } from '../db/plainConnection.ts';
 import { sqlStateOf } from '../db/sqlState.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
@@ -474,6 +476,18 @@ ${notify}      end
 }
 
 const NOTIFY_CHANNEL = 'es_events';
+const NOTIFY_STATEMENT = `select pg_notify('${NOTIFY_CHANNEL}', '')`;
+
+/** The flush's statement, prepared once per append connection. */
+const APPEND_BATCH_STATEMENT =
+  'select outcomes, revisions, commits, prepares from es_append_batch($1::int4[], $2::text[], $3::text[], $4::int4[], $5::uuid[], $6::text[], $7::jsonb[], $8::jsonb[])';
+/** Its row; pg gives bigint[] elements as text. */
+const batchRow = z.object({
+  outcomes: z.array(z.enum(['appended', 'duplicate', 'wrong_expected_revision', 'event_id_conflict', 'not_attempted'])),
+  revisions: z.array(z.string().nullable()),
+  commits: z.array(z.string().nullable()),
+  prepares: z.array(z.string().nullable()),
+});
 
 const positionRow = z.object({ commit: z.string(), prepare: z.number() });
 const eventRow = z.object({
@@ -546,18 +560,23 @@ export type PostgresEventStoreOptions = {
 
 export function createPostgresEventStore(pool: DatabasePool, options: PostgresEventStoreOptions = {}): EventStore {
   const scanWindow = options.scanWindow ?? 10_000;
-  const bulkReadUrl = connectionUrlOf(pool);
+  const url = connectionUrlOf(pool);
+  if (url === undefined) throw new Error('createPostgresEventStore: the pool must come from createDatabasePool (its URL opens the append connections)');
   const wakeups = createWakeups(options.listenUrl);
+  const maxConcurrentFlushes = options.maxConcurrentFlushes ?? 1;
 
-  const batchRow = z.object({
-    outcomes: z.array(z.enum(['appended', 'duplicate', 'wrong_expected_revision', 'event_id_conflict', 'not_attempted'])),
-    revisions: z.array(z.number().nullable()),
-    commits: z.array(z.string().nullable()),
-    prepares: z.array(z.number().nullable()),
-  });
-  const groupCommit = createGroupCommit((requests) => flush(requests), {
+  // The group commit's flushes run on plain pg connections of their own, one per flush in
+  // flight, with `es_append_batch` prepared: through slonik's pool each flush cost a connection
+  // checkout, interceptors and statement parsing on both ends, work that a lone flush in flight
+  // does serially with PostgreSQL's (issue 11).
+  const flushConnections = Array.from({ length: maxConcurrentFlushes }, () => createPlainConnection(url, { applicationName: 'event-store-append' }));
+  // Wake-ups need no durability: their own connection commits without waiting for the WAL
+  // flush (pg_notify draws a transaction id, so its commit would otherwise wait for an fsync).
+  const notifyConnection = createPlainConnection(url, { applicationName: 'event-store-notify', settings: { synchronous_commit: 'off' } });
+
+  const groupCommit = createGroupCommit((requests, lane) => flush(requests, lane), {
     maxBatchEvents: options.maxBatchEvents ?? 2_000,
-    maxConcurrentFlushes: options.maxConcurrentFlushes ?? 1,
+    maxConcurrentFlushes,
   });
 
   // Wakes live subscribers (this process's and others') after commit, coalesced: at most one
@@ -568,9 +587,10 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
   let wakeScheduled: Promise<void> | undefined;
   const wakeSubscribers = (): void => {
     wakeScheduled ??= new Promise<void>((resolve) => setImmediate(resolve))
-      .then(() => {
+      .then(async () => {
         wakeScheduled = undefined;
-        return pool.query(sql.type(z.object({}))`select pg_notify(${NOTIFY_CHANNEL}, '')`);
+        const client = await notifyConnection.get();
+        await client.query({ name: 'es_notify', text: NOTIFY_STATEMENT });
       })
       .then(
         () => undefined,
@@ -579,7 +599,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
   };
 
   /** One flush: every queued request in one statement, one transaction, one round trip. */
-  async function flush(requests: readonly QueuedAppend[]): Promise<void> {
+  async function flush(requests: readonly QueuedAppend[], lane: number): Promise<void> {
     const req: number[] = [];
     const streams: string[] = [];
     const expected: string[] = [];
@@ -602,12 +622,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
         }
       }
     });
-    const row = await pool.one(sql.type(batchRow)`
-      select * from es_append_batch(
-        ${sql.array(req, 'int4')}, ${sql.array(streams, 'text')}, ${sql.array(expected, 'text')}, ${sql.array(counts, 'int4')},
-        ${sql.array(ids, 'uuid')}, ${sql.array(types, 'text')}, ${sql.array(data, 'jsonb')}, ${sql.array(metadata, 'jsonb')}
-      )
-    `);
+    const row = await appendBatch(lane, [req, streams, expected, counts, ids, types, data, metadata]);
     let part = 0;
     let appended = false;
     for (const request of requests) {
@@ -622,9 +637,9 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
         if (outcome === 'appended' || outcome === 'duplicate') {
           if (outcome === 'appended') appended = true;
           if (revision === null || commit === null || prepare === null) throw new Error('es_append_batch returned no position');
-          results.push({ nextRevision: revision, position: { commit: BigInt(commit), prepare: BigInt(prepare) } });
+          results.push({ nextRevision: Number(revision), position: { commit: BigInt(commit), prepare: BigInt(prepare) } });
         } else if (outcome === 'wrong_expected_revision') {
-          failure ??= new WrongExpectedRevisionError(streamId, String(expectedRevision ?? 'any'), revision ?? 'no_stream');
+          failure ??= new WrongExpectedRevisionError(streamId, String(expectedRevision ?? 'any'), revision === null ? 'no_stream' : Number(revision));
         } else if (outcome === 'event_id_conflict') {
           failure ??= new ConflictError('Some of these event ids were already used by other events');
         } else if (outcome !== 'not_attempted') {
@@ -635,6 +650,31 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
       else request.resolve(results);
     }
     if (appended) wakeSubscribers();
+  }
+
+  /**
+   * `es_append_batch` on the flush lane's connection. A statement that fails in PostgreSQL
+   * leaves the connection as it was (the statement was its own transaction); any other failure
+   * (socket closed or broken) drops it and fails as a lost connection (SQLSTATE 08006), which
+   * group commit does not retry: whether that transaction committed is unknown.
+   */
+  async function appendBatch(lane: number, values: readonly unknown[]): Promise<z.infer<typeof batchRow>> {
+    const connection = flushConnections[lane];
+    if (!connection) throw new Error(`no flush connection for lane ${lane}`);
+    const client = await connection.get().catch((error: unknown) => {
+      throw Object.assign(new Error('event store: could not open the append connection', { cause: error }), { code: '08006' });
+    });
+    let result: pg.QueryResult;
+    try {
+      result = await client.query({ name: 'es_append_batch', text: APPEND_BATCH_STATEMENT, values: [...values] });
+    } catch (error) {
+      if (error instanceof pg.DatabaseError) throw error;
+      connection.drop(client);
+      throw Object.assign(new Error('event store: the append connection was lost during a flush', { cause: error }), { code: '08006' });
+    }
+    const parsed = batchRow.safeParse(result.rows[0]);
+    if (!parsed.success) throw new Error(`es_append_batch returned an unexpected row: ${parsed.error.message}`);
+    return parsed.data;
   }
 
   /** One page of the log in one round trip (`es_read_page`, see its migration). */
@@ -697,7 +737,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     readAll,
 
     // Needs a plain pg connection (see postgresBulkRead.ts): only when the pool's URL is known.
-    ...(bulkReadUrl !== undefined && { readAllBulk: (opts = {}) => readAllBulk(pool, bulkReadUrl, horizonQuery, opts) }),
+    readAllBulk: (opts = {}) => readAllBulk(pool, url, horizonQuery, opts),
 
     async *subscribeToAll(opts: SubscribeOptions = {}) {
       const unsubscribe = await wakeups.subscribe();
@@ -723,6 +763,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     async close() {
       await groupCommit.drained();
       await wakeScheduled;
+      await Promise.all([...flushConnections, notifyConnection].map((c) => c.end()));
       await wakeups.close();
     },
   };
@@ -748,11 +789,13 @@ type QueuedAppend = {
  * unknown, and each caller's own retry with the same event ids is idempotent.
  */
 function createGroupCommit(
-  flush: (requests: readonly QueuedAppend[]) => Promise<void>,
+  flush: (requests: readonly QueuedAppend[], lane: number) => Promise<void>,
   options: { readonly maxBatchEvents: number; readonly maxConcurrentFlushes: number },
 ) {
   const queue: QueuedAppend[] = [];
   let flushing = 0;
+  /** Flush lanes not in use (each flush in flight has its own connection). */
+  const freeLanes = Array.from({ length: options.maxConcurrentFlushes }, (_, i) => i);
   let idle: Promise<void> | undefined;
   let settleIdle: (() => void) | undefined;
 
@@ -769,9 +812,9 @@ function createGroupCommit(
     return batch;
   };
 
-  const run = async (batch: readonly QueuedAppend[]): Promise<void> => {
+  const run = async (batch: readonly QueuedAppend[], lane: number): Promise<void> => {
     try {
-      await flush(batch);
+      await flush(batch, lane);
     } catch (error) {
       const state = sqlStateOf(error);
       const isolatable = batch.length > 1 && state !== undefined && !state.startsWith('08') && !state.startsWith('57');
@@ -779,21 +822,24 @@ function createGroupCommit(
         for (const request of batch) request.reject(error);
         return;
       }
-      for (const request of batch) await run([request]);
+      for (const request of batch) await run([request], lane);
     }
   };
 
   const loop = async () => {
+    const lane = freeLanes.pop();
+    if (lane === undefined) return;
     flushing++;
     try {
       for (let batch = take(); batch.length > 0; batch = take()) {
-        await run(batch);
+        await run(batch, lane);
         // One turn of the event loop (not a timer): the callers just answered usually append
         // again at once; let their next requests join the next flush instead of trailing it.
         await new Promise<void>((resolve) => setImmediate(resolve));
       }
     } finally {
       flushing--;
+      freeLanes.push(lane);
       if (flushing === 0 && queue.length === 0) {
         settleIdle?.();
         idle = undefined;

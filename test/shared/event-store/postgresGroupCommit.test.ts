@@ -130,6 +130,8 @@ describe('group commit (PostgreSQL adapter)', () => {
           { streamId: `${run}-x`, events: [event('X')], expectedRevision: 'no_stream' },
           { streamId: `${run}-y`, events: [{ id: contested, type: 'Y', data: {} }], expectedRevision: 'no_stream' },
         ]);
+        // Settled as soon as the backend dies, which can be before pg_terminate_backend answers.
+        const failed = Promise.allSettled([written, stuck]);
         await blocker;
         const pid = await waitFor(async () => {
           const { rows } = await other.query<{ pid: number }>(
@@ -139,8 +141,7 @@ describe('group commit (PostgreSQL adapter)', () => {
         });
         // Mid-flush: the batch's transaction has written rows (es_streams, the first events).
         await other.query('select pg_terminate_backend($1)', [pid]);
-        await expect(written).rejects.toThrow();
-        await expect(stuck).rejects.toThrow();
+        expect((await failed).map((outcome) => outcome.status)).toEqual(['rejected', 'rejected']);
         await other.query('rollback');
       } finally {
         await other.end();
@@ -156,6 +157,39 @@ describe('group commit (PostgreSQL adapter)', () => {
       }
       const after = await store.append(`${run}-written`, [event('Again')], { expectedRevision: 'no_stream' });
       expect(after.nextRevision).toBe(0);
+    });
+  });
+
+  describe('its own connections (one per flush in flight, and one for wake-ups)', () => {
+    const backends = async (client: pg.Client, applicationName: string) =>
+      (await client.query<{ pid: number }>(`select pid from pg_stat_activity where datname = current_database() and application_name = $1`, [applicationName])).rows.map((r) => r.pid);
+
+    it('opens again after losing one between flushes, and closes them all on close()', async () => {
+      const { db } = fixture;
+      const check = new pg.Client({ connectionString: db.url });
+      await check.connect();
+      const mine = createPostgresEventStore(db.pool, { maxConcurrentFlushes: 2 });
+      try {
+        const before = await backends(check, 'event-store-append');
+        const run = randomUUID().slice(0, 8);
+        await mine.append(`${run}-a`, [event('A')], { expectedRevision: 'no_stream' });
+        const opened = (await backends(check, 'event-store-append')).filter((pid) => !before.includes(pid));
+        expect(opened).toHaveLength(1); // one flush in flight so far, one connection
+        await check.query('select pg_terminate_backend($1)', [opened[0]]);
+        // pg reports the loss; the next flush opens a new connection.
+        await waitFor(async () => !(await backends(check, 'event-store-append')).includes(opened[0] ?? -1));
+        const result = await waitFor(async () =>
+          mine.append(`${run}-a`, [event('A2')], { expectedRevision: 0 }).catch(() => undefined),
+        );
+        expect(result.nextRevision).toBe(1);
+        expect((await mine.readStream(`${run}-a`)).map((e) => e.type)).toEqual(['A', 'A2']);
+        await mine.close();
+        const left = (await backends(check, 'event-store-append')).filter((pid) => !before.includes(pid));
+        expect(left).toEqual([]);
+      } finally {
+        await mine.close();
+        await check.end();
+      }
     });
   });
 
