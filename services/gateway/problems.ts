@@ -117,7 +117,11 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   return sendProblem(request, reply, 500, `An internal error occurred; quote request id ${request.id} when reporting it`);
 }
 
-/** PostgreSQL (or another dependency) unreachable, restarting or full: a 503, not a 500. */
+/**
+ * PostgreSQL (or another dependency) unreachable, restarting or full: a 503, not a 500. With
+ * SQLSTATE class 08 (connection exception), which the event store's own connections report when
+ * one is lost mid-flush.
+ */
 const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '53300']);
 
 /** PostgreSQL `undefined_table`: a read model whose projector has not created it yet. */
@@ -128,7 +132,7 @@ function isReadModelMissing(error: unknown): boolean {
 function isDependencyDown(error: unknown): boolean {
   for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
     if (e instanceof ConnectionError || e instanceof BackendTerminatedError || e instanceof BackendTerminatedUnexpectedlyError) return true;
-    if ('code' in e && UNAVAILABLE_CODES.has(String(e.code))) return true;
+    if ('code' in e && (UNAVAILABLE_CODES.has(String(e.code)) || String(e.code).startsWith('08'))) return true;
     if (e.name === 'UnavailableError') return true; // KurrentDB / EventStoreDB client
   }
   return false;

@@ -53,7 +53,15 @@ export function createPlainConnection(url: string, options: PlainConnectionOptio
     get() {
       if (client) return Promise.resolve(client);
       connecting ??= (async () => {
-        const fresh = new pg.Client({ connectionString, pipeline: true, types: pgTypeParsers(pg.types) as pg.CustomTypesConfig });
+        // As slonik's pool: a server that does not answer fails the connect after 5 s instead of
+        // holding its caller for as long as the OS retries; keep-alive finds a half-open socket.
+        const fresh = new pg.Client({
+          connectionString,
+          pipeline: true,
+          connectionTimeoutMillis: 5_000,
+          keepAlive: true,
+          types: pgTypeParsers(pg.types) as pg.CustomTypesConfig,
+        });
         // Lost (while idle or mid-statement): the next `get` reconnects.
         const onLost = () => {
           lost.add(fresh);

@@ -585,17 +585,22 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
   // waiting (it was a 2 ms timer: up to 2 ms of every idle projector's lag). Only latency
   // depends on it; subscribers also poll.
   let wakeScheduled: Promise<void> | undefined;
+  /** Wake-ups sent and not yet answered, which `close` waits for. */
+  const notifying = new Set<Promise<void>>();
   const wakeSubscribers = (): void => {
-    wakeScheduled ??= new Promise<void>((resolve) => setImmediate(resolve))
-      .then(async () => {
-        wakeScheduled = undefined;
-        const client = await notifyConnection.get();
-        await client.query({ name: 'es_notify', text: NOTIFY_STATEMENT });
-      })
-      .then(
-        () => undefined,
-        () => undefined,
-      );
+    wakeScheduled ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+      // Cleared before sending: a commit from now on schedules a wake-up of its own.
+      wakeScheduled = undefined;
+      const sent = notifyConnection
+        .get()
+        .then((client) => client.query({ name: 'es_notify', text: NOTIFY_STATEMENT }))
+        .then(
+          () => undefined,
+          () => undefined,
+        );
+      notifying.add(sent);
+      void sent.finally(() => notifying.delete(sent));
+    });
   };
 
   /** One flush: every queued request in one statement, one transaction, one round trip. */
@@ -668,7 +673,11 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     try {
       result = await client.query({ name: 'es_append_batch', text: APPEND_BATCH_STATEMENT, values: [...values] });
     } catch (error) {
-      if (error instanceof pg.DatabaseError) throw error;
+      if (error instanceof pg.DatabaseError) {
+        // FATAL (a terminated backend, 57P01) or PANIC: PostgreSQL is closing this connection.
+        if (error.severity === 'FATAL' || error.severity === 'PANIC') connection.drop(client);
+        throw error;
+      }
       connection.drop(client);
       throw Object.assign(new Error('event store: the append connection was lost during a flush', { cause: error }), { code: '08006' });
     }
@@ -763,6 +772,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     async close() {
       await groupCommit.drained();
       await wakeScheduled;
+      await Promise.all(notifying);
       await Promise.all([...flushConnections, notifyConnection].map((c) => c.end()));
       await wakeups.close();
     },

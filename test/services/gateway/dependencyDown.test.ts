@@ -4,7 +4,12 @@ import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createGateway } from '../../../services/gateway/app.ts';
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { createDatabasePool, sql, type DatabasePool } from '../../../shared/db/pool.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import type { EventStore } from '../../../shared/event-store/port.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 /**
@@ -17,6 +22,7 @@ describe('when PostgreSQL goes away under a running gateway', () => {
   let port = 0;
   let pool: DatabasePool;
   let app: FastifyInstance;
+  let store: EventStore;
   const sockets = new Set<Socket>();
   let startProxy: () => Promise<void>;
 
@@ -43,6 +49,7 @@ describe('when PostgreSQL goes away under a running gateway', () => {
     const viaProxy = new URL(db.url);
     viaProxy.host = `127.0.0.1:${port}`;
     pool = await createDatabasePool(viaProxy.toString(), { maximumPoolSize: 2 });
+    store = createPostgresEventStore(pool);
     app = await createGateway({
       config: { BODY_LIMIT_BYTES: 1024, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
       readiness: [],
@@ -50,12 +57,17 @@ describe('when PostgreSQL goes away under a running gateway', () => {
       v1: [
         async (v1) => {
           v1.get('/probe/db', async () => ({ one: await pool.oneFirst(sql.type(z.object({ one: z.number() }))`select 1 as one`) }));
+          v1.post('/probe/append/:stream', async (request) => {
+            const { stream } = z.object({ stream: z.string() }).parse(request.params);
+            return store.append(stream, [{ id: randomUUID(), type: 'Probe', data: {} }]).then((r) => ({ nextRevision: r.nextRevision }));
+          });
         },
       ],
     });
   });
   afterAll(async () => {
     await app?.close();
+    await store?.close();
     await pool?.end().catch(() => undefined);
     proxy?.close();
     await db?.drop();
@@ -74,5 +86,39 @@ describe('when PostgreSQL goes away under a running gateway', () => {
 
     await startProxy(); // back on the same port: the pool reconnects by itself
     await expect.poll(async () => (await app.inject({ url: '/v1/probe/db' })).statusCode, { timeout: 10_000 }).toBe(200);
+  });
+  it('answers 503 with Retry-After when the append connection is cut mid-flush, and appends again once it is back', async () => {
+    await expect.poll(async () => (await app.inject({ url: '/v1/probe/db' })).statusCode, { timeout: 10_000 }).toBe(200);
+    const stream = `cut-${randomUUID()}`;
+    // A first append opens the store's append connection (through the proxy).
+    expect((await app.inject({ method: 'POST', url: `/v1/probe/append/${stream}` })).json()).toEqual({ nextRevision: 0 });
+    // The flush locks its stream first: holding that lock directly (not through the proxy) keeps
+    // the flush in flight while the proxy cuts its connection.
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    try {
+      await holder.query('begin');
+      await holder.query('select pg_advisory_xact_lock(hashtextextended($1, 0))', [stream]);
+      // inject sends when awaited: Promise.resolve starts it now.
+      const cut = Promise.resolve(app.inject({ method: 'POST', url: `/v1/probe/append/${stream}` }));
+      await waitFor(async () => {
+        const { rows } = await holder.query(`select 1 from pg_stat_activity where datname = current_database() and application_name = 'event-store-append' and wait_event = 'advisory'`);
+        return rows.length > 0;
+      });
+      proxy.close();
+      for (const s of sockets) s.destroy();
+      const answer = await cut;
+      expect(answer.statusCode).toBe(503);
+      expect(answer.headers['retry-after']).toBe('5');
+      await holder.query('rollback');
+    } finally {
+      await holder.end();
+    }
+    await startProxy();
+    await expect.poll(async () => (await app.inject({ method: 'POST', url: `/v1/probe/append/${stream}` })).statusCode, { timeout: 10_000 }).toBe(200);
+    // The cut flush committed anyway: its backend was waiting for the lock and, with no
+    // client_connection_check_interval, noticed the lost client only when it answered. That is
+    // why the store does not retry a flush whose connection is lost, and the client hears 503.
+    expect((await store.readStream(stream)).map((e) => e.revision)).toEqual([0, 1, 2]);
   });
 });

@@ -171,6 +171,7 @@ describe('group commit (PostgreSQL adapter)', () => {
       const mine = createPostgresEventStore(db.pool, { maxConcurrentFlushes: 2 });
       try {
         const before = await backends(check, 'event-store-append');
+        const notifyBefore = await backends(check, 'event-store-notify');
         const run = randomUUID().slice(0, 8);
         await mine.append(`${run}-a`, [event('A')], { expectedRevision: 'no_stream' });
         const opened = (await backends(check, 'event-store-append')).filter((pid) => !before.includes(pid));
@@ -182,10 +183,13 @@ describe('group commit (PostgreSQL adapter)', () => {
           mine.append(`${run}-a`, [event('A2')], { expectedRevision: 0 }).catch(() => undefined),
         );
         expect(result.nextRevision).toBe(1);
+        expect((await backends(check, 'event-store-notify')).filter((pid) => !notifyBefore.includes(pid))).toHaveLength(1);
         expect((await mine.readStream(`${run}-a`)).map((e) => e.type)).toEqual(['A', 'A2']);
         await mine.close();
         const left = (await backends(check, 'event-store-append')).filter((pid) => !before.includes(pid));
         expect(left).toEqual([]);
+        // The wake-ups after those appends opened the notify connection; close() ends it too.
+        expect((await backends(check, 'event-store-notify')).filter((pid) => !notifyBefore.includes(pid))).toEqual([]);
       } finally {
         await mine.close();
         await check.end();
