@@ -112,9 +112,15 @@ export function dateOrInstant(options: { readonly minYear?: number } = {}) {
     .describe(`ISO 8601 date or date-time with offset, years ${minYear}–${MAX_YEAR}`);
 }
 
-/** An integer in `min`..`max`; query strings are coerced (`?page=2`), anything non-integral is a 400. */
+/** Digits only (what `?page=2` may hold): `Number()` alone would also read `+1`, `1e0`, `0x1`. */
+const DECIMAL_DIGITS = /^\s*\d+(\.0*)?\s*$/;
+
+/**
+ * An integer in `min`..`max`; query strings are coerced (`?page=2`), anything non-integral is a 400,
+ * and so is a string that is not written in decimal digits.
+ */
 export function boundedInt(min: number, max: number) {
-  return z.coerce.number().int().min(min).max(max);
+  return z.preprocess((v) => (typeof v === 'string' && !DECIMAL_DIGITS.test(v) ? Number.NaN : v), z.coerce.number().int().min(min).max(max));
 }
 
 /** A uuid (fixed length 36). */

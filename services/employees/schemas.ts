@@ -68,8 +68,8 @@ export const logPosition = logPositionText()
 
 export const listEmployeesQuery = z
   .object({
-    page: boundedInt(1, 1_000_000).default(1),
-    limit: boundedInt(1, 100).default(20),
+    page: boundedInt(1, 1_000_000).default(1).describe('Page number, from 1 (default 1)'),
+    limit: boundedInt(1, 100).default(20).describe('Page size, 1–100 (default 20)'),
     department: department.optional(),
     status: z.enum(EMPLOYEE_STATUSES).optional(),
     hiredFrom: hiredBound.optional(),
