@@ -780,7 +780,9 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
+                    /** @description Page number, from 1 (default 1) */
                     page?: number;
+                    /** @description Page size, 1–100 (default 20) */
                     limit?: number;
                     /** @description Department slug */
                     department?: string;
