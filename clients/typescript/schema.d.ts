@@ -312,8 +312,9 @@ export interface paths {
                 query?: {
                     /** @description Read changes strictly after this cursor; omitted: from the first change */
                     after?: string;
+                    /** @description Page size, 1–1000 (default 100) */
                     limit?: number;
-                    /** @description Long-poll: seconds to wait for a change when none is pending */
+                    /** @description Long-poll: seconds to wait for a change when none is pending (0–30, default 0) */
                     wait?: number;
                 };
                 header?: never;
@@ -607,6 +608,7 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
+                    /** @description Page size, 1–100 (default 50) */
                     limit?: number;
                 };
                 header?: never;

@@ -12,7 +12,7 @@ import { requireAuth } from '../gateway/requestContext.ts';
 import { toChange } from './change.ts';
 import { decodeCursor, encodeCursor } from './cursor.ts';
 import type { ChangeWakeups } from './wakeups.ts';
-import { safeText } from '../../shared/validation.ts';
+import { boundedInt, safeText } from '../../shared/validation.ts';
 
 export type ChangesRoutesDeps = {
   readonly pool: DatabasePool;
@@ -39,8 +39,8 @@ export const changeSchema = z
 const changesQuery = z
   .object({
     after: cursorSchema.optional().describe('Read changes strictly after this cursor; omitted: from the first change'),
-    limit: z.coerce.number().int().min(1).max(1000).default(100),
-    wait: z.coerce.number().int().min(0).max(30).default(0).describe('Long-poll: seconds to wait for a change when none is pending'),
+    limit: boundedInt(1, 1000).default(100).describe('Page size, 1–1000 (default 100)'),
+    wait: boundedInt(0, 30).default(0).describe('Long-poll: seconds to wait for a change when none is pending (0–30, default 0)'),
   })
   .strict();
 

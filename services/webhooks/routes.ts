@@ -14,7 +14,7 @@ import { requireAuth } from '../gateway/requestContext.ts';
 import { generateSigningSecret, type SecretBox } from './secrets.ts';
 import { deleteEndpoint, findEndpoint, insertEndpoint, latestChange, listDeliveries, listEndpoints, rewindEndpoint, type EndpointRecord } from './store.ts';
 import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
-import { safeText, uuid } from '../../shared/validation.ts';
+import { boundedInt, safeText, uuid } from '../../shared/validation.ts';
 
 export type WebhooksRoutesDeps = {
   readonly pool: DatabasePool;
@@ -155,7 +155,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
           tags,
           summary: 'Recent deliveries of an endpoint, newest first: attempts, status, next retry',
           params,
-          querystring: z.object({ limit: z.coerce.number().int().min(1).max(100).default(50) }).strict(),
+          querystring: z.object({ limit: boundedInt(1, 100).default(50).describe('Page size, 1–100 (default 50)') }).strict(),
           response: { 200: z.object({ data: z.array(deliverySchema) }), ...problems, 404: problemSchema },
         },
       },

@@ -148,7 +148,7 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
       const response = await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${after}`, headers: a.headers });
       expectProblem(response, 400);
     }
-    for (const query of ['limit=0', 'limit=1001', 'wait=31', 'limit=abc', 'since=1']) {
+    for (const query of ['limit=0', 'limit=1001', 'wait=31', 'limit=abc', 'limit=%2B1', 'limit=1e1', 'wait=0x1', 'since=1']) {
       expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?${query}`, headers: a.headers }), 400);
     }
   });
