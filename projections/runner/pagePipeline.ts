@@ -2,7 +2,7 @@ import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
 import { pgStatements, validatedRows } from '../../shared/db/plainPg.ts';
 import type { Queryable } from '../../shared/db/pool.ts';
-import { createPlainConnection } from '../../shared/db/plainConnection.ts';
+import { breaksConnection, connectionLostError, createPlainConnection } from '../../shared/db/plainConnection.ts';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
 
 /**
@@ -59,8 +59,7 @@ type Sent = Promise<pg.QueryResult<Record<string, unknown>>>;
  * A page that lost its connection fails as a connection failure (SQLSTATE class 08), which the
  * runner retries as transient, whichever of pg's errors told of it first.
  */
-const connectionLost = (cause: unknown) =>
-  Object.assign(new Error('page pipeline: the connection was lost during the page', { cause }), { code: '08006' });
+const connectionLost = (cause: unknown) => connectionLostError('page pipeline: the connection was lost during the page', cause);
 
 /** SQLSTATEs on which a page is simply run again at once, as slonik's transactions do. */
 const RETRY_IN_PLACE = new Set(['40001', '40P01']);
@@ -74,14 +73,13 @@ export function createPagePipeline(url: string, options: { readonly applicationN
     applicationName: options.applicationName ?? 'employee-analytics-projector',
     ...(options.statementTimeoutMs !== undefined && { statementTimeoutMs: options.statementTimeoutMs }),
   });
-  const { drop } = plain;
 
   /** One run of a page (see `page`). */
   const runPage = async (compareAndSet: QuerySqlToken, handle: (tx: Queryable) => Promise<void>): Promise<unknown[] | undefined> => {
     let connection = await plain.get();
     if (connection.getTransactionStatus() !== 'I') {
       // Not idle (it should always be, between pages): start over on a new connection.
-      drop(connection);
+      plain.drop(connection);
       connection = await plain.get();
     }
     // The first failure of the page, in the order PostgreSQL answered: the cause, where the
@@ -93,7 +91,7 @@ export function createPagePipeline(url: string, options: { readonly applicationN
       const sent = connection.query<Record<string, unknown>>(config);
       sent.catch((error: unknown) => {
         failure ??= { error };
-        if (!(error instanceof pg.DatabaseError)) sound = false;
+        if (breaksConnection(error)) sound = false;
       });
       return sent;
     };
@@ -141,7 +139,7 @@ export function createPagePipeline(url: string, options: { readonly applicationN
       throw cause;
     } finally {
       // Every statement of the page has answered by now (the last one sent was awaited).
-      if (!sound) drop(connection);
+      if (!sound) plain.drop(connection);
     }
   };
 

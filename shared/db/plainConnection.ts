@@ -22,6 +22,24 @@ export type PlainConnection = {
   end(): Promise<void>;
 };
 
+/**
+ * Whether a statement's failure leaves its connection unusable: anything but PostgreSQL refusing
+ * the statement (a socket closed or broken, a value pg could not send), and PostgreSQL ending the
+ * session (FATAL or PANIC, e.g. 57P01 from `pg_terminate_backend`), which the statement hears
+ * before pg sees the socket close.
+ */
+export function breaksConnection(error: unknown): boolean {
+  return !(error instanceof pg.DatabaseError) || error.severity === 'FATAL' || error.severity === 'PANIC';
+}
+
+/**
+ * The error of work whose connection was lost: SQLSTATE 08006, which callers treat as transient,
+ * and whose outcome (did it commit?) is unknown.
+ */
+export function connectionLostError(message: string, cause: unknown): Error & { readonly code: '08006' } {
+  return Object.assign(new Error(message, { cause }), { code: '08006' as const });
+}
+
 export type PlainConnectionOptions = {
   readonly applicationName: string;
   readonly statementTimeoutMs?: number;

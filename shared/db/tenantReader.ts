@@ -2,6 +2,7 @@ import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
 import { pgStatements, validatedRows } from './plainPg.ts';
 import { TENANT_ROLE, pgTypeParsers, type Queryable } from './pool.ts';
+import { breaksConnection } from './plainConnection.ts';
 
 /**
  * Tenant-scoped reads without a transaction: the cheap path for hot list pages.
@@ -121,7 +122,7 @@ export async function createTenantReader(url: string, options: { readonly maximu
       const any = (async (query: QuerySqlToken) => {
         const { text, name } = statementOf(query);
         const rows = await scopedRows(client, tenantId, text, query.values, name).catch((error: unknown) => {
-          if (!(error instanceof pg.DatabaseError)) unsound = true;
+          if (breaksConnection(error)) unsound = true;
           throw error;
         });
         return validatedRows(query, rows, 'tenant reader');
@@ -130,7 +131,7 @@ export async function createTenantReader(url: string, options: { readonly maximu
         return await work({ any });
       } catch (error) {
         // Anything but an error PostgreSQL answered with drops the connection (unknown state).
-        unsound ||= !(error instanceof pg.DatabaseError);
+        unsound ||= breaksConnection(error);
         throw error;
       } finally {
         client.release(unsound);

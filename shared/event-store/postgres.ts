@@ -5,7 +5,7 @@ import type { Migration } from '../db/migrate.ts';
 import { readAllBulk } from './postgresBulkRead.ts';
 import { createSharedTails } from './sharedTail.ts';
 import { createListenConnection } from '../db/listen.ts';
-import { createPlainConnection } from '../db/plainConnection.ts';
+import { breaksConnection, connectionLostError, createPlainConnection } from '../db/plainConnection.ts';
 import { sqlStateOf } from '../db/sqlState.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
@@ -663,23 +663,20 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
    * (socket closed or broken) drops it and fails as a lost connection (SQLSTATE 08006), which
    * group commit does not retry: whether that transaction committed is unknown.
    */
-  async function appendBatch(lane: number, values: readonly unknown[]): Promise<z.infer<typeof batchRow>> {
+  async function appendBatch(lane: number, values: unknown[]): Promise<z.infer<typeof batchRow>> {
     const connection = flushConnections[lane];
     if (!connection) throw new Error(`no flush connection for lane ${lane}`);
     const client = await connection.get().catch((error: unknown) => {
-      throw Object.assign(new Error('event store: could not open the append connection', { cause: error }), { code: '08006' });
+      throw connectionLostError('event store: could not open the append connection', error);
     });
     let result: pg.QueryResult;
     try {
-      result = await client.query({ name: 'es_append_batch', text: APPEND_BATCH_STATEMENT, values: [...values] });
+      result = await client.query({ name: 'es_append_batch', text: APPEND_BATCH_STATEMENT, values });
     } catch (error) {
-      if (error instanceof pg.DatabaseError) {
-        // FATAL (a terminated backend, 57P01) or PANIC: PostgreSQL is closing this connection.
-        if (error.severity === 'FATAL' || error.severity === 'PANIC') connection.drop(client);
-        throw error;
-      }
-      connection.drop(client);
-      throw Object.assign(new Error('event store: the append connection was lost during a flush', { cause: error }), { code: '08006' });
+      if (breaksConnection(error)) connection.drop(client);
+      // PostgreSQL's own answer (57P01 for a terminated backend included) is passed on as it is.
+      if (error instanceof pg.DatabaseError) throw error;
+      throw connectionLostError('event store: the append connection was lost during a flush', error);
     }
     const parsed = batchRow.safeParse(result.rows[0]);
     if (!parsed.success) throw new Error(`es_append_batch returned an unexpected row: ${parsed.error.message}`);
@@ -745,7 +742,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
 
     readAll,
 
-    // Needs a plain pg connection (see postgresBulkRead.ts): only when the pool's URL is known.
+    // On a plain pg connection of its own (see postgresBulkRead.ts).
     readAllBulk: (opts = {}) => readAllBulk(pool, url, horizonQuery, opts),
 
     async *subscribeToAll(opts: SubscribeOptions = {}) {
@@ -803,9 +800,9 @@ function createGroupCommit(
   options: { readonly maxBatchEvents: number; readonly maxConcurrentFlushes: number },
 ) {
   const queue: QueuedAppend[] = [];
-  let flushing = 0;
   /** Flush lanes not in use (each flush in flight has its own connection). */
   const freeLanes = Array.from({ length: options.maxConcurrentFlushes }, (_, i) => i);
+  const idleNow = () => freeLanes.length === options.maxConcurrentFlushes && queue.length === 0;
   let idle: Promise<void> | undefined;
   let settleIdle: (() => void) | undefined;
 
@@ -839,7 +836,6 @@ function createGroupCommit(
   const loop = async () => {
     const lane = freeLanes.pop();
     if (lane === undefined) return;
-    flushing++;
     try {
       for (let batch = take(); batch.length > 0; batch = take()) {
         await run(batch, lane);
@@ -848,9 +844,8 @@ function createGroupCommit(
         await new Promise<void>((resolve) => setImmediate(resolve));
       }
     } finally {
-      flushing--;
       freeLanes.push(lane);
-      if (flushing === 0 && queue.length === 0) {
+      if (idleNow()) {
         settleIdle?.();
         idle = undefined;
         settleIdle = undefined;
@@ -862,12 +857,12 @@ function createGroupCommit(
     submit(parts: readonly AppendRequest[]): Promise<AppendResult[]> {
       return new Promise<AppendResult[]>((resolve, reject) => {
         queue.push({ parts, events: parts.reduce((n, p) => n + p.events.length, 0), resolve, reject });
-        if (flushing < options.maxConcurrentFlushes) void loop();
+        if (freeLanes.length > 0) void loop();
       });
     },
     /** Resolves once nothing is queued or in flight. */
     drained(): Promise<void> {
-      if (flushing === 0 && queue.length === 0) return Promise.resolve();
+      if (idleNow()) return Promise.resolve();
       idle ??= new Promise<void>((resolve) => (settleIdle = resolve));
       return idle;
     },
