@@ -12,7 +12,7 @@
  * Bulk import, documented: for each employee an `EmployeeHired` event on its own stream, an
  * `EmployeeEmailReserved` event on its email's reservation stream (so uniqueness holds for
  * imported staff too) and, for 20%, an `EmployeeStatusChanged` (10% on_leave, 10% inactive),
- * written with COPY into es_streams and es_events in ONE transaction: the import is all or
+ * written with COPY into es_events in ONE transaction: the import is all or
  * nothing, and the events become visible to projectors at once, in one commit.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -75,12 +75,6 @@ export async function importEmployees(databaseUrl: string, tenantId: string, cou
   });
   const metadata = JSON.stringify({ tenantId, actor: 'bulk-import', occurredAt: new Date(now).toISOString() });
   let events = 0;
-  function* streamRows() {
-    for (const e of employees) {
-      yield `${employeeStreamId(tenantId, e.id)}\t${e.status === 'active' ? 0 : 1}\n`;
-      yield `${emailReservationStreamId(tenantId, e.email)}\t0\n`;
-    }
-  }
   function* eventRows() {
     for (const e of employees) {
       const stream = employeeStreamId(tenantId, e.id);
@@ -100,7 +94,6 @@ export async function importEmployees(databaseUrl: string, tenantId: string, cou
   await client.connect();
   try {
     await client.query('begin');
-    await pipeline(Readable.from(streamRows(), { objectMode: false }), client.query(copyFrom('copy es_streams (stream_id, revision) from stdin')));
     await pipeline(
       Readable.from(eventRows(), { objectMode: false }),
       client.query(copyFrom('copy es_events (stream_id, revision, event_id, type, data, metadata) from stdin')),
