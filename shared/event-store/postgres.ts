@@ -24,7 +24,7 @@ import {
 /**
  * The read horizon's statement (see `es_read_horizon` below), shared by its versions: the event
  * tables' writers are the backends holding a lock on one of `tables` (es_streams too, until 010
- * dropped it).
+ * stopped writing it and 011 dropped it).
  */
 const horizonSelect = (tables: string) => `select coalesce(
           (select min(x) from pg_snapshot_xip(snap.s) x
@@ -38,6 +38,7 @@ const horizonSelect = (tables: string) => `select coalesce(
                and l1.pid <> pg_backend_pid())),
           pg_snapshot_xmax(snap.s))
         from (select pg_current_snapshot() as s) snap`;
+/** The horizon as 006 and 007 wrote it, when es_streams was still an event table. */
 const HORIZON_SELECT = horizonSelect("'es_events'::regclass, 'es_streams'::regclass");
 
 /**
@@ -140,20 +141,39 @@ export const eventStoreMigrations: readonly Migration[] = [
   // The appends read a stream's revision from the log and no longer keep es_streams (an upsert
   // per stream on every flush), and the flush's usual batch takes four statements (see
   // appendBatchFunctionV2; issue 11). Same signatures and outcomes. The horizon watches
-  // es_events alone, and es_streams, which nothing reads any more, is dropped last, once no
-  // function names it.
+  // es_events alone. First, in the same snapshot, es_streams must agree with the log: from now
+  // on the log alone says where each stream stands.
   {
-    id: 'event-store/010-appends-without-streams-table',
-    sql: `${appendBatchFunctionV2()}
+    id: 'event-store/010-appends-revisions-from-log',
+    sql: `
+      do $check$
+      declare v_disagree bigint; v_example text;
+      begin
+        select count(*), min(coalesce(s.stream_id, e.stream_id)) into v_disagree, v_example
+          from es_streams s
+          full join (select stream_id, max(revision) as revision from es_events group by stream_id) e using (stream_id)
+          where s.revision is distinct from e.revision;
+        if v_disagree > 0 then
+          raise exception 'es_streams disagrees with es_events on % stream(s), e.g. %', v_disagree, v_example
+            using hint = 'A stream''s revision must be the newest revision of its events; fix the rows written outside the event store, then start again.';
+        end if;
+      end
+      $check$;
+${appendBatchFunctionV2()}
 ${appendFunction({ replace: true, notifyInTransaction: false, revisionFromLog: true })}
       create or replace function es_read_horizon() returns xid8 language plpgsql volatile as $fn$
       begin
         return (${horizonSelect("'es_events'::regclass")});
       end
       $fn$;
-      drop table es_streams;
     `,
   },
+  // Dropped in a migration of its own, after 010 has committed: a flush that began before then
+  // still runs the old functions and holds es_streams, and the drop waits for it, but the flushes
+  // that begin meanwhile run the new ones, which do not touch the table, so none of them queues
+  // behind the drop (in 010's own transaction they would have, and failed with 42P01 once the
+  // table was gone).
+  { id: 'event-store/011-drop-streams-table', sql: 'drop table es_streams;' },
 ];
 
 /**
@@ -232,7 +252,8 @@ function readPageFunction(version: 1 | 2): string {
  * requests before it in the batch left (same-stream requests see each other in order); a
  * request whose idempotency or revision check fails appends nothing and the others go on, so
  * no subtransaction is needed. Reads are set-based (two queries for the whole batch) and the
- * writes are one INSERT per table, whatever the batch size.
+ * writes are one INSERT per table, whatever the batch size. (As 004 created it; see
+ * `appendBatchFunctionV2` for the version 010 put in its place.)
  *
  * Outcomes: appended | duplicate (a retry: its ids are already in that stream) |
  * wrong_expected_revision | event_id_conflict | not_attempted (another part of the same

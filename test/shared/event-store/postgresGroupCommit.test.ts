@@ -78,6 +78,29 @@ describe('group commit (PostgreSQL adapter)', () => {
     });
   });
 
+  describe('when a batch of distinct streams carries a retry of an earlier append', () => {
+    it('answers the retry with its first position and appends the others in one transaction', async () => {
+      const { store } = fixture;
+      const run = randomUUID().slice(0, 8);
+      const retried = event('Once');
+      const original = await store.append(`${run}-retried`, [retried], { expectedRevision: 'no_stream' });
+      const blocker = store.append(`${run}-first`, [event('First')]);
+      // Distinct streams and ids: the flush decides them as a whole, finds the retried id in the
+      // log and decides the batch again request by request.
+      const [retry, a, b] = await Promise.all([
+        store.append(`${run}-retried`, [retried], { expectedRevision: 'no_stream' }),
+        store.append(`${run}-a`, [event('A')], { expectedRevision: 'no_stream' }),
+        store.append(`${run}-b`, [event('B')], { expectedRevision: 'no_stream' }),
+      ]);
+      await blocker;
+      expect(retry).toEqual(original);
+      expect(a?.position.commit).toBe(b?.position.commit); // one flush
+      expect(a?.position.commit).not.toBe(original.position.commit);
+      expect((await store.readStream(`${run}-retried`)).map((e) => e.id)).toEqual([retried.id]);
+      for (const s of ['a', 'b']) expect(await store.readStream(`${run}-${s}`)).toHaveLength(1);
+    });
+  });
+
   describe('when two stores (two gateways) flush batches over the same streams at once', () => {
     it('never deadlocks: streams are locked in one order by every writer', async () => {
       const { db, store } = fixture;

@@ -69,12 +69,15 @@ describe('PostgreSQL readAll: atHead', () => {
     expect(page).toMatchObject({ events: [], atHead: true });
   });
 
-  it('the append and read functions keep generic plans (set on the function, restated when replaced)', async () => {
+  it('the append and read functions keep generic plans and index lookups (set on the function, restated when replaced)', async () => {
     const rows = await db.pool.any(sql.type(z.object({ proname: z.string(), config: z.array(z.string()) }))`
       select proname, coalesce(proconfig, '{}') as config from pg_proc
       where proname in ('es_append_batch', 'es_append', 'es_read_page') order by proname
     `);
     expect(rows.map((r) => r.proname)).toEqual(['es_append', 'es_append_batch', 'es_read_page']);
-    for (const row of rows) expect(row.config).toContain('plan_cache_mode=force_generic_plan');
+    for (const row of rows) {
+      expect(row.config).toContain('plan_cache_mode=force_generic_plan');
+      expect(row.config).toContain('enable_seqscan=off');
+    }
   });
 });

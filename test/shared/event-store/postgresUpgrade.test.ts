@@ -6,25 +6,49 @@ import { migrate } from '../../../shared/db/migrate.ts';
 import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import { createPostgresEventStore, eventStoreMigrations } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 /**
- * Migration 010 on a log written before it (issue 11): es_streams held every stream's revision
- * until then; afterwards the appends read it from the log, and the table is gone. A deployment
- * that upgrades must go on deciding every append exactly as before, on streams written by the
- * old functions (group commit's flush and the older single `es_append`).
+ * Migrations 010 and 011 on a log written before them (issue 11): es_streams held every stream's
+ * revision until then; afterwards the appends read it from the log, and the table is gone. A
+ * deployment that upgrades must go on deciding every append exactly as before, on streams written
+ * by the old functions (group commit's flush and the older single `es_append`), and appends that
+ * run while it migrates must not fail.
  */
-const before010 = eventStoreMigrations.slice(0, eventStoreMigrations.findIndex((m) => m.id.startsWith('event-store/010')));
+const at010 = eventStoreMigrations.findIndex((m) => m.id.startsWith('event-store/010'));
+if (at010 < 0) throw new Error('no event-store/010 migration');
+const before010 = eventStoreMigrations.slice(0, at010);
 
-let adminUrl: string;
-let name: string;
-let url: string;
-let pool: DatabasePool;
-let store: EventStore;
-const run = randomUUID().slice(0, 8);
-const ids = { a0: randomUUID(), a1: randomUUID(), a2: randomUUID(), b0: randomUUID(), c0: randomUUID() };
+const adminUrl = (): string => {
+  const admin = process.env.TEST_PG_ADMIN_URL;
+  if (!admin) throw new Error('TEST_PG_ADMIN_URL is not set: run the tests through vitest');
+  return admin;
+};
 
-async function sqlOn<T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ connectionString: url });
+/** A new database migrated up to 009, and how to drop it. */
+async function databaseBefore010(): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `t_upgrade_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl() });
+  await admin.connect();
+  await admin.query(`create database "${name}"`);
+  await admin.end();
+  const parsed = new URL(adminUrl());
+  parsed.pathname = `/${name}`;
+  const url = parsed.toString();
+  await migrate(url, before010);
+  return {
+    url,
+    async drop() {
+      const client = new pg.Client({ connectionString: adminUrl() });
+      await client.connect();
+      await client.query(`drop database if exists "${name}" with (force)`);
+      await client.end();
+    },
+  };
+}
+
+async function sqlAt<T extends pg.QueryResultRow>(databaseUrl: string, text: string, values: unknown[] = []): Promise<T[]> {
+  const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   try {
     return (await client.query<T>(text, values)).rows;
@@ -33,19 +57,17 @@ async function sqlOn<T extends pg.QueryResultRow>(text: string, values: unknown[
   }
 }
 
+let database: { url: string; drop(): Promise<void> };
+let url: string;
+let pool: DatabasePool;
+let store: EventStore;
+const run = randomUUID().slice(0, 8);
+const ids = { a0: randomUUID(), a1: randomUUID(), a2: randomUUID(), b0: randomUUID(), c0: randomUUID() };
+const sqlOn = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) => sqlAt<T>(url, text, values);
+
 beforeAll(async () => {
-  const admin = process.env.TEST_PG_ADMIN_URL;
-  if (!admin) throw new Error('TEST_PG_ADMIN_URL is not set: run the tests through vitest');
-  adminUrl = admin;
-  name = `t_upgrade_${randomBytes(4).toString('hex')}`;
-  const client = new pg.Client({ connectionString: adminUrl });
-  await client.connect();
-  await client.query(`create database "${name}"`);
-  await client.end();
-  const parsed = new URL(adminUrl);
-  parsed.pathname = `/${name}`;
-  url = parsed.toString();
-  await migrate(url, before010);
+  database = await databaseBefore010();
+  url = database.url;
   pool = await createDatabasePool(url, { maximumPoolSize: 4 });
   // Written by the functions as they were before 010 (the flush's, then es_append's).
   const old = createPostgresEventStore(pool);
@@ -68,10 +90,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await store?.close();
   await pool?.end();
-  const client = new pg.Client({ connectionString: adminUrl });
-  await client.connect();
-  await client.query(`drop database if exists "${name}" with (force)`);
-  await client.end();
+  await database?.drop();
 });
 
 describe('a log written before migration 010, after it', () => {
@@ -111,5 +130,70 @@ describe('a log written before migration 010, after it', () => {
     );
     expect(appended).toEqual([{ outcome: 'appended', next_revision: '1' }]);
     expect((await store.readStream(`${run}-c`)).map((e) => e.revision)).toEqual([0, 1]);
+  });
+});
+
+describe('migrating while a flush of the old functions is in flight', () => {
+  it('keeps appending on the new functions while the drop of es_streams waits for that flush', async () => {
+    const db = await databaseBefore010();
+    const livePool = await createDatabasePool(db.url, { maximumPoolSize: 4 });
+    const live = createPostgresEventStore(livePool);
+    const inFlight = new pg.Client({ connectionString: db.url });
+    await inFlight.connect();
+    try {
+      const stream = `inflight-${randomUUID()}`;
+      // A flush of the old es_append_batch whose transaction has not committed yet: it holds
+      // es_streams until it does.
+      await inFlight.query('begin');
+      await inFlight.query(
+        `select * from es_append_batch(array[0], array[$1], array['no_stream'], array[1], array[$2]::uuid[], array['Old'], array['{}']::jsonb[], array['{}']::jsonb[])`,
+        [stream, randomUUID()],
+      );
+      const migrating = migrate(db.url, eventStoreMigrations);
+      // 010 commits; 011's drop waits for the flush in flight.
+      await waitFor(async () => {
+        const rows = await sqlAt<{ n: string }>(db.url, `select count(*) as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%drop table es_streams%'`);
+        return Number(rows[0]?.n) > 0 ? true : undefined;
+      });
+      // Meanwhile appends go on, on the new functions, which do not wait for the drop.
+      const during = await Promise.all([
+        live.append(`during-${randomUUID()}`, [{ id: randomUUID(), type: 'New', data: {} }], { expectedRevision: 'no_stream' }),
+        live.appendMany([
+          { streamId: `during-${randomUUID()}`, events: [{ id: randomUUID(), type: 'New', data: {} }], expectedRevision: 'no_stream' },
+          { streamId: `during-${randomUUID()}`, events: [{ id: randomUUID(), type: 'New', data: {} }], expectedRevision: 'no_stream' },
+        ]),
+      ]);
+      expect(during.flat()).toHaveLength(3);
+      await inFlight.query('commit');
+      expect(await migrating).toContain('event-store/011-drop-streams-table');
+      expect((await live.append(stream, [{ id: randomUUID(), type: 'After', data: {} }], { expectedRevision: 0 })).nextRevision).toBe(1);
+      expect((await live.readStream(stream)).map((e) => e.type)).toEqual(['Old', 'After']);
+    } finally {
+      await inFlight.end();
+      await live.close();
+      await livePool.end();
+      await db.drop();
+    }
+  });
+});
+
+describe('migrating a log whose es_streams disagrees with its events', () => {
+  it('refuses, and leaves the schema as it was', async () => {
+    const db = await databaseBefore010();
+    const pool409 = await createDatabasePool(db.url, { maximumPoolSize: 2 });
+    const old = createPostgresEventStore(pool409);
+    try {
+      const stream = `edited-${randomUUID()}`;
+      await old.append(stream, [{ id: randomUUID(), type: 'A', data: {} }], { expectedRevision: 'no_stream' });
+      await old.close();
+      // A row written outside the event store (a manual fix gone wrong).
+      await sqlAt(db.url, 'update es_streams set revision = 5 where stream_id = $1', [stream]);
+      await expect(migrate(db.url, eventStoreMigrations)).rejects.toThrow(/es_streams disagrees with es_events on 1 stream/);
+      expect(await sqlAt(db.url, `select to_regclass('es_streams')::text as t`)).toEqual([{ t: 'es_streams' }]);
+      expect(await sqlAt(db.url, `select id from schema_migrations where id like 'event-store/01%'`)).toEqual([]);
+    } finally {
+      await pool409.end();
+      await db.drop();
+    }
   });
 });
