@@ -259,6 +259,94 @@ function readPageFunction(version: 1 | 2): string {
  * wrong_expected_revision | event_id_conflict | not_attempted (another part of the same
  * atomic request failed).
  */
+/** `es_append_batch`'s signature, the same in every version (callers prepare it by name). */
+function appendBatchSignature(): string {
+  return `es_append_batch(
+        p_req int[], p_stream text[], p_expected text[], p_count int[],
+        p_ids uuid[], p_types text[], p_data jsonb[], p_metadata jsonb[]
+      ) returns table (outcomes text[], revisions bigint[], commits text[], prepares bigint[])`;
+}
+
+/**
+ * `es_append_batch`'s variables, shared by its versions; `own` declares a version's own, and
+ * `repeats` is `v_repeats`' initializer (the version computes it in its first statement if empty).
+ */
+function appendBatchDeclarations(own: string, repeats: string): string {
+  return `      declare
+        n_parts int := coalesce(cardinality(p_stream), 0);
+        n_events int := coalesce(cardinality(p_ids), 0);
+        ${own}
+        s_names text[]; s_revs bigint[]; s_dirty boolean[];
+        x_ids uuid[]; x_streams text[]; x_revs bigint[];
+        e_part int[] := array_fill(null::int, array[n_events]);
+        e_stream text[] := array_fill(null::text, array[n_events]);
+        e_rev bigint[] := array_fill(null::bigint, array[n_events]);
+        first_event int[] := array_fill(null::int, array[n_parts]);
+        o_out text[] := array_fill(null::text, array[n_parts]);
+        o_rev bigint[] := array_fill(null::bigint, array[n_parts]);
+        o_dup uuid[] := array_fill(null::uuid, array[n_parts]);
+        o_commit text[] := array_fill(null::text, array[n_parts]);
+        o_prep bigint[] := array_fill(null::bigint, array[n_parts]);
+        v_ins_ids uuid[]; v_ins_pos bigint[]; v_first bigint[];
+        v_offset int := 1;
+        v_p int; v_q int; v_end int; v_e int; v_k int; v_s int;
+        v_cur bigint; v_exp text; v_found int; v_foreign int; v_dup_rev bigint; v_dup_id uuid;
+        v_ok boolean; v_any_insert boolean := false; v_any_dup boolean := false;
+        v_repeats boolean${repeats};
+        v_xid text; v_row record;
+`;
+}
+
+/**
+ * The usual batch's decision, part by part (distinct streams): each part's outcome, its stream's
+ * new revision and its first event's revision, from the current revisions of `source` (see
+ * `streamRevisionJoin`); every part of a request appends or none does. Version 2 also carries
+ * each part's first event (`fe`), which version 1 computed in a statement of its own.
+ */
+function decidedParts(source: 'es_streams' | 'es_events'): string {
+  const log = source === 'es_events';
+  return `            from (
+              select c.part,${log ? ' c.fe,' : ''}
+                case when c.req_ok then 'appended' when c.ok then 'not_attempted' else 'wrong_expected_revision' end as outcome,
+                case when c.req_ok then c.cur + c.cnt when c.ok then null else nullif(c.cur, -1) end as rev,
+                case when c.req_ok then c.cur + 1 end as first_rev
+              from (
+                select k.*, bool_and(k.ok) over (partition by k.req) as req_ok from (
+                  select p.n as part, p.req, p.cnt, ${log ? '(sum(p.cnt) over (order by p.n) - p.cnt + 1)::int as fe,\n                    ' : ''}coalesce(st.revision, -1) as cur,
+                    coalesce(case p.expected
+                      when 'any' then true
+                      when 'no_stream' then st.revision is null
+                      when 'stream_exists' then st.revision is not null
+                      else case when p.expected ~ '^[0-9]+$' then st.revision = p.expected::bigint else false end
+                    end, false) as ok
+                  from unnest(p_req, p_stream, p_expected, p_count) with ordinality as p(req, stream, expected, cnt, n)
+                  ${streamRevisionJoin(source, 'p.stream')}
+                ) k
+              ) c
+            ) d;`;
+}
+
+/**
+ * The usual batch's write: every appended part's events, numbered from its first revision, as
+ * the CTE `inserted` (event id and position of each row), indented by `indent` spaces.
+ */
+function insertedEvents(indent: number): string {
+  return [
+    'with inserted as (',
+    '  insert into es_events (stream_id, revision, event_id, type, data, metadata)',
+    "  select pp.stream, pp.first_rev + (e.n - pp.fe), e.id, e.type, e.data, coalesce(e.metadata, '{}'::jsonb)",
+    '  from unnest(p_ids, p_types, p_data, p_metadata) with ordinality as e(id, type, data, metadata, n)',
+    '  join (select t.stream, t.first_rev, t.fe, t.fe + t.cnt - 1 as le',
+    '        from unnest(p_stream, v_first, first_event, p_count) as t(stream, first_rev, fe, cnt)',
+    '        where t.first_rev is not null) pp on e.n between pp.fe and pp.le',
+    '  order by e.n',
+    '  returning es_events.event_id, es_events.position',
+    ')',
+  ]
+    .map((line) => `${' '.repeat(indent)}${line}\n`)
+    .join('');
+}
+
 /**
  * `st.revision`: the current revision of the stream named by `streamColumn` (null: no stream),
  * from `es_streams` (until 010) or from the log itself: the newest entry of its
@@ -392,34 +480,9 @@ function appendBatchPerRequest(revisions: 'es_streams' | 'es_events'): string {
 /** `es_append_batch` as 004 created it. */
 function appendBatchFunction(): string {
   return `
-      create function es_append_batch(
-        p_req int[], p_stream text[], p_expected text[], p_count int[],
-        p_ids uuid[], p_types text[], p_data jsonb[], p_metadata jsonb[]
-      ) returns table (outcomes text[], revisions bigint[], commits text[], prepares bigint[])
+      create function ${appendBatchSignature()}
       language plpgsql as $fn$
-      declare
-        n_parts int := coalesce(cardinality(p_stream), 0);
-        n_events int := coalesce(cardinality(p_ids), 0);
-        v_hash bigint;
-        s_names text[]; s_revs bigint[]; s_dirty boolean[];
-        x_ids uuid[]; x_streams text[]; x_revs bigint[];
-        e_part int[] := array_fill(null::int, array[n_events]);
-        e_stream text[] := array_fill(null::text, array[n_events]);
-        e_rev bigint[] := array_fill(null::bigint, array[n_events]);
-        first_event int[] := array_fill(null::int, array[n_parts]);
-        o_out text[] := array_fill(null::text, array[n_parts]);
-        o_rev bigint[] := array_fill(null::bigint, array[n_parts]);
-        o_dup uuid[] := array_fill(null::uuid, array[n_parts]);
-        o_commit text[] := array_fill(null::text, array[n_parts]);
-        o_prep bigint[] := array_fill(null::bigint, array[n_parts]);
-        v_ins_ids uuid[]; v_ins_pos bigint[]; v_first bigint[];
-        v_offset int := 1;
-        v_p int; v_q int; v_end int; v_e int; v_k int; v_s int;
-        v_cur bigint; v_exp text; v_found int; v_foreign int; v_dup_rev bigint; v_dup_id uuid;
-        v_ok boolean; v_any_insert boolean := false; v_any_dup boolean := false;
-        v_repeats boolean := (select count(distinct x) from unnest(p_ids) x) < n_events;
-        v_xid text; v_row record;
-      begin
+${appendBatchDeclarations('v_hash bigint;', ' := (select count(distinct x) from unnest(p_ids) x) < n_events')}      begin
         -- Every stream of the batch locked in one order shared by all writers (no deadlock
         -- between gateways flushing at once), before the transaction draws its id: global
         -- order follows the per-stream lock order (see the adapter's header).
@@ -436,40 +499,12 @@ function appendBatchFunction(): string {
           select coalesce(array_agg(d.outcome order by d.part), '{}'), coalesce(array_agg(d.rev order by d.part), '{}'),
                  coalesce(array_agg(d.first_rev order by d.part), '{}')
             into o_out, o_rev, v_first
-            from (
-              select c.part,
-                case when c.req_ok then 'appended' when c.ok then 'not_attempted' else 'wrong_expected_revision' end as outcome,
-                case when c.req_ok then c.cur + c.cnt when c.ok then null else nullif(c.cur, -1) end as rev,
-                case when c.req_ok then c.cur + 1 end as first_rev
-              from (
-                select k.*, bool_and(k.ok) over (partition by k.req) as req_ok from (
-                  select p.n as part, p.req, p.cnt, coalesce(st.revision, -1) as cur,
-                    coalesce(case p.expected
-                      when 'any' then true
-                      when 'no_stream' then st.revision is null
-                      when 'stream_exists' then st.revision is not null
-                      else case when p.expected ~ '^[0-9]+$' then st.revision = p.expected::bigint else false end
-                    end, false) as ok
-                  from unnest(p_req, p_stream, p_expected, p_count) with ordinality as p(req, stream, expected, cnt, n)
-                  left join es_streams st on st.stream_id = p.stream
-                ) k
-              ) c
-            ) d;
+${decidedParts('es_streams')}
           if 'appended' = any(o_out) then
             insert into es_streams as s (stream_id, revision)
               select t.stream, t.rev from unnest(p_stream, o_out, o_rev) as t(stream, outcome, rev) where t.outcome = 'appended'
               on conflict (stream_id) do update set revision = excluded.revision;
-            with inserted as (
-              insert into es_events (stream_id, revision, event_id, type, data, metadata)
-              select pp.stream, pp.first_rev + (e.n - pp.fe), e.id, e.type, e.data, coalesce(e.metadata, '{}'::jsonb)
-              from unnest(p_ids, p_types, p_data, p_metadata) with ordinality as e(id, type, data, metadata, n)
-              join (select t.stream, t.first_rev, t.fe, t.fe + t.cnt - 1 as le
-                    from unnest(p_stream, v_first, first_event, p_count) as t(stream, first_rev, fe, cnt)
-                    where t.first_rev is not null) pp on e.n between pp.fe and pp.le
-              order by e.n
-              returning es_events.event_id, es_events.position
-            )
-            select coalesce(array_agg(li.position order by t.n), '{}') into o_prep
+${insertedEvents(12)}            select coalesce(array_agg(li.position order by t.n), '{}') into o_prep
               from unnest(o_out, first_event, p_count) with ordinality as t(outcome, fe, cnt, n)
               left join inserted li on t.outcome = 'appended' and li.event_id = p_ids[t.fe + t.cnt - 1];
             v_xid := pg_current_xact_id()::text;
@@ -502,37 +537,12 @@ ${appendBatchPerRequest('es_streams')}      end
  */
 function appendBatchFunctionV2(): string {
   return `
-      create or replace function es_append_batch(
-        p_req int[], p_stream text[], p_expected text[], p_count int[],
-        p_ids uuid[], p_types text[], p_data jsonb[], p_metadata jsonb[]
-      ) returns table (outcomes text[], revisions bigint[], commits text[], prepares bigint[])
+      create or replace function ${appendBatchSignature()}
       language plpgsql
       set enable_seqscan = off
       set plan_cache_mode = force_generic_plan
       as $fn$
-      declare
-        n_parts int := coalesce(cardinality(p_stream), 0);
-        n_events int := coalesce(cardinality(p_ids), 0);
-        v_locks bigint[]; v_distinct boolean; v_fresh boolean;
-        s_names text[]; s_revs bigint[]; s_dirty boolean[];
-        x_ids uuid[]; x_streams text[]; x_revs bigint[];
-        e_part int[] := array_fill(null::int, array[n_events]);
-        e_stream text[] := array_fill(null::text, array[n_events]);
-        e_rev bigint[] := array_fill(null::bigint, array[n_events]);
-        first_event int[] := array_fill(null::int, array[n_parts]);
-        o_out text[] := array_fill(null::text, array[n_parts]);
-        o_rev bigint[] := array_fill(null::bigint, array[n_parts]);
-        o_dup uuid[] := array_fill(null::uuid, array[n_parts]);
-        o_commit text[] := array_fill(null::text, array[n_parts]);
-        o_prep bigint[] := array_fill(null::bigint, array[n_parts]);
-        v_ins_ids uuid[]; v_ins_pos bigint[]; v_first bigint[];
-        v_offset int := 1;
-        v_p int; v_q int; v_end int; v_e int; v_k int; v_s int;
-        v_cur bigint; v_exp text; v_found int; v_foreign int; v_dup_rev bigint; v_dup_id uuid;
-        v_ok boolean; v_any_insert boolean := false; v_any_dup boolean := false;
-        v_repeats boolean;
-        v_xid text; v_row record;
-      begin
+${appendBatchDeclarations('v_locks bigint[]; v_distinct boolean; v_fresh boolean;', '')}      begin
         select (select coalesce(array_agg(k.h order by k.h), '{}') from (select distinct hashtextextended(s, 0) as h from unnest(p_stream) s) k),
                (select count(distinct x) from unnest(p_ids) x) < n_events,
                (select count(distinct s) from unnest(p_stream) s) = n_parts
@@ -547,39 +557,10 @@ function appendBatchFunctionV2(): string {
                  coalesce(array_agg(d.outcome order by d.part), '{}'), coalesce(array_agg(d.rev order by d.part), '{}'),
                  coalesce(array_agg(d.first_rev order by d.part), '{}'), coalesce(array_agg(d.fe order by d.part), '{}')
             into v_fresh, o_out, o_rev, v_first, first_event
-            from (
-              select c.part, c.fe,
-                case when c.req_ok then 'appended' when c.ok then 'not_attempted' else 'wrong_expected_revision' end as outcome,
-                case when c.req_ok then c.cur + c.cnt when c.ok then null else nullif(c.cur, -1) end as rev,
-                case when c.req_ok then c.cur + 1 end as first_rev
-              from (
-                select k.*, bool_and(k.ok) over (partition by k.req) as req_ok from (
-                  select p.n as part, p.req, p.cnt, (sum(p.cnt) over (order by p.n) - p.cnt + 1)::int as fe,
-                    coalesce(st.revision, -1) as cur,
-                    coalesce(case p.expected
-                      when 'any' then true
-                      when 'no_stream' then st.revision is null
-                      when 'stream_exists' then st.revision is not null
-                      else case when p.expected ~ '^[0-9]+$' then st.revision = p.expected::bigint else false end
-                    end, false) as ok
-                  from unnest(p_req, p_stream, p_expected, p_count) with ordinality as p(req, stream, expected, cnt, n)
-                  ${streamRevisionJoin('es_events', 'p.stream')}
-                ) k
-              ) c
-            ) d;
+${decidedParts('es_events')}
           if v_fresh then
             if 'appended' = any(o_out) then
-              with inserted as (
-                insert into es_events (stream_id, revision, event_id, type, data, metadata)
-                select pp.stream, pp.first_rev + (e.n - pp.fe), e.id, e.type, e.data, coalesce(e.metadata, '{}'::jsonb)
-                from unnest(p_ids, p_types, p_data, p_metadata) with ordinality as e(id, type, data, metadata, n)
-                join (select t.stream, t.first_rev, t.fe, t.fe + t.cnt - 1 as le
-                      from unnest(p_stream, v_first, first_event, p_count) as t(stream, first_rev, fe, cnt)
-                      where t.first_rev is not null) pp on e.n between pp.fe and pp.le
-                order by e.n
-                returning es_events.event_id, es_events.position
-              )
-              select coalesce(array_agg(li.position order by t.n), '{}'),
+${insertedEvents(14)}              select coalesce(array_agg(li.position order by t.n), '{}'),
                      coalesce(array_agg(case when t.outcome = 'appended' then pg_current_xact_id()::text end order by t.n), '{}')
                 into o_prep, o_commit
                 from unnest(o_out, first_event, p_count) with ordinality as t(outcome, fe, cnt, n)
