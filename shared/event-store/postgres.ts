@@ -174,6 +174,11 @@ ${appendFunction({ replace: true, notifyInTransaction: false, revisionFromLog: t
   // behind the drop (in 010's own transaction they would have, and failed with 42P01 once the
   // table was gone).
   { id: 'event-store/011-drop-streams-table', sql: 'drop table es_streams;' },
+  // The flush can carry the wake-up of live readers in its own transaction (p_wake: the channel,
+  // or null), instead of a NOTIFY in a transaction of its own after it: that one cost about a
+  // seventh of append throughput here (issue 11). An overload, so that gateways not yet upgraded
+  // keep calling the 8-argument function.
+  { id: 'event-store/012-append-batch-wake', sql: appendBatchFunctionV2(true) },
 ];
 
 /**
@@ -259,11 +264,14 @@ function readPageFunction(version: 1 | 2): string {
  * wrong_expected_revision | event_id_conflict | not_attempted (another part of the same
  * atomic request failed).
  */
-/** `es_append_batch`'s signature, the same in every version (callers prepare it by name). */
-function appendBatchSignature(): string {
+/**
+ * `es_append_batch`'s signature, the same in every version, and in the overload that 012 added
+ * with `p_wake` (callers prepare it by name).
+ */
+function appendBatchSignature(wake = false): string {
   return `es_append_batch(
         p_req int[], p_stream text[], p_expected text[], p_count int[],
-        p_ids uuid[], p_types text[], p_data jsonb[], p_metadata jsonb[]
+        p_ids uuid[], p_types text[], p_data jsonb[], p_metadata jsonb[]${wake ? ', p_wake text' : ''}
       ) returns table (outcomes text[], revisions bigint[], commits text[], prepares bigint[])`;
 }
 
@@ -535,9 +543,9 @@ ${appendBatchPerRequest('es_streams')}      end
  *   last, which has locked `es_events` by then (see the horizon).
  * - The result goes back through the output columns, without a query.
  */
-function appendBatchFunctionV2(): string {
+function appendBatchFunctionV2(wake = false): string {
   return `
-      create or replace function ${appendBatchSignature()}
+      ${wake ? 'create function' : 'create or replace function'} ${appendBatchSignature(wake)}
       language plpgsql
       set enable_seqscan = off
       set plan_cache_mode = force_generic_plan
@@ -551,7 +559,9 @@ ${appendBatchDeclarations('v_locks bigint[]; v_distinct boolean; v_fresh boolean
         -- between gateways flushing at once), before the transaction draws its id: global
         -- order follows the per-stream lock order (see the adapter's header). unnest keeps the
         -- array's order, and the statements below take their snapshots after this one.
-        perform pg_advisory_xact_lock(l.h) from unnest(v_locks) as l(h);
+        perform pg_advisory_xact_lock(l.h) from unnest(v_locks) as l(h);${wake ? `
+        -- The wake-up of live readers, sent by this transaction's commit (dropped if it aborts).
+        if p_wake is not null then perform pg_notify(p_wake, ''); end if;` : ''}
         if not v_repeats and v_distinct then
           select not exists (select 1 from es_events e where e.event_id = any(p_ids)),
                  coalesce(array_agg(d.outcome order by d.part), '{}'), coalesce(array_agg(d.rev order by d.part), '{}'),
@@ -642,9 +652,9 @@ ${notify}      end
 const NOTIFY_CHANNEL = 'es_events';
 const NOTIFY_STATEMENT = `select pg_notify('${NOTIFY_CHANNEL}', '')`;
 
-/** The flush's statement, prepared once per append connection. */
+/** The flush's statement, prepared once per append connection; `$9` is the wake-up's channel or null. */
 const APPEND_BATCH_STATEMENT =
-  'select outcomes, revisions, commits, prepares from es_append_batch($1::int4[], $2::text[], $3::text[], $4::int4[], $5::uuid[], $6::text[], $7::jsonb[], $8::jsonb[])';
+  'select outcomes, revisions, commits, prepares from es_append_batch($1::int4[], $2::text[], $3::text[], $4::int4[], $5::uuid[], $6::text[], $7::jsonb[], $8::jsonb[], $9::text)';
 /** Its row; pg gives bigint[] elements as text. */
 const batchRow = z.object({
   outcomes: z.array(z.enum(['appended', 'duplicate', 'wrong_expected_revision', 'event_id_conflict', 'not_attempted'])),
@@ -720,6 +730,11 @@ export type PostgresEventStoreOptions = {
   readonly maxBatchEvents?: number;
   /** Group commit: flushes in flight at once from this store (each holds one connection). */
   readonly maxConcurrentFlushes?: number;
+  /**
+   * Live readers are woken by a NOTIFY in a flush's own transaction when the last wake-up is at
+   * least this old, else by one sent on its own at most this long after the last (5 ms).
+   */
+  readonly wakeIntervalMs?: number;
 };
 
 export function createPostgresEventStore(pool: DatabasePool, options: PostgresEventStoreOptions = {}): EventStore {
@@ -743,29 +758,15 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     maxConcurrentFlushes,
   });
 
-  // Wakes live subscribers (this process's and others') after commit, coalesced: at most one
-  // NOTIFY per turn of the event loop, however many appends finish in it. A flush settles all
-  // its requests in one turn, so under group commit this is one NOTIFY per flush, sent without
-  // waiting (it was a 2 ms timer: up to 2 ms of every idle projector's lag). Only latency
-  // depends on it; subscribers also poll.
-  let wakeScheduled: Promise<void> | undefined;
-  /** Wake-ups sent and not yet answered, which `close` waits for. */
-  const notifying = new Set<Promise<void>>();
-  const wakeSubscribers = (): void => {
-    wakeScheduled ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
-      // Cleared before sending: a commit from now on schedules a wake-up of its own.
-      wakeScheduled = undefined;
-      const sent = notifyConnection
+  // Wakes live subscribers (this process's and others'). Only latency depends on it; they also poll.
+  const wakeSchedule = createWakeupSchedule(
+    () =>
+      notifyConnection
         .get()
         .then((client) => client.query({ name: 'es_notify', text: NOTIFY_STATEMENT }))
-        .then(
-          () => undefined,
-          () => undefined,
-        );
-      notifying.add(sent);
-      void sent.finally(() => notifying.delete(sent));
-    });
-  };
+        .then(() => undefined),
+    options.wakeIntervalMs ?? 5,
+  );
 
   /** One flush: every queued request in one statement, one transaction, one round trip. */
   async function flush(requests: readonly QueuedAppend[], lane: number): Promise<void> {
@@ -791,7 +792,14 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
         }
       }
     });
-    const row = await appendBatch(lane, [req, streams, expected, counts, ids, types, data, metadata]);
+    const wake = wakeSchedule.begin();
+    let row: z.infer<typeof batchRow>;
+    try {
+      row = await appendBatch(lane, [req, streams, expected, counts, ids, types, data, metadata, wake.carried ? NOTIFY_CHANNEL : null]);
+    } catch (error) {
+      wakeSchedule.settle(wake, { appended: false, committed: false });
+      throw error;
+    }
     let part = 0;
     let appended = false;
     for (const request of requests) {
@@ -818,7 +826,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
       if (failure) request.reject(failure);
       else request.resolve(results);
     }
-    if (appended) wakeSubscribers();
+    wakeSchedule.settle(wake, { appended, committed: true });
   }
 
   /**
@@ -932,8 +940,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
 
     async close() {
       await groupCommit.drained();
-      await wakeScheduled;
-      await Promise.all(notifying);
+      await wakeSchedule.close();
       await Promise.all([...flushConnections, notifyConnection].map((c) => c.end()));
       await wakeups.close();
     },
@@ -1029,6 +1036,76 @@ function createGroupCommit(
       if (idleNow()) return Promise.resolve();
       idle ??= new Promise<void>((resolve) => (settleIdle = resolve));
       return idle;
+    },
+  };
+}
+
+/**
+ * When a store's commits wake live readers (a NOTIFY on `es_events`). A flush carries the
+ * wake-up in its own transaction when the last one is at least `intervalMs` old: a NOTIFY in a
+ * transaction of its own after every flush cost about a seventh of append throughput (issue 11),
+ * and NOTIFY holds a cluster-wide lock through its transaction's commit, so flushes of several
+ * gateways that all carried one would commit one after another. A flush that appended without
+ * carrying one is followed by a NOTIFY sent on its own (`send`) at most `intervalMs` after the
+ * last wake-up, at the next turn of the event loop if that is already past; a flush that began
+ * after it settled and carried a wake-up makes that one unnecessary. So a reader waiting at the
+ * head hears of every commit at most `intervalMs` late, and at once when commits are sparse.
+ */
+function createWakeupSchedule(send: () => Promise<void>, intervalMs: number) {
+  let last = Number.NEGATIVE_INFINITY;
+  /** Flushes settled so far; a flush notes the count when it begins. */
+  let settled = 0;
+  /** The count after the latest flush that appended without a wake-up, while one is owed. */
+  let owedSince: number | undefined;
+  let timer: { cancel(): void } | undefined;
+  const sending = new Set<Promise<void>>();
+
+  const fire = () => {
+    timer = undefined;
+    owedSince = undefined;
+    last = performance.now();
+    const sent = send().catch(() => undefined);
+    sending.add(sent);
+    void sent.finally(() => sending.delete(sent));
+  };
+  const schedule = () => {
+    const wait = last + intervalMs - performance.now();
+    if (wait > 0) {
+      const handle = setTimeout(fire, wait);
+      timer = { cancel: () => clearTimeout(handle) };
+    } else {
+      const handle = setImmediate(fire);
+      timer = { cancel: () => clearImmediate(handle) };
+    }
+  };
+
+  return {
+    /** For a flush about to be sent: whether it carries the wake-up. */
+    begin(): { readonly carried: boolean; readonly after: number } {
+      return { carried: performance.now() - last >= intervalMs, after: settled };
+    },
+    /** For a flush that settled: whether it appended anything, and whether it committed. */
+    settle(flush: { readonly carried: boolean; readonly after: number }, outcome: { appended: boolean; committed: boolean }) {
+      settled++;
+      if (flush.carried && outcome.committed) {
+        last = performance.now();
+        if (owedSince !== undefined && flush.after >= owedSince) {
+          timer?.cancel();
+          timer = undefined;
+          owedSince = undefined;
+        }
+      } else if (outcome.appended) {
+        owedSince = settled;
+        if (!timer) schedule();
+      }
+    },
+    /** Sends an owed wake-up now, and waits for those sent. */
+    async close() {
+      if (timer) {
+        timer.cancel();
+        fire();
+      }
+      await Promise.all(sending);
     },
   };
 }

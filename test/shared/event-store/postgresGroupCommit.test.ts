@@ -191,7 +191,9 @@ describe('group commit (PostgreSQL adapter)', () => {
       const { db } = fixture;
       const check = new pg.Client({ connectionString: db.url });
       await check.connect();
-      const mine = createPostgresEventStore(db.pool, { maxConcurrentFlushes: 2 });
+      // A minute between wake-ups carried by flushes: the first flush carries one, the later ones
+      // owe one, which close() sends on the notify connection.
+      const mine = createPostgresEventStore(db.pool, { maxConcurrentFlushes: 2, wakeIntervalMs: 60_000 });
       try {
         const before = await backends(check, 'event-store-append');
         const notifyBefore = await backends(check, 'event-store-notify');
@@ -206,15 +208,62 @@ describe('group commit (PostgreSQL adapter)', () => {
           mine.append(`${run}-a`, [event('A2')], { expectedRevision: 0 }).catch(() => undefined),
         );
         expect(result.nextRevision).toBe(1);
-        expect((await backends(check, 'event-store-notify')).filter((pid) => !notifyBefore.includes(pid))).toHaveLength(1);
+        // Both wake-ups so far: one in the first flush's transaction, one owed for a minute.
+        expect((await backends(check, 'event-store-notify')).filter((pid) => !notifyBefore.includes(pid))).toEqual([]);
         expect((await mine.readStream(`${run}-a`)).map((e) => e.type)).toEqual(['A', 'A2']);
         await mine.close();
         const left = (await backends(check, 'event-store-append')).filter((pid) => !before.includes(pid));
         expect(left).toEqual([]);
-        // The wake-ups after those appends opened the notify connection; close() ends it too.
+        // close() sent the owed wake-up on the notify connection, and ended it too.
         expect((await backends(check, 'event-store-notify')).filter((pid) => !notifyBefore.includes(pid))).toEqual([]);
       } finally {
         await mine.close();
+        await check.end();
+      }
+    });
+  });
+
+  describe('the wake-ups of live readers (NOTIFY es_events)', () => {
+    it('ride on a flush when the last is old enough, and come at most the interval later otherwise', async () => {
+      const { db } = fixture;
+      const listener = new pg.Client({ connectionString: db.url });
+      await listener.connect();
+      const heard: number[] = [];
+      listener.on('notification', (n) => {
+        if (n.channel === 'es_events') heard.push(performance.now());
+      });
+      await listener.query('listen es_events');
+      const mine = createPostgresEventStore(db.pool, { wakeIntervalMs: 300 });
+      const check = new pg.Client({ connectionString: db.url });
+      await check.connect();
+      try {
+        const notifyBackends = async () =>
+          (await check.query<{ n: string }>(`select count(*) as n from pg_stat_activity where datname = current_database() and application_name = 'event-store-notify'`)).rows[0]?.n;
+        const notifiersBefore = await notifyBackends();
+        const run = randomUUID().slice(0, 8);
+        const started = performance.now();
+        await mine.append(`${run}-a`, [event('A')]);
+        // The first flush carried its wake-up: heard at its commit, with no notify connection.
+        await waitFor(() => heard.length >= 1);
+        expect(heard[0]! - started).toBeLessThan(250);
+        const first = heard[0]!;
+        // The next commits come within the interval: none carries one; one wake-up is owed for
+        // them all, sent on its own once the interval since the first has passed.
+        await mine.append(`${run}-b`, [event('B')]);
+        await mine.append(`${run}-c`, [event('C')]);
+        await waitFor(() => heard.length >= 2, 5_000);
+        expect(heard[1]! - first).toBeGreaterThanOrEqual(250);
+        expect(heard[1]! - first).toBeLessThan(2_000);
+        await new Promise((r) => setTimeout(r, 400));
+        expect(heard).toHaveLength(2);
+        expect(Number(await notifyBackends())).toBe(Number(notifiersBefore) + 1);
+        // Sparse commits each carry their own, at once.
+        await mine.append(`${run}-d`, [event('D')]);
+        await waitFor(() => heard.length >= 3);
+        expect(heard[2]! - heard[1]!).toBeGreaterThanOrEqual(300);
+      } finally {
+        await mine.close();
+        await listener.end();
         await check.end();
       }
     });

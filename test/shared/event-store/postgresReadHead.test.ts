@@ -74,7 +74,8 @@ describe('PostgreSQL readAll: atHead', () => {
       select proname, coalesce(proconfig, '{}') as config from pg_proc
       where proname in ('es_append_batch', 'es_append', 'es_read_page') order by proname
     `);
-    expect(rows.map((r) => r.proname)).toEqual(['es_append', 'es_append_batch', 'es_read_page']);
+    // es_append_batch twice: 012 added an overload that carries the wake-up.
+    expect(rows.map((r) => r.proname)).toEqual(['es_append', 'es_append_batch', 'es_append_batch', 'es_read_page']);
     for (const row of rows) {
       expect(row.config).toContain('plan_cache_mode=force_generic_plan');
       expect(row.config).toContain('enable_seqscan=off');

@@ -13,7 +13,7 @@ import { waitFor } from '../../support/waitFor.ts';
  * revision until then; afterwards the appends read it from the log, and the table is gone. A
  * deployment that upgrades must go on deciding every append exactly as before, on streams written
  * by the old functions (group commit's flush and the older single `es_append`), and appends that
- * run while it migrates must not fail.
+ * gateways not yet upgraded make while it migrates must not fail.
  */
 const at010 = eventStoreMigrations.findIndex((m) => m.id.startsWith('event-store/010'));
 if (at010 < 0) throw new Error('no event-store/010 migration');
@@ -57,6 +57,30 @@ async function sqlAt<T extends pg.QueryResultRow>(databaseUrl: string, text: str
   }
 }
 
+type OldPart = { readonly req?: number; readonly stream: string; readonly expected: string; readonly ids: readonly string[]; readonly type: string };
+
+/**
+ * A flush as a gateway from before 012 sends it (the 8-argument `es_append_batch`), for writes
+ * made before the upgrade or by gateways not yet upgraded. Returns each part's outcome.
+ */
+async function oldFlush(databaseUrl: string, parts: readonly OldPart[]): Promise<string[]> {
+  const rows = await sqlAt<{ outcomes: string[] }>(
+    databaseUrl,
+    'select outcomes from es_append_batch($1::int4[], $2::text[], $3::text[], $4::int4[], $5::uuid[], $6::text[], $7::jsonb[], $8::jsonb[])',
+    [
+      parts.map((p, i) => p.req ?? i),
+      parts.map((p) => p.stream),
+      parts.map((p) => p.expected),
+      parts.map((p) => p.ids.length),
+      parts.flatMap((p) => p.ids),
+      parts.flatMap((p) => p.ids.map(() => p.type)),
+      parts.flatMap((p) => p.ids.map(() => '{}')),
+      parts.flatMap((p) => p.ids.map(() => '{}')),
+    ],
+  );
+  return rows[0]?.outcomes ?? [];
+}
+
 let database: { url: string; drop(): Promise<void> };
 let url: string;
 let pool: DatabasePool;
@@ -68,15 +92,14 @@ const sqlOn = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []
 beforeAll(async () => {
   database = await databaseBefore010();
   url = database.url;
-  pool = await createDatabasePool(url, { maximumPoolSize: 4 });
   // Written by the functions as they were before 010 (the flush's, then es_append's).
-  const old = createPostgresEventStore(pool);
-  await old.append(`${run}-a`, [{ id: ids.a0, type: 'A', data: {} }, { id: ids.a1, type: 'A', data: {} }], { expectedRevision: 'no_stream' });
-  await old.appendMany([
-    { streamId: `${run}-a`, events: [{ id: ids.a2, type: 'A', data: {} }], expectedRevision: 1 },
-    { streamId: `${run}-b`, events: [{ id: ids.b0, type: 'B', data: {} }], expectedRevision: 'no_stream' },
-  ]);
-  await old.close();
+  expect(await oldFlush(url, [{ stream: `${run}-a`, expected: 'no_stream', ids: [ids.a0, ids.a1], type: 'A' }])).toEqual(['appended']);
+  expect(
+    await oldFlush(url, [
+      { req: 0, stream: `${run}-a`, expected: '1', ids: [ids.a2], type: 'A' },
+      { req: 0, stream: `${run}-b`, expected: 'no_stream', ids: [ids.b0], type: 'B' },
+    ]),
+  ).toEqual(['appended', 'appended']);
   await sqlOn(`select * from es_append($1, 'no_stream', array[$2]::uuid[], array['C'], array['{}']::jsonb[], array['{}']::jsonb[])`, [`${run}-c`, ids.c0]);
   expect(await sqlOn('select stream_id, revision::int from es_streams order by stream_id')).toEqual([
     { stream_id: `${run}-a`, revision: 2 },
@@ -84,6 +107,7 @@ beforeAll(async () => {
     { stream_id: `${run}-c`, revision: 0 },
   ]);
   await migrate(url, eventStoreMigrations);
+  pool = await createDatabasePool(url, { maximumPoolSize: 4 });
   store = createPostgresEventStore(pool);
 });
 
@@ -137,7 +161,7 @@ describe('migrating while a flush of the old functions is in flight', () => {
   it('keeps appending on the new functions while the drop of es_streams waits for that flush', async () => {
     const db = await databaseBefore010();
     const livePool = await createDatabasePool(db.url, { maximumPoolSize: 4 });
-    const live = createPostgresEventStore(livePool);
+    let live: EventStore | undefined;
     const inFlight = new pg.Client({ connectionString: db.url });
     await inFlight.connect();
     try {
@@ -155,22 +179,24 @@ describe('migrating while a flush of the old functions is in flight', () => {
         const rows = await sqlAt<{ n: string }>(db.url, `select count(*) as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%drop table es_streams%'`);
         return Number(rows[0]?.n) > 0 ? true : undefined;
       });
-      // Meanwhile appends go on, on the new functions, which do not wait for the drop.
+      // Meanwhile the gateways not yet upgraded go on appending, on the new bodies of the functions
+      // they call, which do not wait for the drop.
       const during = await Promise.all([
-        live.append(`during-${randomUUID()}`, [{ id: randomUUID(), type: 'New', data: {} }], { expectedRevision: 'no_stream' }),
-        live.appendMany([
-          { streamId: `during-${randomUUID()}`, events: [{ id: randomUUID(), type: 'New', data: {} }], expectedRevision: 'no_stream' },
-          { streamId: `during-${randomUUID()}`, events: [{ id: randomUUID(), type: 'New', data: {} }], expectedRevision: 'no_stream' },
+        oldFlush(db.url, [{ stream: `during-${randomUUID()}`, expected: 'no_stream', ids: [randomUUID()], type: 'New' }]),
+        oldFlush(db.url, [
+          { req: 0, stream: `during-${randomUUID()}`, expected: 'no_stream', ids: [randomUUID()], type: 'New' },
+          { req: 0, stream: `during-${randomUUID()}`, expected: 'no_stream', ids: [randomUUID()], type: 'New' },
         ]),
       ]);
-      expect(during.flat()).toHaveLength(3);
+      expect(during.flat()).toEqual(['appended', 'appended', 'appended']);
       await inFlight.query('commit');
       expect(await migrating).toContain('event-store/011-drop-streams-table');
+      live = createPostgresEventStore(livePool);
       expect((await live.append(stream, [{ id: randomUUID(), type: 'After', data: {} }], { expectedRevision: 0 })).nextRevision).toBe(1);
       expect((await live.readStream(stream)).map((e) => e.type)).toEqual(['Old', 'After']);
     } finally {
       await inFlight.end();
-      await live.close();
+      await live?.close();
       await livePool.end();
       await db.drop();
     }
@@ -180,19 +206,15 @@ describe('migrating while a flush of the old functions is in flight', () => {
 describe('migrating a log whose es_streams disagrees with its events', () => {
   it('refuses, and leaves the schema as it was', async () => {
     const db = await databaseBefore010();
-    const pool409 = await createDatabasePool(db.url, { maximumPoolSize: 2 });
-    const old = createPostgresEventStore(pool409);
     try {
       const stream = `edited-${randomUUID()}`;
-      await old.append(stream, [{ id: randomUUID(), type: 'A', data: {} }], { expectedRevision: 'no_stream' });
-      await old.close();
+      expect(await oldFlush(db.url, [{ stream, expected: 'no_stream', ids: [randomUUID()], type: 'A' }])).toEqual(['appended']);
       // A row written outside the event store (a manual fix gone wrong).
       await sqlAt(db.url, 'update es_streams set revision = 5 where stream_id = $1', [stream]);
       await expect(migrate(db.url, eventStoreMigrations)).rejects.toThrow(/es_streams disagrees with es_events on 1 stream/);
       expect(await sqlAt(db.url, `select to_regclass('es_streams')::text as t`)).toEqual([{ t: 'es_streams' }]);
       expect(await sqlAt(db.url, `select id from schema_migrations where id like 'event-store/01%'`)).toEqual([]);
     } finally {
-      await pool409.end();
       await db.drop();
     }
   });
