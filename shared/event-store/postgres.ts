@@ -4,6 +4,7 @@ import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
 import type { Migration } from '../db/migrate.ts';
 import { readAllBulk } from './postgresBulkRead.ts';
 import { createSharedTails } from './sharedTail.ts';
+import { createWakeupSchedule } from './wakeupSchedule.ts';
 import { createListenConnection } from '../db/listen.ts';
 import { breaksConnection, connectionLostError, createPlainConnection } from '../db/plainConnection.ts';
 import { sqlStateOf } from '../db/sqlState.ts';
@@ -797,11 +798,11 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     try {
       row = await appendBatch(lane, [req, streams, expected, counts, ids, types, data, metadata, wake.carried ? NOTIFY_CHANNEL : null]);
     } catch (error) {
-      wakeSchedule.settle(wake, { appended: false, committed: false });
+      wakeSchedule.settle(wake, 'failed');
       throw error;
     }
+    wakeSchedule.settle(wake, row.outcomes.includes('appended') ? 'appended' : 'nothing appended');
     let part = 0;
-    let appended = false;
     for (const request of requests) {
       const results: AppendResult[] = [];
       let failure: Error | undefined;
@@ -812,7 +813,6 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
         const commit = row.commits[i] ?? null;
         const prepare = row.prepares[i] ?? null;
         if (outcome === 'appended' || outcome === 'duplicate') {
-          if (outcome === 'appended') appended = true;
           if (revision === null || commit === null || prepare === null) throw new Error('es_append_batch returned no position');
           results.push({ nextRevision: Number(revision), position: { commit: BigInt(commit), prepare: BigInt(prepare) } });
         } else if (outcome === 'wrong_expected_revision') {
@@ -826,7 +826,6 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
       if (failure) request.reject(failure);
       else request.resolve(results);
     }
-    wakeSchedule.settle(wake, { appended, committed: true });
   }
 
   /**
@@ -1036,76 +1035,6 @@ function createGroupCommit(
       if (idleNow()) return Promise.resolve();
       idle ??= new Promise<void>((resolve) => (settleIdle = resolve));
       return idle;
-    },
-  };
-}
-
-/**
- * When a store's commits wake live readers (a NOTIFY on `es_events`). A flush carries the
- * wake-up in its own transaction when the last one is at least `intervalMs` old: a NOTIFY in a
- * transaction of its own after every flush cost about a seventh of append throughput (issue 11),
- * and NOTIFY holds a cluster-wide lock through its transaction's commit, so flushes of several
- * gateways that all carried one would commit one after another. A flush that appended without
- * carrying one is followed by a NOTIFY sent on its own (`send`) at most `intervalMs` after the
- * last wake-up, at the next turn of the event loop if that is already past; a flush that began
- * after it settled and carried a wake-up makes that one unnecessary. So a reader waiting at the
- * head hears of every commit at most `intervalMs` late, and at once when commits are sparse.
- */
-function createWakeupSchedule(send: () => Promise<void>, intervalMs: number) {
-  let last = Number.NEGATIVE_INFINITY;
-  /** Flushes settled so far; a flush notes the count when it begins. */
-  let settled = 0;
-  /** The count after the latest flush that appended without a wake-up, while one is owed. */
-  let owedSince: number | undefined;
-  let timer: { cancel(): void } | undefined;
-  const sending = new Set<Promise<void>>();
-
-  const fire = () => {
-    timer = undefined;
-    owedSince = undefined;
-    last = performance.now();
-    const sent = send().catch(() => undefined);
-    sending.add(sent);
-    void sent.finally(() => sending.delete(sent));
-  };
-  const schedule = () => {
-    const wait = last + intervalMs - performance.now();
-    if (wait > 0) {
-      const handle = setTimeout(fire, wait);
-      timer = { cancel: () => clearTimeout(handle) };
-    } else {
-      const handle = setImmediate(fire);
-      timer = { cancel: () => clearImmediate(handle) };
-    }
-  };
-
-  return {
-    /** For a flush about to be sent: whether it carries the wake-up. */
-    begin(): { readonly carried: boolean; readonly after: number } {
-      return { carried: performance.now() - last >= intervalMs, after: settled };
-    },
-    /** For a flush that settled: whether it appended anything, and whether it committed. */
-    settle(flush: { readonly carried: boolean; readonly after: number }, outcome: { appended: boolean; committed: boolean }) {
-      settled++;
-      if (flush.carried && outcome.committed) {
-        last = performance.now();
-        if (owedSince !== undefined && flush.after >= owedSince) {
-          timer?.cancel();
-          timer = undefined;
-          owedSince = undefined;
-        }
-      } else if (outcome.appended) {
-        owedSince = settled;
-        if (!timer) schedule();
-      }
-    },
-    /** Sends an owed wake-up now, and waits for those sent. */
-    async close() {
-      if (timer) {
-        timer.cancel();
-        fire();
-      }
-      await Promise.all(sending);
     },
   };
 }

@@ -224,7 +224,9 @@ describe('group commit (PostgreSQL adapter)', () => {
   });
 
   describe('the wake-ups of live readers (NOTIFY es_events)', () => {
-    it('ride on a flush when the last is old enough, and come at most the interval later otherwise', async () => {
+    // The schedule's every rule is in wakeupSchedule.test.ts; this is the adapter on PostgreSQL,
+    // with an interval long enough for a loaded machine.
+    it('ride on a flush when the last is old enough, and otherwise come alone one interval later', async () => {
       const { db } = fixture;
       const listener = new pg.Client({ connectionString: db.url });
       await listener.connect();
@@ -233,34 +235,31 @@ describe('group commit (PostgreSQL adapter)', () => {
         if (n.channel === 'es_events') heard.push(performance.now());
       });
       await listener.query('listen es_events');
-      const mine = createPostgresEventStore(db.pool, { wakeIntervalMs: 300 });
+      const mine = createPostgresEventStore(db.pool, { wakeIntervalMs: 1_000 });
       const check = new pg.Client({ connectionString: db.url });
       await check.connect();
       try {
-        const notifyBackends = async () =>
-          (await check.query<{ n: string }>(`select count(*) as n from pg_stat_activity where datname = current_database() and application_name = 'event-store-notify'`)).rows[0]?.n;
-        const notifiersBefore = await notifyBackends();
+        const notifiers = async () =>
+          Number((await check.query<{ n: string }>(`select count(*) as n from pg_stat_activity where datname = current_database() and application_name = 'event-store-notify'`)).rows[0]?.n);
+        const notifiersBefore = await notifiers();
         const run = randomUUID().slice(0, 8);
-        const started = performance.now();
         await mine.append(`${run}-a`, [event('A')]);
-        // The first flush carried its wake-up: heard at its commit, with no notify connection.
+        const firstSettled = performance.now();
+        // The first flush carried its wake-up: heard, with no notify connection opened.
         await waitFor(() => heard.length >= 1);
-        expect(heard[0]! - started).toBeLessThan(250);
-        const first = heard[0]!;
-        // The next commits come within the interval: none carries one; one wake-up is owed for
-        // them all, sent on its own once the interval since the first has passed.
+        expect(await notifiers()).toBe(notifiersBefore);
+        // The next ones come within the interval: they owe one wake-up, sent alone an interval
+        // after the first.
         await mine.append(`${run}-b`, [event('B')]);
         await mine.append(`${run}-c`, [event('C')]);
-        await waitFor(() => heard.length >= 2, 5_000);
-        expect(heard[1]! - first).toBeGreaterThanOrEqual(250);
-        expect(heard[1]! - first).toBeLessThan(2_000);
-        await new Promise((r) => setTimeout(r, 400));
-        expect(heard).toHaveLength(2);
-        expect(Number(await notifyBackends())).toBe(Number(notifiersBefore) + 1);
-        // Sparse commits each carry their own, at once.
+        await waitFor(() => heard.length >= 2);
+        expect(heard[1]! - firstSettled).toBeGreaterThanOrEqual(900);
+        expect(await notifiers()).toBe(notifiersBefore + 1);
+        // A commit after a quiet interval carries its own again.
+        await new Promise((r) => setTimeout(r, 1_100));
+        const count = heard.length;
         await mine.append(`${run}-d`, [event('D')]);
-        await waitFor(() => heard.length >= 3);
-        expect(heard[2]! - heard[1]!).toBeGreaterThanOrEqual(300);
+        await waitFor(() => heard.length > count);
       } finally {
         await mine.close();
         await listener.end();
