@@ -769,8 +769,11 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     options.wakeIntervalMs ?? 5,
   );
 
-  /** One flush: every queued request in one statement, one transaction, one round trip. */
-  async function flush(requests: readonly QueuedAppend[], lane: number): Promise<void> {
+  /**
+   * One flush: every queued request in one statement, one transaction, one round trip. It carries
+   * the readers' wake-up when the schedule says so and `mayCarry` allows.
+   */
+  async function flush(requests: readonly QueuedAppend[], lane: number, mayCarry = true): Promise<void> {
     const req: number[] = [];
     const streams: string[] = [];
     const expected: string[] = [];
@@ -793,12 +796,15 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
         }
       }
     });
-    const wake = wakeSchedule.begin();
+    const wake = wakeSchedule.begin(mayCarry);
     let row: z.infer<typeof batchRow>;
     try {
       row = await appendBatch(lane, [req, streams, expected, counts, ids, types, data, metadata, wake.carried ? NOTIFY_CHANNEL : null]);
     } catch (error) {
       wakeSchedule.settle(wake, 'failed');
+      // PostgreSQL refused the NOTIFY at commit (its notification queue is full: a listener that
+      // never reads), and with it the appends: they go again without it (the wake-up is owed).
+      if (wake.carried && sqlStateOf(error) === '54000') return flush(requests, lane, false);
       throw error;
     }
     wakeSchedule.settle(wake, row.outcomes.includes('appended') ? 'appended' : 'nothing appended');

@@ -13,10 +13,10 @@
  * committed, pays the debt. So a reader waiting at the head hears of every commit at most
  * `intervalMs` late, and at once when commits are sparse.
  *
- * A flush that failed may have committed (a lost connection) or may fail again for its wake-up
- * (PostgreSQL refuses NOTIFY while its queue is full), so it owes a wake-up, and if it carried
- * one, the requests retried after it do not carry one for `intervalMs`. A NOTIFY sent on its own
- * that fails lets the next flush carry one.
+ * A flush that failed may have committed (a lost connection), so it owes a wake-up; if it
+ * carried one, the flushes of the next `intervalMs` do not (PostgreSQL refuses NOTIFY while its
+ * queue is full, and the adapter then sends the same appends again without one). A NOTIFY sent on
+ * its own that fails lets the next flush carry one.
  */
 export type FlushOutcome = 'appended' | 'nothing appended' | 'failed';
 
@@ -69,9 +69,9 @@ export function createWakeupSchedule(send: () => Promise<void>, intervalMs: numb
   };
 
   return {
-    /** For a flush about to be sent: whether it carries the wake-up. */
-    begin(): FlushWake {
-      return { carried: clock.now() - last >= intervalMs, after: settled };
+    /** For a flush about to be sent: whether it carries the wake-up (never if it may not). */
+    begin(mayCarry = true): FlushWake {
+      return { carried: mayCarry && clock.now() - last >= intervalMs, after: settled };
     },
     /** For a flush that settled: what it did (a flush that failed may have committed). */
     settle(flush: FlushWake, outcome: FlushOutcome): void {

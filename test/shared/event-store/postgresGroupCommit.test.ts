@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import type { AppendResult, NewEvent } from '../../../shared/event-store/port.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
-import { useTestEventStore } from '../../support/database.ts';
+import { createTestDatabase, useTestEventStore } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
@@ -264,6 +264,36 @@ describe('group commit (PostgreSQL adapter)', () => {
         await mine.close();
         await listener.end();
         await check.end();
+      }
+    });
+  });
+
+  describe('when PostgreSQL refuses NOTIFY (its notification queue is full)', () => {
+    it('appends without the wake-up, and the appends succeed', async () => {
+      const db = await createTestDatabase();
+      try {
+        // A stand-in for the full queue: pg_notify, found before pg_catalog's, fails as PostgreSQL
+        // does then (SQLSTATE 54000), in the flush's transaction and on the notify connection.
+        const admin = new pg.Client({ connectionString: db.url });
+        await admin.connect();
+        await admin.query(`create function public.pg_notify(text, text) returns void language plpgsql as $fn$
+          begin raise exception 'too many notifications in the NOTIFY queue' using errcode = '54000'; end $fn$`);
+        await admin.query(`alter database "${db.name}" set search_path = public, pg_catalog`);
+        await admin.end();
+        const mine = createPostgresEventStore(db.pool, { wakeIntervalMs: 5 });
+        try {
+          const run = randomUUID().slice(0, 8);
+          const first = await mine.append(`${run}-a`, [event('A')], { expectedRevision: 'no_stream' });
+          expect(first.nextRevision).toBe(0);
+          await new Promise((r) => setTimeout(r, 20)); // the next flush may carry one again
+          const results = await Promise.all(['b', 'c', 'd'].map((s) => mine.append(`${run}-${s}`, [event(s)], { expectedRevision: 'no_stream' })));
+          expect(results.map((r) => r.nextRevision)).toEqual([0, 0, 0]);
+          for (const s of ['a', 'b', 'c', 'd']) expect(await mine.readStream(`${run}-${s}`)).toHaveLength(1);
+        } finally {
+          await mine.close();
+        }
+      } finally {
+        await db.drop();
       }
     });
   });

@@ -122,11 +122,16 @@ describe('the wake-up schedule of group commit', () => {
     wakeups.settle(retry, 'appended');
     time.advance(5);
     expect(sent).toEqual([1_015]);
+
     // A flush that did not carry and was lost mid-commit owes one too.
     time.advance(1);
     wakeups.settle(wakeups.begin(), 'failed');
     time.advance(5);
     expect(sent).toEqual([1_015, 1_020]);
+    // A flush that may not carry one (the adapter's resend after 54000) never does.
+    time.advance(10);
+    expect(wakeups.begin().carried).toBe(true);
+    expect(wakeups.begin(false).carried).toBe(false);
   });
 
   it('lets the next flush carry a wake-up when one sent alone fails', async () => {
