@@ -252,20 +252,6 @@ function readPageFunction(version: 1 | 2): string {
 }
 
 /**
- * `es_append_batch`: the flush of the adapter's group commit. Takes parts (one stream's events
- * with its expected revision, `p_req` grouping the parts of one atomic request, in request
- * order) and returns one outcome per part. Each request is decided on the state that the
- * requests before it in the batch left (same-stream requests see each other in order); a
- * request whose idempotency or revision check fails appends nothing and the others go on, so
- * no subtransaction is needed. Reads are set-based (two queries for the whole batch) and the
- * writes are one INSERT per table, whatever the batch size. (As 004 created it; see
- * `appendBatchFunctionV2` for the version 010 put in its place.)
- *
- * Outcomes: appended | duplicate (a retry: its ids are already in that stream) |
- * wrong_expected_revision | event_id_conflict | not_attempted (another part of the same
- * atomic request failed).
- */
-/**
  * `es_append_batch`'s signature, the same in every version, and in the overload that 012 added
  * with `p_wake` (callers prepare it by name).
  */
@@ -486,7 +472,20 @@ function appendBatchPerRequest(revisions: 'es_streams' | 'es_events'): string {
 `;
 }
 
-/** `es_append_batch` as 004 created it. */
+/**
+ * `es_append_batch`: the flush of the adapter's group commit. Takes parts (one stream's events
+ * with its expected revision, `p_req` grouping the parts of one atomic request, in request
+ * order) and returns one outcome per part. Each request is decided on the state that the
+ * requests before it in the batch left (same-stream requests see each other in order); a
+ * request whose idempotency or revision check fails appends nothing and the others go on, so
+ * no subtransaction is needed. Reads are set-based (two queries for the whole batch) and the
+ * writes are one INSERT per table, whatever the batch size. (As 004 created it; see
+ * `appendBatchFunctionV2` for the version 010 put in its place.)
+ *
+ * Outcomes: appended | duplicate (a retry: its ids are already in that stream) |
+ * wrong_expected_revision | event_id_conflict | not_attempted (another part of the same
+ * atomic request failed).
+ */
 function appendBatchFunction(): string {
   return `
       create function ${appendBatchSignature()}
@@ -770,10 +769,10 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
   );
 
   /**
-   * One flush: every queued request in one statement, one transaction, one round trip. It carries
-   * the readers' wake-up when the schedule says so and `mayCarry` allows.
+   * One flush: every queued request in one statement, one transaction, one round trip, carrying
+   * the readers' wake-up when the schedule says so.
    */
-  async function flush(requests: readonly QueuedAppend[], lane: number, mayCarry = true): Promise<void> {
+  async function flush(requests: readonly QueuedAppend[], lane: number): Promise<void> {
     const req: number[] = [];
     const streams: string[] = [];
     const expected: string[] = [];
@@ -796,18 +795,22 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
         }
       }
     });
-    const wake = wakeSchedule.begin(mayCarry);
-    let row: z.infer<typeof batchRow>;
-    try {
-      row = await appendBatch(lane, [req, streams, expected, counts, ids, types, data, metadata, wake.carried ? NOTIFY_CHANNEL : null]);
-    } catch (error) {
-      wakeSchedule.settle(wake, 'failed');
-      // PostgreSQL refused the NOTIFY at commit (its notification queue is full: a listener that
-      // never reads), and with it the appends: they go again without it (the wake-up is owed).
-      if (wake.carried && sqlStateOf(error) === '54000') return flush(requests, lane, false);
-      throw error;
-    }
-    wakeSchedule.settle(wake, row.outcomes.includes('appended') ? 'appended' : 'nothing appended');
+    const values = [req, streams, expected, counts, ids, types, data, metadata];
+    const send = async (mayCarry: boolean): Promise<z.infer<typeof batchRow>> => {
+      const wake = wakeSchedule.begin(mayCarry);
+      try {
+        const row = await appendBatch(lane, [...values, wake.carried ? NOTIFY_CHANNEL : null]);
+        wakeSchedule.settle(wake, row.outcomes.includes('appended') ? 'appended' : 'nothing appended');
+        return row;
+      } catch (error) {
+        wakeSchedule.settle(wake, 'failed');
+        // PostgreSQL refused the NOTIFY at commit (its notification queue is full: a listener that
+        // never reads), and with it the appends: they go again without it (the wake-up is owed).
+        if (wake.carried && sqlStateOf(error) === '54000') return send(false);
+        throw error;
+      }
+    };
+    const row = await send(true);
     let part = 0;
     for (const request of requests) {
       const results: AppendResult[] = [];

@@ -47,14 +47,15 @@ export function createWakeupSchedule(send: () => Promise<void>, intervalMs: numb
   let last = Number.NEGATIVE_INFINITY;
   /** Flushes settled so far; a flush notes the count when it begins. */
   let settled = 0;
-  /** The count after the latest flush that owes a wake-up, while one is owed. */
-  let owedSince: number | undefined;
-  let cancelTimer: (() => void) | undefined;
+  /**
+   * The owed wake-up, while one is: the count after the latest flush that owes it, and how to
+   * cancel its timer.
+   */
+  let owed: { since: number; readonly cancel: () => void } | undefined;
   const sending = new Set<Promise<void>>();
 
   const fire = () => {
-    cancelTimer = undefined;
-    owedSince = undefined;
+    owed = undefined;
     last = clock.now();
     const sent = send().catch(() => {
       // Not delivered: let the next flush carry one.
@@ -64,8 +65,8 @@ export function createWakeupSchedule(send: () => Promise<void>, intervalMs: numb
     void sent.finally(() => sending.delete(sent));
   };
   const owe = () => {
-    owedSince = settled;
-    cancelTimer ??= clock.later(fire, last + intervalMs - clock.now());
+    if (owed) owed.since = settled;
+    else owed = { since: settled, cancel: clock.later(fire, last + intervalMs - clock.now()) };
   };
 
   return {
@@ -81,10 +82,9 @@ export function createWakeupSchedule(send: () => Promise<void>, intervalMs: numb
         owe();
       } else if (flush.carried) {
         last = clock.now();
-        if (owedSince !== undefined && flush.after >= owedSince) {
-          cancelTimer?.();
-          cancelTimer = undefined;
-          owedSince = undefined;
+        if (owed && flush.after >= owed.since) {
+          owed.cancel();
+          owed = undefined;
         }
       } else if (outcome === 'appended') {
         owe();
@@ -92,8 +92,8 @@ export function createWakeupSchedule(send: () => Promise<void>, intervalMs: numb
     },
     /** Sends an owed wake-up now, and waits for those sent. */
     async close(): Promise<void> {
-      if (cancelTimer) {
-        cancelTimer();
+      if (owed) {
+        owed.cancel();
         fire();
       }
       await Promise.all(sending);

@@ -17,16 +17,19 @@ function required(name: string): string {
   return value;
 }
 
-export async function createTestDatabase(): Promise<TestDatabase> {
+/** A database of this test run (the global teardown drops what a test leaves): its URL, its name, how to drop it. */
+export type BareTestDatabase = Omit<TestDatabase, 'pool'>;
+
+/** A new database of this test run, cloned from `template` (PostgreSQL's default: empty). */
+async function newDatabase(template?: string): Promise<BareTestDatabase> {
   const adminUrl = required('TEST_PG_ADMIN_URL');
-  const template = required('TEST_PG_TEMPLATE');
   const name = `t_${required('TEST_RUN_ID')}_${randomBytes(4).toString('hex')}`;
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   try {
     for (let attempt = 0; ; attempt++) {
       try {
-        await admin.query(`create database "${name}" template "${template}"`);
+        await admin.query(`create database "${name}"${template ? ` template "${template}"` : ''}`);
         break;
       } catch (error) {
         // Another file cloning the same template at this instant: try again shortly.
@@ -39,13 +42,10 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   }
   const url = new URL(adminUrl);
   url.pathname = `/${name}`;
-  const pool = await createDatabasePool(url.toString(), { maximumPoolSize: 20 });
   return {
     url: url.toString(),
     name,
-    pool,
     async drop() {
-      await pool.end();
       const client = new pg.Client({ connectionString: adminUrl });
       await client.connect();
       await client.query(`drop database if exists "${name}" with (force)`).catch(() => undefined);
@@ -53,6 +53,22 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     },
   };
 }
+
+export async function createTestDatabase(): Promise<TestDatabase> {
+  const database = await newDatabase(required('TEST_PG_TEMPLATE'));
+  const pool = await createDatabasePool(database.url, { maximumPoolSize: 20 });
+  return {
+    ...database,
+    pool,
+    async drop() {
+      await pool.end();
+      await database.drop();
+    },
+  };
+}
+
+/** A new, empty database of this test run, with no migration applied (for migration tests). */
+export const createEmptyTestDatabase = (): Promise<BareTestDatabase> => newDatabase();
 
 /**
  * A fresh database and a PostgreSQL event store on it for the enclosing `describe` (registers

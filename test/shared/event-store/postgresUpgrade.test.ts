@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabasePool, type DatabasePool } from '../../../shared/db/pool.ts';
@@ -6,6 +6,7 @@ import { migrate } from '../../../shared/db/migrate.ts';
 import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import { createPostgresEventStore, eventStoreMigrations } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
+import { createEmptyTestDatabase, type BareTestDatabase } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
@@ -19,32 +20,11 @@ const at010 = eventStoreMigrations.findIndex((m) => m.id.startsWith('event-store
 if (at010 < 0) throw new Error('no event-store/010 migration');
 const before010 = eventStoreMigrations.slice(0, at010);
 
-const adminUrl = (): string => {
-  const admin = process.env.TEST_PG_ADMIN_URL;
-  if (!admin) throw new Error('TEST_PG_ADMIN_URL is not set: run the tests through vitest');
-  return admin;
-};
-
-/** A new database migrated up to 009, and how to drop it. */
-async function databaseBefore010(): Promise<{ url: string; drop(): Promise<void> }> {
-  const name = `t_upgrade_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl() });
-  await admin.connect();
-  await admin.query(`create database "${name}"`);
-  await admin.end();
-  const parsed = new URL(adminUrl());
-  parsed.pathname = `/${name}`;
-  const url = parsed.toString();
-  await migrate(url, before010);
-  return {
-    url,
-    async drop() {
-      const client = new pg.Client({ connectionString: adminUrl() });
-      await client.connect();
-      await client.query(`drop database if exists "${name}" with (force)`);
-      await client.end();
-    },
-  };
+/** A new database migrated up to 009. */
+async function databaseBefore010(): Promise<BareTestDatabase> {
+  const database = await createEmptyTestDatabase();
+  await migrate(database.url, before010);
+  return database;
 }
 
 async function sqlAt<T extends pg.QueryResultRow>(databaseUrl: string, text: string, values: unknown[] = []): Promise<T[]> {
@@ -81,7 +61,7 @@ async function oldFlush(databaseUrl: string, parts: readonly OldPart[]): Promise
   return rows[0]?.outcomes ?? [];
 }
 
-let database: { url: string; drop(): Promise<void> };
+let database: BareTestDatabase;
 let url: string;
 let pool: DatabasePool;
 let store: EventStore;
