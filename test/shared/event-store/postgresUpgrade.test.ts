@@ -10,11 +10,12 @@ import { createEmptyTestDatabase, type BareTestDatabase } from '../../support/da
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
- * Migrations 010 and 011 on a log written before them (issue 11): es_streams held every stream's
+ * Migrations 010 to 013 on a log written before them (issue 11): es_streams held every stream's
  * revision until then; afterwards the appends read it from the log, and the table is gone. A
  * deployment that upgrades must go on deciding every append exactly as before, on streams written
  * by the old functions (group commit's flush and the older single `es_append`), and appends that
- * gateways not yet upgraded make while it migrates must not fail.
+ * gateways not yet upgraded make while it migrates must not fail. 013 drops the index on position
+ * alone: every event must stay where it was, and new ones come after.
  */
 const at010 = eventStoreMigrations.findIndex((m) => m.id.startsWith('event-store/010'));
 if (at010 < 0) throw new Error('no event-store/010 migration');
@@ -68,6 +69,9 @@ let store: EventStore;
 const run = randomUUID().slice(0, 8);
 const ids = { a0: randomUUID(), a1: randomUUID(), a2: randomUUID(), b0: randomUUID(), c0: randomUUID() };
 const sqlOn = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) => sqlAt<T>(url, text, values);
+type EventPosition = { event_id: string; commit: string; prepare: string };
+const positionsQuery = 'select event_id, transaction_id::text as commit, position::text as prepare from es_events order by transaction_id, position';
+let positionsBefore: EventPosition[];
 
 beforeAll(async () => {
   database = await databaseBefore010();
@@ -86,6 +90,7 @@ beforeAll(async () => {
     { stream_id: `${run}-b`, revision: 0 },
     { stream_id: `${run}-c`, revision: 0 },
   ]);
+  positionsBefore = await sqlOn<EventPosition>(positionsQuery);
   await migrate(url, eventStoreMigrations);
   pool = await createDatabasePool(url, { maximumPoolSize: 4 });
   store = createPostgresEventStore(pool);
@@ -134,6 +139,40 @@ describe('a log written before migration 010, after it', () => {
     );
     expect(appended).toEqual([{ outcome: 'appended', next_revision: '1' }]);
     expect((await store.readStream(`${run}-c`)).map((e) => e.revision)).toEqual([0, 1]);
+  });
+});
+
+describe('a log written before migration 013, after it', () => {
+  it('keeps no index on position alone; (stream_id, revision) is the replica identity', async () => {
+    const indexes = await sqlOn<{ name: string; replica: boolean }>(
+      `select c.relname as name, i.indisreplident as replica from pg_index i join pg_class c on c.oid = i.indexrelid
+       where i.indrelid = 'es_events'::regclass order by 1`,
+    );
+    expect(indexes).toEqual([
+      { name: 'es_events_event_id_key', replica: false },
+      { name: 'es_events_global_order', replica: false },
+      { name: 'es_events_stream_id_revision_key', replica: true },
+    ]);
+    expect(await sqlOn(`select relreplident from pg_class where oid = 'es_events'::regclass`)).toEqual([{ relreplident: 'i' }]);
+  });
+
+  it('keeps every event at its position, and new events after them', async () => {
+    expect((await sqlOn<EventPosition>(positionsQuery)).slice(0, positionsBefore.length)).toEqual(positionsBefore);
+    const last = positionsBefore.at(-1);
+    if (!last) throw new Error('no events written before the migration');
+    const results = await store.appendMany([
+      { streamId: `${run}-e`, events: [{ id: randomUUID(), type: 'E', data: {} }, { id: randomUUID(), type: 'E', data: {} }], expectedRevision: 'no_stream' },
+      { streamId: `${run}-f`, events: [{ id: randomUUID(), type: 'F', data: {} }], expectedRevision: 'no_stream' },
+    ]);
+    const [e, f] = results.map((r) => r.position);
+    expect(e && f && e.commit === f.commit && e.prepare < f.prepare).toBe(true);
+    expect(e && e.commit > BigInt(last.commit) && e.prepare > BigInt(last.prepare)).toBe(true);
+  });
+
+  it('still refuses an event that sets its own position (the identity is the guard)', async () => {
+    await expect(
+      sqlOn(`insert into es_events (position, stream_id, revision, event_id, type, data) values ($1, $2, 0, $3, 'X', '{}')`, [positionsBefore[0]?.prepare, `${run}-x`, randomUUID()]),
+    ).rejects.toMatchObject({ code: '428C9' });
   });
 });
 
