@@ -8,9 +8,19 @@ import pg from 'pg';
  * DDL cannot be expressed with bound values, so this runner talks to `pg` directly instead of
  * going through slonik's tagged templates (where it would need `sql.unsafe`).
  */
-export type Migration = { readonly id: string; readonly sql: string };
+export type Migration =
+  | { readonly id: string; readonly sql: string }
+  /**
+   * Statements that cannot run in a transaction (`create index concurrently`, which builds an
+   * index without blocking writes), each run on its own, in order; the migration counts as
+   * applied once they all succeed. One that fails leaves the ones before it done, and the next
+   * start runs them all again: each must be safe to run twice (`if exists`, `if not exists`).
+   */
+  | { readonly id: string; readonly concurrently: readonly string[] };
 
 const LOCK_KEY = 7_412_019; // arbitrary, fixed: "the migration lock" of this service
+/** How often a process that finds the migration lock taken tries again. */
+const LOCK_RETRY_MS = 100;
 
 export async function migrate(databaseUrl: string, migrations: readonly Migration[]): Promise<string[]> {
   const ids = new Set<string>();
@@ -22,7 +32,12 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
   await client.connect();
   const applied: string[] = [];
   try {
-    await client.query('select pg_advisory_lock($1)', [LOCK_KEY]);
+    // Polled, not waited for inside `pg_advisory_lock`: a statement waiting there holds a snapshot,
+    // and `create index concurrently` in the process that holds the lock waits for every older
+    // snapshot, which would be a deadlock (PostgreSQL would cancel one of the two).
+    while (!(await client.query<{ locked: boolean }>('select pg_try_advisory_lock($1) as locked', [LOCK_KEY])).rows[0]?.locked) {
+      await new Promise((resolve) => setTimeout(resolve, LOCK_RETRY_MS));
+    }
     await client.query(`create table if not exists schema_migrations (
       id text primary key,
       applied_at timestamptz not null default now()
@@ -31,6 +46,16 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
     const done = new Set(rows.map((r) => r.id));
     for (const migration of migrations) {
       if (done.has(migration.id)) continue;
+      if ('concurrently' in migration) {
+        try {
+          for (const statement of migration.concurrently) await client.query(statement);
+          await client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
+        } catch (error) {
+          throw new Error(`Migration ${migration.id} failed (it runs again, whole, on the next start): ${(error as Error).message}`, { cause: error });
+        }
+        applied.push(migration.id);
+        continue;
+      }
       await client.query('begin');
       try {
         await client.query(migration.sql);

@@ -180,15 +180,30 @@ ${appendFunction({ replace: true, notifyInTransaction: false, revisionFromLog: t
   // seventh of append throughput here (issue 11). An overload, so that gateways not yet upgraded
   // keep calling the 8-argument function.
   { id: 'event-store/012-append-batch-wake', sql: appendBatchFunctionV2(true) },
-  // No index on `position` alone: every event paid an insert into it (one of four, about an
-  // eighth of the WAL per one-event append: 513 against 446 bytes here) and no query reads by it.
-  // Readers go by (transaction_id, position), which stays unique without it: positions come from
-  // the identity's sequence (`generated always`: no insert can set one), and a transaction draws
-  // its positions from that sequence one after another. (stream_id, revision), unique and not
-  // null, identifies an event instead, and is the table's replica identity (logical replication).
+  // The readers' order, (transaction_id, position), becomes unique (013), and the index on
+  // `position` alone goes (014). That index held the log's primary key, but no query reads by it,
+  // and every event paid an entry in it: about an eighth of the WAL of a one-event append (513
+  // against 446 bytes here). What readers need unique is the pair: a duplicated pair would make a
+  // reader paging past it skip an event, and the pair, not `position` alone, is now what refuses
+  // one (an insert or a COPY that sets positions itself). A reset of the sequence, which the old
+  // key refused, repeats positions but no pair: transaction ids never repeat.
+  // 013 builds the unique index without blocking appends (`concurrently`, outside a transaction;
+  // a build interrupted halfway leaves an invalid index, dropped and built again on the next
+  // start); 014 puts it in the old one's place in a brief exclusive lock, and makes
+  // (stream_id, revision), unique and not null, the table's replica identity.
   {
-    id: 'event-store/013-no-position-index',
+    id: 'event-store/013-global-order-unique',
+    concurrently: [
+      'drop index concurrently if exists es_events_global_order_key',
+      'create unique index concurrently es_events_global_order_key on es_events (transaction_id, position) include (type)',
+    ],
+  },
+  {
+    id: 'event-store/014-no-position-index',
     sql: `
+      set local lock_timeout = '10s';
+      drop index es_events_global_order;
+      alter index es_events_global_order_key rename to es_events_global_order;
       alter table es_events replica identity using index es_events_stream_id_revision_key;
       alter table es_events drop constraint es_events_pkey;
     `,

@@ -10,12 +10,13 @@ import { createEmptyTestDatabase, type BareTestDatabase } from '../../support/da
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
- * Migrations 010 to 013 on a log written before them (issue 11): es_streams held every stream's
+ * Migrations 010 to 014 on a log written before them (issue 11): es_streams held every stream's
  * revision until then; afterwards the appends read it from the log, and the table is gone. A
  * deployment that upgrades must go on deciding every append exactly as before, on streams written
  * by the old functions (group commit's flush and the older single `es_append`), and appends that
- * gateways not yet upgraded make while it migrates must not fail. 013 drops the index on position
- * alone: every event must stay where it was, and new ones come after.
+ * gateways not yet upgraded make while it migrates must not fail. 013 and 014 make the readers'
+ * order (transaction_id, position) unique and drop the index on position alone: every event must
+ * stay where it was, and new ones come after.
  */
 const at010 = eventStoreMigrations.findIndex((m) => m.id.startsWith('event-store/010'));
 if (at010 < 0) throw new Error('no event-store/010 migration');
@@ -142,37 +143,57 @@ describe('a log written before migration 010, after it', () => {
   });
 });
 
-describe('a log written before migration 013, after it', () => {
-  it('keeps no index on position alone; (stream_id, revision) is the replica identity', async () => {
-    const indexes = await sqlOn<{ name: string; replica: boolean }>(
-      `select c.relname as name, i.indisreplident as replica from pg_index i join pg_class c on c.oid = i.indexrelid
-       where i.indrelid = 'es_events'::regclass order by 1`,
+describe('a log written before migrations 013 and 014, after them', () => {
+  it('keeps no index on position alone; the readers\' order is unique; (stream_id, revision) is the replica identity', async () => {
+    const indexes = await sqlOn<{ name: string; definition: string; replica: boolean; valid: boolean }>(
+      `select c.relname as name, pg_get_indexdef(i.indexrelid) as definition, i.indisreplident as replica, i.indisvalid as valid
+       from pg_index i join pg_class c on c.oid = i.indexrelid where i.indrelid = 'es_events'::regclass order by 1`,
     );
     expect(indexes).toEqual([
-      { name: 'es_events_event_id_key', replica: false },
-      { name: 'es_events_global_order', replica: false },
-      { name: 'es_events_stream_id_revision_key', replica: true },
+      { name: 'es_events_event_id_key', definition: expect.stringContaining('UNIQUE INDEX es_events_event_id_key ON public.es_events USING btree (event_id)'), replica: false, valid: true },
+      {
+        name: 'es_events_global_order',
+        definition: expect.stringContaining('UNIQUE INDEX es_events_global_order ON public.es_events USING btree (transaction_id, "position") INCLUDE (type)'),
+        replica: false,
+        valid: true,
+      },
+      {
+        name: 'es_events_stream_id_revision_key',
+        definition: expect.stringContaining('UNIQUE INDEX es_events_stream_id_revision_key ON public.es_events USING btree (stream_id, revision)'),
+        replica: true,
+        valid: true,
+      },
     ]);
     expect(await sqlOn(`select relreplident from pg_class where oid = 'es_events'::regclass`)).toEqual([{ relreplident: 'i' }]);
   });
 
-  it('keeps every event at its position, and new events after them', async () => {
+  it('keeps every event at its position, and puts new events after them', async () => {
     expect((await sqlOn<EventPosition>(positionsQuery)).slice(0, positionsBefore.length)).toEqual(positionsBefore);
     const last = positionsBefore.at(-1);
     if (!last) throw new Error('no events written before the migration');
-    const results = await store.appendMany([
-      { streamId: `${run}-e`, events: [{ id: randomUUID(), type: 'E', data: {} }, { id: randomUUID(), type: 'E', data: {} }], expectedRevision: 'no_stream' },
-      { streamId: `${run}-f`, events: [{ id: randomUUID(), type: 'F', data: {} }], expectedRevision: 'no_stream' },
-    ]);
-    const [e, f] = results.map((r) => r.position);
-    expect(e && f && e.commit === f.commit && e.prepare < f.prepare).toBe(true);
-    expect(e && e.commit > BigInt(last.commit) && e.prepare > BigInt(last.prepare)).toBe(true);
+    const [e, f] = (
+      await store.appendMany([
+        { streamId: `${run}-e`, events: [{ id: randomUUID(), type: 'E', data: {} }, { id: randomUUID(), type: 'E', data: {} }], expectedRevision: 'no_stream' },
+        { streamId: `${run}-f`, events: [{ id: randomUUID(), type: 'F', data: {} }], expectedRevision: 'no_stream' },
+      ])
+    ).map((r) => r.position);
+    expect(f?.commit).toBe(e?.commit);
+    expect((e?.prepare ?? 0n) < (f?.prepare ?? 0n)).toBe(true);
+    expect((e?.commit ?? 0n) > BigInt(last.commit)).toBe(true);
   });
 
-  it('still refuses an event that sets its own position (the identity is the guard)', async () => {
-    await expect(
-      sqlOn(`insert into es_events (position, stream_id, revision, event_id, type, data) values ($1, $2, 0, $3, 'X', '{}')`, [positionsBefore[0]?.prepare, `${run}-x`, randomUUID()]),
-    ).rejects.toMatchObject({ code: '428C9' });
+  it('refuses an event whose (transaction, position) another event has, even one that sets its own position', async () => {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      await client.query('begin');
+      const insert = `insert into es_events (position, stream_id, revision, event_id, type, data) overriding system value values (42, $1, $2, $3, 'X', '{}')`;
+      await client.query(insert, [`${run}-x`, 0, randomUUID()]);
+      await expect(client.query(insert, [`${run}-x`, 1, randomUUID()])).rejects.toMatchObject({ code: '23505', constraint: 'es_events_global_order' });
+    } finally {
+      await client.query('rollback').catch(() => undefined);
+      await client.end();
+    }
   });
 });
 
