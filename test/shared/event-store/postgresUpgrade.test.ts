@@ -197,6 +197,32 @@ describe('a log written before migrations 013 and 014, after them', () => {
   });
 });
 
+describe('migration 014 behind a transaction that holds es_events', () => {
+  it('gives up after its lock timeout, changes nothing, and succeeds on the next start', async () => {
+    const db = await createEmptyTestDatabase();
+    const holder = new pg.Client({ connectionString: db.url });
+    try {
+      const at014 = eventStoreMigrations.findIndex((m) => m.id.startsWith('event-store/014'));
+      await migrate(db.url, eventStoreMigrations.slice(0, at014));
+      await holder.connect();
+      await holder.query('begin');
+      await holder.query('select count(*) from es_events');
+      const started = Date.now();
+      await expect(migrate(db.url, eventStoreMigrations)).rejects.toThrow(/event-store\/014-no-position-index failed: canceling statement due to lock timeout/);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(9_000);
+      const indexes = async () =>
+        (await sqlAt<{ name: string }>(db.url, `select indexrelid::regclass::text as name from pg_index where indrelid = 'es_events'::regclass order by 1`)).map((r) => r.name);
+      expect(await indexes()).toEqual(['es_events_event_id_key', 'es_events_global_order', 'es_events_global_order_key', 'es_events_pkey', 'es_events_stream_id_revision_key']);
+      await holder.query('commit');
+      expect(await migrate(db.url, eventStoreMigrations)).toEqual(['event-store/014-no-position-index']);
+      expect(await indexes()).toEqual(['es_events_event_id_key', 'es_events_global_order', 'es_events_stream_id_revision_key']);
+    } finally {
+      await holder.end().catch(() => undefined);
+      await db.drop();
+    }
+  }, 30_000);
+});
+
 describe('migrating while a flush of the old functions is in flight', () => {
   it('keeps appending on the new functions while the drop of es_streams waits for that flush', async () => {
     const db = await databaseBefore010();
