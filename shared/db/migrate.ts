@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 
 /**
@@ -36,7 +37,7 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
     // and `create index concurrently` in the process that holds the lock waits for every older
     // snapshot, which would be a deadlock (PostgreSQL would cancel one of the two).
     while (!(await client.query<{ locked: boolean }>('select pg_try_advisory_lock($1) as locked', [LOCK_KEY])).rows[0]?.locked) {
-      await new Promise((resolve) => setTimeout(resolve, LOCK_RETRY_MS));
+      await sleep(LOCK_RETRY_MS);
     }
     await client.query(`create table if not exists schema_migrations (
       id text primary key,
@@ -46,26 +47,27 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
     const done = new Set(rows.map((r) => r.id));
     for (const migration of migrations) {
       if (done.has(migration.id)) continue;
-      if ('concurrently' in migration) {
-        try {
-          for (const statement of migration.concurrently) await client.query(statement);
-          await client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
-        } catch (error) {
-          throw new Error(`Migration ${migration.id} failed (it runs again, whole, on the next start): ${(error as Error).message}`, { cause: error });
-        }
-        applied.push(migration.id);
-        continue;
-      }
-      await client.query('begin');
+      const record = () => client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
       try {
-        await client.query(migration.sql);
-        await client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
-        await client.query('commit');
-        applied.push(migration.id);
+        if ('concurrently' in migration) {
+          for (const statement of migration.concurrently) await client.query(statement);
+          await record();
+        } else {
+          await client.query('begin');
+          try {
+            await client.query(migration.sql);
+            await record();
+            await client.query('commit');
+          } catch (error) {
+            await client.query('rollback');
+            throw error;
+          }
+        }
       } catch (error) {
-        await client.query('rollback');
-        throw new Error(`Migration ${migration.id} failed: ${(error as Error).message}`, { cause: error });
+        const again = 'concurrently' in migration ? ' (it runs again, whole, on the next start)' : '';
+        throw new Error(`Migration ${migration.id} failed${again}: ${(error as Error).message}`, { cause: error });
       }
+      applied.push(migration.id);
     }
   } finally {
     await client.query('select pg_advisory_unlock($1)', [LOCK_KEY]).catch(() => undefined);

@@ -17,6 +17,20 @@ function required(name: string): string {
   return value;
 }
 
+/**
+ * One statement on a connection of its own, opened and closed around it: for tests that look at a
+ * database from outside the code under test (catalogs, rows written by older code, migrations).
+ */
+export async function sqlAt<T extends pg.QueryResultRow>(databaseUrl: string, text: string, values: unknown[] = []): Promise<T[]> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    return (await client.query<T>(text, values)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
 /** A database of this test run (the global teardown drops what a test leaves): its URL, its name, how to drop it. */
 export type BareTestDatabase = Omit<TestDatabase, 'pool'>;
 

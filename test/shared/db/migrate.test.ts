@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { migrate, type Migration } from '../../../shared/db/migrate.ts';
-import { createEmptyTestDatabase, type BareTestDatabase } from '../../support/database.ts';
+import { createEmptyTestDatabase, sqlAt, type BareTestDatabase } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
@@ -25,9 +25,7 @@ async function connect(): Promise<pg.Client> {
   return client;
 }
 
-async function query<T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> {
-  return (await (await connect()).query<T>(text, values)).rows;
-}
+const query = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) => sqlAt<T>(db.url, text, values);
 
 const indexState = () => query<{ valid: boolean; unique: boolean }>(`select indisvalid as valid, indisunique as unique from pg_index where indexrelid = to_regclass('t_k_key')`);
 const recorded = async () => (await query<{ id: string }>(`select id from schema_migrations where id like 'test/%' order by id`)).map((r) => r.id);

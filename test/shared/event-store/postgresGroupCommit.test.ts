@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import type { AppendResult, NewEvent } from '../../../shared/event-store/port.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
-import { createTestDatabase, useTestEventStore } from '../../support/database.ts';
+import { createTestDatabase, sqlAt, useTestEventStore } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
@@ -274,12 +274,9 @@ describe('group commit (PostgreSQL adapter)', () => {
       try {
         // A stand-in for the full queue: pg_notify, found before pg_catalog's, fails as PostgreSQL
         // does then (SQLSTATE 54000), in the flush's transaction and on the notify connection.
-        const admin = new pg.Client({ connectionString: db.url });
-        await admin.connect();
-        await admin.query(`create function public.pg_notify(text, text) returns void language plpgsql as $fn$
+        await sqlAt(db.url, `create function public.pg_notify(text, text) returns void language plpgsql as $fn$
           begin raise exception 'too many notifications in the NOTIFY queue' using errcode = '54000'; end $fn$`);
-        await admin.query(`alter database "${db.name}" set search_path = public, pg_catalog`);
-        await admin.end();
+        await sqlAt(db.url, `alter database "${db.name}" set search_path = public, pg_catalog`);
         const mine = createPostgresEventStore(db.pool, { wakeIntervalMs: 5 });
         try {
           const run = randomUUID().slice(0, 8);

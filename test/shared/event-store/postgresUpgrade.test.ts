@@ -6,7 +6,7 @@ import { migrate } from '../../../shared/db/migrate.ts';
 import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import { createPostgresEventStore, eventStoreMigrations } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
-import { createEmptyTestDatabase, type BareTestDatabase } from '../../support/database.ts';
+import { createEmptyTestDatabase, sqlAt, type BareTestDatabase } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
@@ -27,16 +27,6 @@ async function databaseBefore010(): Promise<BareTestDatabase> {
   const database = await createEmptyTestDatabase();
   await migrate(database.url, before010);
   return database;
-}
-
-async function sqlAt<T extends pg.QueryResultRow>(databaseUrl: string, text: string, values: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ connectionString: databaseUrl });
-  await client.connect();
-  try {
-    return (await client.query<T>(text, values)).rows;
-  } finally {
-    await client.end();
-  }
 }
 
 type OldPart = { readonly req?: number; readonly stream: string; readonly expected: string; readonly ids: readonly string[]; readonly type: string };
