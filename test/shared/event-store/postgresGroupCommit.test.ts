@@ -16,6 +16,10 @@ import { waitFor } from '../../support/waitFor.ts';
  */
 const event = (type: string): NewEvent => ({ id: randomUUID(), type, data: {} });
 
+/** The pids of this database's backends opened under `applicationName` (the adapter names its connections). */
+const backends = async (client: pg.Client, applicationName: string) =>
+  (await client.query<{ pid: number }>(`select pid from pg_stat_activity where datname = current_database() and application_name = $1`, [applicationName])).rows.map((r) => r.pid);
+
 describe('group commit (PostgreSQL adapter)', () => {
   const fixture = useTestEventStore();
 
@@ -184,9 +188,6 @@ describe('group commit (PostgreSQL adapter)', () => {
   });
 
   describe('its own connections (one per flush in flight, and one for wake-ups)', () => {
-    const backends = async (client: pg.Client, applicationName: string) =>
-      (await client.query<{ pid: number }>(`select pid from pg_stat_activity where datname = current_database() and application_name = $1`, [applicationName])).rows.map((r) => r.pid);
-
     it('opens again after losing one between flushes, and closes them all on close()', async () => {
       const { db } = fixture;
       const check = new pg.Client({ connectionString: db.url });
@@ -239,8 +240,7 @@ describe('group commit (PostgreSQL adapter)', () => {
       const check = new pg.Client({ connectionString: db.url });
       await check.connect();
       try {
-        const notifiers = async () =>
-          Number((await check.query<{ n: string }>(`select count(*) as n from pg_stat_activity where datname = current_database() and application_name = 'event-store-notify'`)).rows[0]?.n);
+        const notifiers = async () => (await backends(check, 'event-store-notify')).length;
         const notifiersBefore = await notifiers();
         const run = randomUUID().slice(0, 8);
         await mine.append(`${run}-a`, [event('A')]);
