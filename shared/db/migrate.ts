@@ -47,24 +47,20 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
     const done = new Set(rows.map((r) => r.id));
     for (const migration of migrations) {
       if (done.has(migration.id)) continue;
-      const record = () => client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
+      // Outside a transaction: each statement on its own (see `Migration`); else all in one.
+      const outside = 'concurrently' in migration;
       try {
-        if ('concurrently' in migration) {
-          for (const statement of migration.concurrently) await client.query(statement);
-          await record();
-        } else {
-          await client.query('begin');
-          try {
-            await client.query(migration.sql);
-            await record();
-            await client.query('commit');
-          } catch (error) {
-            await client.query('rollback');
-            throw error;
-          }
+        if (!outside) await client.query('begin');
+        try {
+          for (const statement of outside ? migration.concurrently : [migration.sql]) await client.query(statement);
+          await client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
+          if (!outside) await client.query('commit');
+        } catch (error) {
+          if (!outside) await client.query('rollback');
+          throw error;
         }
       } catch (error) {
-        const again = 'concurrently' in migration ? ' (it runs again, whole, on the next start)' : '';
+        const again = outside ? ' (it runs again, whole, on the next start)' : '';
         throw new Error(`Migration ${migration.id} failed${again}: ${(error as Error).message}`, { cause: error });
       }
       applied.push(migration.id);

@@ -18,7 +18,7 @@
  * queue is full, and the adapter then sends the same appends again without one). A NOTIFY sent on
  * its own that fails lets the next flush carry one.
  */
-export type FlushOutcome = 'appended' | 'nothing appended' | 'failed';
+type FlushOutcome = 'appended' | 'nothing appended' | 'failed';
 
 export type WakeupClock = {
   now(): number;
@@ -38,7 +38,7 @@ const systemClock: WakeupClock = {
   },
 };
 
-export type FlushWake = { readonly carried: boolean; readonly after: number };
+type FlushWake = { readonly carried: boolean; readonly after: number };
 
 export function createWakeupSchedule(send: () => Promise<void>, intervalMs: number, clock: WakeupClock = systemClock) {
   if (!Number.isFinite(intervalMs) || intervalMs < 0 || intervalMs > 60_000) {
@@ -77,17 +77,13 @@ export function createWakeupSchedule(send: () => Promise<void>, intervalMs: numb
     /** For a flush that settled: what it did (a flush that failed may have committed). */
     settle(flush: FlushWake, outcome: FlushOutcome): void {
       settled++;
-      if (outcome === 'failed') {
-        if (flush.carried) last = clock.now();
+      if (flush.carried) last = clock.now();
+      if (outcome === 'failed' || (!flush.carried && outcome === 'appended')) {
         owe();
-      } else if (flush.carried) {
-        last = clock.now();
-        if (owed && flush.after >= owed.since) {
-          owed.cancel();
-          owed = undefined;
-        }
-      } else if (outcome === 'appended') {
-        owe();
+      } else if (flush.carried && owed && flush.after >= owed.since) {
+        // A wake-up that committed after the owing flush settled pays the debt.
+        owed.cancel();
+        owed = undefined;
       }
     },
     /** Sends an owed wake-up now, and waits for those sent. */

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { migrate, type Migration } from '../../../shared/db/migrate.ts';
-import { createEmptyTestDatabase, sqlAt, type BareTestDatabase } from '../../support/database.ts';
+import { createEmptyTestDatabase, sqlAt, waitsForLock, type BareTestDatabase } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
@@ -16,14 +16,6 @@ const uniqueIndex: Migration = {
 };
 
 let db: BareTestDatabase;
-const clients: pg.Client[] = [];
-
-async function connect(): Promise<pg.Client> {
-  const client = new pg.Client({ connectionString: db.url });
-  await client.connect();
-  clients.push(client);
-  return client;
-}
 
 const query = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) => sqlAt<T>(db.url, text, values);
 
@@ -35,7 +27,6 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.end().catch(() => undefined)));
   await db.drop();
 });
 
@@ -50,23 +41,25 @@ describe('migrate: statements that run outside a transaction', () => {
   it('does not deadlock with a process that starts while the build waits for older snapshots', async () => {
     await migrate(db.url, [table]);
     // A transaction writing to the table: the concurrent build waits for it before it starts.
-    const writer = await connect();
-    await writer.query('begin');
-    await writer.query('insert into t values (1)');
-    const first = migrate(db.url, [table, uniqueIndex]);
-    await waitFor(async () => {
-      const rows = await query<{ n: string }>(`select count(*) as n from pg_stat_activity where query like 'create unique index concurrently%' and wait_event_type = 'Lock'`);
-      return Number(rows[0]?.n) > 0;
-    });
-    // A second process starts meanwhile and waits for the migration lock. Had it waited inside
-    // pg_advisory_lock, its statement's snapshot would hold up the build, which holds the lock it
-    // waits for: PostgreSQL would cancel one of the two as a deadlock after a second.
-    const second = migrate(db.url, [table, uniqueIndex]);
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    await writer.query('commit');
-    const [applied, appliedBySecond] = await Promise.all([first, second]);
-    expect(applied).toEqual(['test/002-unique-index']);
-    expect(appliedBySecond).toEqual([]);
+    const writer = new pg.Client({ connectionString: db.url });
+    await writer.connect();
+    try {
+      await writer.query('begin');
+      await writer.query('insert into t values (1)');
+      const first = migrate(db.url, [table, uniqueIndex]);
+      await waitFor(() => waitsForLock(db.url, 'create unique index concurrently%'));
+      // A second process starts meanwhile and waits for the migration lock. Had it waited inside
+      // pg_advisory_lock, its statement's snapshot would hold up the build, which holds the lock it
+      // waits for: PostgreSQL would cancel one of the two as a deadlock after a second.
+      const second = migrate(db.url, [table, uniqueIndex]);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await writer.query('commit');
+      const [applied, appliedBySecond] = await Promise.all([first, second]);
+      expect(applied).toEqual(['test/002-unique-index']);
+      expect(appliedBySecond).toEqual([]);
+    } finally {
+      await writer.end().catch(() => undefined);
+    }
     expect(await indexState()).toEqual([{ valid: true, unique: true }]);
   });
 

@@ -6,7 +6,7 @@ import { migrate } from '../../../shared/db/migrate.ts';
 import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import { createPostgresEventStore, eventStoreMigrations } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
-import { createEmptyTestDatabase, sqlAt, type BareTestDatabase } from '../../support/database.ts';
+import { createEmptyTestDatabase, sqlAt, waitsForLock, type BareTestDatabase } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
@@ -18,9 +18,13 @@ import { waitFor } from '../../support/waitFor.ts';
  * order (transaction_id, position) unique and drop the index on position alone: every event must
  * stay where it was, and new ones come after.
  */
-const at010 = eventStoreMigrations.findIndex((m) => m.id.startsWith('event-store/010'));
-if (at010 < 0) throw new Error('no event-store/010 migration');
-const before010 = eventStoreMigrations.slice(0, at010);
+/** Where the event-store migration whose id starts with `prefix` stands in their list. */
+function indexOfMigration(prefix: string): number {
+  const at = eventStoreMigrations.findIndex((m) => m.id.startsWith(prefix));
+  if (at < 0) throw new Error(`no ${prefix} migration`);
+  return at;
+}
+const before010 = eventStoreMigrations.slice(0, indexOfMigration('event-store/010'));
 
 /** A new database migrated up to 009. */
 async function databaseBefore010(): Promise<BareTestDatabase> {
@@ -192,8 +196,7 @@ describe('migration 014 behind a transaction that holds es_events', () => {
     const db = await createEmptyTestDatabase();
     const holder = new pg.Client({ connectionString: db.url });
     try {
-      const at014 = eventStoreMigrations.findIndex((m) => m.id.startsWith('event-store/014'));
-      await migrate(db.url, eventStoreMigrations.slice(0, at014));
+      await migrate(db.url, eventStoreMigrations.slice(0, indexOfMigration('event-store/014')));
       await holder.connect();
       await holder.query('begin');
       await holder.query('select count(*) from es_events');
@@ -231,10 +234,7 @@ describe('migrating while a flush of the old functions is in flight', () => {
       );
       const migrating = migrate(db.url, eventStoreMigrations);
       // 010 commits; 011's drop waits for the flush in flight.
-      await waitFor(async () => {
-        const rows = await sqlAt<{ n: string }>(db.url, `select count(*) as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%drop table es_streams%'`);
-        return Number(rows[0]?.n) > 0 ? true : undefined;
-      });
+      await waitFor(() => waitsForLock(db.url, '%drop table es_streams%'));
       // Meanwhile the gateways not yet upgraded go on appending, on the new bodies of the functions
       // they call, which do not wait for the drop.
       const during = await Promise.all([
