@@ -51,15 +51,11 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
       const outside = 'concurrently' in migration;
       try {
         if (!outside) await client.query('begin');
-        try {
-          for (const statement of outside ? migration.concurrently : [migration.sql]) await client.query(statement);
-          await client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
-          if (!outside) await client.query('commit');
-        } catch (error) {
-          if (!outside) await client.query('rollback');
-          throw error;
-        }
+        for (const statement of outside ? migration.concurrently : [migration.sql]) await client.query(statement);
+        await client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
+        if (!outside) await client.query('commit');
       } catch (error) {
+        if (!outside) await client.query('rollback');
         const again = outside ? ' (it runs again, whole, on the next start)' : '';
         throw new Error(`Migration ${migration.id} failed${again}: ${(error as Error).message}`, { cause: error });
       }
