@@ -30,6 +30,9 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
     ids.add(m.id);
   }
   const client = new pg.Client({ connectionString: databaseUrl });
+  // A connection lost mid-migration fails the statement in flight, which reports it below; without
+  // a listener, pg's 'error' event would also crash the process.
+  client.on('error', () => undefined);
   await client.connect();
   const applied: string[] = [];
   try {
@@ -55,7 +58,9 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
         await client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
         if (!outside) await client.query('commit');
       } catch (error) {
-        if (!outside) await client.query('rollback');
+        // A rollback that fails (the connection is gone: PostgreSQL rolls back by itself) must not
+        // take the place of the error that made it, nor lose the migration's id.
+        if (!outside) await client.query('rollback').catch(() => undefined);
         const again = outside ? ' (it runs again, whole, on the next start)' : '';
         throw new Error(`Migration ${migration.id} failed${again}: ${(error as Error).message}`, { cause: error });
       }

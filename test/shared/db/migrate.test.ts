@@ -7,7 +7,7 @@ import { waitFor } from '../../support/waitFor.ts';
 /**
  * The migration runner (real PostgreSQL): migrations that must run outside a transaction
  * (`create index concurrently`, issue 11's event-store/013), with several processes starting
- * together, and after a build that failed halfway.
+ * together, and after a build that failed halfway; and a migration whose connection is lost.
  */
 const table: Migration = { id: 'test/001-table', sql: 'create table t (k int not null)' };
 const uniqueIndex: Migration = {
@@ -73,5 +73,16 @@ describe('migrate: statements that run outside a transaction', () => {
     await query(`delete from t where ctid = (select max(ctid) from t)`);
     expect(await migrate(db.url, [table, uniqueIndex])).toEqual(['test/002-unique-index']);
     expect(await indexState()).toEqual([{ valid: true, unique: true }]);
+  });
+});
+
+describe('migrate: a connection lost during a migration', () => {
+  it('fails with the migration id and the cause, records nothing, and the next start applies it', async () => {
+    // The statement ends its own backend: the statement fails, and so would the rollback after it.
+    const dies: Migration = { id: 'test/001-dies', sql: 'create table t (k int); select pg_terminate_backend(pg_backend_pid())' };
+    await expect(migrate(db.url, [dies])).rejects.toThrow(/^Migration test\/001-dies failed: /);
+    expect(await query(`select to_regclass('t') as t`)).toEqual([{ t: null }]);
+    expect(await migrate(db.url, [table])).toEqual(['test/001-table']);
+    expect(await recorded()).toEqual(['test/001-table']);
   });
 });
