@@ -9,6 +9,7 @@ import { createRateLimiter, type RateLimiter } from '../../../shared/rate-limit/
 import { createRedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { stopProcess } from '../../support/processes.ts';
 import { createHttpClient, freePort, type HttpResponse } from './fixtures/processes.ts';
 import { probeCapability } from './fixtures/probeCapability.ts';
 
@@ -31,13 +32,6 @@ async function startRedis(port: number): Promise<ChildProcess> {
   });
   return child;
 }
-
-const stopProcess = (child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL') =>
-  new Promise<void>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    child.once('exit', () => resolve());
-    child.kill(signal);
-  });
 
 async function waitFor<T>(what: string, attempt: () => Promise<T | undefined>, deadlineMs = 15_000): Promise<T> {
   const until = Date.now() + deadlineMs;

@@ -1,10 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { Redis } from 'ioredis';
 import { resolve } from 'node:path';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
 import { sqlAt } from '../../support/database.ts';
+import { stopProcess } from '../../support/processes.ts';
 import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
@@ -42,18 +43,11 @@ async function startChildWorker(databaseUrl: string): Promise<ChildProcess> {
   return worker;
 }
 
-async function kill(worker: ChildProcess): Promise<void> {
-  if (worker.exitCode !== null || worker.signalCode !== null) return;
-  const exited = new Promise<void>((done) => worker.once('exit', () => done()));
-  worker.kill('SIGKILL');
-  await exited;
-}
-
 beforeAll(async () => {
   h = await createChangesHarness((db) => webhooksCapability({ pool: db.pool, secrets, targets: { allowHosts: ['127.0.0.1'] } }));
 });
 afterAll(async () => {
-  if (child) await kill(child);
+  if (child) await stopProcess(child);
   await survivor?.close();
   // The dead worker's job is still marked active in Redis: remove this test's keys.
   const redis = new Redis(redisUrl);
@@ -96,7 +90,7 @@ describe('when a webhook worker is killed mid-delivery', () => {
       const deadToken = held.lease_token;
       expect(held.lease_left_s).toBeGreaterThan(60); // the dead worker's lease: its 60-s timeout + 30 s
       if (!child) throw new Error('no worker');
-      await kill(child);
+      await stopProcess(child);
       child = undefined;
 
       receiver.setDelay(0);

@@ -4,6 +4,7 @@ import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
+import { stopProcess } from '../../support/processes.ts';
 import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
@@ -42,13 +43,6 @@ async function startRedis(port: number): Promise<ChildProcess> {
   return child;
 }
 
-async function stopRedis(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  child.kill('SIGKILL');
-  await exited;
-}
-
 const secrets = createSecretBox(randomBytes(32));
 let h: ChangesHarness;
 let port: number;
@@ -62,7 +56,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await dispatcher?.close();
-  if (redis) await stopRedis(redis);
+  if (redis) await stopProcess(redis);
   await h?.close();
 });
 
@@ -103,7 +97,7 @@ describe('when Redis dies mid-delivery and comes back empty', () => {
 
       await waitFor(() => receiver.acknowledged().length >= 5);
       if (!redis) throw new Error('redis not started');
-      await stopRedis(redis);
+      await stopProcess(redis);
       const atOutage = receiver.acknowledged().length;
       redis = await startRedis(port);
 
