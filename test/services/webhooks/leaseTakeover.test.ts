@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
+import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
@@ -8,9 +9,9 @@ import { sqlAt } from '../../support/database.ts';
 import { stopProcess } from '../../support/processes.ts';
 import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
-import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
+import { startWebhookDispatcher, WEBHOOK_QUEUE, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
-import { recordAttempt, recordDelivered } from '../../../services/webhooks/store.ts';
+import { acquireLease, recordAttempt, recordDelivered, releaseLease } from '../../../services/webhooks/store.ts';
 import { firstArrivals, startReceiver } from './receiver.ts';
 
 /**
@@ -26,6 +27,7 @@ const prefix = `test-wh-lease-${randomBytes(4).toString('hex')}`;
 let h: ChangesHarness;
 let child: ChildProcess | undefined;
 let survivor: WebhookDispatcher | undefined;
+let redis: Redis;
 
 async function startChildWorker(databaseUrl: string): Promise<ChildProcess> {
   const worker = spawn(process.execPath, [resolve(import.meta.dirname, 'support/dispatcherChild.ts')], {
@@ -44,13 +46,13 @@ async function startChildWorker(databaseUrl: string): Promise<ChildProcess> {
 }
 
 beforeAll(async () => {
+  redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
   h = await createChangesHarness((db) => webhooksCapability({ pool: db.pool, secrets, targets: { allowHosts: ['127.0.0.1'] } }));
 });
 afterAll(async () => {
   if (child) await stopProcess(child);
   await survivor?.close();
   // The dead worker's job is still marked active in Redis: remove this test's keys.
-  const redis = new Redis(redisUrl);
   const keys = await redis.keys(`${prefix}:*`);
   if (keys.length > 0) await redis.del(...keys);
   redis.disconnect();
@@ -88,7 +90,9 @@ describe('when a webhook worker is killed mid-delivery', () => {
       const held = await endpointRow();
       if (!held?.lease_token) throw new Error('the endpoint is not leased while its delivery is in flight');
       const deadToken = held.lease_token;
-      expect(held.lease_left_s).toBeGreaterThan(60); // the dead worker's lease: its 60-s timeout + 30 s
+      // The dead worker's lease: its 60-s timeout + 30 s, taken a moment ago.
+      expect(held.lease_left_s).toBeGreaterThan(85);
+      expect(held.lease_left_s).toBeLessThanOrEqual(90);
       if (!child) throw new Error('no worker');
       await stopProcess(child);
       child = undefined;
@@ -105,9 +109,18 @@ describe('when a webhook worker is killed mid-delivery', () => {
         timeoutMs: 2_000,
         sweepEveryMs: 100,
       });
-      // While the lease holds, the survivor sweeps (every 100 ms) and leaves the endpoint alone:
-      // one delivery in flight per endpoint, even when its worker is gone.
-      await new Promise((r) => setTimeout(r, 1_000));
+      // While the lease holds, nobody delivers to the endpoint, even with its worker gone: the
+      // survivor's sweeps (every 100 ms) pass it over, and a drain job that reaches the survivor
+      // anyway (as a stalled job re-queued, or a retry, would) cannot take the lease.
+      expect(await acquireLease(h.db.pool, tenant.tenantId, endpointId, randomUUID(), 2_000)).toBeNull();
+      const queue = new Queue(WEBHOOK_QUEUE, { connection: redis, prefix });
+      try {
+        const job = await queue.add('drain', { endpointId, tenantId: tenant.tenantId });
+        await waitFor(async () => (await job.getState()) === 'completed');
+      } finally {
+        await queue.close();
+      }
+      await new Promise((r) => setTimeout(r, 500));
       expect(receiver.requests).toHaveLength(1);
       expect((await endpointRow())?.lease_token).toBe(deadToken);
 
@@ -121,17 +134,35 @@ describe('when a webhook worker is killed mid-delivery', () => {
       expect(order).toEqual(cursors);
       expect(regressions).toBe(0);
 
-      // The survivor recorded them all and let the lease go; the dead worker's token, were its
-      // process to come back, moves nothing.
+      // The survivor recorded every change once, moved the cursor to the last and let the lease go.
+      const [last] = await sqlAt<{ commit: string; prepare: string }>(
+        h.db.url,
+        'select commit_position::text as commit, prepare_position::text as prepare from employee_changes where tenant_id = $1 order by commit_position desc, prepare_position desc limit 1',
+        [tenant.tenantId],
+      );
       const done = await waitFor(async () => {
         const row = await endpointRow();
-        return row?.lease_token === null && row.cursor_commit !== held.cursor_commit ? row : undefined;
+        return row?.lease_token === null && row.cursor_commit === last?.commit && row.cursor_prepare === last.prepare ? row : undefined;
       });
+      const deliveries = () =>
+        sqlAt<{ status: string; attempts: number }>(h.db.url, 'select status, attempts from webhook_deliveries where endpoint_id = $1 order by commit_position, prepare_position', [endpointId]);
+      expect(await deliveries()).toEqual(cursors.map(() => ({ status: 'succeeded', attempts: 1 })));
+
+      // A worker that was only cut off (paused, partitioned) and comes back with the lost lease's
+      // token records nothing: not while another worker holds the lease, nor once it is released.
       const stale = { position: { commit: 1n, prepare: 1n }, type: 'employee.hired' };
-      expect(await recordDelivered(h.db.pool, tenant.tenantId, endpointId, deadToken, [{ ...stale, statusCode: 204, at: new Date() }], 90_000)).toBe(false);
-      expect(await recordAttempt(h.db.pool, tenant.tenantId, endpointId, deadToken, { change: stale, statusCode: 500, error: null, outcome: { kind: 'disable', reason: 'stale' } })).toBe(false);
-      const after = await endpointRow();
-      expect(after).toEqual(done);
+      const staleDelivered = () => recordDelivered(h.db.pool, tenant.tenantId, endpointId, deadToken, [{ ...stale, statusCode: 204, at: new Date() }], 90_000);
+      const staleAttempt = () =>
+        recordAttempt(h.db.pool, tenant.tenantId, endpointId, deadToken, { change: stale, statusCode: 500, error: null, outcome: { kind: 'disable', reason: 'stale' } });
+      const other = randomUUID();
+      expect(await acquireLease(h.db.pool, tenant.tenantId, endpointId, other, 10_000)).not.toBeNull();
+      expect(await staleDelivered()).toBe(false);
+      expect(await staleAttempt()).toBe(false);
+      await releaseLease(h.db.pool, tenant.tenantId, endpointId, other);
+      expect(await staleDelivered()).toBe(false);
+      expect(await staleAttempt()).toBe(false);
+      expect(await endpointRow()).toEqual(done);
+      expect(await deliveries()).toHaveLength(cursors.length);
       const status = await sqlAt<{ status: string }>(h.db.url, 'select status from webhook_endpoints where id = $1', [endpointId]);
       expect(status[0]?.status).toBe('active');
     } finally {
