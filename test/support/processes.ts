@@ -1,4 +1,17 @@
-import type { ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+
+/** A TCP port nothing listens on right now. */
+export function freePort(): Promise<number> {
+  return new Promise<number>((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
 
 /** Kills `child` with SIGKILL (it releases nothing, as in a crash) and resolves once it has exited; at once if it already has. */
 export function stopProcess(child: ChildProcess): Promise<void> {
@@ -7,4 +20,37 @@ export function stopProcess(child: ChildProcess): Promise<void> {
     child.once('exit', () => resolve());
     child.kill('SIGKILL');
   });
+}
+
+/**
+ * Resolves once `child` (spawned with its stdout piped) has printed `text`; rejects, with what it
+ * printed, if it exits first or after `timeoutMs`. Its stdout is read on afterwards, so the pipe
+ * never fills.
+ */
+export function untilPrinted(child: ChildProcess, text: string, what: string, timeoutMs = 10_000): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`${what} did not start within ${timeoutMs} ms:\n${out}`)), timeoutMs);
+    child.stdout?.on('data', (chunk: Buffer) => {
+      if (out.includes(text)) return;
+      out += chunk.toString('utf8');
+      if (out.includes(text)) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`${what} exited with ${code ?? signal}:\n${out}`));
+    });
+  });
+}
+
+/** A throwaway redis-server of our own on `port` (no persistence), so that a test can kill it and start it again empty. */
+export async function startRedisServer(port: number): Promise<ChildProcess> {
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  await untilPrinted(child, 'Ready to accept connections', 'redis-server');
+  return child;
 }

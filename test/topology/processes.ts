@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../support/processes.ts';
 
 /**
  * Runs roles of the service as real child processes, as `npm start -- <role>` does
@@ -17,18 +17,6 @@ export type RoleProcess = {
   output(): string;
   stop(): Promise<number | null>;
 };
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolvePort(port));
-    });
-  });
-}
 
 export async function startRole(name: string, args: readonly string[], env: Record<string, string>): Promise<RoleProcess> {
   const port = await freePort();

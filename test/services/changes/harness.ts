@@ -22,6 +22,8 @@ export type ChangesHarness = {
   readonly auth: AuthDeps;
   projector: ProjectorHandle;
   tenant(): Promise<{ tenant: TestTenant; headers: Record<string, string> }>;
+  /** The tenant's change cursors in feed order, once the feed holds `count` (what a webhook endpoint must receive, in this order). */
+  feedCursors(headers: Record<string, string>, count: number): Promise<string[]>;
   close(): Promise<void>;
 };
 
@@ -43,6 +45,12 @@ export async function createChangesHarness(...extra: Array<(db: TestDatabase) =>
       const tenant = await provisionTenant(db.pool);
       return { tenant, headers: await authHeaders(auth, tenant, 'employee') };
     },
+    feedCursors: (headers, count) =>
+      waitFor(async () => {
+        const response = await app.inject({ method: 'GET', url: '/v1/employees/changes?limit=1000', headers });
+        const cursors = response.json<{ data: Array<{ cursor: string }> }>().data.map((c) => c.cursor);
+        return cursors.length >= count ? cursors : undefined;
+      }),
     async close() {
       await app.close();
       await harness.projector.stop();

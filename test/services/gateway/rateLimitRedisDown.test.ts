@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { Registry } from 'prom-client';
@@ -9,29 +9,9 @@ import { createRateLimiter, type RateLimiter } from '../../../shared/rate-limit/
 import { createRedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { stopProcess } from '../../support/processes.ts';
-import { createHttpClient, freePort, type HttpResponse } from './fixtures/processes.ts';
+import { freePort, startRedisServer, stopProcess } from '../../support/processes.ts';
+import { createHttpClient, type HttpResponse } from './fixtures/processes.ts';
 import { probeCapability } from './fixtures/probeCapability.ts';
-
-/** A throwaway redis-server of our own on `port`, so the test can kill and restart it. */
-async function startRedis(port: number): Promise<ChildProcess> {
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  await new Promise<void>((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`redis-server did not start:\n${out}`)), 10_000);
-    child.stdout?.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      if (out.includes('Ready to accept connections')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`redis-server exited with ${code}:\n${out}`)));
-  });
-  return child;
-}
 
 async function waitFor<T>(what: string, attempt: () => Promise<T | undefined>, deadlineMs = 15_000): Promise<T> {
   const until = Date.now() + deadlineMs;
@@ -111,7 +91,7 @@ describe('when the Redis behind the rate limiter goes away and comes back', () =
       expect(warnings()).toHaveLength(1);
 
       // 2. Redis appears: ioredis reconnects by itself and limits apply again.
-      redis = await startRedis(port);
+      redis = await startRedisServer(port);
       await waitFor('limits to apply again', async () => ((await probe()).headers['ratelimit'] ? true : undefined));
       expect(recoveries()).toHaveLength(1);
       await waitFor('the Starter bucket to run dry', async () => ((await probe()).status === 429 ? true : undefined));
@@ -126,7 +106,7 @@ describe('when the Redis behind the rate limiter goes away and comes back', () =
       expect(warnings()).toHaveLength(2);
 
       // 4. Redis hangs (SIGSTOP): the command timeout answers for it, no request hangs.
-      redis = await startRedis(port);
+      redis = await startRedisServer(port);
       await waitFor('limits to apply again', async () => ((await probe()).headers['ratelimit'] ? true : undefined));
       redis.kill('SIGSTOP');
       const hung = [];

@@ -6,7 +6,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
 import { sqlAt } from '../../support/database.ts';
-import { stopProcess } from '../../support/processes.ts';
+import { stopProcess, untilPrinted } from '../../support/processes.ts';
 import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, WEBHOOK_QUEUE, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
@@ -34,14 +34,7 @@ async function startChildWorker(databaseUrl: string): Promise<ChildProcess> {
     env: { ...process.env, DATABASE_URL: databaseUrl, REDIS_URL: redisUrl, QUEUE_PREFIX: prefix, SECRETS_KEY: key.toString('hex') },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  await new Promise<void>((ready, fail) => {
-    let out = '';
-    worker.stdout?.on('data', (chunk: Buffer) => {
-      out += chunk.toString('utf8');
-      if (out.includes('ready\n')) ready();
-    });
-    worker.once('exit', (code, signal) => fail(new Error(`the worker exited before it was ready (${code ?? signal})`)));
-  });
+  await untilPrinted(worker, 'ready\n', 'the webhook worker', 60_000);
   return worker;
 }
 
@@ -72,11 +65,7 @@ describe('when a webhook worker is killed mid-delivery', () => {
       const endpointId = created.json<{ id: string }>().id;
       const e = await hire(h.store, tenant.tenantId, 'lease');
       for (let i = 1; i < 5; i++) await e.rename(`lease-${i}`);
-      const cursors = await waitFor(async () => {
-        const r = await h.app.inject({ method: 'GET', url: '/v1/employees/changes?limit=1000', headers });
-        const all = r.json<{ data: Array<{ cursor: string }> }>().data.map((c) => c.cursor);
-        return all.length === 5 ? all : undefined;
-      });
+      const cursors = await h.feedCursors(headers, 5);
 
       await waitFor(() => receiver.requests.length === 1);
       const endpointRow = async () =>

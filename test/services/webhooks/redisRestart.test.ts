@@ -1,50 +1,20 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
-import { stopProcess } from '../../support/processes.ts';
+import { freePort, startRedisServer, stopProcess } from '../../support/processes.ts';
 import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { firstArrivals, startReceiver } from './receiver.ts';
 
+const secrets = createSecretBox(randomBytes(32));
+let h: ChangesHarness;
 /**
  * Our own redis-server on a free port (never the shared one on 6379): killed while deliveries
  * are in flight and started again empty, as after a crash without persistence.
  */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address === 'string') throw new Error('no port');
-  return address.port;
-}
-
-async function startRedis(port: number): Promise<ChildProcess> {
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  const probe = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  try {
-    await waitFor(async () => {
-      try {
-        if (probe.status !== 'ready') await probe.connect();
-        return (await probe.ping()) === 'PONG';
-      } catch {
-        probe.disconnect();
-        return false;
-      }
-    });
-  } finally {
-    probe.disconnect();
-  }
-  return child;
-}
-
-const secrets = createSecretBox(randomBytes(32));
-let h: ChangesHarness;
 let port: number;
 let redis: ChildProcess | undefined;
 let dispatcher: WebhookDispatcher | undefined;
@@ -52,7 +22,7 @@ let dispatcher: WebhookDispatcher | undefined;
 beforeAll(async () => {
   h = await createChangesHarness((db) => webhooksCapability({ pool: db.pool, secrets, targets: { allowHosts: ['127.0.0.1'] } }));
   port = await freePort();
-  redis = await startRedis(port);
+  redis = await startRedisServer(port);
 });
 afterAll(async () => {
   await dispatcher?.close();
@@ -89,17 +59,13 @@ describe('when Redis dies mid-delivery and comes back empty', () => {
       const TOTAL = 40;
       const e = await hire(h.store, tenant.tenantId, 'redis');
       for (let i = 1; i < TOTAL; i++) await e.rename(`redis-${i}`);
-      const expected = await waitFor(async () => {
-        const r = await h.app.inject({ method: 'GET', url: '/v1/employees/changes?limit=1000', headers });
-        const cursors = r.json<{ data: Array<{ cursor: string }> }>().data.map((c) => c.cursor);
-        return cursors.length === TOTAL ? cursors : undefined;
-      });
+      const expected = await h.feedCursors(headers, TOTAL);
 
       await waitFor(() => receiver.acknowledged().length >= 5);
       if (!redis) throw new Error('redis not started');
       await stopProcess(redis);
       const atOutage = receiver.acknowledged().length;
-      redis = await startRedis(port);
+      redis = await startRedisServer(port);
 
       await waitFor(() => new Set(receiver.acknowledged()).size >= TOTAL, 30_000);
       const { order, regressions } = firstArrivals(receiver.acknowledged());

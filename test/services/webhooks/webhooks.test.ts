@@ -51,15 +51,6 @@ async function register(headers: Record<string, string>, url: string, events = [
   return response.json<{ id: string; secret: string; cursor: string; status: string }>();
 }
 
-/** The tenant's change cursors in feed order (what each endpoint must receive, in this order). */
-async function feedCursors(headers: Record<string, string>, count: number): Promise<string[]> {
-  return waitFor(async () => {
-    const response = await h.app.inject({ method: 'GET', url: '/v1/employees/changes?limit=1000', headers });
-    const cursors = response.json<{ data: Array<{ cursor: string }> }>().data.map((c) => c.cursor);
-    return cursors.length >= count ? cursors : undefined;
-  });
-}
-
 describe('when changes happen for a registered endpoint', () => {
   it('delivers them signed per Standard Webhooks, verifiable with the standardwebhooks library', async () => {
     const { tenant, headers } = await admin();
@@ -73,7 +64,7 @@ describe('when changes happen for a registered endpoint', () => {
 
       const e = await hire(h.store, tenant.tenantId, 'sig');
       await e.rename('signed');
-      const cursors = await feedCursors(headers, 2);
+      const cursors = await h.feedCursors(headers, 2);
       await waitFor(() => receiver.acknowledged().length >= 2);
       const verifier = new Webhook(endpoint.secret);
       const bodies = receiver.requests.map((r) => {
@@ -111,7 +102,7 @@ describe('when a receiver fails the first 3 attempts', () => {
       await register(headers, healthy.url);
       const e = await hire(h.store, tenant.tenantId, 'flaky');
       for (let i = 1; i <= 5; i++) await e.rename(`flaky-${i}`);
-      const cursors = await feedCursors(headers, 6);
+      const cursors = await h.feedCursors(headers, 6);
       await waitFor(() => healthy.acknowledged().length >= 6);
       await waitFor(() => flaky.acknowledged().length >= 6);
       expect(flaky.requests.slice(0, 4).map((r) => r.id)).toEqual([cursors[0], cursors[0], cursors[0], cursors[0]]);
@@ -219,7 +210,7 @@ describe('when the receiver answers 410 Gone', () => {
       });
       expect(disabled.disabledReason).toMatch(/410/);
       await e.rename('after-gone');
-      await feedCursors(headers, 2);
+      await h.feedCursors(headers, 2);
       // Nothing is scheduled for a disabled endpoint, however many changes come.
       expect((await dueEndpoints(h.db.pool, 10, endpoint.id)).length).toBe(0);
       expect(receiver.requests).toHaveLength(1);
@@ -227,7 +218,7 @@ describe('when the receiver answers 410 Gone', () => {
       receiver.setAnswer(() => ({ status: 200 }));
       const replay = await h.app.inject({ method: 'POST', url: `/v1/webhooks/${endpoint.id}/replay`, headers, payload: { after: endpoint.cursor } });
       expect(replay.statusCode).toBe(202);
-      const cursors = await feedCursors(headers, 2);
+      const cursors = await h.feedCursors(headers, 2);
       await waitFor(() => receiver.acknowledged().length >= 2);
       expect(receiver.acknowledged()).toEqual(cursors);
     } finally {
