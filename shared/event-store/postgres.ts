@@ -42,6 +42,11 @@ const horizonSelect = (tables: string) => `select coalesce(
 /** The horizon as 006 and 007 wrote it, when es_streams was still an event table. */
 const HORIZON_SELECT = horizonSelect("'es_events'::regclass, 'es_streams'::regclass");
 
+/** The batch's sizes, the first of `es_append_batch`'s variables in every version. */
+const APPEND_BATCH_COUNTS = `        n_parts int := coalesce(cardinality(p_stream), 0);
+        n_events int := coalesce(cardinality(p_ids), 0);
+`;
+
 /**
  * PostgreSQL adapter of the event-store port.
  *
@@ -208,6 +213,10 @@ ${appendFunction({ replace: true, notifyInTransaction: false, revisionFromLog: t
       alter table es_events drop constraint es_events_pkey;
     `,
   },
+  // The flush with less executor work on every call (see appendBatchFunctionV3; issue 11): three
+  // statements for the usual batch, and the request-by-request path set up only when it runs.
+  // Same signatures and outcomes, both overloads (gateways not yet upgraded call the 8-argument one).
+  { id: 'event-store/015-append-batch-leaner-flush', sql: appendBatchFunctionV3(false) + appendBatchFunctionV3(true) },
 ];
 
 /**
@@ -291,15 +300,13 @@ function appendBatchSignature(wake = false): string {
 }
 
 /**
- * `es_append_batch`'s variables, shared by its versions; `own` declares a version's own, and
- * `repeats` is `v_repeats`' initializer (the version computes it in its first statement if empty).
+ * `es_append_batch`'s variables, shared by its versions; `own` declares a version's own,
+ * `repeats` is `v_repeats`' initializer (the version computes it in its first statement if empty),
+ * and `counts` false leaves out the batch's sizes (declared by an enclosing block).
  */
-function appendBatchDeclarations(own: string, repeats: string): string {
+function appendBatchDeclarations(own: string, repeats: string, counts = true): string {
   return `      declare
-        n_parts int := coalesce(cardinality(p_stream), 0);
-        n_events int := coalesce(cardinality(p_ids), 0);
-        ${own}
-        s_names text[]; s_revs bigint[]; s_dirty boolean[];
+${counts ? APPEND_BATCH_COUNTS : ''}${own ? `        ${own}\n` : ''}        s_names text[]; s_revs bigint[]; s_dirty boolean[];
         x_ids uuid[]; x_streams text[]; x_revs bigint[];
         e_part int[] := array_fill(null::int, array[n_events]);
         e_stream text[] := array_fill(null::text, array[n_events]);
@@ -614,6 +621,91 @@ ${insertedEvents(14)}              select coalesce(array_agg(li.position order b
         end if;
 
 ${appendBatchPerRequest('es_events')}      end
+      $fn$;
+    `;
+}
+
+/**
+ * `es_append_batch` as 015 replaced it (both overloads): the same outcomes, with less executor
+ * work on every flush (issue 11). Measured on the bench's flush (16 one-event appends with exact
+ * expected revisions, one connection, ten rounds alternating with version 2): the backend's CPU
+ * per flush 591 against 704 µs, its round trip (commit and fsync included) 0.88 of version 2's;
+ * with 64 appends per flush, 1,517 against 2,199 µs. Version 2's statements built and tore down
+ * on every call a sort per ordered aggregate, two window functions and a range join.
+ * - One statement takes the locks, in the shared order, and counts the distinct lock keys: as
+ *   many as parts means distinct streams (two streams whose keys collide only send the batch
+ *   down the request-by-request path, which is always right).
+ * - One statement reads every stream's revision and checks the batch as a whole: every part's
+ *   expected revision holds, no event id is in the log or repeated, and the counts add up. Then
+ *   every request appends, and nothing is decided part by part.
+ * - One statement writes the events, joined to their parts by an equality (a hash join, linear
+ *   in the batch) and gathers each part's last position: the newest of its stream, since the
+ *   streams are distinct and the events are written in order.
+ * - Any other batch (a stream or an id repeated, a retry, a failed check) is decided request by
+ *   request, as before, in a block whose variables are set up only when it runs.
+ */
+function appendBatchFunctionV3(wake: boolean): string {
+  return `
+      create or replace function ${appendBatchSignature(wake)}
+      language plpgsql
+      set enable_seqscan = off
+      set plan_cache_mode = force_generic_plan
+      as $fn$
+      declare
+${APPEND_BATCH_COUNTS}        v_locked bigint; v_ok boolean; v_single boolean; v_revs bigint[]; v_part int[]; v_k int[];
+      begin
+        -- Every stream of the batch locked in one order shared by all writers (no deadlock
+        -- between gateways flushing at once), before the transaction draws its id: global
+        -- order follows the per-stream lock order (see the adapter's header). The statements
+        -- below take their snapshots after this one.
+        perform pg_advisory_xact_lock(k.h) from (select distinct hashtextextended(s, 0) as h from unnest(p_stream) s order by 1) k;
+        get diagnostics v_locked = row_count;${wake ? `
+        -- The wake-up of live readers, sent by this transaction's commit (dropped if it aborts).
+        if p_wake is not null then perform pg_notify(p_wake, ''); end if;` : ''}
+        if v_locked = n_parts then
+          select coalesce(array_agg(coalesce(st.revision, -1) + p.cnt order by p.n), '{}'),
+                 coalesce(bool_and(coalesce(p.cnt >= 1, false) and coalesce(case p.expected
+                   when 'any' then true
+                   when 'no_stream' then st.revision is null
+                   when 'stream_exists' then st.revision is not null
+                   else case when p.expected ~ '^[0-9]+$' then st.revision = p.expected::bigint else false end
+                 end, false)), true)
+                   and coalesce(sum(p.cnt), 0) = n_events
+                   and not exists (select 1 from es_events e where e.event_id = any(p_ids))
+                   and (select count(distinct x) from unnest(p_ids) x) = n_events,
+                 coalesce(bool_and(p.cnt = 1), true)
+            into v_revs, v_ok, v_single
+            from unnest(p_stream, p_expected, p_count) with ordinality as p(stream, expected, cnt, n)
+            ${streamRevisionJoin('es_events', 'p.stream')};
+          if v_ok then
+            -- Each event's part and its place in it (when some part has several; else the
+            -- event's own place in the batch is its part's).
+            if not v_single then
+              select array_agg(p.n order by p.n, g.k), array_agg(g.k order by p.n, g.k) into v_part, v_k
+                from unnest(p_count) with ordinality as p(cnt, n), generate_series(1, p.cnt) as g(k);
+            end if;
+            with inserted as (
+              insert into es_events (stream_id, revision, event_id, type, data, metadata)
+              select p.stream, p.rev - p.cnt + coalesce(e.k, 1), e.id, e.type, e.data, coalesce(e.metadata, '{}'::jsonb)
+              from unnest(v_part, v_k, p_ids, p_types, p_data, p_metadata) with ordinality as e(part, k, id, type, data, metadata, n)
+              join unnest(p_stream, v_revs, p_count) with ordinality as p(stream, rev, cnt, pn) on p.pn = coalesce(e.part, e.n)
+              order by e.n
+              returning es_events.stream_id, es_events.position
+            )
+            select coalesce(array_agg(l.position order by l.position), '{}') into prepares
+              from (select max(i.position) as position from inserted i group by i.stream_id) l;
+            outcomes := array_fill('appended'::text, array[n_parts]);
+            revisions := v_revs;
+            commits := array_fill(case when n_parts > 0 then pg_current_xact_id()::text end, array[n_parts]);
+            return next;
+            return;
+          end if;
+        end if;
+
+        -- Decided request by request.
+${appendBatchDeclarations('', ' := (select count(distinct x) from unnest(p_ids) x) < n_events', false)}        begin
+${appendBatchPerRequest('es_events')}        end;
+      end
       $fn$;
     `;
 }
