@@ -24,6 +24,7 @@ import {
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
+  assertAppendEvents,
   assertAppendManyRequests,
   comparePositions,
   type AppendResult,
@@ -203,7 +204,7 @@ export function createEventStoreDbEventStore(client: KurrentDBClient, options: E
 
   return {
     async append(streamId, events, { expectedRevision = 'any' } = {}) {
-      if (events.length === 0) throw new Error('append needs at least one event');
+      assertAppendEvents(events);
       try {
         const result = await client.appendToStream(streamId, events.map(toEventData), { streamState: toStreamState(expectedRevision) });
         const nextRevision = Number(result.nextExpectedRevision);

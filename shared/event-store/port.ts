@@ -4,6 +4,8 @@
  * every adapter (PostgreSQL, EventStoreDB/KurrentDB) can pass one contract suite.
  */
 
+import { ConflictError } from '../errors.ts';
+
 /** Where an event stands in the global log. Compared lexicographically (commit, then prepare). */
 export type GlobalPosition = { readonly commit: bigint; readonly prepare: bigint };
 
@@ -163,13 +165,33 @@ export function matchesExpected(expected: ExpectedRevision, actual: number | 'no
   }
 }
 
+/**
+ * An event id names one event, so a call that carries the same id twice is refused before it is
+ * sent, as an id already used by another event is (`ConflictError`), whichever the adapter:
+ * PostgreSQL's unique index would otherwise fail the whole flush with a bare SQL error.
+ */
+function assertDistinctEventIds(events: Iterable<NewEvent>, ids = new Set<string>()): void {
+  for (const e of events) {
+    if (ids.has(e.id)) throw new ConflictError(`Event id ${e.id} appears more than once in this append`);
+    ids.add(e.id);
+  }
+}
+
+/** The checks every adapter applies to an `append` call before sending it. */
+export function assertAppendEvents(events: readonly NewEvent[]): void {
+  if (events.length === 0) throw new Error('append needs at least one event');
+  assertDistinctEventIds(events);
+}
+
 /** The checks every adapter applies to an `appendMany` call before sending it. */
 export function assertAppendManyRequests(requests: readonly AppendRequest[]): void {
   if (requests.length === 0) throw new Error('appendMany needs at least one stream');
   const seen = new Set<string>();
+  const ids = new Set<string>();
   for (const request of requests) {
     if (request.events.length === 0) throw new Error(`appendMany: no events for stream ${request.streamId}`);
     if (seen.has(request.streamId)) throw new Error(`appendMany: stream ${request.streamId} appears twice (at most once per call)`);
     seen.add(request.streamId);
+    assertDistinctEventIds(request.events, ids);
   }
 }

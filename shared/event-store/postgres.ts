@@ -11,6 +11,7 @@ import { sqlStateOf } from '../db/sqlState.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
 import {
   START,
+  assertAppendEvents,
   assertAppendManyRequests,
   type AppendRequest,
   type AppendResult,
@@ -1020,7 +1021,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
 
   return {
     async append(streamId, events, { expectedRevision = 'any' } = {}) {
-      if (events.length === 0) throw new Error('append needs at least one event');
+      assertAppendEvents(events);
       const [result] = await groupCommit.submit([{ streamId, events, expectedRevision }]);
       if (!result) throw new Error('append returned no result');
       return result;

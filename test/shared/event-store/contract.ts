@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
+import { ConflictError, WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import {
   START,
   comparePositions,
@@ -180,6 +180,17 @@ export function eventStoreContract(name: string, createFixture: () => Promise<Ev
           ]),
         ).rejects.toThrow(/at most once/);
         expect(await store.readStream(a)).toEqual([]);
+      });
+
+      it('refuses an event id carried twice, in one stream or across two, and appends nothing', async () => {
+        const a = streamId('many-id-twice-a');
+        const b = streamId('many-id-twice-b');
+        const once = event('A1');
+        await expect(store.appendMany([{ streamId: a, events: [once] }, { streamId: b, events: [{ ...once, type: 'B1' }] }])).rejects.toBeInstanceOf(ConflictError);
+        await expect(store.appendMany([{ streamId: a, events: [once, { ...once, type: 'A2' }] }])).rejects.toThrow(/appears more than once/);
+        await expect(store.append(a, [once, { ...once, type: 'A2' }])).rejects.toBeInstanceOf(ConflictError);
+        expect(await store.readStream(a)).toEqual([]);
+        expect(await store.readStream(b)).toEqual([]);
       });
     });
 
