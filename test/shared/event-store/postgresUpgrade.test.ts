@@ -324,6 +324,9 @@ describe('es_append_batch as 015 replaced it', () => {
     const clients = [new pg.Client({ connectionString: before.url }), new pg.Client({ connectionString: after.url })] as const;
     try {
       await migrate(before.url, eventStoreMigrations.slice(0, indexOfMigration('event-store/015')));
+      // No variable of the new function's blocks hides another (PL/pgSQL refuses such a function
+      // where an operator asks it to).
+      await sqlAt(after.url, `alter database ${after.name} set plpgsql.extra_errors to 'shadowed_variables'`);
       await migrate(after.url, eventStoreMigrations);
       await Promise.all(clients.map((c) => c.connect()));
       const random = seededRandom(11);
@@ -331,7 +334,7 @@ describe('es_append_batch as 015 replaced it', () => {
       const streams = Array.from({ length: 10 }, (_, i) => `diff-${i}`);
       const revision = new Map<string, number>();
       const written: { stream: string; ids: string[] }[] = [];
-      const seen = { allAppended: 0, inOneGo: 0, severalEvents: 0, someRefused: 0, errors: 0 };
+      const seen = { inOneGo: 0, severalEvents: 0, someRefused: 0 };
       /** The event id at each of `positions`, in one database. */
       const idsAt = async (client: pg.Client, positions: readonly (string | null)[]) => {
         const { rows } = await client.query<{ position: string; event_id: string }>('select position::text, event_id::text from es_events where position = any($1::int8[])', [
@@ -376,10 +379,7 @@ describe('es_append_batch as 015 replaced it', () => {
         }
         const [old, now] = [await flushOn(clients[0], parts), await flushOn(clients[1], parts)];
         expect(now, `batch ${batch}: ${JSON.stringify(parts)}`).toMatchObject('error' in old ? { error: old.error } : { outcomes: old.outcomes, revisions: old.revisions });
-        if ('error' in old || 'error' in now) {
-          seen.errors++;
-          continue;
-        }
+        if ('error' in old || 'error' in now) continue;
         // One transaction per flush: the appended parts share its id; a retry has its first
         // append's, a refused part none.
         expect(now.commits.map((c) => c === null)).toEqual(old.commits.map((c) => c === null));
@@ -392,7 +392,6 @@ describe('es_append_batch as 015 replaced it', () => {
           written.push({ stream: part.stream, ids: part.ids });
         });
         if (old.outcomes.every((o) => o === 'appended')) {
-          seen.allAppended++;
           if (new Set(parts.map((p) => p.stream)).size === parts.length) seen.inOneGo++;
           if (parts.some((p) => p.ids.length > 1)) seen.severalEvents++;
         } else seen.someRefused++;
@@ -404,7 +403,7 @@ describe('es_append_batch as 015 replaced it', () => {
       expect(logs[0]?.length).toBeGreaterThan(300);
       // Both of the new version's paths ran many times: batches it wrote in one go, and batches
       // decided request by request (a refused, repeated or retried part).
-      expect(seen.allAppended).toBeGreaterThan(60);
+      expect(seen.inOneGo).toBeGreaterThan(60);
       expect(seen.severalEvents).toBeGreaterThan(20);
       expect(seen.someRefused).toBeGreaterThan(60);
     } finally {
