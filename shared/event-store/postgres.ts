@@ -393,9 +393,15 @@ function streamRevisionJoin(source: 'es_streams' | 'es_events', streamColumn: st
  * The part of `es_append_batch` that decides request by request: a batch with repeated streams
  * or event ids, or an id already in the log (a retry). Runs after the locks, with `v_repeats`
  * set; shared by every version of the function (from version 3 on, also any batch that fails a
- * check).
+ * check). With `nullExpectedRefused` (version 3) a part without an expected revision (null) is
+ * refused, as version 3's batch check refuses it; in versions 1 and 2 this path let it append
+ * (the adapter always sends one).
  */
-function appendBatchPerRequest(revisions: 'es_streams' | 'es_events'): string {
+function appendBatchPerRequest(revisions: 'es_streams' | 'es_events', { nullExpectedRefused = false } = {}): string {
+  const expectationHolds = `v_exp = 'any'
+                    or (v_exp = 'no_stream' and v_cur < 0)
+                    or (v_exp = 'stream_exists' and v_cur >= 0)
+                    or (v_exp ~ '^[0-9]+$' and v_cur = v_exp::bigint)`;
   return `        select coalesce(array_agg(u.s), '{}'), coalesce(array_agg(coalesce(st.revision, -1)), '{}'), coalesce(array_agg(false), '{}')
           into s_names, s_revs, s_dirty
           from (select distinct s from unnest(p_stream) s) u ${streamRevisionJoin(revisions, 'u.s')};
@@ -445,10 +451,7 @@ function appendBatchPerRequest(revisions: 'es_streams' | 'es_events'): string {
             end if;
             v_cur := s_revs[v_s];
             v_exp := p_expected[v_q];
-            if not (v_exp = 'any'
-                    or (v_exp = 'no_stream' and v_cur < 0)
-                    or (v_exp = 'stream_exists' and v_cur >= 0)
-                    or (v_exp ~ '^[0-9]+$' and v_cur = v_exp::bigint)) then
+            if not ${nullExpectedRefused ? `coalesce(${expectationHolds}, false)` : `(${expectationHolds})`} then
               o_out[v_q] := 'wrong_expected_revision';
               o_rev[v_q] := case when v_cur < 0 then null else v_cur end;
               v_ok := false;
@@ -708,7 +711,7 @@ ${APPEND_BATCH_COUNTS}        v_locked bigint; v_batch_ok boolean; v_single bool
 
         -- Decided request by request.
 ${appendBatchDeclarations('', ' := (select count(distinct x) from unnest(p_ids) x) < n_events', false)}        begin
-${appendBatchPerRequest('es_events')}        end;
+${appendBatchPerRequest('es_events', { nullExpectedRefused: true })}        end;
       end
       $fn$;
     `;

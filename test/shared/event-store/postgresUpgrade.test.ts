@@ -288,7 +288,7 @@ function seededRandom(seed: number): () => number {
   };
 }
 
-type BatchPart = { req: number; stream: string; expected: string; ids: string[]; metadata: (string | null)[] };
+type BatchPart = { req: number; stream: string; expected: string | null; ids: string[]; metadata: (string | null)[] };
 type BatchAnswer = { error: string } | { outcomes: string[]; revisions: (string | null)[]; commits: (string | null)[]; prepares: (string | null)[] };
 
 /** One flush through the 9-argument `es_append_batch`, as the adapter sends it (no wake-up). */
@@ -411,4 +411,28 @@ describe('es_append_batch as 015 replaced it', () => {
       await Promise.all([before.drop(), after.drop()]);
     }
   }, 60_000);
+
+  it('refuses a part without an expected revision, on either path, and appends nothing for its request', async () => {
+    const db = await createEmptyTestDatabase();
+    const client = new pg.Client({ connectionString: db.url });
+    try {
+      await migrate(db.url, eventStoreMigrations);
+      await client.connect();
+      const part = (req: number, stream: string, expected: string | null): BatchPart => ({ req, stream, expected, ids: [randomUUID()], metadata: ['{}'] });
+      // Distinct streams: the batch check fails, and the request-by-request path decides.
+      expect(await flushOn(client, [part(0, 'n-a', null), part(1, 'n-b', 'no_stream')])).toMatchObject({
+        outcomes: ['wrong_expected_revision', 'appended'],
+        revisions: [null, '0'],
+      });
+      // A stream repeated: straight to the request-by-request path.
+      expect(await flushOn(client, [part(0, 'n-c', 'no_stream'), part(1, 'n-c', null), part(1, 'n-d', 'any')])).toMatchObject({
+        outcomes: ['appended', 'wrong_expected_revision', 'not_attempted'],
+      });
+      const { rows } = await client.query<{ stream_id: string }>(`select stream_id from es_events where stream_id like 'n-%' order by stream_id`);
+      expect(rows.map((r) => r.stream_id)).toEqual(['n-b', 'n-c']);
+    } finally {
+      await client.end().catch(() => undefined);
+      await db.drop();
+    }
+  });
 });
