@@ -344,17 +344,27 @@ function decidedParts(source: 'es_streams' | 'es_events'): string {
               from (
                 select k.*, bool_and(k.ok) over (partition by k.req) as req_ok from (
                   select p.n as part, p.req, p.cnt, ${log ? '(sum(p.cnt) over (order by p.n) - p.cnt + 1)::int as fe,\n                    ' : ''}coalesce(st.revision, -1) as cur,
-                    coalesce(case p.expected
-                      when 'any' then true
-                      when 'no_stream' then st.revision is null
-                      when 'stream_exists' then st.revision is not null
-                      else case when p.expected ~ '^[0-9]+$' then st.revision = p.expected::bigint else false end
-                    end, false) as ok
+                    ${expectedRevisionHolds(20)} as ok
                   from unnest(p_req, p_stream, p_expected, p_count) with ordinality as p(req, stream, expected, cnt, n)
                   ${streamRevisionJoin(source, 'p.stream')}
                 ) k
               ) c
             ) d;`;
+}
+
+/**
+ * Whether part `p`'s expected revision (`p.expected`) holds for its stream's current revision
+ * (`st.revision`, null: no stream); false, never null, for an expectation it does not know. The
+ * set-based checks of versions 1 to 3; `indent` is the closing line's.
+ */
+function expectedRevisionHolds(indent: number): string {
+  const pad = ' '.repeat(indent);
+  return `coalesce(case p.expected
+${pad}  when 'any' then true
+${pad}  when 'no_stream' then st.revision is null
+${pad}  when 'stream_exists' then st.revision is not null
+${pad}  else case when p.expected ~ '^[0-9]+$' then st.revision = p.expected::bigint else false end
+${pad}end, false)`;
 }
 
 /**
@@ -671,12 +681,7 @@ ${APPEND_BATCH_COUNTS}        v_locked bigint; v_batch_ok boolean; v_single bool
         if p_wake is not null then perform pg_notify(p_wake, ''); end if;` : ''}
         if v_locked = n_parts then
           select coalesce(array_agg(coalesce(st.revision, -1) + p.cnt order by p.n), '{}'),
-                 coalesce(bool_and(coalesce(p.cnt >= 1, false) and coalesce(case p.expected
-                   when 'any' then true
-                   when 'no_stream' then st.revision is null
-                   when 'stream_exists' then st.revision is not null
-                   else case when p.expected ~ '^[0-9]+$' then st.revision = p.expected::bigint else false end
-                 end, false)), true)
+                 coalesce(bool_and(coalesce(p.cnt >= 1, false) and ${expectedRevisionHolds(17)}), true)
                    and coalesce(sum(p.cnt), 0) = n_events
                    and not exists (select 1 from es_events e where e.event_id = any(p_ids))
                    and (select count(distinct x) from unnest(p_ids) x) = n_events,

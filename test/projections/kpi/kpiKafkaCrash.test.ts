@@ -12,7 +12,7 @@ import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../..
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { readKpiSummary } from '../../../projections/kpi/query.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { seededRandom as random } from '../../shared/sketch/random.ts';
+import { seededRandom as random } from '../../support/random.ts';
 
 /**
  * The KPI projector as a real child process on the real broker, SIGKILLed mid-stream ten

@@ -7,6 +7,7 @@ import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import { createPostgresEventStore, eventStoreMigrations } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { createEmptyTestDatabase, sqlAt, waitsForLock, type BareTestDatabase } from '../../support/database.ts';
+import { seededRandom } from '../../support/random.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
@@ -33,26 +34,37 @@ async function databaseBefore010(): Promise<BareTestDatabase> {
   return database;
 }
 
-type OldPart = { readonly req?: number; readonly stream: string; readonly expected: string; readonly ids: readonly string[]; readonly type: string };
+/** One part of a flush as these tests send it: a stream's events (one type), their expectation. */
+type FlushPart = {
+  readonly req?: number;
+  readonly stream: string;
+  readonly expected: string | null;
+  readonly ids: readonly string[];
+  readonly type: string;
+  readonly metadata?: readonly (string | null)[];
+};
+
+/** `es_append_batch`'s first eight arguments for `parts` (request = the part's place unless given). */
+const flushArguments = (parts: readonly FlushPart[]): unknown[] => [
+  parts.map((p, i) => p.req ?? i),
+  parts.map((p) => p.stream),
+  parts.map((p) => p.expected),
+  parts.map((p) => p.ids.length),
+  parts.flatMap((p) => p.ids),
+  parts.flatMap((p) => p.ids.map(() => p.type)),
+  parts.flatMap((p) => p.ids.map((_, k) => JSON.stringify({ k }))),
+  parts.flatMap((p) => p.metadata ?? p.ids.map(() => '{}')),
+];
 
 /**
  * A flush as a gateway from before 012 sends it (the 8-argument `es_append_batch`), for writes
  * made before the upgrade or by gateways not yet upgraded. Returns each part's outcome.
  */
-async function oldFlush(databaseUrl: string, parts: readonly OldPart[]): Promise<string[]> {
+async function oldFlush(databaseUrl: string, parts: readonly FlushPart[]): Promise<string[]> {
   const rows = await sqlAt<{ outcomes: string[] }>(
     databaseUrl,
     'select outcomes from es_append_batch($1::int4[], $2::text[], $3::text[], $4::int4[], $5::uuid[], $6::text[], $7::jsonb[], $8::jsonb[])',
-    [
-      parts.map((p, i) => p.req ?? i),
-      parts.map((p) => p.stream),
-      parts.map((p) => p.expected),
-      parts.map((p) => p.ids.length),
-      parts.flatMap((p) => p.ids),
-      parts.flatMap((p) => p.ids.map(() => p.type)),
-      parts.flatMap((p) => p.ids.map(() => '{}')),
-      parts.flatMap((p) => p.ids.map(() => '{}')),
-    ],
+    flushArguments(parts),
   );
   return rows[0]?.outcomes ?? [];
 }
@@ -277,36 +289,14 @@ describe('migrating a log whose es_streams disagrees with its events', () => {
   });
 });
 
-/** A small seeded generator (mulberry32): the same batches on every run. */
-function seededRandom(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-type BatchPart = { req: number; stream: string; expected: string | null; ids: string[]; metadata: (string | null)[] };
 type BatchAnswer = { error: string } | { outcomes: string[]; revisions: (string | null)[]; commits: (string | null)[]; prepares: (string | null)[] };
 
 /** One flush through the 9-argument `es_append_batch`, as the adapter sends it (no wake-up). */
-async function flushOn(client: pg.Client, parts: readonly BatchPart[]): Promise<BatchAnswer> {
+async function flushOn(client: pg.Client, parts: readonly FlushPart[]): Promise<BatchAnswer> {
   try {
     const { rows } = await client.query<{ outcomes: string[]; revisions: (string | null)[]; commits: (string | null)[]; prepares: (string | null)[] }>(
       'select outcomes, revisions, commits, prepares from es_append_batch($1::int4[], $2::text[], $3::text[], $4::int4[], $5::uuid[], $6::text[], $7::jsonb[], $8::jsonb[], $9::text)',
-      [
-        parts.map((p) => p.req),
-        parts.map((p) => p.stream),
-        parts.map((p) => p.expected),
-        parts.map((p) => p.ids.length),
-        parts.flatMap((p) => p.ids),
-        parts.flatMap((p) => p.ids.map(() => `T${p.ids.length}`)),
-        parts.flatMap((p) => p.ids.map((_, k) => JSON.stringify({ k }))),
-        parts.flatMap((p) => p.metadata),
-        null,
-      ],
+      [...flushArguments(parts), null],
     );
     const row = rows[0];
     if (!row) throw new Error('es_append_batch returned no row');
@@ -333,7 +323,7 @@ describe('es_append_batch as 015 replaced it', () => {
       const pick = <T,>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
       const streams = Array.from({ length: 10 }, (_, i) => `diff-${i}`);
       const revision = new Map<string, number>();
-      const written: { stream: string; ids: string[] }[] = [];
+      const written: { stream: string; ids: readonly string[] }[] = [];
       const seen = { inOneGo: 0, severalEvents: 0, someRefused: 0 };
       /** The event id at each of `positions`, in one database. */
       const idsAt = async (client: pg.Client, positions: readonly (string | null)[]) => {
@@ -345,7 +335,7 @@ describe('es_append_batch as 015 replaced it', () => {
       };
 
       for (let batch = 0; batch < 300; batch++) {
-        const parts: BatchPart[] = [];
+        const parts: FlushPart[] = [];
         const distinct = random() < 0.7;
         const free = [...streams];
         const size = 1 + Math.floor(random() * 6);
@@ -367,13 +357,14 @@ describe('es_append_batch as 015 replaced it', () => {
           const earlier = written.length > 0 ? pick(written) : undefined;
           if (earlier && reuse < 0.06) ids = [...earlier.ids]; // a retry (on its own stream: a duplicate)
           else if (earlier && reuse < 0.09) ids[0] = earlier.ids[0] as string; // an id used before, among new ones
-          else if (parts.length > 0 && reuse < 0.12) ids[0] = (parts.at(-1) as BatchPart).ids[0] as string; // repeated in the batch
+          else if (parts.length > 0 && reuse < 0.12) ids[0] = (parts.at(-1) as FlushPart).ids[0] as string; // repeated in the batch
           const retry = earlier && reuse < 0.06 && random() < 0.7;
           parts.push({
-            req: i === 0 || random() < 0.6 ? i : (parts.at(-1) as BatchPart).req,
+            req: i === 0 || random() < 0.6 ? i : (parts.at(-1) as FlushPart).req,
             stream: retry ? earlier.stream : stream,
             expected,
             ids,
+            type: `T${ids.length}`,
             metadata: ids.map(() => (random() < 0.1 ? null : '{}')),
           });
         }
@@ -418,7 +409,7 @@ describe('es_append_batch as 015 replaced it', () => {
     try {
       await migrate(db.url, eventStoreMigrations);
       await client.connect();
-      const part = (req: number, stream: string, expected: string | null): BatchPart => ({ req, stream, expected, ids: [randomUUID()], metadata: ['{}'] });
+      const part = (req: number, stream: string, expected: string | null): FlushPart => ({ req, stream, expected, ids: [randomUUID()], type: 'N' });
       // Distinct streams: the batch check fails, and the request-by-request path decides.
       expect(await flushOn(client, [part(0, 'n-a', null), part(1, 'n-b', 'no_stream')])).toMatchObject({
         outcomes: ['wrong_expected_revision', 'appended'],

@@ -10,7 +10,7 @@ import {
   quantile,
   serializeSketch,
 } from '../../../shared/sketch/ddsketch.ts';
-import { seededRandom as random } from './random.ts';
+import { seededRandom as random } from '../../support/random.ts';
 
 const normal = (rnd: () => number) => Math.sqrt(-2 * Math.log(1 - rnd())) * Math.cos(2 * Math.PI * rnd());
 
