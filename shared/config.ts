@@ -84,6 +84,8 @@ export const configSchema = z.object({
       .transform((v) => v.split(',').map((d) => (/^\s*\d+\s*$/.test(d) ? Number(d) : Number.NaN)))
       .pipe(z.array(z.number().int().min(0).max(7 * 86_400_000)).min(1).max(50)),
   ),
+  /** How long the delivery log (`GET /v1/webhooks/{id}/deliveries`) keeps an entry after its last attempt. */
+  WEBHOOK_DELIVERY_RETENTION_DAYS: z.coerce.number().int().min(1).max(3650).default(30),
   /** Per delivery attempt. */
   WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(15_000),
   BOOTSTRAP_TENANT: optional(z.string().regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/)),

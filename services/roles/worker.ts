@@ -31,6 +31,7 @@ export async function startWorkers({ config, logger, runtime }: RoleContext): Pr
     targets: { allowHosts: config.WEBHOOK_ALLOW_HOSTS },
     retry: config.WEBHOOK_RETRY_SCHEDULE_MS ? { ...DEFAULT_RETRY_POLICY, scheduleMs: config.WEBHOOK_RETRY_SCHEDULE_MS } : DEFAULT_RETRY_POLICY,
     timeoutMs: config.WEBHOOK_TIMEOUT_MS,
+    deliveryRetentionMs: config.WEBHOOK_DELIVERY_RETENTION_DAYS * 86_400_000,
     logger,
   });
   return {

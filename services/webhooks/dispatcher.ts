@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout } from 'node:timers/promises';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import type { DatabasePool } from '../../shared/db/pool.ts';
@@ -10,10 +11,11 @@ import { createChangeWakeups } from '../changes/wakeups.ts';
 import { sendWebhook } from './deliver.ts';
 import { DEFAULT_RETRY_POLICY, nextRetryDelay, type RetryPolicy } from './schedule.ts';
 import type { SecretBox } from './secrets.ts';
-import { acquireLease, dueEndpoints, recordAttempt, recordDelivered, releaseLease, type EndpointRecord } from './store.ts';
+import { acquireLease, dueEndpoints, recordAttempt, recordDelivered, releaseLease, trimDeliveries, type EndpointRecord } from './store.ts';
 import type { TargetPolicy } from './targets.ts';
 
 export const WEBHOOK_QUEUE = 'webhook-delivery';
+export const DEFAULT_DELIVERY_RETENTION_MS = 30 * 86_400_000;
 
 type DrainJob = { readonly endpointId: string; readonly tenantId: string };
 
@@ -37,11 +39,17 @@ export type WebhookDispatcherOptions = {
   readonly batchPerJob?: number;
   readonly logger?: Pick<Logger, 'info' | 'warn' | 'error'>;
   readonly random?: () => number;
+  /** The delivery log keeps an entry this long after its last attempt (default 30 days; a retry still to come is always kept). */
+  readonly deliveryRetentionMs?: number;
+  /** How often the delivery log is trimmed (default hourly, and once at start). */
+  readonly trimEveryMs?: number;
 };
 
 export type WebhookDispatcher = {
   /** Sweeps now (tests, and after a replay request). */
   sweep(): Promise<void>;
+  /** Trims the delivery log now (retention); resolves to how many entries went. */
+  trim(): Promise<number>;
   close(): Promise<void>;
 };
 
@@ -204,14 +212,30 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
       await watch.wait(options.sweepEveryMs ?? 5_000, stop.signal);
     }
   })();
+
+  // The delivery log's retention: without it the log grows by a row per change per endpoint.
+  const retentionMs = options.deliveryRetentionMs ?? DEFAULT_DELIVERY_RETENTION_MS;
+  const trim = () => trimDeliveries(pool, new Date(Date.now() - retentionMs));
+  const trimLoop = (async () => {
+    while (!stop.signal.aborted) {
+      const deleted = await trim().catch((error: unknown) => {
+        logger?.warn({ err: error }, 'webhook delivery log trim failed; retrying on the next one');
+        return 0;
+      });
+      if (deleted > 0) logger?.info({ deleted, retentionMs }, 'webhook delivery log trimmed');
+      await setTimeout(options.trimEveryMs ?? 3_600_000, undefined, { signal: stop.signal }).catch(() => undefined);
+    }
+  })();
   await worker.waitUntilReady().catch(quiet);
 
   return {
     sweep,
+    trim,
     async close() {
       stop.abort();
       watch.cancel();
       await loop;
+      await trimLoop;
       await sweeping;
       await wakeups.close();
       await worker.close();

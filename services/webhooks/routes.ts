@@ -154,6 +154,8 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         schema: {
           tags,
           summary: 'Recent deliveries of an endpoint, newest first: attempts, status, next retry',
+          description:
+            'The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry still to come for as long as it is pending.',
           params,
           querystring: z.object({ limit: boundedInt(1, 100).default(50).describe('Page size, 1–100 (default 50)') }).strict(),
           response: { 200: z.object({ data: z.array(deliverySchema) }), ...problems, 404: problemSchema },

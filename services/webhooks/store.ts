@@ -291,3 +291,32 @@ export async function recordDelivered(
     return true;
   });
 }
+
+/**
+ * The delivery log's retention: deletes the entries whose last attempt is older than `before`,
+ * except a retry still to come (status `retrying`, next attempt not yet past), at most `batch`
+ * rows per statement, until none is left; returns how many went. Endpoint by endpoint through
+ * the log's (endpoint_id, last_attempt_at) index, so each statement reads only what it deletes.
+ * An entry attempted again meanwhile is a new row version (ctid), which the delete does not
+ * match: it is kept. Reads across tenants (the worker's role bypasses RLS); idempotent, so
+ * several workers may run it.
+ */
+export async function trimDeliveries(pool: DatabasePool, before: Date, batch = 5_000): Promise<number> {
+  let deleted = 0;
+  for (;;) {
+    const result = await pool.query(sql.type(z.object({}))`
+      delete from webhook_deliveries
+      where ctid = any(array(
+          select old.ctid from webhook_endpoints e
+          cross join lateral (
+            select x.ctid from webhook_deliveries x
+            where x.endpoint_id = e.id and x.last_attempt_at < ${before.toISOString()}::timestamptz
+              and not (x.status = 'retrying' and x.next_attempt_at >= now())
+            limit ${batch}
+          ) old
+          limit ${batch}))
+    `);
+    deleted += result.rowCount;
+    if (result.rowCount < batch) return deleted;
+  }
+}

@@ -11,6 +11,7 @@ describe('configuration', () => {
       expect(config.KAFKA_BROKERS).toBeUndefined();
       expect(config.REDIS_URL).toBeUndefined();
       expect(config.EVENTSTORE_URL).toBeUndefined();
+      expect(config.WEBHOOK_DELIVERY_RETENTION_DAYS).toBe(30);
     });
 
     it('treats empty strings as unset', () => {
@@ -27,6 +28,8 @@ describe('configuration', () => {
       ['KAFKA_BROKERS', 'localhost'],
       ['LOG_LEVEL', 'loud'],
       ['EVENTSTORE_URL', 'http://localhost:2113'],
+      ['WEBHOOK_DELIVERY_RETENTION_DAYS', '0'],
+      ['WEBHOOK_DELIVERY_RETENTION_DAYS', '7.5'],
     ])('stops start-up with a message naming %s', (name, value) => {
       const attempt = () => loadConfig({ [name]: value });
       expect(attempt).toThrow(ConfigError);

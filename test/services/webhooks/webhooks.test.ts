@@ -9,6 +9,7 @@ import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { dueEndpoints } from '../../../services/webhooks/store.ts';
+import { sqlAt } from '../../support/database.ts';
 import { firstArrivals, startReceiver } from './receiver.ts';
 
 const secrets = createSecretBox(randomBytes(32));
@@ -30,6 +31,7 @@ beforeAll(async () => {
     retry: FAST_RETRIES,
     timeoutMs: 2_000,
     sweepEveryMs: 250,
+    trimEveryMs: 250, // the default 30-day retention; the retention tests age entries
   });
   // The same capability with no allow-list: what production looks like.
   strictApp = await createTestApp(h.auth, webhooksCapability({ pool: h.db.pool, secrets, targets: { allowHosts: [] } }));
@@ -221,6 +223,72 @@ describe('when the receiver answers 410 Gone', () => {
       const cursors = await h.feedCursors(headers, 2);
       await waitFor(() => receiver.acknowledged().length >= 2);
       expect(receiver.acknowledged()).toEqual(cursors);
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
+type LogEntry = { cursor: string; status: string; attempts: number; lastAttemptAt: string; nextAttemptAt: string | null };
+
+describe("the delivery log's retention (30 days after an entry's last attempt by default)", () => {
+  const deliveryLog = async (headers: Record<string, string>, endpointId: string) =>
+    (await h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpointId}/deliveries`, headers })).json<{ data: LogEntry[] }>().data;
+  const age = (endpointId: string, days: number) =>
+    sqlAt(h.db.url, `update webhook_deliveries set last_attempt_at = last_attempt_at - make_interval(days => $2) where endpoint_id = $1`, [endpointId, days]);
+
+  it('drops older entries on its schedule and keeps the recent ones', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver();
+    try {
+      const endpoint = await register(headers, receiver.url);
+      const e = await hire(h.store, tenant.tenantId, 'kept');
+      await e.rename('kept-1');
+      const old = await h.feedCursors(headers, 2);
+      await waitFor(async () => ((await deliveryLog(headers, endpoint.id)).length === 2 ? true : undefined));
+      await age(endpoint.id, 31);
+      await e.rename('kept-2');
+      const cursors = await h.feedCursors(headers, 3);
+      // No call here: the dispatcher's own schedule (every 250 ms in this file) trims.
+      const log = await waitFor(async () => {
+        const entries = await deliveryLog(headers, endpoint.id);
+        return entries.length === 1 && entries[0]?.status === 'succeeded' ? entries : undefined;
+      });
+      expect(log.map((d) => d.cursor)).toEqual([cursors[2]]);
+      expect(cursors.slice(0, 2)).toEqual(old);
+      expect(Date.now() - Date.parse(log[0]?.lastAttemptAt ?? '')).toBeLessThan(60_000);
+      expect(receiver.acknowledged()).toEqual(cursors); // trimming the log redelivers nothing
+      // An entry just inside the retention stays.
+      await age(endpoint.id, 29);
+      expect(await dispatcher.trim()).toBe(0);
+      expect((await deliveryLog(headers, endpoint.id)).map((d) => d.cursor)).toEqual([cursors[2]]);
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it('keeps the entry of a retry still to come, however old its first attempt, and drops a stale one', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver(() => ({ status: 503, headers: { 'retry-after': '5' } }));
+    try {
+      const endpoint = await register(headers, receiver.url);
+      await hire(h.store, tenant.tenantId, 'pending');
+      const [entry] = await waitFor(async () => {
+        const entries = await deliveryLog(headers, endpoint.id);
+        return entries[0]?.status === 'retrying' ? entries : undefined;
+      });
+      // The retry moves an hour out (the endpoint's own schedule too, so nothing attempts it meanwhile), and its first attempt 40 days back.
+      await sqlAt(h.db.url, `update webhook_endpoints set next_attempt_at = now() + interval '1 hour' where id = $1`, [endpoint.id]);
+      await sqlAt(h.db.url, `update webhook_deliveries set next_attempt_at = now() + interval '1 hour' where endpoint_id = $1`, [endpoint.id]);
+      await age(endpoint.id, 40);
+      expect(await dispatcher.trim()).toBe(0);
+      expect(await deliveryLog(headers, endpoint.id)).toEqual([expect.objectContaining({ cursor: entry?.cursor, status: 'retrying', attempts: 1 })]);
+
+      // A retrying entry whose next attempt is long past (left behind, e.g. by a replay past it) goes.
+      // (The dispatcher's schedule may get there first: then this call finds nothing left.)
+      await sqlAt(h.db.url, `update webhook_deliveries set next_attempt_at = now() - interval '39 days' where endpoint_id = $1`, [endpoint.id]);
+      expect(await dispatcher.trim()).toBeLessThanOrEqual(1);
+      expect(await deliveryLog(headers, endpoint.id)).toEqual([]);
     } finally {
       await receiver.close();
     }
