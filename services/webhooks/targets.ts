@@ -35,6 +35,9 @@ for (const [network, prefix] of [
   ['::', 96], // unspecified, loopback (::1), IPv4-compatible
   ['::ffff:0:0', 96], // IPv4-mapped: could name any IPv4 address above
   ['64:ff9b::', 96], // NAT64, same
+  ['64:ff9b:1::', 48], // local-use NAT64 (RFC 8215), same
+  ['2001::', 32], // Teredo: carries an IPv4 address
+  ['2002::', 16], // 6to4: carries an IPv4 address
   ['100::', 64], // discard
   ['2001:db8::', 32], // documentation
   ['fc00::', 7], // unique local (incl. fd00:ec2::254, a metadata address)

@@ -21,6 +21,10 @@ describe('when a target name resolves to a special address', () => {
     ['fd00:ec2::254'],
     ['fe80::1'],
     ['::ffff:127.0.0.1'],
+    ['64:ff9b::a00:1'],
+    ['64:ff9b:1::a00:1'],
+    ['2002:a00:1::1'],
+    ['2001:0:4136:e378:8000:63bf:3fff:fdd2'],
     ['0.0.0.0'],
   ])('refuses %s without the allow-list', async (address) => {
     await expect(resolveTarget('https://hooks.example.com/x', { allowHosts: [], resolver: resolvesTo(address) })).rejects.toBeInstanceOf(TargetRefusedError);
