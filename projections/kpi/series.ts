@@ -3,7 +3,7 @@ import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection 
 import type { EventStore } from '../../shared/event-store/port.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialized, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
-import { billingWatermark, type KpiSummary } from './query.ts';
+import { billingWatermark, usageWatermark, type KpiSummary, type UsageProgress } from './query.ts';
 import { loadRevenueHistories } from './revenue.ts';
 import { divideRounded, unitsToNumber } from './money.ts';
 import { CHURN_WINDOW_MS, type CustomerHistory, type RevenueKpis } from './subscriptions.ts';
@@ -256,10 +256,22 @@ const lowerBound = (atoms: readonly Atom[], t: number) => {
   return lo;
 };
 
-/** The horizon up to which KPIs are answered: now, or earlier while billing events are pending. */
-async function horizon(deps: { pool: DatabasePool; eventStore: EventStore }, now: number) {
-  return billingWatermark(deps.pool, deps.eventStore, now);
+/** What the KPI reads need: the read models, and the pipelines' progress for their watermarks. */
+export type KpiReadDeps = { readonly pool: DatabasePool; readonly eventStore: EventStore; readonly usage?: UsageProgress };
+
+/**
+ * The horizon up to which KPIs are answered (SPEC §4 `asOf`): now, or earlier while inputs are
+ * pending: billing events for the revenue KPIs, usage samples for the usage KPIs, both for a summary.
+ */
+async function horizon(deps: KpiReadDeps, now: number, inputs: 'billing' | 'usage' | 'both'): Promise<number> {
+  const [billingAt, usageAt] = await Promise.all([
+    inputs === 'usage' ? now : billingWatermark(deps.pool, deps.eventStore, now),
+    inputs === 'billing' ? now : usageWatermark(deps.pool, deps.usage, now),
+  ]);
+  return Math.min(billingAt, usageAt);
 }
+
+const REVENUE_METRICS: ReadonlySet<KpiMetric> = new Set(['mrr', 'arr', 'churnRate']);
 
 async function tenantCurrency(tx: DatabaseTransactionConnection, tenantId: string) {
   return tx.maybeOneFirst(sql.type(z.object({ currency: z.string() }))`select currency from kpi_billing_tenants where tenant_id = ${tenantId}`);
@@ -275,15 +287,15 @@ export type KpiSeries = {
 
 /**
  * One metric at `instants` (from `seriesInstants`, so aligned to `interval`). Points after
- * the horizon (now, or the billing watermark while billing events are pending) are left out.
+ * the metric's horizon (now, or the watermark of its pending inputs) are left out.
  */
 export async function readKpiSeries(
-  deps: { pool: DatabasePool; eventStore: EventStore },
+  deps: KpiReadDeps,
   tenantId: string,
   query: { metric: KpiMetric; interval: SeriesInterval; instants: readonly number[] },
   now: number = Date.now(),
 ): Promise<KpiSeries> {
-  const asOf = await horizon(deps, now);
+  const asOf = await horizon(deps, now, REVENUE_METRICS.has(query.metric) ? 'billing' : 'usage');
   const instants = query.instants.filter((t) => t <= asOf);
   const { metric, interval } = query;
   return withTenant(deps.pool, tenantId, async (tx) => {
@@ -358,12 +370,12 @@ export async function readKpiSeries(
  * usage from the rollups at hour resolution (see above), revenue as of asOf.
  */
 export async function readKpiSummaryAt(
-  deps: { pool: DatabasePool; eventStore: EventStore },
+  deps: KpiReadDeps,
   tenantId: string,
   at: number,
   now: number = Date.now(),
 ): Promise<KpiSummary> {
-  const asOf = Math.min(at, await horizon(deps, now));
+  const asOf = Math.min(at, await horizon(deps, now, 'both'));
   const end = floorTo('hour', asOf) === asOf ? asOf : floorTo('hour', asOf) + HOUR;
   return withTenant(deps.pool, tenantId, async (tx) => {
     const day = await loadWindow(tx, tenantId, end - DAY, end, { latency: true, users: true });

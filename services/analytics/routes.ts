@@ -7,7 +7,7 @@ import { formatPosition, parsePosition, type EventStore } from '../../shared/eve
 import { waitForCheckpoint } from '../../projections/runner/runner.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type UsageProgress } from '../../projections/kpi/query.ts';
-import { KPI_METRICS, MAX_SERIES_POINTS, readKpiSeries, readKpiSummaryAt, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/series.ts';
+import { KPI_METRICS, MAX_SERIES_POINTS, readKpiSeries, readKpiSummaryAt, SERIES_INTERVALS, seriesInstants, type KpiReadDeps } from '../../projections/kpi/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
@@ -78,6 +78,7 @@ const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } 
 export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;
+  const kpiPorts: KpiReadDeps = { pool: deps.pool, eventStore: deps.store, ...(deps.usage ? { usage: deps.usage } : {}) };
   return async (scope: FastifyInstance): Promise<void> => {
     const app = scope.withTypeProvider<ZodTypeProvider>();
 
@@ -102,10 +103,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
           await waitForCheckpoint(deps.pool, kpiBillingProjection.name, position, readWaitMs);
         }
         const at = request.query.at;
-        const ports = { pool: deps.pool, eventStore: deps.store };
-        return at === undefined
-          ? readKpiSummary({ ...ports, ...(deps.usage ? { usage: deps.usage } : {}) }, auth.tenantId, now())
-          : readKpiSummaryAt(ports, auth.tenantId, at, now());
+        return at === undefined ? readKpiSummary(kpiPorts, auth.tenantId, now()) : readKpiSummaryAt(kpiPorts, auth.tenantId, at, now());
       },
     );
 
@@ -130,7 +128,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
             errors: [{ path: 'interval', message: `more than ${MAX_SERIES_POINTS} points` }],
           });
         }
-        return readKpiSeries({ pool: deps.pool, eventStore: deps.store }, auth.tenantId, { metric, interval, instants }, now());
+        return readKpiSeries(kpiPorts, auth.tenantId, { metric, interval, instants }, now());
       },
     );
 

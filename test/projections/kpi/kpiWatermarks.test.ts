@@ -11,6 +11,7 @@ import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../..
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { startKpiConsumer, type KpiConsumerHandle } from '../../../projections/kpi/consumer.ts';
 import { readKpiSummary } from '../../../projections/kpi/query.ts';
+import { readKpiSeries, readKpiSummaryAt, seriesInstants } from '../../../projections/kpi/series.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { ingestBillingEvents, type BillingEventInput } from '../../../services/analytics/billing.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
@@ -174,6 +175,16 @@ describe('defect 9: KPI asOf and watermarks', () => {
       await until(async () => (await endOf()) !== end); // the head (reused ≤ 250 ms) shows the new message
       const held = await readKpiSummary({ pool: db.pool, eventStore: store, usage }, idle.tenantId);
       expect(Date.parse(held.asOf)).toBe(now - 2 * HOUR);
+      // The same holds for the summary at an instant and for the usage series: they never claim
+      // an instant whose samples are not all applied. The revenue series waits for billing only.
+      const heldAt = await readKpiSummaryAt({ pool: db.pool, eventStore: store, usage }, idle.tenantId, Date.now());
+      expect(Date.parse(heldAt.asOf)).toBe(now - 2 * HOUR);
+      const instants = seriesInstants(Date.now() - 5 * HOUR, Date.now(), 'hour') ?? [];
+      const dau = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, { metric: 'dau', interval: 'hour', instants });
+      expect(Date.parse(dau.asOf)).toBe(now - 2 * HOUR);
+      expect(dau.points.map((p) => p.at)).toEqual(instants.filter((t) => t <= now - 2 * HOUR).map((t) => new Date(t).toISOString()));
+      const mrr = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, { metric: 'mrr', interval: 'hour', instants });
+      expect(mrr.points).toHaveLength(instants.length);
     });
   });
 });
