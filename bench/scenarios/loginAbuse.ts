@@ -56,7 +56,7 @@ export async function runLoginAbuseBench(options: { rounds?: number } = {}): Pro
     const { tenant } = await provisionTenant(pool, { slug: `bench-${randomBytes(4).toString('hex')}`, plan: 'enterprise' });
     const email = `real-${randomBytes(3).toString('hex')}@example.test`;
     const password = `pw-${randomBytes(8).toString('hex')}`;
-    await withTenant(pool, tenant.id, (tx) => createUser(tx, { email, password, role: 'employee' }));
+    await withTenant(pool, tenant.id, (tx) => createUser(tx, { tenantId: tenant.id, email, password, role: 'employee' }));
     const login = (ip: string, as: string, secret: string) =>
       app.inject({ method: 'POST', url: '/v1/auth/login', remoteAddress: ip, headers: { 'x-tenant': tenant.slug }, payload: { email: as, password: secret } });
     const real = async () => {

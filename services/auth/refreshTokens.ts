@@ -6,7 +6,8 @@ import { sql, type Queryable } from '../../shared/db/pool.ts';
  * Refresh tokens: 256 random bits, opaque to clients, stored only as their sha256 digest.
  * Each is single-use: using it rotates it (marks it used, issues a successor in the same
  * family). Presenting a used one again means it leaked, so the whole family is revoked.
- * Every function expects a transaction opened with `withTenant`.
+ * Every function expects a transaction opened with `withTenant`, and every query also names
+ * `tenantId` explicitly (on each table it touches): row-level security is the second wall.
  */
 export const REFRESH_TOKEN_TTL_SECONDS = 14 * 24 * 60 * 60;
 
@@ -42,9 +43,9 @@ const tokenRow = z.object({
   role: z.string(),
 });
 
-async function revokeFamilyById(tx: Queryable, familyId: string): Promise<void> {
+async function revokeFamilyById(tx: Queryable, tenantId: string, familyId: string): Promise<void> {
   await tx.query(sql.type(z.object({}))`
-    update refresh_tokens set revoked_at = now() where family_id = ${familyId} and revoked_at is null
+    update refresh_tokens set revoked_at = now() where tenant_id = ${tenantId} and family_id = ${familyId} and revoked_at is null
   `);
 }
 
@@ -58,28 +59,34 @@ export async function rotateRefreshToken(
     select t.id, t.user_id, t.family_id, t.expires_at <= ${new Date(input.now).toISOString()}::timestamptz as expired,
       t.rotated_at is not null as rotated, t.revoked_at is not null as revoked,
       u.disabled_at is not null as user_disabled, r.name as role
-    from refresh_tokens t join users u on u.id = t.user_id join roles r on r.id = u.role_id
-    where t.token_hash = ${hashRefreshToken(input.refreshToken)}
+    from refresh_tokens t
+      join users u on u.id = t.user_id and u.tenant_id = ${input.tenantId}
+      join roles r on r.id = u.role_id and r.tenant_id = ${input.tenantId}
+    where t.tenant_id = ${input.tenantId} and t.token_hash = ${hashRefreshToken(input.refreshToken)}
     for update of t
   `);
   if (!row || row.revoked) return { kind: 'invalid' };
   if (row.rotated) {
-    await revokeFamilyById(tx, row.family_id);
+    await revokeFamilyById(tx, input.tenantId, row.family_id);
     return { kind: 'reused' };
   }
   if (row.expired || row.user_disabled) {
-    await revokeFamilyById(tx, row.family_id);
+    await revokeFamilyById(tx, input.tenantId, row.family_id);
     return { kind: 'invalid' };
   }
-  await tx.query(sql.type(z.object({}))`update refresh_tokens set rotated_at = now() where id = ${row.id}`);
+  await tx.query(sql.type(z.object({}))`update refresh_tokens set rotated_at = now() where tenant_id = ${input.tenantId} and id = ${row.id}`);
   const refreshToken = await issueRefreshToken(tx, { tenantId: input.tenantId, userId: row.user_id, familyId: row.family_id, now: input.now });
   return { kind: 'rotated', userId: row.user_id, role: row.role, refreshToken };
 }
 
 /** Logout: revokes the token's family. Unknown tokens are ignored (revocation is idempotent). */
-export async function revokeRefreshTokenFamily(tx: Queryable, refreshToken: string, userId: string): Promise<void> {
+export async function revokeRefreshTokenFamily(
+  tx: Queryable,
+  input: { tenantId: string; refreshToken: string; userId: string },
+): Promise<void> {
   const familyId = await tx.maybeOneFirst(sql.type(z.object({ family_id: z.string() }))`
-    select family_id from refresh_tokens where token_hash = ${hashRefreshToken(refreshToken)} and user_id = ${userId}
+    select family_id from refresh_tokens
+    where tenant_id = ${input.tenantId} and token_hash = ${hashRefreshToken(input.refreshToken)} and user_id = ${input.userId}
   `);
-  if (familyId) await revokeFamilyById(tx, familyId);
+  if (familyId) await revokeFamilyById(tx, input.tenantId, familyId);
 }

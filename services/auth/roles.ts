@@ -6,7 +6,8 @@ import { BUILT_IN_ROLES, permissionsOf, type Permission } from './permissions.ts
 /**
  * Roles are rows per tenant (uuid ids, so clients can send a `roleId`); what a role may do is
  * not stored with it but read from the one permission matrix in permissions.ts.
- * Every function here expects a transaction opened with `withTenant` (row-level security).
+ * Every function here expects a transaction opened with `withTenant` (row-level security), and
+ * every query also names `tenantId` explicitly: row-level security is the second wall, not the only one.
  */
 export type Role = { readonly id: string; readonly name: string; readonly permissions: readonly Permission[] };
 
@@ -21,15 +22,15 @@ export async function ensureBuiltInRoles(tx: Queryable, tenantId: string): Promi
 }
 
 /** Ordered as the matrix lists them (most powerful first). */
-export async function listRoles(tx: Queryable): Promise<readonly Role[]> {
+export async function listRoles(tx: Queryable, tenantId: string): Promise<readonly Role[]> {
   return tx.any(sql.type(roleRow)`
-    select id, name from roles
+    select id, name from roles where tenant_id = ${tenantId}
     order by array_position(${sql.array([...BUILT_IN_ROLES], 'text')}, name), name
   `);
 }
 
-export async function findRoleByName(tx: Queryable, name: string): Promise<Role | null> {
-  return tx.maybeOne(sql.type(roleRow)`select id, name from roles where name = ${name}`);
+export async function findRoleByName(tx: Queryable, tenantId: string, name: string): Promise<Role | null> {
+  return tx.maybeOne(sql.type(roleRow)`select id, name from roles where tenant_id = ${tenantId} and name = ${name}`);
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

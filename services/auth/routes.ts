@@ -129,7 +129,7 @@ export function rolesRoutes(deps: Pick<AuthDeps, 'pool'>): V1Capability {
       },
       async (request) => {
         const auth = requireAuth(request);
-        const roles = await withTenant(deps.pool, auth.tenantId, (tx) => listRoles(tx));
+        const roles = await withTenant(deps.pool, auth.tenantId, (tx) => listRoles(tx, auth.tenantId));
         return { data: roles.map((role) => ({ ...role, permissions: [...role.permissions] })) };
       },
     );

@@ -87,7 +87,7 @@ export function createSessions(deps: SessionDeps): Sessions {
       // lookups run inside the gate too, so requests it refuses cost no database work either.
       const { tenant, credentials, passwordOk } = await gate.run(client.ip, async () => {
         const tenant = await deps.tenants.bySlug(tenantSlug);
-        const credentials = tenant ? await withTenant(deps.pool, tenant.id, (tx) => findLoginCredentials(tx, email)) : null;
+        const credentials = tenant ? await withTenant(deps.pool, tenant.id, (tx) => findLoginCredentials(tx, tenant.id, email)) : null;
         return { tenant, credentials, passwordOk: await verifyPassword(credentials?.passwordHash ?? null, password) };
       });
       if (!tenant || !credentials || !passwordOk || credentials.disabled) {
@@ -131,7 +131,7 @@ export function createSessions(deps: SessionDeps): Sessions {
     async logout(tenantSlug, refreshToken, userId) {
       const tenant = await deps.tenants.bySlug(tenantSlug);
       if (!tenant) return;
-      await withTenant(deps.pool, tenant.id, (tx) => revokeRefreshTokenFamily(tx, refreshToken, userId));
+      await withTenant(deps.pool, tenant.id, (tx) => revokeRefreshTokenFamily(tx, { tenantId: tenant.id, refreshToken, userId }));
     },
   };
 }

@@ -7,8 +7,10 @@ import { findRoleByName } from './roles.ts';
 
 /**
  * Users are logins; `users.role_id` is the one source of truth for a person's role (see
- * docs/rbac.md). Every function expects a transaction opened with `withTenant`. Addresses are
- * matched by `email_key`, the service's one normalisation (shared/email.ts), never by SQL lower().
+ * docs/rbac.md). Every function expects a transaction opened with `withTenant`, and every query
+ * also names `tenantId` explicitly (on each table it touches): row-level security is the second
+ * wall, not the only one. Addresses are matched by `email_key`, the service's one normalisation
+ * (shared/email.ts), never by SQL lower().
  */
 export type User = {
   readonly id: string;
@@ -34,36 +36,45 @@ const userColumns = sql.fragment`
   u.id, u.email, r.name as role, u.role_id, u.disabled_at is not null as disabled, u.password_hash is not null as has_password
 `;
 
-async function roleIdByName(tx: Queryable, role: string): Promise<string> {
-  const found = await findRoleByName(tx, role);
+async function roleIdByName(tx: Queryable, tenantId: string, role: string): Promise<string> {
+  const found = await findRoleByName(tx, tenantId, role);
   if (!found) throw new NotFoundError(`No role named ${role} in this tenant`);
   return found.id;
 }
 
-export async function findUserByEmail(tx: Queryable, email: string): Promise<User | null> {
+/** `users u` joined to its role, both sides limited to `tenantId`. */
+const usersWithRoles = (tenantId: string) => sql.fragment`
+  users u join roles r on r.id = u.role_id and r.tenant_id = ${tenantId}
+`;
+
+export async function findUserByEmail(tx: Queryable, tenantId: string, email: string): Promise<User | null> {
   return tx.maybeOne(sql.type(userRow)`
-    select ${userColumns} from users u join roles r on r.id = u.role_id where u.email_key = ${normaliseEmail(email)}
+    select ${userColumns} from ${usersWithRoles(tenantId)}
+    where u.tenant_id = ${tenantId} and u.email_key = ${normaliseEmail(email)}
   `);
 }
 
-export async function findUserById(tx: Queryable, userId: string): Promise<User | null> {
+export async function findUserById(tx: Queryable, tenantId: string, userId: string): Promise<User | null> {
   return tx.maybeOne(sql.type(userRow)`
-    select ${userColumns} from users u join roles r on r.id = u.role_id where u.id = ${userId}
+    select ${userColumns} from ${usersWithRoles(tenantId)} where u.tenant_id = ${tenantId} and u.id = ${userId}
   `);
 }
 
-export async function listUsers(tx: Queryable): Promise<readonly User[]> {
-  return tx.any(sql.type(userRow)`select ${userColumns} from users u join roles r on r.id = u.role_id order by u.email_key`);
+export async function listUsers(tx: Queryable, tenantId: string): Promise<readonly User[]> {
+  return tx.any(sql.type(userRow)`
+    select ${userColumns} from ${usersWithRoles(tenantId)} where u.tenant_id = ${tenantId} order by u.email_key
+  `);
 }
 
 /** What login needs: the hash is read only here and never leaves this module's callers. */
 export async function findLoginCredentials(
   tx: Queryable,
+  tenantId: string,
   email: string,
 ): Promise<{ id: string; role: string; passwordHash: string | null; disabled: boolean } | null> {
   const row = await tx.maybeOne(sql.type(z.object({ id: z.string(), role: z.string(), password_hash: z.string().nullable(), disabled: z.boolean() }))`
     select u.id, r.name as role, u.password_hash, u.disabled_at is not null as disabled
-    from users u join roles r on r.id = u.role_id where u.email_key = ${normaliseEmail(email)}
+    from ${usersWithRoles(tenantId)} where u.tenant_id = ${tenantId} and u.email_key = ${normaliseEmail(email)}
   `);
   return row && { id: row.id, role: row.role, passwordHash: row.password_hash, disabled: row.disabled };
 }
@@ -74,48 +85,51 @@ export async function findLoginCredentials(
  */
 export async function createUser(
   tx: Queryable,
-  input: { email: string; password: string; role: string },
+  input: { tenantId: string; email: string; password: string; role: string },
 ): Promise<User> {
-  const roleId = await roleIdByName(tx, input.role);
+  const { tenantId } = input;
+  const roleId = await roleIdByName(tx, tenantId, input.role);
   const passwordHash = await hashPassword(input.password);
-  const existing = await findUserByEmail(tx, input.email);
+  const existing = await findUserByEmail(tx, tenantId, input.email);
   if (existing?.hasPassword) throw new ConflictError(`A user with email ${input.email} already exists`);
   const id = existing
     ? await tx.oneFirst(sql.type(z.object({ id: z.string() }))`
         update users set password_hash = ${passwordHash}, role_id = ${roleId}, role_set_at = now(), updated_at = now()
-        where id = ${existing.id} returning id
+        where tenant_id = ${tenantId} and id = ${existing.id} returning id
       `)
     : await tx.oneFirst(sql.type(z.object({ id: z.string() }))`
         insert into users (tenant_id, email, email_key, password_hash, role_id, role_set_at)
-        values (current_setting('app.tenant_id')::uuid, ${input.email}, ${normaliseEmail(input.email)}, ${passwordHash}, ${roleId}, now()) returning id
+        values (${tenantId}, ${input.email}, ${normaliseEmail(input.email)}, ${passwordHash}, ${roleId}, now()) returning id
       `);
-  const user = await findUserById(tx, id);
+  const user = await findUserById(tx, tenantId, id);
   if (!user) throw new Error('user vanished after insert');
   return user;
 }
 
 /** Role changes reach access tokens at the user's next refresh (at most 15 minutes). */
-export async function setUserRole(tx: Queryable, email: string, role: string): Promise<User> {
-  const roleId = await roleIdByName(tx, role);
+export async function setUserRole(tx: Queryable, tenantId: string, email: string, role: string): Promise<User> {
+  const roleId = await roleIdByName(tx, tenantId, role);
   const id = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
-    update users set role_id = ${roleId}, role_set_at = now(), updated_at = now() where email_key = ${normaliseEmail(email)} returning id
+    update users set role_id = ${roleId}, role_set_at = now(), updated_at = now()
+    where tenant_id = ${tenantId} and email_key = ${normaliseEmail(email)} returning id
   `);
   if (!id) throw new NotFoundError(`No user with email ${email}`);
-  const user = await findUserById(tx, id);
+  const user = await findUserById(tx, tenantId, id);
   if (!user) throw new Error('user vanished after update');
   return user;
 }
 
 /** Disables the login and revokes every refresh token; access tokens already issued expire within 15 minutes. */
-export async function disableUser(tx: Queryable, email: string): Promise<User> {
+export async function disableUser(tx: Queryable, tenantId: string, email: string): Promise<User> {
   const id = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
-    update users set disabled_at = coalesce(disabled_at, now()), updated_at = now() where email_key = ${normaliseEmail(email)} returning id
+    update users set disabled_at = coalesce(disabled_at, now()), updated_at = now()
+    where tenant_id = ${tenantId} and email_key = ${normaliseEmail(email)} returning id
   `);
   if (!id) throw new NotFoundError(`No user with email ${email}`);
   await tx.query(sql.type(z.object({}))`
-    update refresh_tokens set revoked_at = now() where user_id = ${id} and revoked_at is null
+    update refresh_tokens set revoked_at = now() where tenant_id = ${tenantId} and user_id = ${id} and revoked_at is null
   `);
-  const user = await findUserById(tx, id);
+  const user = await findUserById(tx, tenantId, id);
   if (!user) throw new Error('user vanished after update');
   return user;
 }

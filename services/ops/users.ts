@@ -13,10 +13,14 @@ const roleOption = () => new Option('--role <role>', BUILT_IN_ROLES.join(' | '))
 
 const describeUser = (u: User) => `${u.email}\t${u.role}\t${u.disabled ? 'disabled' : u.hasPassword ? 'active' : 'no password'}\t${u.id}`;
 
-async function inTenant<T>(pool: DatabasePool, slug: string, work: (tx: DatabaseTransactionConnection) => Promise<T>): Promise<T> {
+async function inTenant<T>(
+  pool: DatabasePool,
+  slug: string,
+  work: (tx: DatabaseTransactionConnection, tenantId: string) => Promise<T>,
+): Promise<T> {
   const tenant = await findTenantBySlug(pool, slug);
   if (!tenant) throw new NotFoundError(`no tenant ${slug}`);
-  return withTenant(pool, tenant.id, work);
+  return withTenant(pool, tenant.id, (tx) => work(tx, tenant.id));
 }
 
 export function registerUserCommands(program: Command): void {
@@ -32,7 +36,7 @@ export function registerUserCommands(program: Command): void {
       const slug = parseSlug(tenant);
       if (options.password.length < MIN_PASSWORD_LENGTH) throw new InvalidArgumentError(`--password must have at least ${MIN_PASSWORD_LENGTH} characters`);
       await withConfiguredDatabase(async (pool) => {
-        const user = await inTenant(pool, slug, (tx) => createUser(tx, options));
+        const user = await inTenant(pool, slug, (tx, tenantId) => createUser(tx, { ...options, tenantId }));
         process.stdout.write(`${describeUser(user)}\n`);
       });
     }));
@@ -45,7 +49,7 @@ export function registerUserCommands(program: Command): void {
     .action(opsAction(async (tenant: string, options: { email: string; role: string }) => {
       const slug = parseSlug(tenant);
       await withConfiguredDatabase(async (pool) => {
-        const user = await inTenant(pool, slug, (tx) => setUserRole(tx, options.email, options.role));
+        const user = await inTenant(pool, slug, (tx, tenantId) => setUserRole(tx, tenantId, options.email, options.role));
         process.stdout.write(`${describeUser(user)}\n`);
       });
     }));
@@ -57,7 +61,7 @@ export function registerUserCommands(program: Command): void {
     .action(opsAction(async (tenant: string, options: { email: string }) => {
       const slug = parseSlug(tenant);
       await withConfiguredDatabase(async (pool) => {
-        const user = await inTenant(pool, slug, (tx) => disableUser(tx, options.email));
+        const user = await inTenant(pool, slug, (tx, tenantId) => disableUser(tx, tenantId, options.email));
         process.stdout.write(`${describeUser(user)}\n`);
       });
     }));
@@ -68,7 +72,7 @@ export function registerUserCommands(program: Command): void {
     .action(opsAction(async (tenant: string) => {
       const slug = parseSlug(tenant);
       await withConfiguredDatabase(async (pool) => {
-        const all = await inTenant(pool, slug, (tx) => listUsers(tx));
+        const all = await inTenant(pool, slug, (tx, tenantId) => listUsers(tx, tenantId));
         process.stdout.write(['email\trole\tstate\tid', ...all.map(describeUser)].join('\n') + '\n');
       });
     }));

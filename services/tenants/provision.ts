@@ -32,9 +32,9 @@ export async function provisionTenant(pool: DatabasePool, input: ProvisionTenant
     withTenant(pool, tenant.id, async (tx) => {
       await ensureBuiltInRoles(tx, tenant.id);
       if (!admin) return false;
-      const existing = await findUserByEmail(tx, admin.email);
+      const existing = await findUserByEmail(tx, tenant.id, admin.email);
       if (existing?.hasPassword) return false;
-      await createUser(tx, { email: admin.email, password: admin.password, role: 'admin' });
+      await createUser(tx, { tenantId: tenant.id, email: admin.email, password: admin.password, role: 'admin' });
       return true;
     });
   let adminCreated: boolean;

@@ -113,7 +113,7 @@ export async function createTestUser(
 ): Promise<{ userId: string; email: string; password: string }> {
   const email = options.email ?? `${role}-${randomBytes(4).toString('hex')}@example.test`;
   const password = options.password ?? `pw-${randomBytes(8).toString('hex')}`;
-  const user = await withTenant(pool, tenant.tenantId, (tx) => createUser(tx, { email, password, role }));
+  const user = await withTenant(pool, tenant.tenantId, (tx) => createUser(tx, { tenantId: tenant.tenantId, email, password, role }));
   return { userId: user.id, email, password };
 }
 

@@ -74,7 +74,7 @@ let counter = 0;
 const uniqueEmail = (prefix: string) => `${prefix}-${Date.now().toString(36)}-${counter++}@example.test`;
 
 async function roleIds(tenant: TestTenant) {
-  const roles = await withTenant(db.pool, tenant.tenantId, (tx) => listRoles(tx));
+  const roles = await withTenant(db.pool, tenant.tenantId, (tx) => listRoles(tx, tenant.tenantId));
   const id = (name: string) => {
     const role = roles.find((r) => r.name === name);
     if (!role) throw new Error(`no role ${name}`);
@@ -83,7 +83,7 @@ async function roleIds(tenant: TestTenant) {
   return { admin: id('admin'), analyst: id('analyst'), hrManager: id('hr_manager'), employee: id('employee') };
 }
 
-const roleOf = async (tenant: TestTenant, email: string) => (await withTenant(db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, email)))?.role;
+const roleOf = async (tenant: TestTenant, email: string) => (await withTenant(db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, tenant.tenantId, email)))?.role;
 
 async function hire(headers: Record<string, string>, body: Record<string, unknown>) {
   return app.inject({ method: 'POST', url: '/v1/employees', headers, payload: { firstName: 'Rui', lastName: 'Role', ...body } });
@@ -127,7 +127,7 @@ describe('defect 11: role assignment after append', () => {
       expect((await hire(admin, { email, roleId: analyst })).statusCode).toBe(201);
       await waitFor(async () => (await roleOf(tenant, email)) === 'analyst');
       // An operator changes the role afterwards (ops users set-role).
-      await withTenant(db.pool, tenant.tenantId, (tx) => setUserRole(tx, email, 'employee'));
+      await withTenant(db.pool, tenant.tenantId, (tx) => setUserRole(tx, tenant.tenantId, email, 'employee'));
 
       await replayProjection(db.pool, store, roleAssignmentReactor);
       expect(await countUsers(tenant, email)).toBe(1);
@@ -165,7 +165,7 @@ describe('PUT /v1/employees/{id}/role', () => {
     const put = () => app.inject({ method: 'PUT', url: `/v1/employees/${employeeId}/role`, headers: admin, payload: { roleId: roles.analyst } });
     expect((await put()).statusCode).toBe(200);
     await waitFor(async () => (await roleOf(tenant, user.email)) === 'analyst');
-    await withTenant(db.pool, tenant.tenantId, (tx) => setUserRole(tx, user.email, 'employee'));
+    await withTenant(db.pool, tenant.tenantId, (tx) => setUserRole(tx, tenant.tenantId, user.email, 'employee'));
     expect((await put()).statusCode).toBe(200);
     await waitFor(async () => (await roleOf(tenant, user.email)) === 'analyst');
   });

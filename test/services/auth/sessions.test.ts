@@ -80,7 +80,7 @@ describe('when logging in', () => {
   it('as a disabled user: 401, and existing refresh tokens stop working', async () => {
     const { tenant, email, password } = await freshUser();
     const first = tokenPair.parse((await login(tenant.slug, email, password)).json());
-    await withTenant(db.pool, tenant.tenantId, (tx) => disableUser(tx, email));
+    await withTenant(db.pool, tenant.tenantId, (tx) => disableUser(tx, tenant.tenantId, email));
     expect((await login(tenant.slug, email, password)).statusCode).toBe(401);
     expect((await refresh(tenant.slug, first.refreshToken)).statusCode).toBe(401);
   });

@@ -76,7 +76,7 @@ describe('POST /v1/employees', () => {
 
     it('assigns a known roleId to the person (users.role_id) and records it in the stream', async () => {
       const { headers, tenant } = await h.tenant('admin');
-      const roles = await withTenant(h.db.pool, tenant.tenantId, (tx) => listRoles(tx));
+      const roles = await withTenant(h.db.pool, tenant.tenantId, (tx) => listRoles(tx, tenant.tenantId));
       const analyst = roles.find((r) => r.name === 'analyst');
       const email = uniqueEmail('analyst');
       const response = await hire(headers, { email, roleId: analyst?.id });
@@ -84,7 +84,7 @@ describe('POST /v1/employees', () => {
       expect(response.headers.etag).toBe('"1"');
       // Applied by the role reactor, shortly after the event.
       const user = await waitFor(async () => {
-        const found = await withTenant(h.db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, email));
+        const found = await withTenant(h.db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, tenant.tenantId, email));
         return found?.role === 'analyst' && found;
       });
       expect(user.role).toBe('analyst');
@@ -111,11 +111,11 @@ describe('POST /v1/employees', () => {
   describe('when an hr_manager sends a roleId', () => {
     it('answers 403 and changes nobody\'s role: only admins assign roles (regression: hr_manager could make itself admin)', async () => {
       const { headers, tenant } = await h.tenant('hr_manager');
-      const roles = await withTenant(h.db.pool, tenant.tenantId, (tx) => listRoles(tx));
+      const roles = await withTenant(h.db.pool, tenant.tenantId, (tx) => listRoles(tx, tenant.tenantId));
       const admin = roles.find((r) => r.name === 'admin');
       const email = uniqueEmail('escalate');
       expectProblem(await hire(headers, { email, roleId: admin?.id }), 403);
-      expect(await withTenant(h.db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, email))).toBeNull();
+      expect(await withTenant(h.db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, tenant.tenantId, email))).toBeNull();
       await hired(headers, { email }); // nothing was reserved either
     });
   });
@@ -130,7 +130,7 @@ describe('POST /v1/employees', () => {
 
     it("answers 422 for another tenant's role", async () => {
       const other = await h.tenant();
-      const roles = await withTenant(h.db.pool, other.tenant.tenantId, (tx) => listRoles(tx));
+      const roles = await withTenant(h.db.pool, other.tenant.tenantId, (tx) => listRoles(tx, other.tenant.tenantId));
       const { headers } = await h.tenant('admin');
       expectProblem(await hire(headers, { roleId: roles[0]?.id }), 422);
     });
