@@ -9,12 +9,33 @@ export type Decider<State, Command, Event extends { readonly type: string; reado
   decide(command: Command, state: State): Event[];
 };
 
+/** The revisions an `If-Match` accepts (undefined: no condition, as for `*`). */
+export type IfMatch = readonly number[];
+
+/**
+ * The precondition alone: 412 unless the stream is at a revision `ifMatch` accepts. Use it
+ * before work that processes the request's content (an email reservation, a role lookup), so
+ * a stale `If-Match` is answered 412 whatever the content (RFC 9110 §13.2.2); the command's
+ * append still guards against a change in between.
+ */
+export async function assertIfMatch(store: EventStore, streamId: string, ifMatch: IfMatch | undefined): Promise<void> {
+  if (ifMatch === undefined) return;
+  preconditionHolds(ifMatch, (await store.readStream(streamId)).length - 1);
+}
+
+function preconditionHolds(ifMatch: IfMatch | undefined, revision: number): void {
+  if (ifMatch === undefined || ifMatch.includes(revision)) return;
+  const named = ifMatch.length > 0 ? ifMatch.join(' or ') : 'any revision the If-Match names';
+  throw new PreconditionFailedError(`The resource is at revision ${revision}, not ${named}`, { currentRevision: revision });
+}
+
 export type HandleCommandOptions = {
   /**
-   * The revision the client last saw (`If-Match`). When given, a stream at any other revision
-   * fails with 412 and nothing is retried: the client decided on data that is now stale.
+   * The revisions the client accepts (`If-Match`, one per strong tag; empty when no tag can
+   * match). When given, a stream at any other revision fails with 412 and nothing is retried:
+   * the client decided on data that is now stale.
    */
-  readonly ifMatch?: number;
+  readonly ifMatch?: IfMatch;
   /** Stored with every event: tenant, actor, occurredAt (the audit trail). */
   readonly metadata: EventMetadata;
   /** Attempts after a lost race when no `ifMatch` was given. */
@@ -60,9 +81,7 @@ export async function handleCommand<State, Command, Event extends { readonly typ
   for (let attempt = 0; ; attempt++) {
     const recorded = read ? await store.readStream(streamId) : [];
     const revision = recorded.length - 1;
-    if (options.ifMatch !== undefined && options.ifMatch !== revision) {
-      throw new PreconditionFailedError(`The resource is at revision ${revision}, not ${options.ifMatch}`, { currentRevision: revision });
-    }
+    preconditionHolds(options.ifMatch, revision);
     // The store hands back what the decider's own events serialised to; this is that boundary.
     const history = recorded.map((e) => ({ type: e.type, data: e.data }) as Event);
     const state = history.reduce(decider.evolve, decider.initialState);

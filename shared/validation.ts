@@ -139,4 +139,4 @@ export const logPositionText = () =>
 const ENTITY_TAG = String.raw`(?:W\/)?"[\x21\x23-\x7e]*"`;
 export const IF_MATCH_PATTERN = new RegExp(String.raw`^[ \t]*(?:\*|${ENTITY_TAG}(?:[ \t]*,[ \t]*${ENTITY_TAG})*)[ \t]*$`);
 export const ifMatchHeader = () =>
-  z.string().max(256).regex(IF_MATCH_PATTERN, 'must be * or entity tags such as "3" (RFC 9110)').describe('Expected revision, as a strong ETag ("3")');
+  z.string().max(256).regex(IF_MATCH_PATTERN, 'must be * or entity tags such as "3" (RFC 9110)').describe('Expected revision, as a strong ETag ("3"), or a list of them ("3", "4"): any current one matches');

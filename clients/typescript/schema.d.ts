@@ -604,7 +604,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Recent deliveries of an endpoint, newest first: attempts, status, next retry */
+        /**
+         * Recent deliveries of an endpoint, newest first: attempts, status, next retry
+         * @description The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry still to come for as long as it is pending.
+         */
         get: {
             parameters: {
                 query?: {
@@ -1044,7 +1047,7 @@ export interface paths {
             parameters: {
                 query?: never;
                 header?: {
-                    /** @description Expected revision, as a strong ETag ("3") */
+                    /** @description Expected revision, as a strong ETag ("3"), or a list of them ("3", "4"): any current one matches */
                     "if-match"?: string;
                 };
                 path: {
@@ -1146,7 +1149,7 @@ export interface paths {
             parameters: {
                 query?: never;
                 header?: {
-                    /** @description Expected revision, as a strong ETag ("3") */
+                    /** @description Expected revision, as a strong ETag ("3"), or a list of them ("3", "4"): any current one matches */
                     "if-match"?: string;
                 };
                 path: {
@@ -1252,7 +1255,7 @@ export interface paths {
             parameters: {
                 query?: never;
                 header?: {
-                    /** @description Expected revision, as a strong ETag ("3") */
+                    /** @description Expected revision, as a strong ETag ("3"), or a list of them ("3", "4"): any current one matches */
                     "if-match"?: string;
                 };
                 path: {

@@ -1,7 +1,7 @@
 
 import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { EventMetadata, EventStore } from '../../shared/event-store/port.ts';
-import { handleCommand, type CommandResult } from '../commandHandler.ts';
+import { assertIfMatch, handleCommand, type CommandResult, type IfMatch } from '../commandHandler.ts';
 import { employeeDecider, type EmployeeCommand, type EmployeeState, type CommandMetadata, type HireEmployee } from './decide.ts';
 import { employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './events.ts';
 import { newReservationRequest, releaseEmail, reserveEmail, undoReservation } from './emailReservation.ts';
@@ -20,7 +20,7 @@ export type EmployeeResult = CommandResult<EmployeeState, EmployeeEvent>;
 
 const eventMetadata = (m: CommandMetadata): EventMetadata => ({ tenantId: m.tenantId, actor: m.actor, occurredAt: m.now });
 
-const run = (ports: EmployeeCommandPorts, employeeId: string, command: EmployeeCommand, ifMatch?: number) =>
+const run = (ports: EmployeeCommandPorts, employeeId: string, command: EmployeeCommand, ifMatch?: IfMatch) =>
   handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
     metadata: eventMetadata(command.metadata),
     ifMatch,
@@ -66,10 +66,12 @@ export async function changeEmployeeDetails(
   ports: EmployeeCommandPorts,
   employeeId: string,
   command: Extract<EmployeeCommand, { type: 'ChangeEmployeeDetails' }>,
-  ifMatch?: number,
+  ifMatch?: IfMatch,
 ): Promise<EmployeeResult> {
   const { email } = command.data;
   if (email === undefined) return run(ports, employeeId, command, ifMatch);
+  // A stale If-Match is a 412 before the address is looked at (not a 409 for a taken one).
+  await assertIfMatch(ports.store, employeeStreamId(command.metadata.tenantId, employeeId), ifMatch);
   // Hold the new address before the employee moves to it; give the old one up afterwards.
   // A crash in between leaves an orphaned reservation that the next claimant takes over.
   // Only a reservation this call made may be undone when the command fails (defect 2).
@@ -94,7 +96,7 @@ export function changeEmployeeStatus(
   employeeId: string,
   metadata: CommandMetadata,
   data: { status: EmployeeStatus; reason?: string },
-  ifMatch?: number,
+  ifMatch?: IfMatch,
 ): Promise<EmployeeResult> {
   return run(ports, employeeId, { type: 'ChangeEmployeeStatus', data, metadata }, ifMatch);
 }
@@ -123,8 +125,10 @@ export async function assignEmployeeRole(
   employeeId: string,
   metadata: CommandMetadata,
   roleId: string,
-  ifMatch?: number,
+  ifMatch?: IfMatch,
 ): Promise<EmployeeResult> {
+  // A stale If-Match is a 412 before the role is looked at (not a 422 for an unknown one).
+  await assertIfMatch(ports.store, employeeStreamId(metadata.tenantId, employeeId), ifMatch);
   await ports.assertRoleExists(metadata.tenantId, roleId);
   return run(ports, employeeId, { type: 'AssignEmployeeRole', data: { roleId }, metadata }, ifMatch);
 }

@@ -18,6 +18,7 @@ import type { CommandMetadata, EmployeeState } from './decide.ts';
 import { toEmployeeView } from './decide.ts';
 import { assignEmployeeRole, changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee, type EmployeeResult } from './commands.ts';
 import { employeeStreamId } from './events.ts';
+import type { IfMatch } from '../commandHandler.ts';
 import {
   changeStatusBody,
   createEmployeeBody,
@@ -49,11 +50,18 @@ const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 4
 const readHeaders = z.object({ 'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position') });
 const writeHeaders = z.object({ 'if-match': ifMatchHeader().optional() });
 
-/** `If-Match: "<revision>"` (strong). `*` asks only that the employee exists. Anything else can never match. */
-function parseIfMatch(header: string | undefined): number | undefined | 'never' {
+/**
+ * `If-Match` (already well-formed: `*` or entity tags) as the revisions it accepts: one per
+ * strong tag `"<revision>"` (RFC 9110 strong comparison: a weak tag never matches, nor does a
+ * tag that names no revision). `*` asks only that the employee exists: no condition.
+ */
+function ifMatchOf(header: string | undefined): IfMatch | undefined {
   if (header === undefined || header.trim() === '*') return undefined;
-  const match = /^\s*"(\d{1,15})"\s*$/.exec(header);
-  return match?.[1] ? Number(match[1]) : 'never';
+  const revisions: number[] = [];
+  for (const [, weak, opaque] of header.matchAll(/(W\/)?"([^"]*)"/g)) {
+    if (weak === undefined && opaque !== undefined && /^\d{1,15}$/.test(opaque)) revisions.push(Number(opaque));
+  }
+  return revisions;
 }
 
 const etag = (revision: number) => `"${revision}"`;
@@ -285,12 +293,6 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
 }
 
 const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
-
-function ifMatchOf(header: string | undefined): number | undefined {
-  const parsed = parseIfMatch(header);
-  // A tag that can never name a revision: compare against one no stream has, so the answer is 412.
-  return parsed === 'never' ? -2 : parsed;
-}
 
 function hired(state: EmployeeState): Extract<EmployeeState, { kind: 'hired' }> {
   if (state.kind !== 'hired') throw new NotFoundError('No such employee');

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { parsePosition } from '../../shared/event-store/port.ts';
-import { boundedInt, dateOrInstant, HIRE_MIN_YEAR, instant, logPositionText, safeText, uuid } from '../../shared/validation.ts';
+import { boundedInt, dateOrInstant, HIRE_MIN_YEAR, instant, logPositionText, safeText, uuid, type DateBound } from '../../shared/validation.ts';
 import { EMPLOYEE_STATUSES } from './events.ts';
 
 /** The HTTP shapes of the employees capability; the OpenAPI document is generated from them. */
@@ -66,6 +66,13 @@ export const logPosition = logPositionText()
   .refine((v) => parsePosition(v) !== undefined, 'must be a log position as returned in X-Log-Position')
   .transform((v) => parsePosition(v) ?? { commit: 0n, prepare: 0n });
 
+/** Whether some instant lies in [from, to]; a date-only `to` covers its whole day (as the list query reads it). */
+function hiredRangeHolds(from: DateBound, to: DateBound): boolean {
+  const start = Date.parse(from.at);
+  const end = Date.parse(to.at);
+  return to.dateOnly ? start < end + 86_400_000 : start <= end;
+}
+
 export const listEmployeesQuery = z
   .object({
     page: boundedInt(1, 1_000_000).default(1).describe('Page number, from 1 (default 1)'),
@@ -77,7 +84,7 @@ export const listEmployeesQuery = z
     minPosition: logPosition.optional().describe('Read-your-writes: wait (≤ 2 s) until the read model reached this position'),
   })
   .strict()
-  .refine((q) => !q.hiredFrom || !q.hiredTo || q.hiredFrom.at <= q.hiredTo.at, { message: 'hiredFrom is after hiredTo', path: ['hiredFrom'] });
+  .refine((q) => !q.hiredFrom || !q.hiredTo || hiredRangeHolds(q.hiredFrom, q.hiredTo), { message: 'hiredFrom is after hiredTo', path: ['hiredFrom'] });
 
 export const readQuery = z.object({ minPosition: logPosition.optional() }).strict();
 

@@ -190,6 +190,9 @@ describe('PUT /v1/employees/{id}/role', () => {
     expectProblem(await put(employeeId, { roleId: other.admin }), 422);
     expectProblem(await put('01JNGZ0000000000000000000A', { roleId: roles.analyst }), 404);
     expectProblem(await put(employeeId, { roleId: roles.analyst }, { 'if-match': '"7"' }), 412);
+    // The precondition first (RFC 9110 §13.2.2): a stale If-Match is 412 whatever the role.
+    expectProblem(await put(employeeId, { roleId: crypto.randomUUID() }, { 'if-match': '"7"' }), 412);
+    expect((await put(employeeId, { roleId: roles.analyst }, { 'if-match': '"9", "0"' })).statusCode).toBe(200);
     expectProblem(await put(employeeId, { roleId: 'admin' }), 400);
     expectProblem(await put(employeeId, { roleId: roles.analyst, extra: 1 }), 400);
   });

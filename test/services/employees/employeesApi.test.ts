@@ -330,6 +330,9 @@ describe('GET /v1/employees', () => {
     expect((await list('?hiredFrom=2024-01-03')).meta.total).toBe(2);
     expect((await list('?hiredTo=2024-01-01')).meta.total).toBe(1);
     expect((await list('?hiredFrom=2024-01-02&department=sales&status=active')).meta.total).toBe(1);
+    // A date-time lower bound inside a date-only upper bound's day is a valid range, not "after" it.
+    const lateOnDay2 = await list('?hiredFrom=2024-01-02T12:00:00Z&hiredTo=2024-01-02');
+    expect(ids(lateOnDay2)).toEqual([employees[2]?.id]);
   });
 
   it('shows only the tenant’s own employees', async () => {
@@ -350,6 +353,7 @@ describe('GET /v1/employees', () => {
       ['a malformed date', '?hiredFrom=2024-13-01'],
       ['a date-time without offset', '?hiredTo=2024-01-01T10:00:00'],
       ['hiredFrom after hiredTo', '?hiredFrom=2024-02-01&hiredTo=2024-01-01'],
+      ['hiredFrom after the whole day of a date hiredTo', '?hiredFrom=2024-01-02T00:00:00Z&hiredTo=2024-01-01'],
       ['an unknown parameter', '?sort=name'],
     ])('answers 400 for %s', async (_label, query) => {
       const { headers } = await h.tenant();
@@ -405,6 +409,26 @@ describe('PATCH /v1/employees/{id}', () => {
       const { headers } = await h.tenant();
       const { employee } = await hired(headers);
       expectProblem(await patch(headers, employee.id, { lastName: 'King' }, 'W/"0"'), 412);
+    });
+
+    it('applies the change when any tag of a list is current (RFC 9110), and answers 412 when none is', async () => {
+      const { headers } = await h.tenant();
+      const { employee } = await hired(headers);
+      expect((await patch(headers, employee.id, { lastName: 'King' }, '"7", "0"')).statusCode).toBe(200);
+      expectProblem(await patch(headers, employee.id, { lastName: 'Byron' }, '"0", W/"1", "a,1"'), 412);
+      const both = await patch(headers, employee.id, { lastName: 'Byron' }, 'W/"0" , "1"');
+      expect(both.statusCode, both.body).toBe(200);
+      expect(both.headers.etag).toBe('"2"');
+    });
+
+    it('answers 412, not 409, for a stale ETag with an address another employee has', async () => {
+      const { headers } = await h.tenant();
+      const taken = uniqueEmail('taken-stale');
+      await hired(headers, { email: taken });
+      const { employee, etag } = await hired(headers);
+      expect((await patch(headers, employee.id, { lastName: 'King' })).statusCode).toBe(200);
+      expectProblem(await patch(headers, employee.id, { email: taken }, etag), 412);
+      expectProblem(await patch(headers, employee.id, { email: taken }, '"1"'), 409);
     });
   });
 
