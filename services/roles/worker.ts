@@ -2,9 +2,7 @@ import { allProjections } from '../../projections/index.ts';
 import { connectQueueRedis } from '../worker/queue.ts';
 import { startWorker } from '../worker/worker.ts';
 import { createKpiRollupJob } from '../../projections/kpi/retention.ts';
-import { startWebhookDispatcher } from '../webhooks/dispatcher.ts';
-import { DEFAULT_RETRY_POLICY } from '../webhooks/schedule.ts';
-import { loadSecretBox } from '../webhooks/secrets.ts';
+import { startWebhookDelivery } from './webhooks.ts';
 import { serveHealth, type RoleContext, type RoleHandle } from './process.ts';
 
 /** Starts the BullMQ consumers on this runtime (also used by the all-in-one role when Redis is configured). */
@@ -22,18 +20,7 @@ export async function startWorkers({ config, logger, runtime }: RoleContext): Pr
     kpiRollup: createKpiRollupJob(runtime.pool),
   });
   // Webhook deliveries (SPEC §7): BullMQ jobs triggered from PostgreSQL state.
-  const webhooks = await startWebhookDispatcher({
-    pool: runtime.pool,
-    databaseUrl: runtime.databaseUrl,
-    redisUrl: config.REDIS_URL,
-    prefix: config.QUEUE_PREFIX,
-    secrets: await loadSecretBox(config),
-    targets: { allowHosts: config.WEBHOOK_ALLOW_HOSTS },
-    retry: config.WEBHOOK_RETRY_SCHEDULE_MS ? { ...DEFAULT_RETRY_POLICY, scheduleMs: config.WEBHOOK_RETRY_SCHEDULE_MS } : DEFAULT_RETRY_POLICY,
-    timeoutMs: config.WEBHOOK_TIMEOUT_MS,
-    deliveryRetentionMs: config.WEBHOOK_DELIVERY_RETENTION_DAYS * 86_400_000,
-    logger,
-  });
+  const webhooks = await startWebhookDelivery({ config, logger, runtime });
   return {
     async close() {
       await webhooks.close();

@@ -1,7 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout } from 'node:timers/promises';
-import { Queue, Worker } from 'bullmq';
-import { Redis } from 'ioredis';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
 import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
@@ -13,18 +11,18 @@ import { DEFAULT_RETRY_POLICY, nextRetryDelay, type RetryPolicy } from './schedu
 import type { SecretBox } from './secrets.ts';
 import { acquireLease, dueEndpoints, recordAttempt, recordDelivered, releaseLease, trimDeliveries, type EndpointRecord } from './store.ts';
 import type { TargetPolicy } from './targets.ts';
+import { bullmqTriggers, inProcessTriggers, type DrainJob, type DrainTriggers } from './triggers.ts';
 
 export const WEBHOOK_QUEUE = 'webhook-delivery';
 export const DEFAULT_DELIVERY_RETENTION_MS = 30 * 86_400_000;
-
-type DrainJob = { readonly endpointId: string; readonly tenantId: string };
 
 export type WebhookDispatcherOptions = {
   readonly pool: DatabasePool;
   /** For the LISTEN connection that wakes dispatch when the changes projection commits. */
   readonly databaseUrl: string;
-  readonly redisUrl: string;
-  /** BullMQ key prefix (QUEUE_PREFIX). */
+  /** BullMQ's Redis: drains are jobs shared by every worker. Absent: they run in this process (the all-in-one process without Redis). */
+  readonly redisUrl?: string;
+  /** BullMQ key prefix (QUEUE_PREFIX); unused without Redis. */
   readonly prefix: string;
   readonly secrets: SecretBox;
   readonly targets: TargetPolicy;
@@ -60,8 +58,9 @@ export type WebhookDispatcher = {
  * its failed-attempt count and next-attempt time, and a lease that lets one worker at a time
  * deliver to it, so one delivery per endpoint is in flight and the cursor moves only after a 2xx.
  * BullMQ jobs are triggers: "drain endpoint E" now (from the sweep, woken by the changes
- * projection's NOTIFY and on a timer) or at its retry time (a delayed job). If Redis loses every
- * job, the next sweep re-creates them from PostgreSQL; if a worker dies mid-delivery, its lease
+ * projection's NOTIFY and on a timer) or at its retry time (a delayed job); without Redis they
+ * are timers in this process (`triggers.ts`). If Redis loses every job, or the process its
+ * timers, the next sweep re-creates them from PostgreSQL; if a worker dies mid-delivery, its lease
  * runs out and the change is delivered again (same `webhook-id`). A failing endpoint holds only
  * its own lease: the others keep going.
  */
@@ -72,23 +71,10 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   const leaseMs = timeoutMs + 30_000;
   const batchPerJob = options.batchPerJob ?? 500;
   const random = options.random ?? Math.random;
-  const quiet = () => undefined;
 
-  // Workers block on their connection (BullMQ wants maxRetriesPerRequest: null); producers fail
-  // fast instead, so a sweep during a Redis outage errors out and the next one tries again.
-  const workerConnection = new Redis(options.redisUrl, { maxRetriesPerRequest: null });
-  const queueConnection = new Redis(options.redisUrl, { maxRetriesPerRequest: 1 });
-  workerConnection.on('error', quiet);
-  queueConnection.on('error', quiet);
-  const queue = new Queue<DrainJob>(WEBHOOK_QUEUE, {
-    connection: queueConnection,
-    prefix,
-    defaultJobOptions: { removeOnComplete: true, removeOnFail: 1000, attempts: 1 },
-  });
-  queue.on('error', quiet);
-
+  // Called from drains only, which the triggers (below) start.
   const enqueue = async (job: DrainJob, delayMs = 0, jobId?: string) => {
-    await queue.add('drain', job, { ...(delayMs > 0 && { delay: delayMs }), ...(jobId && { jobId }) });
+    await triggers.add(job, { delayMs, ...(jobId && { jobId }) });
   };
 
   /**
@@ -175,19 +161,16 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await enqueue(job);
   };
 
-  const worker = new Worker<DrainJob>(WEBHOOK_QUEUE, (job) => drain(job.data), {
-    connection: workerConnection,
-    prefix,
-    concurrency: options.concurrency ?? 16,
-  });
-  worker.on('error', quiet);
-  worker.on('failed', (job, error) => logger?.error({ err: error, endpointId: job?.data.endpointId }, 'webhook drain job failed'));
+  const triggerOptions = { concurrency: options.concurrency ?? 16, ...(logger && { logger }) };
+  const triggers: DrainTriggers = options.redisUrl
+    ? await bullmqTriggers(drain, { ...triggerOptions, redisUrl: options.redisUrl, prefix, queueName: WEBHOOK_QUEUE })
+    : inProcessTriggers(drain, triggerOptions);
 
   let sweeping: Promise<void> | undefined;
   let again = false;
   const sweepOnce = async () => {
     const due = await dueEndpoints(pool, 1_000);
-    if (due.length > 0) await queue.addBulk(due.map((d) => ({ name: 'drain', data: { endpointId: d.id, tenantId: d.tenantId } })));
+    await triggers.addBulk(due.map((d) => ({ endpointId: d.id, tenantId: d.tenantId })));
   };
   const sweep = (): Promise<void> => {
     if (sweeping) {
@@ -226,7 +209,6 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
       await setTimeout(options.trimEveryMs ?? 3_600_000, undefined, { signal: stop.signal }).catch(() => undefined);
     }
   })();
-  await worker.waitUntilReady().catch(quiet);
 
   return {
     sweep,
@@ -238,10 +220,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
       await trimLoop;
       await sweeping;
       await wakeups.close();
-      await worker.close();
-      await queue.close();
-      workerConnection.disconnect();
-      queueConnection.disconnect();
+      await triggers.close();
     },
   };
 }

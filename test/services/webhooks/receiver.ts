@@ -6,9 +6,13 @@ export type Answer = { status: number; headers?: Record<string, string> };
 
 /**
  * A real HTTP receiver on loopback. `answer` decides each response from the request number
- * (0-based) and the webhook id; every request is recorded with the status it got.
+ * (0-based) and the webhook id; every request is recorded with the status it got. `delayMs`
+ * holds each answer back, by request number when a function.
  */
-export async function startReceiver(answer: (n: number, id: string) => Answer = () => ({ status: 204 }), options: { delayMs?: number } = {}) {
+export async function startReceiver(
+  answer: (n: number, id: string) => Answer = () => ({ status: 204 }),
+  options: { delayMs?: number | ((n: number) => number) } = {},
+) {
   const requests: Received[] = [];
   let respond = answer;
   let delayMs = options.delayMs ?? 0;
@@ -17,10 +21,12 @@ export async function startReceiver(answer: (n: number, id: string) => Answer = 
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const id = String(req.headers['webhook-id'] ?? '');
-      const { status, headers } = respond(requests.length, id);
+      const n = requests.length;
+      const { status, headers } = respond(n, id);
       requests.push({ id, headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), status, at: Date.now() });
       const send = () => res.writeHead(status, headers).end();
-      if (delayMs > 0) setTimeout(send, delayMs);
+      const delay = typeof delayMs === 'function' ? delayMs(n) : delayMs;
+      if (delay > 0) setTimeout(send, delay);
       else send();
     });
   });
