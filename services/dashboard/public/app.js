@@ -2,8 +2,16 @@
  * sign in → summary cards (GET /v1/analytics/kpi) → one uPlot chart per metric
  * (GET /v1/analytics/kpi/series) over the chosen range. Tokens live in sessionStorage (this tab
  * only); a 401 is answered by one refresh (POST /v1/auth/refresh) then a retry; a 403 shows
- * what is missing instead of an empty page. */
-/* global document, window, sessionStorage, fetch, uPlot, URLSearchParams */
+ * what is missing instead of an empty page.
+ *
+ * Every API call draws on the tenant's rate limit (SPEC §5; Starter: burst 10, 1 a second), and a
+ * range change asks for 7 series at once. So the page is a polite client of its own API: a 429
+ * is retried after its Retry-After (at most MAX_RETRIES times, never waiting more than
+ * MAX_WAIT_S); once the API has said "no token left" (a 429, or RateLimit-Remaining: 0) calls go
+ * out one at a time, each after the announced wait, instead of as a burst that is refused again;
+ * the status line says how long. Each chart loads and fails on its own, and a range change aborts
+ * the calls of the one before, waits included, so an old answer never replaces a newer chart. */
+/* global document, window, sessionStorage, fetch, uPlot, URLSearchParams, AbortController, setTimeout, setInterval, clearInterval */
 'use strict';
 
 const METRICS = [
@@ -24,6 +32,10 @@ const RANGES = {
   '90d': { span: 90 * DAY, interval: 'day' },
   '365d': { span: 365 * DAY, interval: 'week' },
 };
+/** Refusals (429, or 503 with Retry-After: the limiter is down and fails closed) one call waits out before it reports the error. */
+const MAX_RETRIES = 4;
+/** The longest single wait, in seconds: a longer Retry-After is reported, not waited for. */
+const MAX_WAIT_S = 30;
 
 const $ = (id) => document.getElementById(id);
 const session = {
@@ -33,38 +45,140 @@ const session = {
 };
 
 class HttpError extends Error {
-  constructor(status, problem) {
+  constructor(status, problem, retryAfter = null) {
     super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
     this.status = status;
+    /** Seconds from Retry-After, or null. */
+    this.retryAfter = retryAfter;
   }
 }
 
-async function send(method, path, { body, auth = true } = {}) {
+const isAbort = (error) => error instanceof Error && error.name === 'AbortError';
+
+/** Retry-After / RateLimit-Reset in seconds: delta-seconds (what this API sends) or an HTTP date; null when absent. */
+function seconds(value) {
+  if (value === null || value.trim() === '') return null;
+  if (/^\d+$/.test(value.trim())) return Number(value);
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, (at - Date.now()) / 1000);
+}
+
+/** `promise`, or a rejection with the abort reason as soon as `signal` aborts. */
+function abortable(promise, signal) {
+  if (!signal) return promise;
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+const sleep = (ms, signal) => abortable(new Promise((resolve) => setTimeout(resolve, Math.max(0, ms))), signal);
+
+async function send(method, path, { body, auth = true, signal, observe } = {}) {
   const s = session.get();
   const headers = { accept: 'application/json', 'x-tenant': s ? s.tenant : '' };
   if (body) headers['content-type'] = 'application/json';
   if (auth && s) headers.authorization = `Bearer ${s.accessToken}`;
-  const response = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined });
+  const response = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined, signal });
+  if (observe) observe(response);
   const data = response.status === 204 ? null : await response.json().catch(() => null);
-  if (!response.ok) throw new HttpError(response.status, data);
+  if (!response.ok) throw new HttpError(response.status, data, seconds(response.headers.get('retry-after')));
   return data;
 }
 
-/** GET with one refresh on 401 (expired access token), then sign-in when that fails too. */
-async function api(path) {
+/* The tenant's rate limit as this page sees it (docs/rate-limits.md). All users of a tenant share
+ * one bucket, so the page cannot know how many tokens are left; it only listens to what each
+ * answer says. */
+const gate = {
+  /** Epoch ms: no call before this (from a Retry-After, or the RateLimit-Reset of a last token). */
+  notBefore: 0,
+  /** Whether a call was refused (429) since the queue last emptied: the status line says "retrying". */
+  refused: false,
+  /** Calls waiting for their turn or in flight through the queue. */
+  queued: 0,
+  /** While limited, each call waits for the one before it to be answered, then for notBefore. */
+  tail: Promise.resolve(),
+};
+
+const limited = () => gate.queued > 0 || Date.now() < gate.notBefore;
+
+/** Reads an API answer's rate-limit fields into the gate. */
+function noteLimit(response) {
+  const retryAfter = response.status === 429 || response.status === 503 ? seconds(response.headers.get('retry-after')) : null;
+  const lastToken = response.headers.get('ratelimit-remaining') === '0';
+  const wait = retryAfter !== null ? retryAfter : lastToken ? seconds(response.headers.get('ratelimit-reset')) : null;
+  if (retryAfter !== null) gate.refused = true;
+  if (wait !== null) gate.notBefore = Math.max(gate.notBefore, Date.now() + Math.min(wait, MAX_WAIT_S) * 1000);
+  paintStatus();
+}
+
+/** Runs `call` now or, while the tenant is limited, after the calls queued before it and the announced wait. */
+async function throttled(call, signal) {
+  if (!limited()) return call();
+  const previous = gate.tail;
+  let release;
+  gate.tail = new Promise((resolve) => (release = resolve));
+  gate.queued += 1;
+  paintStatus();
   try {
-    return await send('GET', path);
-  } catch (error) {
-    if (!(error instanceof HttpError) || error.status !== 401) throw error;
-    const s = session.get();
+    await abortable(previous, signal);
+    await sleep(Math.min(gate.notBefore - Date.now(), MAX_WAIT_S * 1000), signal);
+    return await call();
+  } finally {
+    gate.queued -= 1;
+    if (gate.queued === 0) gate.refused = false;
+    release();
+    paintStatus();
+  }
+}
+
+let refreshing = null;
+
+/** One POST /v1/auth/refresh for every call that met the expired token; false (and the sign-in form) when it fails. */
+function refreshSession() {
+  if (!refreshing) {
+    refreshing = (async () => {
+      try {
+        const s = session.get();
+        const tokens = await send('POST', '/v1/auth/refresh', { body: { refreshToken: s.refreshToken }, auth: false });
+        session.set({ ...s, accessToken: tokens.accessToken, refreshToken: tokens.refreshToken });
+        return true;
+      } catch {
+        signOut('Your session has expired. Please sign in again.');
+        return false;
+      }
+    })().finally(() => {
+      refreshing = null;
+    });
+  }
+  return refreshing;
+}
+
+/**
+ * GET through the gate. A refusal with Retry-After (429; 503 when the limiter is down) is retried
+ * after it, at most MAX_RETRIES times and only when it is at most MAX_WAIT_S; a 401 gets one token
+ * refresh, then the call again, and sign-in when the refresh fails too. `signal` aborts the call
+ * wherever it is, waits included.
+ */
+async function api(path, signal) {
+  let refreshed = false;
+  let retries = 0;
+  for (;;) {
     try {
-      const tokens = await send('POST', '/v1/auth/refresh', { body: { refreshToken: s.refreshToken }, auth: false });
-      session.set({ ...s, accessToken: tokens.accessToken, refreshToken: tokens.refreshToken });
-    } catch {
-      signOut('Your session has expired. Please sign in again.');
-      throw error;
+      return await throttled(() => send('GET', path, { signal, observe: noteLimit }), signal);
+    } catch (error) {
+      if (!(error instanceof HttpError)) throw error;
+      if (error.status === 401 && !refreshed) {
+        refreshed = true;
+        if (!(await refreshSession())) throw error;
+      } else if ((error.status === 429 || error.status === 503) && error.retryAfter !== null && error.retryAfter <= MAX_WAIT_S && retries < MAX_RETRIES) {
+        retries += 1;
+      } else {
+        throw error;
+      }
     }
-    return send('GET', path);
   }
 }
 
@@ -108,7 +222,21 @@ function show(view) {
   if (s) $('who').textContent = `${s.email} · ${s.tenant}`;
 }
 
+/** The calls under way, each with its AbortController: a newer load (or signing out) aborts the older. */
+const loads = { summary: null, charts: null };
+
+function restart(kind) {
+  if (loads[kind]) loads[kind].abort();
+  loads[kind] = new AbortController();
+  return loads[kind];
+}
+
 function signOut(message) {
+  for (const kind of Object.keys(loads)) {
+    if (loads[kind]) loads[kind].abort();
+    loads[kind] = null;
+  }
+  gate.notBefore = 0; // the next sign-in may be another tenant, with its own bucket
   const s = session.get();
   if (s && s.refreshToken) send('POST', '/v1/auth/logout', { body: { refreshToken: s.refreshToken } }).catch(() => undefined);
   session.clear();
@@ -117,8 +245,31 @@ function signOut(message) {
   $('tenant').focus();
 }
 
+/** The status line: what the page is doing or, while calls wait on the rate limit, for how long. */
+let statusText = '';
+let ticker = null;
+
+function setStatus(text) {
+  statusText = text;
+  paintStatus();
+}
+
+function paintStatus() {
+  const wait = Math.ceil((gate.notBefore - Date.now()) / 1000);
+  const waiting = gate.queued > 0 && wait > 0;
+  const text = !waiting ? statusText : gate.refused ? `Rate limited — retrying in ${wait} s` : `At the rate limit — continuing in ${wait} s`;
+  if ($('status').textContent !== text) $('status').textContent = text;
+  if (waiting && !ticker) ticker = setInterval(paintStatus, 250);
+  if (!waiting && ticker) {
+    clearInterval(ticker);
+    ticker = null;
+  }
+}
+
 async function loadSummary() {
-  const kpi = await api('/v1/analytics/kpi');
+  const { signal } = restart('summary');
+  const kpi = await api('/v1/analytics/kpi', signal);
+  loads.summary = null;
   for (const metric of METRICS) {
     const el = document.querySelector(`.value[data-metric="${metric.id}"]`);
     if (!el) continue;
@@ -148,14 +299,24 @@ function chartFigure(metric) {
   return figure;
 }
 
-function drawChart(metric, series) {
+/** Empties a chart's plot (destroying its uPlot) and marks what it now shows. */
+function resetFigure(metric, rangeKey) {
   const figure = chartFigure(metric);
-  const plot = figure.querySelector('.plot');
-  const caption = figure.querySelector('figcaption');
   const old = charts.get(metric.id);
   if (old) old.destroy();
   charts.delete(metric.id);
-  plot.replaceChildren();
+  figure.querySelector('.plot').replaceChildren();
+  figure.dataset.range = rangeKey;
+  figure.removeAttribute('aria-busy');
+  delete figure.dataset.points;
+  delete figure.dataset.error;
+  return figure;
+}
+
+function drawChart(metric, series, rangeKey) {
+  const figure = resetFigure(metric, rangeKey);
+  const plot = figure.querySelector('.plot');
+  const caption = figure.querySelector('figcaption');
   figure.dataset.points = String(series.points.length);
   const format = formatter(metric.kind, series.currency);
   const values = series.points.map((p) => p.value);
@@ -187,33 +348,83 @@ function drawChart(metric, series) {
   charts.set(metric.id, chart);
 }
 
+/** One chart's own error, in its figure; the other charts are not affected. */
+function chartError(metric, error, rangeKey) {
+  const figure = resetFigure(metric, rangeKey);
+  figure.dataset.error = error instanceof HttpError ? String(error.status) : 'failed';
+  const message = document.createElement('p');
+  message.className = 'error';
+  message.textContent =
+    error instanceof HttpError && error.status === 429
+      ? `Rate limited: this chart could not be loaded${error.retryAfter !== null ? ` (the API asks to wait ${Math.ceil(error.retryAfter)} s)` : ''}.`
+      : `Could not load this chart: ${error.message}`;
+  const again = document.createElement('button');
+  again.type = 'button';
+  again.textContent = 'Try again';
+  again.addEventListener('click', () => loadCharts(currentRange()));
+  figure.querySelector('.plot').append(message, again);
+  figure.querySelector('figcaption').textContent = '';
+}
+
+const currentRange = () => document.querySelector('input[name="range"]:checked').value;
+
+/**
+ * Every chart over `rangeKey`, each drawn as its answer arrives. Aborts the load of the previous
+ * range first (its queued and waiting calls included); an answer of an aborted load is dropped.
+ */
 async function loadCharts(rangeKey) {
+  const controller = restart('charts');
+  const { signal } = controller;
   const range = RANGES[rangeKey] || RANGES['7d'];
   const to = new Date();
   const from = new Date(to.getTime() - range.span);
-  $('status').textContent = 'Loading charts…';
+  setStatus('Loading charts…');
   $('charts').setAttribute('aria-busy', 'true');
-  const results = await Promise.all(
+  for (const metric of METRICS) chartFigure(metric).setAttribute('aria-busy', 'true');
+  const failures = await Promise.all(
     METRICS.map(async (metric) => {
       const query = new URLSearchParams({ metric: metric.id, from: from.toISOString(), to: to.toISOString(), interval: range.interval });
-      return [metric, await api(`/v1/analytics/kpi/series?${query}`)];
+      try {
+        const series = await api(`/v1/analytics/kpi/series?${query}`, signal);
+        if (!signal.aborted) drawChart(metric, series, rangeKey);
+        return null;
+      } catch (error) {
+        if (signal.aborted || isAbort(error)) return null; // superseded: the newer load draws this chart
+        if (error instanceof HttpError && error.status === 403) {
+          controller.abort();
+          show('forbidden');
+          return null;
+        }
+        chartError(metric, error, rangeKey);
+        return error;
+      }
     }),
   );
-  for (const [metric, series] of results) drawChart(metric, series);
+  if (signal.aborted) return;
+  loads.charts = null;
+  const failed = failures.filter(Boolean).length;
   $('charts').setAttribute('aria-busy', 'false');
   $('charts').dataset.range = rangeKey;
-  $('status').textContent = `Showing ${rangeKey === '365d' ? 'the last 12 months' : `the last ${rangeKey.replace('h', ' hours').replace('d', ' days')}`} (${{ hour: 'hourly', day: 'daily', week: 'weekly' }[range.interval]} points).`;
+  setStatus(
+    `Showing ${rangeKey === '365d' ? 'the last 12 months' : `the last ${rangeKey.replace('h', ' hours').replace('d', ' days')}`} (${{ hour: 'hourly', day: 'daily', week: 'weekly' }[range.interval]} points).` +
+      (failed ? ` ${failed} of ${METRICS.length} charts could not be loaded.` : ''),
+  );
 }
 
 async function loadAll() {
+  show('dashboard');
   try {
-    show('dashboard');
     await loadSummary();
-    await loadCharts(document.querySelector('input[name="range"]:checked').value);
   } catch (error) {
-    if (error instanceof HttpError && error.status === 403) show('forbidden');
-    else if (error instanceof HttpError && error.status === 401) return; // signOut already showed the form
-    else $('status').textContent = `Could not load the KPIs: ${error.message}`;
+    if (isAbort(error)) return;
+    if (error instanceof HttpError && error.status === 403) return show('forbidden');
+    if (error instanceof HttpError && error.status === 401) return; // signOut already showed the form
+    $('asof').textContent = `Could not load the summary: ${error.message}`;
+  }
+  try {
+    await loadCharts(currentRange());
+  } catch (error) {
+    setStatus(`Could not load the charts: ${error.message}`);
   }
 }
 
@@ -232,21 +443,19 @@ $('signin-form').addEventListener('submit', async (event) => {
     const tokens = await send('POST', '/v1/auth/login', { body: { email, password }, auth: false });
     session.set({ tenant, email, accessToken: tokens.accessToken, refreshToken: tokens.refreshToken });
     $('password').value = '';
-    await loadAll();
-    $('main').focus();
   } catch (error) {
     session.clear();
     $('signin-error').textContent =
       error instanceof HttpError && error.status === 401 ? 'Wrong email or password.' : `Sign-in failed: ${error.message}`;
+    return;
   }
+  await loadAll();
+  $('main').focus();
 });
 
 $('signout').addEventListener('click', () => signOut('You are signed out.'));
 for (const input of document.querySelectorAll('input[name="range"]')) {
-  input.addEventListener('change', () => loadCharts(input.value).catch((error) => {
-    if (error instanceof HttpError && error.status === 403) show('forbidden');
-    else $('status').textContent = `Could not load the charts: ${error.message}`;
-  }));
+  input.addEventListener('change', () => loadCharts(input.value).catch((error) => setStatus(`Could not load the charts: ${error.message}`)));
 }
 
 if (session.get() && session.get().accessToken) loadAll();

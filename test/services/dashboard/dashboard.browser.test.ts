@@ -3,7 +3,9 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
+import pino from 'pino';
 import puppeteer, { type Browser, type Page } from 'puppeteer-core';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,13 +18,18 @@ import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import { jwksRoutes, type AuthDeps } from '../../../services/auth/plugin.ts';
 import { createGateway } from '../../../services/gateway/app.ts';
+import { rateLimited } from '../../../services/gateway/rateLimit.ts';
+import type { Plan, RateLimitOverride } from '../../../services/gateway/requestContext.ts';
+import { createRateLimiter, type RateLimiter } from '../../../shared/rate-limit/limiter.ts';
+import { createRedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { dashboardRoutes } from '../../../services/dashboard/routes.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authCapabilities, authHeaders, createTestAuth, createTestUser, provisionTenant, type TestTenant } from '../../support/auth.ts';
 
 /**
  * GET /dashboard in a real browser: Debian's chromium, headless, driven by puppeteer-core (no
- * browser download). The gateway listens on a real port; the page signs in through the API.
+ * browser download). The gateway listens on a real port, with the per-tenant rate limit in Redis
+ * as in production; the page signs in through the API.
  */
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const HOUR = 3_600_000;
@@ -31,6 +38,7 @@ const DAY = 24 * HOUR;
 let db: TestDatabase;
 let store: EventStore;
 let auth: AuthDeps;
+let limiter: RateLimiter;
 let app: FastifyInstance;
 let projector: ProjectorHandle;
 let browser: Browser;
@@ -46,11 +54,18 @@ beforeAll(async () => {
   auth = await createTestAuth(db.pool);
   projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
   await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
+  limiter = createRateLimiter({
+    store: await createRedisRateLimitStore({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `test:rl:${randomUUID()}:` }),
+    failOpen: true,
+    registry: new Registry(),
+    logger: pino({ level: 'silent' }),
+  });
   app = await createGateway({
     config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
     readiness: [],
     registry: new Registry(),
-    v1: authCapabilities(auth, analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 })),
+    // As the gateway role wires it: the limiter first in the authenticated scope.
+    v1: authCapabilities(auth, rateLimited(limiter), analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 })),
     publicRoutes: [jwksRoutes(auth), dashboardRoutes],
   });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
@@ -76,14 +91,18 @@ afterAll(async () => {
   await browser?.close();
   if (profile) await rm(profile, { recursive: true, force: true });
   await app?.close();
+  await limiter?.close();
   await projector?.stop();
   await store?.close();
   await db?.drop();
 });
 
-/** Seeds a tenant: 3 customers (c3 cancelled 2 days ago), 4 users in the last day, 2 more 5 days ago. */
-async function seededTenant(now: number): Promise<TestTenant> {
-  const tenant = await provisionTenant(db.pool);
+/**
+ * Seeds a tenant (Pro unless told): 3 customers (c3 cancelled 2 days ago), 4 users in the last
+ * day, 2 more 5 days ago. Takes 2 tokens of the tenant's rate limit.
+ */
+async function seededTenant(now: number, plan: { plan?: Plan; rateLimitOverride?: RateLimitOverride } = {}): Promise<TestTenant> {
+  const tenant = await provisionTenant(db.pool, plan);
   const events = [
     { customerId: 'c1', type: 'subscription.started', amount: '100', interval: 'month', occurredAt: new Date(now - 10 * DAY).toISOString() },
     { customerId: 'c2', type: 'subscription.started', amount: '1200', interval: 'year', occurredAt: new Date(now - 10 * DAY).toISOString() },
@@ -114,6 +133,69 @@ async function signIn(page: Page, tenant: TestTenant, email: string, password: s
   await page.type('#email', email);
   await page.type('#password', password);
   await page.keyboard.press('Enter'); // keyboard only: the form submits on Enter
+}
+
+/** Another user of the tenant spends what is left of its bucket (one bucket for all its users), until refused. */
+async function emptyBucket(tenant: TestTenant) {
+  const headers = await authHeaders(auth, tenant, 'admin');
+  for (let i = 0; i < 30; i++) {
+    if ((await app.inject({ method: 'GET', url: '/v1/roles', headers })).statusCode === 429) return;
+  }
+  throw new Error('the bucket never ran out');
+}
+
+type Answer = { url: string; status: number; at: number; retryAfter: string | undefined };
+
+/** Answers by URL (one call and its retries share a URL), in order. */
+function byCall(answers: readonly Answer[]): Map<string, Answer[]> {
+  const calls = new Map<string, Answer[]>();
+  for (const answer of answers) calls.set(answer.url, [...(calls.get(answer.url) ?? []), answer]);
+  return calls;
+}
+
+/** A page that records its /v1/analytics traffic as the browser saw it, and every text of the status line. */
+async function recordingPage() {
+  const page = await browser.newPage();
+  const requests: Array<{ url: string; at: number }> = [];
+  const answers: Answer[] = [];
+  const pageErrors: string[] = [];
+  const analytics = (url: string) => new URL(url).pathname.startsWith('/v1/analytics/');
+  page.on('request', (request) => void (analytics(request.url()) && requests.push({ url: request.url(), at: Date.now() })));
+  page.on('response', (response) => {
+    if (analytics(response.url())) answers.push({ url: response.url(), status: response.status(), at: Date.now(), retryAfter: response.headers()['retry-after'] });
+  });
+  page.on('pageerror', (error) => pageErrors.push(String(error)));
+  await page.evaluateOnNewDocument(`document.addEventListener('DOMContentLoaded', () => {
+    const status = document.getElementById('status');
+    window.statusTexts = [];
+    new MutationObserver(() => window.statusTexts.push(status.textContent)).observe(status, { childList: true, characterData: true, subtree: true });
+  })`);
+  await page.setViewport({ width: 1280, height: 1100 });
+  const statusTexts = async () => (await page.evaluate('window.statusTexts')) as string[];
+  return { page, requests, answers, pageErrors, statusTexts };
+}
+
+/** Every chart's state: the range it shows, its points or its own error. */
+const figures = (page: Page) =>
+  page.$$eval('figure[data-metric]', (all) =>
+    all.map((figure) => ({
+      metric: figure.getAttribute('data-metric'),
+      range: figure.getAttribute('data-range'),
+      points: figure.hasAttribute('data-points') ? Number(figure.getAttribute('data-points')) : null,
+      error: figure.querySelector('.error')?.textContent ?? null,
+      busy: figure.getAttribute('aria-busy'),
+    })),
+  );
+
+/** Waits until every chart of `range` is answered (drawn or failed); on a timeout, says what the page shows. */
+async function chartsSettled(page: Page, range: string, timeout: number) {
+  const settled = `document.querySelector('#charts')?.getAttribute('data-range') === '${range}' && document.querySelector('#charts').getAttribute('aria-busy') === 'false'`;
+  try {
+    await page.waitForFunction(settled, { timeout });
+  } catch (error) {
+    const status = await page.$eval('#status', (el) => el.textContent).catch(() => '?');
+    throw new Error(`the charts of ${range} did not settle within ${timeout} ms; the status line says: ${status}`, { cause: error });
+  }
 }
 
 const cardValue = (page: Page, metric: string) =>
@@ -203,6 +285,119 @@ describe('GET /dashboard in headless chromium', () => {
       expect(text).toContain('No access to analytics');
       expect(text).toContain('analytics:read');
       expect(await page.$eval('#dashboard', (el) => el.hasAttribute('hidden'))).toBe(true);
+      await page.close();
+    }, 60_000);
+  });
+
+  describe('when a Starter tenant (burst 10, 1 token a second, shared by all its users) runs out of tokens', () => {
+    it('switches the range several times quickly: refused calls wait for Retry-After, and every chart ends up drawn for the last range', async () => {
+      const tenant = await seededTenant(Date.now(), { plan: 'starter' });
+      const analyst = await createTestUser(db.pool, tenant, 'analyst');
+      const { page, answers, pageErrors, statusTexts } = await recordingPage();
+      await signIn(page, tenant, analyst.email, analyst.password);
+      await chartsSettled(page, '7d', 30_000);
+      await sleep(1_100); // any pause the page took after a last token is over: its next calls go out at once
+      await emptyBucket(tenant);
+
+      for (const range of ['30d', '365d', '24h', '30d', '90d']) {
+        await page.click(`input[name="range"][value="${range}"]`);
+        await sleep(150);
+      }
+      await chartsSettled(page, '90d', 45_000);
+
+      // The first range's calls met the empty bucket: refused with Retry-After, the page said so.
+      const refused = answers.filter((a) => a.status === 429);
+      expect(refused.length).toBeGreaterThanOrEqual(1);
+      expect(refused.every((a) => a.retryAfter === '1')).toBe(true);
+      expect((await statusTexts()).some((text) => /^Rate limited — retrying in \d+ s$/.test(text))).toBe(true);
+      // No call is refused more than the page's 4 retries (+ the first try).
+      const refusalsPerCall = byCall(refused);
+      expect(Math.max(...[...refusalsPerCall.values()].map((r) => r.length))).toBeLessThanOrEqual(5);
+
+      // Every chart shows the last range (90 daily points), none an error; an answer of an older
+      // range, even one arriving late, replaces nothing.
+      const settled = async () => {
+        const all = await figures(page);
+        expect(all).toHaveLength(7);
+        for (const figure of all) {
+          expect(figure).toMatchObject({ range: '90d', error: null, busy: null });
+          expect(figure.points).toBeGreaterThanOrEqual(90);
+          expect(figure.points).toBeLessThanOrEqual(91);
+        }
+      };
+      await settled();
+      expect(await page.$eval('#status', (el) => el.textContent)).toBe('Showing the last 90 days (daily points).');
+      await sleep(1_500);
+      await settled();
+      expect(await page.$eval('#charts', (el) => el.getAttribute('data-range'))).toBe('90d');
+      expect(pageErrors).toEqual([]);
+      await page.close();
+    }, 90_000);
+
+    it('retries each refused call after its Retry-After and draws every chart from the retries', async () => {
+      const tenant = await seededTenant(Date.now(), { plan: 'starter' });
+      const analyst = await createTestUser(db.pool, tenant, 'analyst');
+      const { page, requests, answers, pageErrors } = await recordingPage();
+      await signIn(page, tenant, analyst.email, analyst.password);
+      await chartsSettled(page, '7d', 30_000);
+      await sleep(1_100);
+      await emptyBucket(tenant);
+      await page.click('input[name="range"][value="30d"]');
+      await chartsSettled(page, '30d', 45_000);
+
+      // The 7 calls of the 30-day range left at once into an empty bucket (refilling 1 a second).
+      const monthly = (url: string) => new URL(url).searchParams.get('interval') === 'day';
+      const calls = byCall(answers.filter((a) => monthly(a.url)));
+      expect(calls.size).toBe(7);
+      const retried = [...calls.entries()].filter(([, answered]) => answered[0]?.status === 429);
+      expect(retried.length).toBeGreaterThanOrEqual(1);
+      for (const [url, answered] of retried) {
+        expect(answered.at(-1)?.status).toBe(200);
+        // Each retry waited Retry-After (1 s) after the refusal before it (250 ms for event delivery to this process).
+        for (const [i, refusal] of answered.entries()) {
+          if (refusal.status !== 429) continue;
+          const next = requests.filter((r) => r.url === url && r.at > refusal.at)[0];
+          expect(answered[i + 1]).toBeDefined();
+          expect(next).toBeDefined();
+          expect(next!.at - refusal.at).toBeGreaterThanOrEqual(Number(refusal.retryAfter) * 1_000 - 250);
+        }
+      }
+      for (const figure of await figures(page)) {
+        expect(figure).toMatchObject({ range: '30d', error: null, busy: null });
+        expect(figure.points).toBeGreaterThanOrEqual(30);
+      }
+      expect(pageErrors).toEqual([]);
+      await page.close();
+    }, 90_000);
+  });
+
+  describe('when the API asks to wait longer than the page waits (override: 1 a minute, burst 8)', () => {
+    it('draws the charts it got and shows its own error in each other one, without waiting', async () => {
+      // Seeding takes 2 tokens, the summary 1: 5 of the 7 series calls find one, 2 are refused
+      // with a Retry-After of about a minute, more than the page's 30 s cap.
+      const tenant = await seededTenant(Date.now(), { plan: 'starter', rateLimitOverride: { perMinute: 1, burst: 8 } });
+      const analyst = await createTestUser(db.pool, tenant, 'analyst');
+      const { page, answers, pageErrors } = await recordingPage();
+      await signIn(page, tenant, analyst.email, analyst.password);
+      await chartsSettled(page, '7d', 15_000);
+
+      expect(await cardValue(page, 'mrr')).toEqual({ value: 200, text: '€200.00' });
+      const all = await figures(page);
+      const drawn = all.filter((f) => f.points !== null);
+      const failed = all.filter((f) => f.error !== null);
+      expect(drawn).toHaveLength(5);
+      expect(failed).toHaveLength(2);
+      for (const figure of drawn) expect(figure).toMatchObject({ range: '7d', error: null, busy: null });
+      for (const figure of failed) {
+        expect(figure).toMatchObject({ range: '7d', points: null, busy: null });
+        expect(figure.error).toMatch(/^Rate limited: this chart could not be loaded \(the API asks to wait \d+ s\)\.$/);
+      }
+      expect(await page.$$eval('figure button', (buttons) => buttons.map((b) => b.textContent))).toEqual(['Try again', 'Try again']);
+      expect(await page.$eval('#status', (el) => el.textContent)).toBe('Showing the last 7 days (hourly points). 2 of 7 charts could not be loaded.');
+      const refused = answers.filter((a) => a.status === 429);
+      expect(refused).toHaveLength(2); // not retried
+      expect(Number(refused[0]?.retryAfter)).toBeGreaterThan(30);
+      expect(pageErrors).toEqual([]);
       await page.close();
     }, 60_000);
   });
