@@ -69,7 +69,7 @@ export function inProcessTriggers(drain: (job: DrainJob) => Promise<void>, optio
   return {
     async add(job, addOptions = {}) {
       const delayMs = addOptions.delayMs ?? 0;
-      if (delayMs <= 0) return trigger(job);
+      if (closed || delayMs <= 0) return trigger(job);
       // (A timer holds at most 2^31 - 1 ms, 24.8 days; a longer wait is the sweep's to find.)
       const timer = setTimeout(() => {
         timers.delete(timer);
