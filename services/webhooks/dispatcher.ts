@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout } from 'node:timers/promises';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
+import { sqlStateOf } from '../../shared/db/sqlState.ts';
 import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
@@ -180,7 +181,12 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     sweeping = (async () => {
       do {
         again = false;
-        await sweepOnce().catch((error: unknown) => logger?.warn({ err: error }, 'webhook sweep failed; retrying on the next one'));
+        await sweepOnce().catch((error: unknown) =>
+          // 42P01: the change feed's table is not built yet (a first start, seconds): not a fault.
+          sqlStateOf(error) === '42P01'
+            ? logger?.info('webhook sweep waits for the change feed to be built')
+            : logger?.warn({ err: error }, 'webhook sweep failed; retrying on the next one'),
+        );
       } while (again);
     })().finally(() => (sweeping = undefined));
     return sweeping;
