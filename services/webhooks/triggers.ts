@@ -24,7 +24,7 @@ export type TriggerOptions = {
  * Triggers in this process, for the all-in-one process without Redis (the embedded default):
  * delayed drains are timers, and at most `concurrency` drains run at once. A drain asked for an
  * endpoint that is already draining here runs once more after it (what came meanwhile is
- * delivered promptly), never twice at once. Timers die with the process; the sweep finds the
+ * delivered promptly), never twice at once, and behind the endpoints waiting for a slot. Timers die with the process; the sweep finds the
  * endpoints again from PostgreSQL (`next_attempt_at`).
  */
 export function inProcessTriggers(drain: (job: DrainJob) => Promise<void>, options: TriggerOptions): DrainTriggers {
@@ -41,10 +41,13 @@ export function inProcessTriggers(drain: (job: DrainJob) => Promise<void>, optio
       do {
         run.again = false;
         await drain(job).catch((error: unknown) => options.logger?.error({ err: error, endpointId: job.endpointId }, 'webhook drain failed'));
-      } while (run.again && !closed);
+        // Owed another run: at once while nobody waits; else behind those who do (as BullMQ
+        // queues a new job), so an endpoint with a long backlog does not keep its slot.
+      } while (run.again && !closed && waiting.size === 0);
     })().finally(() => {
       running.delete(job.endpointId);
       active.delete(done);
+      if (run.again && !closed) waiting.set(job.endpointId, job);
       next();
     });
     active.add(done);

@@ -86,7 +86,7 @@ describe('in-process triggers', () => {
     return { open, opened };
   };
 
-  it('run at most `concurrency` drains at once, one per endpoint, and once more for a trigger that came meanwhile', async () => {
+  it('run at most `concurrency` drains at once, one per endpoint, and once more, behind those waiting, for a trigger that came meanwhile', async () => {
     const started: string[] = [];
     const gates = new Map<string, ReturnType<typeof gate>>();
     const triggers = inProcessTriggers(
@@ -102,14 +102,19 @@ describe('in-process triggers', () => {
     expect(started).toEqual(['a', 'b']); // c waits for a slot; the second a is owed to the running one
     gates.get('a')?.open();
     await waitFor(() => started.length === 3);
-    expect(started).toEqual(['a', 'b', 'a']); // the owed run of a before c: it holds its slot
+    expect(started).toEqual(['a', 'b', 'c']); // c waited: the owed run of a goes behind it
     gates.get('b')?.open();
     await waitFor(() => started.length === 4);
-    expect(started.at(-1)).toBe('c');
+    expect(started).toEqual(['a', 'b', 'c', 'a']);
+    // Owed again while nobody waits: it runs again in its slot at once.
+    await triggers.add(job('a'));
+    gates.get('a')?.open();
+    await waitFor(() => started.length === 5);
+    expect(started.at(-1)).toBe('a');
     gates.get('a')?.open();
     gates.get('c')?.open();
     await triggers.close();
-    expect(started).toEqual(['a', 'b', 'a', 'c']);
+    expect(started).toEqual(['a', 'b', 'c', 'a', 'a']);
   });
 
   it('run a delayed trigger at its time, and none after close', async () => {
