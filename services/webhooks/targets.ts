@@ -34,6 +34,7 @@ for (const [network, prefix] of [
 for (const [network, prefix] of [
   ['::', 96], // unspecified, loopback (::1), IPv4-compatible
   ['::ffff:0:0', 96], // IPv4-mapped: could name any IPv4 address above
+  ['::ffff:0:0:0', 96], // IPv4-translated (SIIT, RFC 2765), same
   ['64:ff9b::', 96], // NAT64, same
   ['64:ff9b:1::', 48], // local-use NAT64 (RFC 8215), same
   ['2001::', 32], // Teredo: carries an IPv4 address
@@ -42,6 +43,7 @@ for (const [network, prefix] of [
   ['2001:db8::', 32], // documentation
   ['fc00::', 7], // unique local (incl. fd00:ec2::254, a metadata address)
   ['fe80::', 10], // link-local
+  ['fec0::', 10], // site-local (deprecated, still private)
   ['ff00::', 8], // multicast
 ] as const) {
   special6.addSubnet(network, prefix, 'ipv6');

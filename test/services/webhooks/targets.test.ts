@@ -23,6 +23,8 @@ describe('when a target name resolves to a special address', () => {
     ['::ffff:127.0.0.1'],
     ['64:ff9b::a00:1'],
     ['64:ff9b:1::a00:1'],
+    ['::ffff:0:a00:1'],
+    ['fec0::1'],
     ['2002:a00:1::1'],
     ['2001:0:4136:e378:8000:63bf:3fff:fdd2'],
     ['0.0.0.0'],
