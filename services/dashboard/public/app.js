@@ -349,7 +349,7 @@ function drawChart(metric, series, rangeKey) {
 }
 
 /** One chart's own error, in its figure; the other charts are not affected. */
-function chartError(metric, error, rangeKey) {
+function chartError(metric, error, rangeKey, retry) {
   const figure = resetFigure(metric, rangeKey);
   figure.dataset.error = error instanceof HttpError ? String(error.status) : 'failed';
   const message = document.createElement('p');
@@ -361,7 +361,7 @@ function chartError(metric, error, rangeKey) {
   const again = document.createElement('button');
   again.type = 'button';
   again.textContent = 'Try again';
-  again.addEventListener('click', () => loadCharts(currentRange()));
+  again.addEventListener('click', retry);
   figure.querySelector('.plot').append(message, again);
   figure.querySelector('figcaption').textContent = '';
 }
@@ -372,43 +372,61 @@ const currentRange = () => document.querySelector('input[name="range"]:checked')
  * Every chart over `rangeKey`, each drawn as its answer arrives. Aborts the load of the previous
  * range first (its queued and waiting calls included); an answer of an aborted load is dropped.
  */
+/**
+ * One metric's chart for a range's window: drawn from its series, or its own error with a "Try
+ * again" that asks for this series alone (one call, not the range's seven). `controller` is the
+ * range's: a newer range (or signing out) aborts it, retries included. Resolves to the error, or null.
+ */
+async function loadChart(metric, view, controller) {
+  const { signal } = controller;
+  const query = new URLSearchParams({ metric: metric.id, from: view.from, to: view.to, interval: view.interval });
+  chartFigure(metric).setAttribute('aria-busy', 'true');
+  try {
+    const series = await api(`/v1/analytics/kpi/series?${query}`, signal);
+    if (!signal.aborted) drawChart(metric, series, view.rangeKey);
+    return null;
+  } catch (error) {
+    if (signal.aborted || isAbort(error)) return null; // superseded: the newer load draws this chart
+    if (error instanceof HttpError && error.status === 403) {
+      controller.abort();
+      show('forbidden');
+      return null;
+    }
+    chartError(metric, error, view.rangeKey, () =>
+      loadChart(metric, view, controller)
+        .then(() => chartsStatus(view, signal))
+        .catch(() => undefined),
+    );
+    return error;
+  }
+}
+
+/** The status line once a range's charts are settled: what it shows, and how many charts failed. */
+function chartsStatus(view, signal) {
+  if (signal.aborted) return;
+  const failed = METRICS.filter((metric) => chartFigure(metric).dataset.error !== undefined).length;
+  const { rangeKey, interval } = view;
+  setStatus(
+    `Showing ${rangeKey === '365d' ? 'the last 12 months' : `the last ${rangeKey.replace('h', ' hours').replace('d', ' days')}`} (${{ hour: 'hourly', day: 'daily', week: 'weekly' }[interval]} points).` +
+      (failed ? ` ${failed} of ${METRICS.length} charts could not be loaded.` : ''),
+  );
+}
+
 async function loadCharts(rangeKey) {
+  // The range's controller stays in `loads` after the load, so a chart's retry is aborted too
+  // when the range changes.
   const controller = restart('charts');
   const { signal } = controller;
   const range = RANGES[rangeKey] || RANGES['7d'];
   const to = new Date();
-  const from = new Date(to.getTime() - range.span);
+  const view = { rangeKey, from: new Date(to.getTime() - range.span).toISOString(), to: to.toISOString(), interval: range.interval };
   setStatus('Loading charts…');
   $('charts').setAttribute('aria-busy', 'true');
-  for (const metric of METRICS) chartFigure(metric).setAttribute('aria-busy', 'true');
-  const failures = await Promise.all(
-    METRICS.map(async (metric) => {
-      const query = new URLSearchParams({ metric: metric.id, from: from.toISOString(), to: to.toISOString(), interval: range.interval });
-      try {
-        const series = await api(`/v1/analytics/kpi/series?${query}`, signal);
-        if (!signal.aborted) drawChart(metric, series, rangeKey);
-        return null;
-      } catch (error) {
-        if (signal.aborted || isAbort(error)) return null; // superseded: the newer load draws this chart
-        if (error instanceof HttpError && error.status === 403) {
-          controller.abort();
-          show('forbidden');
-          return null;
-        }
-        chartError(metric, error, rangeKey);
-        return error;
-      }
-    }),
-  );
+  await Promise.all(METRICS.map((metric) => loadChart(metric, view, controller)));
   if (signal.aborted) return;
-  loads.charts = null;
-  const failed = failures.filter(Boolean).length;
   $('charts').setAttribute('aria-busy', 'false');
   $('charts').dataset.range = rangeKey;
-  setStatus(
-    `Showing ${rangeKey === '365d' ? 'the last 12 months' : `the last ${rangeKey.replace('h', ' hours').replace('d', ' days')}`} (${{ hour: 'hourly', day: 'daily', week: 'weekly' }[range.interval]} points).` +
-      (failed ? ` ${failed} of ${METRICS.length} charts could not be loaded.` : ''),
-  );
+  chartsStatus(view, signal);
 }
 
 async function loadAll() {

@@ -372,7 +372,7 @@ describe('GET /dashboard in headless chromium', () => {
   });
 
   describe('when the API asks to wait longer than the page waits (override: 1 a minute, burst 8)', () => {
-    it('draws the charts it got and shows its own error in each other one, without waiting', async () => {
+    it('draws the charts it got and shows its own error in each other one, without waiting; Try again asks for that chart alone', async () => {
       // Seeding takes 2 tokens, the summary 1: 5 of the 7 series calls find one, 2 are refused
       // with a Retry-After of about a minute, more than the page's 30 s cap.
       const tenant = await seededTenant(Date.now(), { plan: 'starter', rateLimitOverride: { perMinute: 1, burst: 8 } });
@@ -397,9 +397,27 @@ describe('GET /dashboard in headless chromium', () => {
       const refused = answers.filter((a) => a.status === 429);
       expect(refused).toHaveLength(2); // not retried
       expect(Number(refused[0]?.retryAfter)).toBeGreaterThan(30);
+
+      // "Try again" asks for that chart's series alone (not the range's seven), politely: after
+      // the wait the API announced (capped at the page's 30 s), retried while it is refused, so
+      // the chart is drawn once the bucket (1 a minute) has a token again. The other refused
+      // chart keeps its error, the drawn ones are not asked for again.
+      const before = answers.length;
+      const metric = failed[0]?.metric ?? '';
+      await page.click(`figure[data-metric="${metric}"] button`);
+      await page.waitForFunction("(document.querySelector('#status')?.textContent ?? '').startsWith('Rate limited — retrying in')", { timeout: 5_000 });
+      await page.waitForFunction(`document.querySelector('figure[data-metric="${metric}"]').dataset.points !== undefined`, { timeout: 100_000 });
+      const after = answers.slice(before);
+      expect(after.map((a) => new URL(a.url).searchParams.get('metric'))).toEqual(after.map(() => metric));
+      expect(after.at(-1)).toMatchObject({ status: 200 });
+      expect(after.slice(0, -1).every((a) => a.status === 429)).toBe(true);
+      const again = await figures(page);
+      expect(again.filter((f) => f.points !== null).map((f) => f.metric).sort()).toEqual([...drawn.map((f) => f.metric), metric].sort());
+      expect(again.filter((f) => f.error !== null).map((f) => f.metric)).toEqual([failed[1]?.metric]);
+      expect(await page.$eval('#status', (el) => el.textContent)).toBe('Showing the last 7 days (hourly points). 1 of 7 charts could not be loaded.');
       expect(pageErrors).toEqual([]);
       await page.close();
-    }, 60_000);
+    }, 150_000);
   });
 
   describe('when the password is wrong', () => {
