@@ -98,6 +98,15 @@ const isDateTime = (v: string) => DATE_TIME.safeParse(v).success && !Number.isNa
 export type DateBound = { readonly at: string; readonly dateOnly: boolean };
 
 /**
+ * Where a range ends when `bound` is its upper bound: a date covers its whole day (up to the
+ * next midnight, exclusive), a date-time is itself (inclusive).
+ */
+export function rangeEnd(bound: DateBound): { readonly ms: number; readonly inclusive: boolean } {
+  const at = Date.parse(bound.at);
+  return bound.dateOnly ? { ms: at + 86_400_000, inclusive: false } : { ms: at, inclusive: true };
+}
+
+/**
  * An ISO 8601 date (`2024-05-01`) or date-time with offset, for range filters, in years
  * `minYear`..9999. The route decides what a date means as an upper bound (its whole day).
  */

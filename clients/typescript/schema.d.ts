@@ -606,7 +606,7 @@ export interface paths {
         };
         /**
          * Recent deliveries of an endpoint, newest first: attempts, status, next retry
-         * @description The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry still to come for as long as it is pending.
+         * @description The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry whose time has not come yet whatever its age.
          */
         get: {
             parameters: {

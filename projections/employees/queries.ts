@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantQueryable, TenantReader } from '../../shared/db/tenantReader.ts';
+import { rangeEnd, type DateBound } from '../../shared/validation.ts';
 import type { Employee } from '../../services/employees/decide.ts';
 import type { EmployeeStatus } from '../../services/employees/events.ts';
 import { employeeRowSchema } from './employeesProjection.ts';
@@ -28,7 +29,8 @@ const recordRow = employeeRowSchema
 
 const columns = sql.fragment`id, email, first_name, last_name, department, status, hired_at, revision`;
 
-export type HiredBound = { readonly at: string; readonly dateOnly: boolean };
+/** A hire-date bound as the API parsed it. */
+export type HiredBound = DateBound;
 
 export type EmployeeFilter = {
   readonly department?: string;
@@ -126,8 +128,9 @@ function totalExpression(tenantId: string, filter: EmployeeFilter) {
     return sql.fragment`(select coalesce(sum(count), 0) from employee_counts where ${key})`;
   }
   const lower = filter.hiredFrom ? Date.parse(filter.hiredFrom.at) : null;
-  const upper = filter.hiredTo ? Date.parse(filter.hiredTo.at) + (filter.hiredTo.dateOnly ? DAY_MS : 0) : null;
-  const upperInclusive = filter.hiredTo !== undefined && !filter.hiredTo.dateOnly;
+  const end = filter.hiredTo ? rangeEnd(filter.hiredTo) : null;
+  const upper = end?.ms ?? null;
+  const upperInclusive = end?.inclusive ?? false;
   const plan = planHireRange(lower, upper, upperInclusive);
   const dayRange = (column: 'month' | 'day', from: string | null, to: string | null) => {
     const col = sql.identifier([column]);

@@ -1,11 +1,10 @@
 import { z } from 'zod';
-import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
-import type { EventStore } from '../../shared/event-store/port.ts';
+import { sql, withTenant, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import { createSketch, mergeSerializedInto, quantile } from '../../shared/sketch/ddsketch.ts';
 import { readRevenueAsOf } from './revenue.ts';
-import { billingWatermark, usageWatermark, type UsageProgress } from './watermarks.ts';
+import { kpiHorizon, type KpiReadDeps } from './watermarks.ts';
 
-export { billingWatermark, usageWatermark, type UsageProgress } from './watermarks.ts';
+export { billingWatermark, kpiHorizon, usageWatermark, type KpiReadDeps, type UsageProgress } from './watermarks.ts';
 
 const MINUTE = 60_000;
 const HOUR = 3_600_000;
@@ -58,15 +57,11 @@ export async function latencyP95(tx: DatabaseTransactionConnection, tenantId: st
  * ≤ 142 sketch rows; none grows with the number of requests. Runs under row-level security.
  */
 export async function readKpiSummary(
-  deps: { pool: DatabasePool; eventStore: EventStore; usage?: UsageProgress },
+  deps: KpiReadDeps,
   tenantId: string,
   now: number = Date.now(),
 ): Promise<KpiSummary> {
-  const [billingAt, usageAt] = await Promise.all([
-    billingWatermark(deps.pool, deps.eventStore, now),
-    usageWatermark(deps.pool, deps.usage, now),
-  ]);
-  const asOf = Math.min(usageAt, billingAt);
+  const asOf = await kpiHorizon(deps, now, 'both');
   return withTenant(deps.pool, tenantId, async (tx) => {
     const iso = (ms: number) => new Date(ms).toISOString();
     const users = await tx.one(sql.type(z.object({ dau: z.number(), mau: z.number() }))`

@@ -1,9 +1,8 @@
 import { z } from 'zod';
-import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
-import type { EventStore } from '../../shared/event-store/port.ts';
+import { sql, withTenant, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialized, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
-import { billingWatermark, usageWatermark, type KpiSummary, type UsageProgress } from './query.ts';
+import { kpiHorizon, type KpiReadDeps, type KpiSummary } from './query.ts';
 import { loadRevenueHistories } from './revenue.ts';
 import { divideRounded, unitsToNumber } from './money.ts';
 import { CHURN_WINDOW_MS, type CustomerHistory, type RevenueKpis } from './subscriptions.ts';
@@ -256,21 +255,6 @@ const lowerBound = (atoms: readonly Atom[], t: number) => {
   return lo;
 };
 
-/** What the KPI reads need: the read models, and the pipelines' progress for their watermarks. */
-export type KpiReadDeps = { readonly pool: DatabasePool; readonly eventStore: EventStore; readonly usage?: UsageProgress };
-
-/**
- * The horizon up to which KPIs are answered (SPEC §4 `asOf`): now, or earlier while inputs are
- * pending: billing events for the revenue KPIs, usage samples for the usage KPIs, both for a summary.
- */
-async function horizon(deps: KpiReadDeps, now: number, inputs: 'billing' | 'usage' | 'both'): Promise<number> {
-  const [billingAt, usageAt] = await Promise.all([
-    inputs === 'usage' ? now : billingWatermark(deps.pool, deps.eventStore, now),
-    inputs === 'billing' ? now : usageWatermark(deps.pool, deps.usage, now),
-  ]);
-  return Math.min(billingAt, usageAt);
-}
-
 const REVENUE_METRICS: ReadonlySet<KpiMetric> = new Set(['mrr', 'arr', 'churnRate']);
 
 async function tenantCurrency(tx: DatabaseTransactionConnection, tenantId: string) {
@@ -295,7 +279,7 @@ export async function readKpiSeries(
   query: { metric: KpiMetric; interval: SeriesInterval; instants: readonly number[] },
   now: number = Date.now(),
 ): Promise<KpiSeries> {
-  const asOf = await horizon(deps, now, REVENUE_METRICS.has(query.metric) ? 'billing' : 'usage');
+  const asOf = await kpiHorizon(deps, now, REVENUE_METRICS.has(query.metric) ? 'billing' : 'usage');
   const instants = query.instants.filter((t) => t <= asOf);
   const { metric, interval } = query;
   return withTenant(deps.pool, tenantId, async (tx) => {
@@ -375,7 +359,7 @@ export async function readKpiSummaryAt(
   at: number,
   now: number = Date.now(),
 ): Promise<KpiSummary> {
-  const asOf = Math.min(at, await horizon(deps, now, 'both'));
+  const asOf = Math.min(at, await kpiHorizon(deps, now, 'both'));
   const end = floorTo('hour', asOf) === asOf ? asOf : floorTo('hour', asOf) + HOUR;
   return withTenant(deps.pool, tenantId, async (tx) => {
     const day = await loadWindow(tx, tenantId, end - DAY, end, { latency: true, users: true });

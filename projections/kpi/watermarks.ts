@@ -78,3 +78,18 @@ export async function usageWatermark(pool: DatabasePool, progress: UsageProgress
   const oldest = source?.oldestPending?.() ?? null;
   return oldest === null ? now : Math.min(now, oldest - 1);
 }
+
+/** What the KPI reads need: the read models, and the pipelines' progress for their watermarks. */
+export type KpiReadDeps = { readonly pool: DatabasePool; readonly eventStore: EventStore; readonly usage?: UsageProgress };
+
+/**
+ * The horizon up to which KPIs are answered (SPEC §4 `asOf`): now, or earlier while inputs are
+ * pending: billing events for the revenue KPIs, usage samples for the usage KPIs, both for a summary.
+ */
+export async function kpiHorizon(deps: KpiReadDeps, now: number, inputs: 'billing' | 'usage' | 'both'): Promise<number> {
+  const [billingAt, usageAt] = await Promise.all([
+    inputs === 'usage' ? now : billingWatermark(deps.pool, deps.eventStore, now),
+    inputs === 'billing' ? now : usageWatermark(deps.pool, deps.usage, now),
+  ]);
+  return Math.min(billingAt, usageAt);
+}

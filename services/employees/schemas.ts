@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { parsePosition } from '../../shared/event-store/port.ts';
-import { boundedInt, dateOrInstant, HIRE_MIN_YEAR, instant, logPositionText, safeText, uuid, type DateBound } from '../../shared/validation.ts';
+import { boundedInt, dateOrInstant, HIRE_MIN_YEAR, instant, logPositionText, rangeEnd, safeText, uuid, type DateBound } from '../../shared/validation.ts';
 import { EMPLOYEE_STATUSES } from './events.ts';
 
 /** The HTTP shapes of the employees capability; the OpenAPI document is generated from them. */
@@ -69,8 +69,8 @@ export const logPosition = logPositionText()
 /** Whether some instant lies in [from, to]; a date-only `to` covers its whole day (as the list query reads it). */
 function hiredRangeHolds(from: DateBound, to: DateBound): boolean {
   const start = Date.parse(from.at);
-  const end = Date.parse(to.at);
-  return to.dateOnly ? start < end + 86_400_000 : start <= end;
+  const end = rangeEnd(to);
+  return end.inclusive ? start <= end.ms : start < end.ms;
 }
 
 export const listEmployeesQuery = z

@@ -38,7 +38,7 @@ export type WebhookDispatcherOptions = {
   readonly batchPerJob?: number;
   readonly logger?: Pick<Logger, 'info' | 'warn' | 'error'>;
   readonly random?: () => number;
-  /** The delivery log keeps an entry this long after its last attempt (default 30 days; a retry still to come is always kept). */
+  /** The delivery log keeps an entry this long after its last attempt (default 30 days; a retry whose time has not come is always kept). */
   readonly deliveryRetentionMs?: number;
   /** How often the delivery log is trimmed (default hourly, and once at start). */
   readonly trimEveryMs?: number;

@@ -155,7 +155,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
           tags,
           summary: 'Recent deliveries of an endpoint, newest first: attempts, status, next retry',
           description:
-            'The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry still to come for as long as it is pending.',
+            'The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry whose time has not come yet whatever its age.',
           params,
           querystring: z.object({ limit: boundedInt(1, 100).default(50).describe('Page size, 1–100 (default 50)') }).strict(),
           response: { 200: z.object({ data: z.array(deliverySchema) }), ...problems, 404: problemSchema },
