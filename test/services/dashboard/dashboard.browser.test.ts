@@ -175,6 +175,21 @@ async function recordingPage() {
   return { page, requests, answers, pageErrors, statusTexts };
 }
 
+/**
+ * A Starter tenant's analyst signed in, the first charts drawn, then the tenant's bucket emptied
+ * by another of its users: the page's next calls meet the limit.
+ */
+async function starterSignedInWithEmptyBucket() {
+  const tenant = await seededTenant(Date.now(), { plan: 'starter' });
+  const analyst = await createTestUser(db.pool, tenant, 'analyst');
+  const recording = await recordingPage();
+  await signIn(recording.page, tenant, analyst.email, analyst.password);
+  await chartsSettled(recording.page, '7d', 30_000);
+  await sleep(1_100); // any pause the page took after a last token is over: its next calls go out at once
+  await emptyBucket(tenant);
+  return recording;
+}
+
 /** Every chart's state: the range it shows, its points or its own error. */
 const figures = (page: Page) =>
   page.$$eval('figure[data-metric]', (all) =>
@@ -291,13 +306,7 @@ describe('GET /dashboard in headless chromium', () => {
 
   describe('when a Starter tenant (burst 10, 1 token a second, shared by all its users) runs out of tokens', () => {
     it('switches the range several times quickly: refused calls wait for Retry-After, and every chart ends up drawn for the last range', async () => {
-      const tenant = await seededTenant(Date.now(), { plan: 'starter' });
-      const analyst = await createTestUser(db.pool, tenant, 'analyst');
-      const { page, answers, pageErrors, statusTexts } = await recordingPage();
-      await signIn(page, tenant, analyst.email, analyst.password);
-      await chartsSettled(page, '7d', 30_000);
-      await sleep(1_100); // any pause the page took after a last token is over: its next calls go out at once
-      await emptyBucket(tenant);
+      const { page, answers, pageErrors, statusTexts } = await starterSignedInWithEmptyBucket();
 
       for (const range of ['30d', '365d', '24h', '30d', '90d']) {
         await page.click(`input[name="range"][value="${range}"]`);
@@ -335,13 +344,7 @@ describe('GET /dashboard in headless chromium', () => {
     }, 90_000);
 
     it('retries each refused call after its Retry-After and draws every chart from the retries', async () => {
-      const tenant = await seededTenant(Date.now(), { plan: 'starter' });
-      const analyst = await createTestUser(db.pool, tenant, 'analyst');
-      const { page, requests, answers, pageErrors } = await recordingPage();
-      await signIn(page, tenant, analyst.email, analyst.password);
-      await chartsSettled(page, '7d', 30_000);
-      await sleep(1_100);
-      await emptyBucket(tenant);
+      const { page, requests, answers, pageErrors } = await starterSignedInWithEmptyBucket();
       await page.click('input[name="range"][value="30d"]');
       await chartsSettled(page, '30d', 45_000);
 
