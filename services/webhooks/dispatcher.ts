@@ -73,6 +73,8 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   const batchPerJob = options.batchPerJob ?? 500;
   const random = options.random ?? Math.random;
 
+  // Aborted by close: the sweep stops, and a drain stops after the delivery in flight.
+  const stop = new AbortController();
   // Called from drains only, which the triggers (below) start.
   const enqueue = async (job: DrainJob, delayMs = 0, jobId?: string) => {
     await triggers.add(job, { delayMs, ...(jobId && { jobId }) });
@@ -100,6 +102,9 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     };
     let sent = 0;
     for (const change of page.changes) {
+      // Closing: record what succeeded and let go (the lease is released; the rest is delivered
+      // by the next one to take it, this process after a restart or another worker).
+      if (stop.signal.aborted) break;
       // The lease must outlive the next attempt: record what succeeded so far, which renews it.
       if (Date.now() - lease.renewedAt > leaseMs - timeoutMs - 5_000 && !(await flush())) return { delivered: sent, more: false };
       sent++;
@@ -140,7 +145,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
       return { delivered: sent - 1, more: false };
     }
     const kept = await flush();
-    return { delivered: sent, more: kept };
+    return { delivered: sent, more: kept && !stop.signal.aborted };
   };
 
   const drain = async (job: DrainJob) => {
@@ -192,7 +197,6 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     return sweeping;
   };
 
-  const stop = new AbortController();
   const wakeups = createChangeWakeups(options.databaseUrl);
   const watch = await wakeups.watch('*');
   const loop = (async () => {

@@ -78,6 +78,42 @@ describe('when no Redis is configured', () => {
   });
 });
 
+describe('when the dispatcher closes in the middle of a backlog', () => {
+  it('stops after the delivery in flight, and the next one delivers the rest in order, nothing lost', async () => {
+    const receiver = await startReceiver(undefined, { delayMs: 150 });
+    try {
+      const { tenant, headers } = await endpointFor(receiver.url);
+      const e = await hire(h.store, tenant.tenantId, 'backlog');
+      for (let i = 1; i < 30; i++) await e.rename(`backlog-${i}`);
+      const cursors = await h.feedCursors(headers, 30);
+      await waitFor(() => receiver.acknowledged().length >= 3);
+      const closing = Date.now();
+      await dispatcher.close();
+      // One delivery (150 ms) in flight at most, not the ~25 left (about 4 s).
+      expect(Date.now() - closing).toBeLessThan(1_500);
+      const delivered = receiver.acknowledged().length;
+      expect(delivered).toBeLessThan(30);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(receiver.acknowledged()).toHaveLength(delivered); // nothing after close
+
+      dispatcher = await startWebhookDispatcher({
+        pool: h.db.pool,
+        databaseUrl: h.db.url,
+        prefix: 'unused-without-redis',
+        secrets,
+        targets: { allowHosts: ['127.0.0.1'] },
+        timeoutMs: 2_000,
+        sweepEveryMs: 250,
+      });
+      await waitFor(() => firstArrivals(receiver.acknowledged()).order.length >= 30, 30_000);
+      expect(firstArrivals(receiver.acknowledged()).order).toEqual(cursors);
+      expect(firstArrivals(receiver.requests.map((r) => r.id)).regressions).toBe(0);
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
 describe('in-process triggers', () => {
   const job = (endpointId: string): DrainJob => ({ endpointId, tenantId: 't' });
   const gate = () => {
