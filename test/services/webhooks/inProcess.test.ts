@@ -17,9 +17,9 @@ const secrets = createSecretBox(randomBytes(32));
 let h: ChangesHarness;
 let dispatcher: WebhookDispatcher;
 
-beforeAll(async () => {
-  h = await createChangesHarness((db) => webhooksCapability({ pool: db.pool, secrets, targets: { allowHosts: ['127.0.0.1'] } }));
-  dispatcher = await startWebhookDispatcher({
+/** A dispatcher without Redis on the harness's database: its drains run in this process. */
+const startInProcessDispatcher = () =>
+  startWebhookDispatcher({
     pool: h.db.pool,
     databaseUrl: h.db.url,
     prefix: 'unused-without-redis',
@@ -29,6 +29,10 @@ beforeAll(async () => {
     timeoutMs: 2_000,
     sweepEveryMs: 60_000, // only the changes projection's NOTIFY and the retry timers drive it
   });
+
+beforeAll(async () => {
+  h = await createChangesHarness((db) => webhooksCapability({ pool: db.pool, secrets, targets: { allowHosts: ['127.0.0.1'] } }));
+  dispatcher = await startInProcessDispatcher();
 });
 afterAll(async () => {
   await dispatcher?.close();
@@ -96,15 +100,8 @@ describe('when the dispatcher closes in the middle of a backlog', () => {
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(receiver.acknowledged()).toHaveLength(delivered); // nothing after close
 
-      dispatcher = await startWebhookDispatcher({
-        pool: h.db.pool,
-        databaseUrl: h.db.url,
-        prefix: 'unused-without-redis',
-        secrets,
-        targets: { allowHosts: ['127.0.0.1'] },
-        timeoutMs: 2_000,
-        sweepEveryMs: 250,
-      });
+      // Its first sweep (at start) finds the endpoint's backlog.
+      dispatcher = await startInProcessDispatcher();
       await waitFor(() => firstArrivals(receiver.acknowledged()).order.length >= 30, 30_000);
       expect(firstArrivals(receiver.acknowledged()).order).toEqual(cursors);
       expect(firstArrivals(receiver.requests.map((r) => r.id)).regressions).toBe(0);
