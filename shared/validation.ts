@@ -145,7 +145,19 @@ export const logPositionText = () =>
  * (`"3"`) or weak (`W/"3"`). Any other text is a 400; a well-formed tag that names no
  * current revision (a weak one, say) is the route's 412.
  */
-const ENTITY_TAG = String.raw`(?:W\/)?"[\x21\x23-\x7e]*"`;
+const ETAG_CHARS = String.raw`[\x21\x23-\x7e]*`;
+const ENTITY_TAG = String.raw`(?:W\/)?"${ETAG_CHARS}"`;
 export const IF_MATCH_PATTERN = new RegExp(String.raw`^[ \t]*(?:\*|${ENTITY_TAG}(?:[ \t]*,[ \t]*${ENTITY_TAG})*)[ \t]*$`);
 export const ifMatchHeader = () =>
   z.string().max(256).regex(IF_MATCH_PATTERN, 'must be * or entity tags such as "3" (RFC 9110)').describe('Expected revision, as a strong ETag ("3"), or a list of them ("3", "4"): any current one matches');
+
+/**
+ * The opaque values of a well-formed `If-Match`'s strong tags (`"3"` → `3`), or null for `*`.
+ * Weak tags are left out: `If-Match` compares strongly (RFC 9110 §13.1.1), so they never match.
+ */
+export function strongEntityTags(header: string): string[] | null {
+  if (header.trim() === '*') return null;
+  return [...header.matchAll(new RegExp(String.raw`(W\/)?"(${ETAG_CHARS})"`, 'g'))].flatMap(([, weak, opaque]) =>
+    weak === undefined && opaque !== undefined ? [opaque] : [],
+  );
+}

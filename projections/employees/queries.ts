@@ -29,16 +29,13 @@ const recordRow = employeeRowSchema
 
 const columns = sql.fragment`id, email, first_name, last_name, department, status, hired_at, revision`;
 
-/** A hire-date bound as the API parsed it. */
-export type HiredBound = DateBound;
-
 export type EmployeeFilter = {
   readonly department?: string;
   readonly status?: EmployeeStatus;
   /** Inclusive. A date means from its first instant (UTC). */
-  readonly hiredFrom?: HiredBound;
+  readonly hiredFrom?: DateBound;
   /** Inclusive. A date means up to its last instant (UTC). */
-  readonly hiredTo?: HiredBound;
+  readonly hiredTo?: DateBound;
 };
 
 export type ListEmployeesQuery = EmployeeFilter & { readonly page: number; readonly limit: number };

@@ -255,7 +255,8 @@ const lowerBound = (atoms: readonly Atom[], t: number) => {
   return lo;
 };
 
-const REVENUE_METRICS: ReadonlySet<KpiMetric> = new Set(['mrr', 'arr', 'churnRate']);
+/** The metrics read from the billing history (the rest from the usage rollups). */
+const isRevenueMetric = (metric: KpiMetric): metric is 'mrr' | 'arr' | 'churnRate' => metric === 'mrr' || metric === 'arr' || metric === 'churnRate';
 
 async function tenantCurrency(tx: DatabaseTransactionConnection, tenantId: string) {
   return tx.maybeOneFirst(sql.type(z.object({ currency: z.string() }))`select currency from kpi_billing_tenants where tenant_id = ${tenantId}`);
@@ -279,13 +280,13 @@ export async function readKpiSeries(
   query: { metric: KpiMetric; interval: SeriesInterval; instants: readonly number[] },
   now: number = Date.now(),
 ): Promise<KpiSeries> {
-  const asOf = await kpiHorizon(deps, now, REVENUE_METRICS.has(query.metric) ? 'billing' : 'usage');
+  const asOf = await kpiHorizon(deps, now, isRevenueMetric(query.metric) ? 'billing' : 'usage');
   const instants = query.instants.filter((t) => t <= asOf);
   const { metric, interval } = query;
   return withTenant(deps.pool, tenantId, async (tx) => {
     const base = { metric, interval, asOf: iso(asOf) };
     const points = (values: readonly number[]) => instants.map((t, i) => ({ at: iso(t), value: values[i]! }));
-    if (metric === 'mrr' || metric === 'arr' || metric === 'churnRate') {
+    if (isRevenueMetric(metric)) {
       const revenue = await revenueAt(tx, tenantId, instants);
       const currency = metric === 'churnRate' ? {} : { currency: await tenantCurrency(tx, tenantId) };
       return { ...base, ...currency, points: points(revenue.map((r) => r[metric])) };

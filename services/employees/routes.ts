@@ -13,7 +13,7 @@ import { listEmployees, type EmployeeRecord } from '../../projections/employees/
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { rolesAllow } from '../auth/permissions.ts';
-import { ifMatchHeader, logPositionText } from '../../shared/validation.ts';
+import { ifMatchHeader, logPositionText, strongEntityTags } from '../../shared/validation.ts';
 import type { CommandMetadata, EmployeeState } from './decide.ts';
 import { toEmployeeView } from './decide.ts';
 import { assignEmployeeRole, changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee, type EmployeeResult } from './commands.ts';
@@ -51,17 +51,12 @@ const readHeaders = z.object({ 'x-min-position': logPositionText().optional().de
 const writeHeaders = z.object({ 'if-match': ifMatchHeader().optional() });
 
 /**
- * `If-Match` (already well-formed: `*` or entity tags) as the revisions it accepts: one per
- * strong tag `"<revision>"` (RFC 9110 strong comparison: a weak tag never matches, nor does a
- * tag that names no revision). `*` asks only that the employee exists: no condition.
+ * `If-Match` (already well-formed) as the revisions it accepts: one per strong tag that names a
+ * revision (`"3"`). `*` asks only that the employee exists: no condition.
  */
 function ifMatchOf(header: string | undefined): IfMatch | undefined {
-  if (header === undefined || header.trim() === '*') return undefined;
-  const revisions: number[] = [];
-  for (const [, weak, opaque] of header.matchAll(/(W\/)?"([^"]*)"/g)) {
-    if (weak === undefined && opaque !== undefined && /^\d{1,15}$/.test(opaque)) revisions.push(Number(opaque));
-  }
-  return revisions;
+  const tags = header === undefined ? null : strongEntityTags(header);
+  return tags?.filter((tag) => /^\d{1,15}$/.test(tag)).map(Number);
 }
 
 const etag = (revision: number) => `"${revision}"`;

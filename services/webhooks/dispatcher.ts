@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout } from 'node:timers/promises';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
-import { sqlStateOf } from '../../shared/db/sqlState.ts';
+import { CHANGES_PROJECTION } from '../../projections/changes/changesProjection.ts';
+import { readCheckpoint } from '../../projections/runner/runner.ts';
 import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
@@ -75,10 +76,6 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
 
   // Aborted by close: the sweep stops, and a drain stops after the delivery in flight.
   const stop = new AbortController();
-  // Called from drains only, which the triggers (below) start.
-  const enqueue = async (job: DrainJob, delayMs = 0, jobId?: string) => {
-    await triggers.add(job, { delayMs, ...(jobId && { jobId }) });
-  };
 
   /**
    * Delivers the endpoint's next changes in order, up to `budget`, reading them a page at a
@@ -138,7 +135,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
       const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: outcome.error, outcome: { kind: 'retry', failedAttempts, nextAttemptAt } });
       if (kept) {
         const jobId = `retry-${endpoint.id}-${failedAttempts}-${change.position.commit}-${change.position.prepare}`;
-        await enqueue({ endpointId: endpoint.id, tenantId: endpoint.tenantId }, delay, jobId).catch((error: unknown) =>
+        await triggers.add({ endpointId: endpoint.id, tenantId: endpoint.tenantId }, { delayMs: delay, jobId }).catch((error: unknown) =>
           logger?.warn({ err: error, endpointId: endpoint.id }, 'could not schedule a webhook retry; the sweep will'),
         );
       }
@@ -164,7 +161,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
       await releaseLease(pool, job.tenantId, job.endpointId, token);
     }
     // Closes the gap between our last look and the release: work that is due now gets a job.
-    if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await enqueue(job);
+    if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await triggers.add(job);
   };
 
   const triggerOptions = { concurrency: options.concurrency ?? 16, ...(logger && { logger }) };
@@ -186,12 +183,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     sweeping = (async () => {
       do {
         again = false;
-        await sweepOnce().catch((error: unknown) =>
-          // 42P01: the change feed's table is not built yet (a first start, seconds): not a fault.
-          sqlStateOf(error) === '42P01'
-            ? logger?.info('webhook sweep waits for the change feed to be built')
-            : logger?.warn({ err: error }, 'webhook sweep failed; retrying on the next one'),
-        );
+        await sweepOnce().catch((error: unknown) => logger?.warn({ err: error }, 'webhook sweep failed; retrying on the next one'));
       } while (again);
     })().finally(() => (sweeping = undefined));
     return sweeping;
@@ -199,7 +191,18 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
 
   const wakeups = createChangeWakeups(options.databaseUrl);
   const watch = await wakeups.watch('*');
+  // The change feed is built by its projector, perhaps in another process and still starting
+  // (a first start, seconds): the sweeps, which read it, begin once it has a checkpoint.
+  const feedBuilt = () =>
+    readCheckpoint(pool, CHANGES_PROJECTION).then(
+      (checkpoint) => checkpoint !== null,
+      (error: unknown) => {
+        logger?.warn({ err: error }, 'webhook dispatcher could not read the change feed checkpoint; trying again');
+        return false;
+      },
+    );
   const loop = (async () => {
+    while (!stop.signal.aborted && !(await feedBuilt())) await watch.wait(500, stop.signal);
     while (!stop.signal.aborted) {
       await sweep();
       await watch.wait(options.sweepEveryMs ?? 5_000, stop.signal);

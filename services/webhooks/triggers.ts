@@ -24,8 +24,8 @@ export type TriggerOptions = {
  * Triggers in this process, for the all-in-one process without Redis (the embedded default):
  * delayed drains are timers, and at most `concurrency` drains run at once. A drain asked for an
  * endpoint that is already draining here runs once more after it (what came meanwhile is
- * delivered promptly), never twice at once, and behind the endpoints waiting for a slot. Timers die with the process; the sweep finds the
- * endpoints again from PostgreSQL (`next_attempt_at`).
+ * delivered promptly), never twice at once, and behind the endpoints waiting for a slot. Timers
+ * die with the process; the sweep finds the endpoints again from PostgreSQL (`next_attempt_at`).
  */
 export function inProcessTriggers(drain: (job: DrainJob) => Promise<void>, options: TriggerOptions): DrainTriggers {
   const running = new Map<string, { again: boolean }>();

@@ -222,7 +222,7 @@ function show(view) {
   if (s) $('who').textContent = `${s.email} · ${s.tenant}`;
 }
 
-/** The calls under way, each with its AbortController: a newer load (or signing out) aborts the older. */
+/** Each kind of load's latest AbortController: a newer load (or signing out) aborts the older, waits and retries included. */
 const loads = { summary: null, charts: null };
 
 function restart(kind) {
@@ -269,7 +269,6 @@ function paintStatus() {
 async function loadSummary() {
   const { signal } = restart('summary');
   const kpi = await api('/v1/analytics/kpi', signal);
-  loads.summary = null;
   for (const metric of METRICS) {
     const el = document.querySelector(`.value[data-metric="${metric.id}"]`);
     if (!el) continue;
@@ -413,8 +412,6 @@ function chartsStatus(view, signal) {
 }
 
 async function loadCharts(rangeKey) {
-  // The range's controller stays in `loads` after the load, so a chart's retry is aborted too
-  // when the range changes.
   const controller = restart('charts');
   const { signal } = controller;
   const range = RANGES[rangeKey] || RANGES['7d'];

@@ -10,7 +10,8 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres.t
 import type { EventStore, GlobalPosition } from '../../../shared/event-store/port.ts';
 import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
-import { listEmployees, planHireRange, type EmployeeFilter, type HiredBound } from '../../../projections/employees/queries.ts';
+import { listEmployees, planHireRange, type EmployeeFilter } from '../../../projections/employees/queries.ts';
+import type { DateBound } from '../../../shared/validation.ts';
 import { employeeStreamId, type EmployeeEvent, type EmployeeStatus } from '../../../services/employees/events.ts';
 
 /**
@@ -91,8 +92,8 @@ const inRange = (p: Person, filter: EmployeeFilter) => {
   return true;
 };
 
-const date = (d: string): HiredBound => ({ at: `${d}T00:00:00.000Z`, dateOnly: true });
-const instant = (t: string): HiredBound => ({ at: new Date(t).toISOString(), dateOnly: false });
+const date = (d: string): DateBound => ({ at: `${d}T00:00:00.000Z`, dateOnly: true });
+const instant = (t: string): DateBound => ({ at: new Date(t).toISOString(), dateOnly: false });
 
 // Spread over three years, several per month and per day, some exactly at midnight / month starts.
 const HIRES = [
@@ -140,7 +141,7 @@ describe('when totals are asked for a hire-date range', () => {
     const day = 86_400_000;
     const start = Date.parse('2022-12-01T00:00:00Z');
     const span = 900 * day;
-    const bound = fc.tuple(fc.integer({ min: 0, max: span }), fc.boolean()).map(([offset, dateOnly]): HiredBound => {
+    const bound = fc.tuple(fc.integer({ min: 0, max: span }), fc.boolean()).map(([offset, dateOnly]): DateBound => {
       const t = start + offset;
       // Date bounds land on midnight; instants anywhere (often near day and month edges).
       return dateOnly ? date(new Date(t).toISOString().slice(0, 10)) : { at: new Date(t).toISOString(), dateOnly: false };
