@@ -11,10 +11,14 @@ import { evolve, toEmployeeView, type EmployeeState } from '../../services/emplo
 /**
  * The change feed's read model (SPEC §7): one row per employee event, keyed by tenant and the
  * event's global log position, carrying the public change type and the employee's state after
- * it. Rows only ever appear in checkpoint order (each batch commits with the runner's
- * checkpoint, batches are serialised on it, and the store never hands out an event while an
- * earlier one could still commit), so a reader paging by position never sees a gap fill in
- * behind it. A rebuild (replay) writes the same positions, so cursors stay valid across it.
+ * it, and numbered in the order the rows were applied (`seq`, an identity). Rows commit one
+ * batch at a time (every batch, and `projections retry`, first locks the projection's
+ * checkpoint row and only then inserts, so `seq` grows in commit order), and the store never
+ * hands out an event while an earlier one could still commit. So `seq` is log order, except for
+ * a change that `projections retry` applies after the fix of its parked event: it comes after
+ * the newer changes already applied, instead of filling a gap behind readers who are past it.
+ * The feed pages by `seq` and names a change by its log position (the cursor): a rebuild
+ * (replay) writes the same positions, so cursors stay valid across it.
  */
 export const CHANGES_PROJECTION = 'employees-changes';
 /** NOTIFY channel, payload = tenant id: wakes long-polling feed readers and webhook dispatch. */
@@ -106,7 +110,8 @@ async function handle(
     }
   }
 
-  const out: ChangeRow[] = [];
+  const out: Array<ChangeRow & { readonly at: number }> = [];
+  const batchIndex = new Map(events.map((event, i) => [event, i]));
   for (const [k, stream] of streams) {
     const before = previous.get(k);
     let state: EmployeeState = before?.state ?? { kind: 'none' };
@@ -118,6 +123,7 @@ async function handle(
       if (state.kind !== 'hired') continue; // a change to an employee never hired: nothing to show
       const occurredAt = typeof recorded.metadata.occurredAt === 'string' ? recorded.metadata.occurredAt : recorded.recordedAt;
       out.push({
+        at: batchIndex.get(recorded) ?? 0,
         tenantId: stream.tenantId,
         commit: recorded.position.commit.toString(),
         prepare: recorded.position.prepare.toString(),
@@ -131,6 +137,8 @@ async function handle(
     }
   }
   if (out.length === 0) return;
+  // In the batch's (log) order, not stream by stream: the rows draw their `seq` as inserted.
+  out.sort((a, b) => a.at - b.at);
   // The NOTIFY is delivered at commit (and only if it commits): it wakes feed long-polls and
   // webhook dispatch, one per batch and tenant, not per event. One statement with the insert (a
   // data-modifying WITH runs to completion whether or not it is read): one round trip less.
@@ -151,7 +159,8 @@ async function handle(
 
 export const changesProjection = defineProjection({
   name: CHANGES_PROJECTION,
-  version: 1,
+  // Version 2 added `seq` (apply order), which the feed pages by.
+  version: 2,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
     employee_changes: (table, named) => [
@@ -165,9 +174,11 @@ export const changesProjection = defineProjection({
         occurred_at timestamptz not null,
         employee jsonb not null,
         role_id text,
+        seq bigint generated always as identity,
         constraint ${named('pkey')} primary key (tenant_id, commit_position, prepare_position)
       )`,
       sql.fragment`create index ${named('employee')} on ${table} (tenant_id, employee_id, revision desc)`,
+      sql.fragment`create unique index ${named('seq')} on ${table} (tenant_id, seq)`,
       ...tenantPolicy(table, named),
     ],
   },

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { ValueExpression } from 'slonik';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import { START, comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { PUBLIC_CHANGE_TYPES, employeeView, type ChangeType, type EmployeeView } from './changesProjection.ts';
@@ -33,7 +34,20 @@ export type ChangesPage = {
 };
 
 /**
- * The tenant's changes strictly after `after`, in log order, at most `limit`; and whether
+ * Where a feed reader stands in apply order (`seq`, see changesProjection.ts): the number of the
+ * change its cursor names (a log position of the tenant's), 0 for the start. Every later change
+ * is the rows with a greater `seq`, including one that `projections retry` applied after the
+ * reader passed its log position. The arguments are SQL values or columns.
+ */
+export const cursorSeq = (tenantId: ValueExpression, commit: ValueExpression, prepare: ValueExpression) => sql.fragment`coalesce((
+  select k.seq from employee_changes k
+  where k.tenant_id = ${tenantId} and k.commit_position = ${commit} and k.prepare_position = ${prepare}
+), 0)`;
+
+/**
+ * The tenant's changes after `after`, in the order they were applied (log order, except a
+ * change `projections retry` applied late: it comes after the ones already applied), at most
+ * `limit`; and whether
  * `after` is a position this tenant's feed ever handed out. Row-level security applies.
  * `types` (optional) keeps only those change types.
  */
@@ -60,13 +74,13 @@ export async function readChanges(
             'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
             'employeeId', c.employee_id,
             'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-            'employee', c.employee) order by c.commit_position, c.prepare_position)
+            'employee', c.employee) order by c.seq)
           from (
             select * from employee_changes
             where tenant_id = ${tenantId}
-              and (commit_position, prepare_position) > (${commit}::numeric, ${prepare}::numeric)
+              and seq > ${cursorSeq(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
               ${typeFilter}
-            order by commit_position, prepare_position
+            order by seq
             limit ${limit}
           ) c
         ), '[]'::json) as page

@@ -60,7 +60,8 @@ export function parseAfter(after: string | undefined) {
 
 /**
  * GET /v1/employees/changes (SPEC §7): the tenant's employee changes in global log order. A
- * client that stores `next` and calls again gets every later change exactly once, in order.
+ * client that stores `next` and calls again gets every later change exactly once, in order; a
+ * change applied late by `projections retry` comes after the ones already served (queries.ts).
  * The path is static, so the router matches it before `/employees/:id`.
  */
 export function changesRoutes(deps: ChangesRoutesDeps) {

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
+import { cursorSeq } from '../../projections/changes/queries.ts';
 
 /** The SQL of the webhooks capability: endpoints, their feed position and lease, the delivery log. */
 const endpointRow = z.object({
@@ -148,12 +149,12 @@ export async function listDeliveries(pool: DatabasePool, tenantId: string, endpo
   }));
 }
 
-/** Newest change position of the tenant (where a new endpoint starts), or null when it has none. */
+/** The tenant's last change applied (where a new endpoint starts), or null when it has none. */
 export async function latestChange(pool: DatabasePool, tenantId: string): Promise<GlobalPosition | null> {
   const row = await withTenant(pool, tenantId, (tx) =>
     tx.maybeOne(sql.type(z.object({ commit: z.string(), prepare: z.string() }))`
       select commit_position::text as commit, prepare_position::text as prepare from employee_changes
-      where tenant_id = ${tenantId} order by commit_position desc, prepare_position desc limit 1
+      where tenant_id = ${tenantId} order by seq desc limit 1
     `),
   );
   return row ? { commit: BigInt(row.commit), prepare: BigInt(row.prepare) } : null;
@@ -175,7 +176,7 @@ export async function dueEndpoints(pool: DatabasePool, limit: number, onlyId?: s
       and exists (
         select 1 from employee_changes c
         where c.tenant_id = e.tenant_id
-          and (c.commit_position, c.prepare_position) > (e.cursor_commit, e.cursor_prepare)
+          and c.seq > ${cursorSeq(sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`)}
           and c.type = any(e.event_types))
     limit ${limit}
   `);

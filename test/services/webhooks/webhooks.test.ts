@@ -9,6 +9,11 @@ import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { dueEndpoints } from '../../../services/webhooks/store.ts';
+import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
+import { changesProjection } from '../../../projections/changes/changesProjection.ts';
+import { listParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
+import { sql } from '../../../shared/db/pool.ts';
+import { START, comparePositions } from '../../../shared/event-store/port.ts';
 import { sqlAt } from '../../support/database.ts';
 import { firstArrivals, startReceiver } from './receiver.ts';
 
@@ -46,6 +51,13 @@ async function admin() {
   const { tenant } = await h.tenant();
   return { tenant, headers: await authHeaders(h.auth, tenant, 'admin') };
 }
+
+type FeedPage = { data: Array<{ cursor: string; type: string; employeeId: string; employee: { firstName: string } }>; next: string };
+const read = async (headers: Record<string, string>, query: string) => {
+  const response = await h.app.inject({ method: 'GET', url: `/v1/employees/changes?${query}`, headers });
+  if (response.statusCode !== 200) throw new Error(`${response.statusCode} ${response.body}`);
+  return response.json<FeedPage>();
+};
 
 async function register(headers: Record<string, string>, url: string, events = ['employee.hired', 'employee.details_changed']) {
   const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events } });
@@ -226,6 +238,62 @@ describe('when the receiver answers 410 Gone', () => {
       await waitFor(() => receiver.acknowledged().length >= 2);
       expect(receiver.acknowledged()).toEqual(cursors);
     } finally {
+      await receiver.close();
+    }
+  });
+});
+
+describe('when a change is parked and `projections retry` applies it after the fix', () => {
+  it('feed readers and webhook endpoints already past its log position get it next, then its stream’s later change, once each', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver();
+    // The "bug": the feed's table refuses one employee state, so applying the change fails
+    // deterministically (23514) and the runner parks it, and the later change of its stream.
+    const constraint = `poison_${randomBytes(4).toString('hex')}`;
+    try {
+      await register(headers, receiver.url);
+      const x = await hire(h.store, tenant.tenantId, 'x');
+      const y = await hire(h.store, tenant.tenantId, 'y');
+      await h.feedCursors(headers, 2);
+      await sqlAt(h.db.url, `alter table employee_changes add constraint ${constraint} check (employee->>'firstName' <> 'poison-${tenant.tenantId}') not valid`);
+      await x.rename(`poison-${tenant.tenantId}`);
+      await x.rename('x-after');
+      await y.rename('y-after');
+      const parked = await waitFor(async () => {
+        const rows = await listParkedEvents(h.db.pool, changesProjection.name, { status: 'parked' });
+        return rows.length >= 2 ? rows : undefined;
+      });
+      expect(parked.map((p) => p.tenantId)).toEqual([tenant.tenantId, tenant.tenantId]);
+
+      // A reader (and the endpoint) past both parked changes' log positions: x, y hired, y-after.
+      const seen = await h.feedCursors(headers, 3);
+      const before = await read(headers, 'limit=1000');
+      expect(before.data.map((c) => c.employee.firstName)).toEqual(['x-0', 'y-0', 'y-after']);
+      await waitFor(() => receiver.acknowledged().length >= 3);
+      const parkedPositions = parked.map((p) => encodeCursor(p.event.position));
+      const readerAt = decodeCursor(before.next) ?? START;
+      expect(parked.every((p) => comparePositions(p.event.position, readerAt) < 0)).toBe(true);
+      // It waits at the end of the feed while the operator fixes and retries.
+      const waiting = read(headers, `after=${before.next}&wait=20`);
+
+      await sqlAt(h.db.url, `alter table employee_changes drop constraint ${constraint}`);
+      expect(await retryParkedEvents(h.db.pool, changesProjection, { employee_changes: sql.identifier(['employee_changes']) })).toEqual({ retried: 2, stillParked: 0 });
+
+      const woken = await waiting;
+      expect(woken.data.map((c) => [c.cursor, c.type, c.employeeId, c.employee.firstName])).toEqual([
+        [parkedPositions[0], 'employee.details_changed', x.employeeId, `poison-${tenant.tenantId}`],
+        [parkedPositions[1], 'employee.details_changed', x.employeeId, 'x-after'],
+      ]);
+      expect((await read(headers, `after=${woken.next}`)).data).toEqual([]);
+      // From the start: every change once, in the order applied.
+      expect((await read(headers, 'limit=1000')).data.map((c) => c.cursor)).toEqual([...seen, ...parkedPositions]);
+      await waitFor(() => receiver.acknowledged().length >= 5);
+      expect(receiver.acknowledged()).toEqual([...seen, ...parkedPositions]);
+      // A new endpoint starts after the last change applied, not at the newest log position.
+      const later = await register(headers, receiver.url);
+      expect(later.cursor).toBe(parkedPositions[1]);
+    } finally {
+      await sqlAt(h.db.url, `alter table employee_changes drop constraint if exists ${constraint}`);
       await receiver.close();
     }
   });
