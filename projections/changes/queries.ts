@@ -1,6 +1,7 @@
 import { z } from 'zod';
-import type { ValueExpression } from 'slonik';
+import type { FragmentSqlToken, ValueExpression } from 'slonik';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { sqlStateOf } from '../../shared/db/sqlState.ts';
 import { START, comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { PUBLIC_CHANGE_TYPES, employeeView, type ChangeType, type EmployeeView } from './changesProjection.ts';
 
@@ -34,15 +35,52 @@ export type ChangesPage = {
 };
 
 /**
- * Where a feed reader stands in apply order (`seq`, see changesProjection.ts): the number of the
- * change its cursor names (a log position of the tenant's), 0 for the start. Every later change
- * is the rows with a greater `seq`, including one that `projections retry` applied after the
- * reader passed its log position. The arguments are SQL values or columns.
+ * The feed's order, as SQL over `employee_changes` aliased `c`: `after(tenant, commit, prepare)`
+ * holds for the changes after the one a cursor names (a log position of the tenant's, or the
+ * start), `orderBy` lists them, `last` is the newest. The arguments are SQL values or columns.
  */
-export const cursorSeq = (tenantId: ValueExpression, commit: ValueExpression, prepare: ValueExpression) => sql.fragment`coalesce((
-  select k.seq from employee_changes k
-  where k.tenant_id = ${tenantId} and k.commit_position = ${commit} and k.prepare_position = ${prepare}
-), 0)`;
+export type FeedOrder = {
+  after(tenantId: ValueExpression, commit: ValueExpression, prepare: ValueExpression): FragmentSqlToken;
+  readonly orderBy: FragmentSqlToken;
+  readonly last: FragmentSqlToken;
+};
+
+/**
+ * Apply order (`seq`, see changesProjection.ts): after a cursor come the rows with a greater
+ * `seq` than the change it names (0 for the start), including one that `projections retry`
+ * applied after the reader passed its log position.
+ */
+const APPLY_ORDER: FeedOrder = {
+  after: (tenantId, commit, prepare) => sql.fragment`c.seq > coalesce((
+    select k.seq from employee_changes k
+    where k.tenant_id = ${tenantId} and k.commit_position = ${commit} and k.prepare_position = ${prepare}
+  ), 0)`,
+  orderBy: sql.fragment`c.seq`,
+  last: sql.fragment`c.seq desc`,
+};
+
+/** Log order: version 1 of the table (no `seq`), whose rows are in log order. */
+const LOG_ORDER: FeedOrder = {
+  after: (_tenantId, commit, prepare) => sql.fragment`(c.commit_position, c.prepare_position) > (${commit}, ${prepare})`,
+  orderBy: sql.fragment`c.commit_position, c.prepare_position`,
+  last: sql.fragment`c.commit_position desc, c.prepare_position desc`,
+};
+
+/**
+ * Runs a read of the feed in apply order; while the live table is still version 1 (a rolling
+ * deploy: the new projector is building version 2 in shadow tables and the old one serves), in
+ * log order, which is that table's order. `read` runs again from the start (its own
+ * transaction), since the failed statement aborted the first one's.
+ */
+export async function inFeedOrder<T>(read: (order: FeedOrder) => Promise<T>): Promise<T> {
+  try {
+    return await read(APPLY_ORDER);
+  } catch (error) {
+    if (sqlStateOf(error) !== UNDEFINED_COLUMN) throw error;
+    return read(LOG_ORDER);
+  }
+}
+const UNDEFINED_COLUMN = '42703';
 
 /**
  * The tenant's changes after `after`, in the order they were applied (log order, except a
@@ -61,8 +99,8 @@ export async function readChanges(
   const isStart = comparePositions(after, START) === 0;
   const commit = after.commit.toString();
   const prepare = after.prepare.toString();
-  const typeFilter = types ? sql.fragment`and type = any(${sql.array([...types], 'text')})` : sql.fragment``;
-  const row = await withTenant(pool, tenantId, (tx) =>
+  const typeFilter = types ? sql.fragment`and c.type = any(${sql.array([...types], 'text')})` : sql.fragment``;
+  const row = await inFeedOrder((order) => withTenant(pool, tenantId, (tx) =>
     tx.one(sql.type(pageSchema)`
       select
         (${isStart} or exists (
@@ -74,18 +112,18 @@ export async function readChanges(
             'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
             'employeeId', c.employee_id,
             'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-            'employee', c.employee) order by c.seq)
+            'employee', c.employee) order by ${order.orderBy})
           from (
-            select * from employee_changes
-            where tenant_id = ${tenantId}
-              and seq > ${cursorSeq(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
+            select * from employee_changes c
+            where c.tenant_id = ${tenantId}
+              and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
               ${typeFilter}
-            order by seq
+            order by ${order.orderBy}
             limit ${limit}
           ) c
         ), '[]'::json) as page
     `),
-  );
+  ));
   return {
     known: row.known,
     changes: row.page.map(({ commit: c, prepare: p, ...rest }) => ({ ...rest, position: { commit: BigInt(c), prepare: BigInt(p) } })),

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
-import { cursorSeq } from '../../projections/changes/queries.ts';
+import { inFeedOrder } from '../../projections/changes/queries.ts';
 
 /** The SQL of the webhooks capability: endpoints, their feed position and lease, the delivery log. */
 const endpointRow = z.object({
@@ -151,11 +151,13 @@ export async function listDeliveries(pool: DatabasePool, tenantId: string, endpo
 
 /** The tenant's last change applied (where a new endpoint starts), or null when it has none. */
 export async function latestChange(pool: DatabasePool, tenantId: string): Promise<GlobalPosition | null> {
-  const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(z.object({ commit: z.string(), prepare: z.string() }))`
-      select commit_position::text as commit, prepare_position::text as prepare from employee_changes
-      where tenant_id = ${tenantId} order by seq desc limit 1
-    `),
+  const row = await inFeedOrder((order) =>
+    withTenant(pool, tenantId, (tx) =>
+      tx.maybeOne(sql.type(z.object({ commit: z.string(), prepare: z.string() }))`
+        select c.commit_position::text as commit, c.prepare_position::text as prepare from employee_changes c
+        where c.tenant_id = ${tenantId} order by ${order.last} limit 1
+      `),
+    ),
   );
   return row ? { commit: BigInt(row.commit), prepare: BigInt(row.prepare) } : null;
 }
@@ -168,18 +170,20 @@ export async function latestChange(pool: DatabasePool, tenantId: string): Promis
  * Reads across tenants (the worker's role bypasses RLS).
  */
 export async function dueEndpoints(pool: DatabasePool, limit: number, onlyId?: string): Promise<Array<{ id: string; tenantId: string }>> {
-  const rows = await pool.any(sql.type(z.object({ id: z.string(), tenant_id: z.string() }))`
-    select e.id::text, e.tenant_id::text from webhook_endpoints e
-    where e.status = 'active' ${onlyId === undefined ? sql.fragment`` : sql.fragment`and e.id = ${onlyId}`}
-      and (e.next_attempt_at is null or e.next_attempt_at <= now())
-      and (e.lease_until is null or e.lease_until < now())
-      and exists (
-        select 1 from employee_changes c
-        where c.tenant_id = e.tenant_id
-          and c.seq > ${cursorSeq(sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`)}
-          and c.type = any(e.event_types))
-    limit ${limit}
-  `);
+  const rows = await inFeedOrder((order) =>
+    pool.any(sql.type(z.object({ id: z.string(), tenant_id: z.string() }))`
+      select e.id::text, e.tenant_id::text from webhook_endpoints e
+      where e.status = 'active' ${onlyId === undefined ? sql.fragment`` : sql.fragment`and e.id = ${onlyId}`}
+        and (e.next_attempt_at is null or e.next_attempt_at <= now())
+        and (e.lease_until is null or e.lease_until < now())
+        and exists (
+          select 1 from employee_changes c
+          where c.tenant_id = e.tenant_id
+            and ${order.after(sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`)}
+            and c.type = any(e.event_types))
+      limit ${limit}
+    `),
+  );
   return rows.map((r) => ({ id: r.id, tenantId: r.tenant_id }));
 }
 
