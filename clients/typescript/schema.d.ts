@@ -306,7 +306,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Change feed: every employee change, in log order, with the state after it */
+        /** Change feed: every employee change, in log order (a change applied late by an operator comes next), with the state after it */
         get: {
             parameters: {
                 query?: {

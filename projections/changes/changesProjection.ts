@@ -137,7 +137,8 @@ async function handle(
     }
   }
   if (out.length === 0) return;
-  // In the batch's (log) order, not stream by stream: the rows draw their `seq` as inserted.
+  // In the batch's (log) order, not stream by stream: the rows draw their `seq` in the insert's
+  // order, which follows the array's (`order by u.n`).
   out.sort((a, b) => a.at - b.at);
   // The NOTIFY is delivered at commit (and only if it commits): it wakes feed long-polls and
   // webhook dispatch, one per batch and tenant, not per event. One statement with the insert (a
@@ -147,10 +148,12 @@ async function handle(
     with inserted as (
       insert into ${tables.employee_changes}
         (tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id)
-      select * from ${sql.unnest(
+      select u.tenant_id, u.commit_position, u.prepare_position, u.employee_id, u.revision, u.type, u.occurred_at, u.employee, u.role_id
+      from ${sql.unnest(
         out.map((r) => [r.tenantId, r.commit, r.prepare, r.employeeId, r.revision, r.type, r.occurredAt, r.employee, r.roleId]),
         ['uuid', 'numeric', 'numeric', 'text', 'int4', 'text', 'timestamptz', 'jsonb', 'text'],
-      )}
+      )} with ordinality as u(tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id, n)
+      order by u.n
       on conflict do nothing
     )
     select pg_notify(${CHANGES_CHANNEL}, t) from unnest(${sql.array(tenants, 'text')}) as t

@@ -48,12 +48,17 @@ export type FeedOrder = {
 /**
  * Apply order (`seq`, see changesProjection.ts): after a cursor come the rows with a greater
  * `seq` than the change it names (0 for the start), including one that `projections retry`
- * applied after the reader passed its log position.
+ * applied after the reader passed its log position. A cursor whose change is no longer in the
+ * table (a rebuild parked an event the model before it had applied) stands after the last
+ * change before it in log order: a webhook endpoint holding it carries on from there, never
+ * from the start. (The feed answers such a cursor with 400: `known`.)
  */
 const APPLY_ORDER: FeedOrder = {
   after: (tenantId, commit, prepare) => sql.fragment`c.seq > coalesce((
     select k.seq from employee_changes k
-    where k.tenant_id = ${tenantId} and k.commit_position = ${commit} and k.prepare_position = ${prepare}
+    where k.tenant_id = ${tenantId} and (k.commit_position, k.prepare_position) <= (${commit}, ${prepare})
+    order by k.commit_position desc, k.prepare_position desc
+    limit 1
   ), 0)`,
   orderBy: sql.fragment`c.seq`,
   last: sql.fragment`c.seq desc`,
@@ -70,24 +75,29 @@ const LOG_ORDER: FeedOrder = {
  * Runs a read of the feed in apply order; while the live table is still version 1 (a rolling
  * deploy: the new projector is building version 2 in shadow tables and the old one serves), in
  * log order, which is that table's order. `read` runs again from the start (its own
- * transaction), since the failed statement aborted the first one's.
+ * transaction), since the failed statement aborted the first one's. For a few seconds after
+ * that, reads go straight to log order, so the deploy window costs one failed statement per
+ * process every few seconds, not one per read; `projections status` shows the live version.
  */
 export async function inFeedOrder<T>(read: (order: FeedOrder) => Promise<T>): Promise<T> {
+  if (Date.now() < logOrderUntil) return read(LOG_ORDER);
   try {
     return await read(APPLY_ORDER);
   } catch (error) {
     if (sqlStateOf(error) !== UNDEFINED_COLUMN) throw error;
+    logOrderUntil = Date.now() + LOG_ORDER_RECHECK_MS;
     return read(LOG_ORDER);
   }
 }
 const UNDEFINED_COLUMN = '42703';
+const LOG_ORDER_RECHECK_MS = 5_000;
+let logOrderUntil = 0;
 
 /**
  * The tenant's changes after `after`, in the order they were applied (log order, except a
  * change `projections retry` applied late: it comes after the ones already applied), at most
- * `limit`; and whether
- * `after` is a position this tenant's feed ever handed out. Row-level security applies.
- * `types` (optional) keeps only those change types.
+ * `limit`; and whether `after` is a position this tenant's feed ever handed out. Row-level
+ * security applies. `types` (optional) keeps only those change types.
  */
 export async function readChanges(
   pool: DatabasePool,
@@ -100,30 +110,32 @@ export async function readChanges(
   const commit = after.commit.toString();
   const prepare = after.prepare.toString();
   const typeFilter = types ? sql.fragment`and c.type = any(${sql.array([...types], 'text')})` : sql.fragment``;
-  const row = await inFeedOrder((order) => withTenant(pool, tenantId, (tx) =>
-    tx.one(sql.type(pageSchema)`
-      select
-        (${isStart} or exists (
-          select 1 from employee_changes
-          where tenant_id = ${tenantId} and commit_position = ${commit}::numeric and prepare_position = ${prepare}::numeric
-        )) as known,
-        coalesce((
-          select json_agg(json_build_object(
-            'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
-            'employeeId', c.employee_id,
-            'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-            'employee', c.employee) order by ${order.orderBy})
-          from (
-            select * from employee_changes c
-            where c.tenant_id = ${tenantId}
-              and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
-              ${typeFilter}
-            order by ${order.orderBy}
-            limit ${limit}
-          ) c
-        ), '[]'::json) as page
-    `),
-  ));
+  const row = await inFeedOrder((order) =>
+    withTenant(pool, tenantId, (tx) =>
+      tx.one(sql.type(pageSchema)`
+        select
+          (${isStart} or exists (
+            select 1 from employee_changes
+            where tenant_id = ${tenantId} and commit_position = ${commit}::numeric and prepare_position = ${prepare}::numeric
+          )) as known,
+          coalesce((
+            select json_agg(json_build_object(
+              'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
+              'employeeId', c.employee_id,
+              'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+              'employee', c.employee) order by ${order.orderBy})
+            from (
+              select * from employee_changes c
+              where c.tenant_id = ${tenantId}
+                and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
+                ${typeFilter}
+              order by ${order.orderBy}
+              limit ${limit}
+            ) c
+          ), '[]'::json) as page
+      `),
+    ),
+  );
   return {
     known: row.known,
     changes: row.page.map(({ commit: c, prepare: p, ...rest }) => ({ ...rest, position: { commit: BigInt(c), prepare: BigInt(p) } })),

@@ -160,6 +160,12 @@ export async function replayProjection<T extends string>(
     isolation?: Partial<Pick<IsolationPolicy, 'maxAttempts' | 'backoffMs'>>;
     /** Called for each event the replay parked, once its page has committed. */
     onParked?: (event: RecordedEvent, error: string) => void;
+    /**
+     * Build only if the stored version is not this code's (a projector's start-up). Checked
+     * under the replay lock: of several projectors started on a version bump, one builds and
+     * the others find it built, instead of each rebuilding in turn.
+     */
+    onlyIfOutdated?: boolean;
   } = {},
 ): Promise<ReplayResult> {
   // The store reads on its own connections. Bound here, outside the connection's async context,
@@ -179,7 +185,9 @@ export async function replayProjection<T extends string>(
     const lockKey = `projection-replay:${projection.name}`;
     await connection.query(sql.type(z.object({}))`select pg_advisory_lock(hashtext(${lockKey}))`);
     try {
-      if (!options.allowDowngrade) assertNotSuperseded(await readCheckpoint(connection, projection.name), projection);
+      const stored = await readCheckpoint(connection, projection.name);
+      if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
+      if (options.onlyIfOutdated && stored?.version === projection.version) return { processed: 0, parked: 0, position: stored.position };
       await dropAbandonedShadows(connection, projection);
       return await buildAndSwap(connection, { readPage, readHead, readBulk }, projection, { ...options, connectionUrl: connectionUrlOf(pool) });
     } finally {
@@ -496,6 +504,7 @@ export function runProjection<T extends string>(
       signal,
       isolation: options.isolation,
       onParked: options.onParked,
+      onlyIfOutdated: true,
     });
   };
 

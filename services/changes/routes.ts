@@ -74,7 +74,7 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
         config: { permission: 'employees:read' },
         schema: {
           tags: ['employees'],
-          summary: 'Change feed: every employee change, in log order, with the state after it',
+          summary: 'Change feed: every employee change, in log order (a change applied late by an operator comes next), with the state after it',
           querystring: changesQuery,
           response: { 200: changesResponse, 400: problemSchema, 401: problemSchema, 403: problemSchema },
         },

@@ -7,7 +7,8 @@ import {
   runProjection,
   waitForCheckpoint,
 } from '../../../projections/runner/runner.ts';
-import { useTestEventStore } from '../../support/database.ts';
+import { sqlAt, useTestEventStore } from '../../support/database.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { allEvents, expectedTally, readTally, tallied, tallyProjection } from './fixtures/tallyProjection.ts';
 
 /**
@@ -94,5 +95,33 @@ describe('version guard (defect 10)', () => {
       expect(versions).toEqual([1, 2]);
       expect(await readTally(db.pool)).toEqual(expectedTally(await allEvents(store), 10));
     }, 90_000);
+  });
+
+  describe('when several projectors of the new version start together (a version bump on every copy)', () => {
+    const fixture = useTestEventStore();
+
+    it('one rebuilds the model; the others find it built under the replay lock instead of rebuilding it in turn', async () => {
+      const { db, store } = fixture;
+      for (let i = 0; i < 400; i++) await store.append(`copies-${i % 8}`, [tallied()]);
+      await replayProjection(db.pool, store, tallyProjection(1, 1));
+      const tableOid = async () => (await sqlAt<{ oid: string }>(db.url, "select 'tally'::regclass::oid::text as oid"))[0]?.oid;
+      const v1Table = await tableOid();
+
+      const copies = [1, 2, 3].map(() => runProjection(db.pool, store, tallyProjection(2, 10), { pollIntervalMs: 20, batchSize: 50 }));
+      try {
+        await waitFor(async () => ((await readCheckpoint(db.pool, 'tally'))?.version === 2 ? true : undefined));
+        const v2Table = await tableOid();
+        expect(v2Table).not.toBe(v1Table);
+        await store.append('copies-0', [tallied()]);
+        // Every copy is past its start-up (it follows the log) once the new event is applied and a
+        // few polls have gone by; a second build would have swapped in another table by then.
+        expect(await waitForCheckpoint(db.pool, 'tally', await store.headPosition(), 20_000)).toBe(true);
+        await new Promise((r) => setTimeout(r, 1_000));
+        expect(await tableOid()).toBe(v2Table);
+        expect(await readTally(db.pool)).toEqual(expectedTally(await allEvents(store), 10));
+      } finally {
+        await Promise.all(copies.map((c) => c.stop()));
+      }
+    });
   });
 });

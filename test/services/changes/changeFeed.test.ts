@@ -4,6 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatPosition } from '../../../shared/event-store/port.ts';
 import { replayProjection, readCheckpoint } from '../../../projections/runner/runner.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
+import { readChanges } from '../../../projections/changes/queries.ts';
+import { dueEndpoints, insertEndpoint } from '../../../services/webhooks/store.ts';
+import { sqlAt } from '../../support/database.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { employeeStreamId } from '../../../services/employees/events.ts';
 import { expectProblem } from '../employees/harness.ts';
@@ -151,6 +154,43 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     for (const query of ['limit=0', 'limit=1001', 'wait=31', 'limit=abc', 'limit=%2B1', 'limit=1e1', 'wait=0x1', 'since=1']) {
       expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?${query}`, headers: a.headers }), 400);
     }
+  });
+
+  it('a webhook endpoint whose cursor names a change no longer in the model carries on after the last change before it, never from the start', async () => {
+    // A rebuild that parks an event the model before it had applied leaves such a cursor.
+    const { tenant, headers } = await h.tenant();
+    const e = await hire(h.store, tenant.tenantId, 'gone');
+    for (let i = 1; i <= 3; i++) await e.rename(`gone-${i}`);
+    const cursors = await h.feedCursors(headers, 4);
+    // The newest change is gone: nothing comes after its cursor (before, the cursor fell back
+    // to the start and the endpoint was sent the tenant's whole history again).
+    const gone = decodeCursor(cursors[3] ?? '');
+    if (!gone) throw new Error('no cursor');
+    await sqlAt(h.db.url, 'delete from employee_changes where tenant_id = $1 and commit_position = $2 and prepare_position = $3', [
+      tenant.tenantId,
+      gone.commit.toString(),
+      gone.prepare.toString(),
+    ]);
+    const page = await readChanges(h.db.pool, tenant.tenantId, gone, 100);
+    expect([page.known, page.changes]).toEqual([false, []]);
+    const endpoint = await insertEndpoint(h.db.pool, {
+      id: randomUUID(),
+      tenantId: tenant.tenantId,
+      url: 'https://receiver.example/hooks',
+      eventTypes: ['employee.hired', 'employee.details_changed'],
+      secretSealed: 'sealed',
+      cursor: gone,
+    });
+    expect(await dueEndpoints(h.db.pool, 10, endpoint.id)).toEqual([]);
+    await e.rename('gone-4');
+    const after = await waitFor(async () => {
+      const next = await readChanges(h.db.pool, tenant.tenantId, gone, 100);
+      return next.changes.length > 0 ? next : undefined;
+    });
+    expect(after.changes.map((c) => c.employee.firstName)).toEqual(['gone-4']);
+    expect((await dueEndpoints(h.db.pool, 10, endpoint.id)).map((d) => d.id)).toEqual([endpoint.id]);
+    // The feed itself answers such a cursor with 400 (SPEC §7: unknown cursor).
+    expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${cursors[3] ?? ''}`, headers }), 400);
   });
 
   it('does not collide with /v1/employees/:id and needs employees:read', async () => {
