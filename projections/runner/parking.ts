@@ -152,6 +152,16 @@ export async function hasParkedEvents(db: Queryable, projection: Pick<Projection
   `);
 }
 
+/** Ids of the events parked (not yet retried or resolved) in the projection's live version. */
+export async function liveParkedEventIds(db: Queryable, name: string): Promise<Set<string>> {
+  const rows = await db.any(sql.type(z.object({ event_id: z.string() }))`
+    select p.event_id from projection_parked_events p
+    join projection_checkpoints c on c.name = p.projection and c.version = p.version
+    where p.projection = ${name} and p.status = 'parked'
+  `);
+  return new Set(rows.map((r) => r.event_id));
+}
+
 /**
  * Parked events per projection, for the live version of each (the one in projection_checkpoints).
  * Every built projection appears, with 0 when nothing is parked.

@@ -18,7 +18,7 @@ import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNo
 import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
-import { hasParkedEvents, parkedEventsMigration, parkedStreams } from './parking.ts';
+import { hasParkedEvents, liveParkedEventIds, parkedEventsMigration, parkedStreams } from './parking.ts';
 
 export const projectionRunnerMigrations: readonly Migration[] = [
   {
@@ -139,7 +139,8 @@ type ReplaySource = {
  * Rebuilds a projection from the first event into shadow tables, then swaps them in atomically.
  * Readers keep using the live tables until the swap; the swap holds the live checkpoint row so
  * the live projector cannot commit in between, applies the last events, renames, and moves
- * the checkpoint — all in one transaction.
+ * the checkpoint — all in one transaction. Events parked in the live model when the build
+ * starts (and the later events of their streams) are applied last, in the swap.
  *
  * A projection with a `bulk` path is rebuilt as a bulk load: the log up to its current head is
  * read in large pages (the store's `readAllBulk` when it has one) and folded in memory, the rows
@@ -277,6 +278,23 @@ async function buildAndSwap<T extends string>(
     });
     return { outcome, blocked: pageBlocked, parked };
   };
+  // Events parked in the live model when the build starts, and every later event of their
+  // streams, are applied last, in the swap: after everything the model's readers may already
+  // have seen, as `projections retry` would apply them. A fix deployed with a rebuild instead of a
+  // retry then reaches readers past those events' log positions (the change feed pages in apply
+  // order), and each stream still gets its events in order.
+  const liveParked = await connection.transaction((tx) => liveParkedEventIds(tx, projection.name));
+  let deferredStreams = new Set<string>();
+  let deferred: RecordedEvent[] = [];
+  const withoutDeferred = (events: readonly RecordedEvent[]): readonly RecordedEvent[] => {
+    if (liveParked.size === 0) return events;
+    return events.filter((event) => {
+      if (!deferredStreams.has(event.streamId) && !liveParked.has(event.id)) return true;
+      deferredStreams.add(event.streamId);
+      deferred.push(event);
+      return false;
+    });
+  };
   const adopt = (result: Awaited<ReturnType<typeof applyParking>>) => {
     blocked = result.blocked;
     for (const { event, error } of result.parked) {
@@ -311,8 +329,9 @@ async function buildAndSwap<T extends string>(
         const fold = bulk.fold();
         for await (const page of log.readBulk()) {
           aborted();
-          fold.add(page.events);
-          processed += page.events.length;
+          const events = withoutDeferred(page.events);
+          fold.add(events);
+          processed += events.length;
           position = page.checkpoint;
           options.onProgress?.({ processed, position, head });
         }
@@ -340,6 +359,8 @@ async function buildAndSwap<T extends string>(
         });
         position = START;
         processed = 0;
+        deferredStreams = new Set();
+        deferred = [];
       }
     }
     // Page by page (everything without a bulk path or whose bulk load failed; after a bulk load,
@@ -351,7 +372,7 @@ async function buildAndSwap<T extends string>(
       const current = page;
       const next = log.readPage(current.checkpoint);
       next.catch(() => undefined); // awaited below; this only keeps a failure of an abandoned read quiet
-      await applyPage(current.events);
+      await applyPage(withoutDeferred(current.events));
       position = current.checkpoint;
       options.onProgress?.({ processed, position, head });
       page = await next;
@@ -368,12 +389,19 @@ async function buildAndSwap<T extends string>(
       for (;;) {
         const page = await log.readPage(swapPosition);
         if (comparePositions(page.checkpoint, swapPosition) === 0) break;
-        if (page.events.length > 0) {
-          const result = await applyParking(tx, page.events, true);
+        const events = withoutDeferred(page.events);
+        if (events.length > 0) {
+          const result = await applyParking(tx, events, true);
           blocked = result.blocked;
           swapped.push(result);
         }
         swapPosition = page.checkpoint;
+      }
+      // Last, the events parked in the live model (and their streams' later ones), in log order.
+      if (deferred.length > 0) {
+        const result = await applyParking(tx, deferred, true);
+        blocked = result.blocked;
+        swapped.push(result);
       }
       const parkedHere = new Set([...parkedIds, ...swapped.flatMap((r) => r.parked.map((p) => p.event.id))]);
       // Events of this version parked before (a previous run of this replay, or the live

@@ -12,6 +12,7 @@ import { dueEndpoints } from '../../../services/webhooks/store.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { listParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
+import { replayProjection } from '../../../projections/runner/runner.ts';
 import { sql } from '../../../shared/db/pool.ts';
 import { START, comparePositions } from '../../../shared/event-store/port.ts';
 import { sqlAt } from '../../support/database.ts';
@@ -243,8 +244,15 @@ describe('when the receiver answers 410 Gone', () => {
   });
 });
 
-describe('when a change is parked and `projections retry` applies it after the fix', () => {
-  it('feed readers and webhook endpoints already past its log position get it next, then its stream’s later change, once each', async () => {
+describe('when a change is parked and applied after the fix, by `projections retry` or by a rebuild', () => {
+  const applyAfterFix = {
+    retry: async () =>
+      expect(await retryParkedEvents(h.db.pool, changesProjection, { employee_changes: sql.identifier(['employee_changes']) })).toEqual({ retried: 2, stillParked: 0 }),
+    // A rebuild (here `projections replay`; a version bump does the same) applies the events
+    // parked in the live model last, in its swap.
+    rebuild: async () => expect((await replayProjection(h.db.pool, h.store, changesProjection)).parked).toBe(0),
+  };
+  it.each(['retry', 'rebuild'] as const)('%s: feed readers and webhook endpoints already past its log position get it next, then its stream’s later change, once each', async (mode) => {
     const { tenant, headers } = await admin();
     const receiver = await startReceiver();
     // The "bug": the feed's table refuses one employee state, so applying the change fails
@@ -277,7 +285,7 @@ describe('when a change is parked and `projections retry` applies it after the f
       const waiting = read(headers, `after=${before.next}&wait=20`);
 
       await sqlAt(h.db.url, `alter table employee_changes drop constraint ${constraint}`);
-      expect(await retryParkedEvents(h.db.pool, changesProjection, { employee_changes: sql.identifier(['employee_changes']) })).toEqual({ retried: 2, stillParked: 0 });
+      await applyAfterFix[mode]();
 
       const woken = await waiting;
       expect(woken.data.map((c) => [c.cursor, c.type, c.employeeId, c.employee.firstName])).toEqual([
@@ -292,6 +300,7 @@ describe('when a change is parked and `projections retry` applies it after the f
       // A new endpoint starts after the last change applied, not at the newest log position.
       const later = await register(headers, receiver.url);
       expect(later.cursor).toBe(parkedPositions[1]);
+      expect(await listParkedEvents(h.db.pool, changesProjection.name, { status: 'parked' })).toEqual([]);
     } finally {
       await sqlAt(h.db.url, `alter table employee_changes drop constraint if exists ${constraint}`);
       await receiver.close();
