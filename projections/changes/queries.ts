@@ -47,19 +47,23 @@ export type FeedOrder = {
 
 /**
  * Apply order (`seq`, see changesProjection.ts): after a cursor come the rows with a greater
- * `seq` than the change it names (0 for the start), including one that `projections retry`
- * applied after the reader passed its log position. A cursor whose change is no longer in the
- * table (a rebuild parked an event the model before it had applied) stands after the last
- * change before it in log order: a webhook endpoint holding it carries on from there, never
- * from the start. (The feed answers such a cursor with 400: `known`.)
+ * `seq` than the change it names, including one that `projections retry` applied after the
+ * reader passed its log position. The start, and a cursor whose change is no longer in the
+ * table (a rebuild parked an event the model before it had applied), stand just before the
+ * first change applied with a later log position (or after the last change, if none is later):
+ * nothing after it is skipped, and a webhook endpoint holding such a cursor never starts over
+ * from the beginning; a change applied late with an earlier position may come again (receivers
+ * dedupe). The feed answers a gone cursor with 400 (`known`). Each look-up runs only when the
+ * one before it found nothing (COALESCE).
  */
 const APPLY_ORDER: FeedOrder = {
-  after: (tenantId, commit, prepare) => sql.fragment`c.seq > coalesce((
-    select k.seq from employee_changes k
-    where k.tenant_id = ${tenantId} and (k.commit_position, k.prepare_position) <= (${commit}, ${prepare})
-    order by k.commit_position desc, k.prepare_position desc
-    limit 1
-  ), 0)`,
+  after: (tenantId, commit, prepare) => sql.fragment`c.seq > coalesce(
+    (select k.seq from employee_changes k
+     where k.tenant_id = ${tenantId} and k.commit_position = ${commit} and k.prepare_position = ${prepare}),
+    (select min(k.seq) - 1 from employee_changes k
+     where k.tenant_id = ${tenantId} and (k.commit_position, k.prepare_position) > (${commit}, ${prepare})),
+    (select max(k.seq) from employee_changes k where k.tenant_id = ${tenantId}),
+    0)`,
   orderBy: sql.fragment`c.seq`,
   last: sql.fragment`c.seq desc`,
 };
@@ -75,23 +79,20 @@ const LOG_ORDER: FeedOrder = {
  * Runs a read of the feed in apply order; while the live table is still version 1 (a rolling
  * deploy: the new projector is building version 2 in shadow tables and the old one serves), in
  * log order, which is that table's order. `read` runs again from the start (its own
- * transaction), since the failed statement aborted the first one's. For a few seconds after
- * that, reads go straight to log order, so the deploy window costs one failed statement per
- * process every few seconds, not one per read; `projections status` shows the live version.
+ * transaction), since the failed statement aborted the first one's. Every read tries apply
+ * order first (no remembered fallback): a read in log order of the version-2 table could skip
+ * the changes its swap applied last. So during the deploy window each read costs one failed
+ * statement more, and PostgreSQL logs it; `projections status` shows the live version.
  */
 export async function inFeedOrder<T>(read: (order: FeedOrder) => Promise<T>): Promise<T> {
-  if (Date.now() < logOrderUntil) return read(LOG_ORDER);
   try {
     return await read(APPLY_ORDER);
   } catch (error) {
     if (sqlStateOf(error) !== UNDEFINED_COLUMN) throw error;
-    logOrderUntil = Date.now() + LOG_ORDER_RECHECK_MS;
     return read(LOG_ORDER);
   }
 }
 const UNDEFINED_COLUMN = '42703';
-const LOG_ORDER_RECHECK_MS = 5_000;
-let logOrderUntil = 0;
 
 /**
  * The tenant's changes after `after`, in the order they were applied (log order, except a

@@ -268,22 +268,27 @@ async function buildAndSwap<T extends string>(
   // take a page's outcome once its transaction has committed.
   let blocked = new Map<string, string>();
   const parkedIds = new Set<string>();
-  const applyParking = async (tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], isolate: boolean) => {
+  const applyParking = async (tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], isolate: boolean, maxAttempts = policy.maxAttempts) => {
     const pageBlocked = new Map(blocked);
     const parked: { event: RecordedEvent; error: string }[] = [];
     const outcome = await applyWithParking(tx, projection, events, shadow, {
       isolate,
       blocked: pageBlocked,
-      policy: { ...policy, onParked: (event, error) => parked.push({ event, error }) },
+      policy: { ...policy, maxAttempts, onParked: (event, error) => parked.push({ event, error }) },
     });
     return { outcome, blocked: pageBlocked, parked };
   };
-  // Events parked in the live model when the build starts, and every later event of their
-  // streams, are applied last, in the swap: after everything the model's readers may already
-  // have seen, as `projections retry` would apply them. A fix deployed with a rebuild instead of a
-  // retry then reaches readers past those events' log positions (the change feed pages in apply
-  // order), and each stream still gets its events in order.
-  const liveParked = await connection.transaction((tx) => liveParkedEventIds(tx, projection.name));
+  // Events parked in the live model, and every later event of their streams, are applied last,
+  // in the swap: after everything the model's readers may already have seen, as `projections
+  // retry` would apply them. A fix deployed with a rebuild instead of a retry then reaches readers
+  // past those events' log positions (the change feed pages in apply order), and each stream
+  // still gets its events in order. The live projector (older code, on a version bump) may park
+  // more while this one builds: the set is read again before every page and in the swap. (One
+  // it parks behind the build's position was already applied in place: see operations.md.)
+  let liveParked = new Set<string>();
+  const readLiveParked = async (tx?: DatabaseTransactionConnection) => {
+    liveParked = tx ? await liveParkedEventIds(tx, projection.name) : await connection.transaction((t) => liveParkedEventIds(t, projection.name));
+  };
   let deferredStreams = new Set<string>();
   let deferred: RecordedEvent[] = [];
   const withoutDeferred = (events: readonly RecordedEvent[]): readonly RecordedEvent[] => {
@@ -329,6 +334,7 @@ async function buildAndSwap<T extends string>(
         const fold = bulk.fold();
         for await (const page of log.readBulk()) {
           aborted();
+          await readLiveParked();
           const events = withoutDeferred(page.events);
           fold.add(events);
           processed += events.length;
@@ -372,6 +378,7 @@ async function buildAndSwap<T extends string>(
       const current = page;
       const next = log.readPage(current.checkpoint);
       next.catch(() => undefined); // awaited below; this only keeps a failure of an abandoned read quiet
+      await readLiveParked();
       await applyPage(withoutDeferred(current.events));
       position = current.checkpoint;
       options.onProgress?.({ processed, position, head });
@@ -379,8 +386,16 @@ async function buildAndSwap<T extends string>(
     }
     // The swap: synchronous commit (readers and the live projector depend on it).
     const swapped: Awaited<ReturnType<typeof applyParking>>[] = [];
+    // slonik runs a transaction's body again after a serialization failure or deadlock: each run
+    // starts from the state the pages left.
+    const beforeSwap = { blocked, deferred, deferredStreams };
     await connection.transaction(async (tx) => {
+      blocked = new Map(beforeSwap.blocked);
+      deferred = [...beforeSwap.deferred];
+      deferredStreams = new Set(beforeSwap.deferredStreams);
+      swapped.length = 0;
       const stored = await readCheckpoint(tx, projection.name, true);
+      await readLiveParked(tx);
       // A newer version swapped in while this one was building: keep it (version guard).
       if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
       // Under the checkpoint lock: apply whatever committed since the last page, each failing
@@ -397,9 +412,11 @@ async function buildAndSwap<T extends string>(
         }
         swapPosition = page.checkpoint;
       }
-      // Last, the events parked in the live model (and their streams' later ones), in log order.
+      // Last, the events parked in the live model (and their streams' later ones), in log order;
+      // tried once each (they failed live already), since the live projector waits meanwhile.
+      const lateIds = deferred.map((event) => event.id);
       if (deferred.length > 0) {
-        const result = await applyParking(tx, deferred, true);
+        const result = await applyParking(tx, deferred, true, 1);
         blocked = result.blocked;
         swapped.push(result);
       }
@@ -413,6 +430,14 @@ async function buildAndSwap<T extends string>(
           and (commit_position, prepare_position) <= (${swapPosition.commit.toString()}::numeric, ${swapPosition.prepare.toString()}::numeric)
           and not (event_id = any(${sql.array([...parkedHere], 'text')}))
       `);
+      // On a version bump, the live version's parked rows of the events this build applied last.
+      if (stored && stored.version !== projection.version && lateIds.length > 0) {
+        await tx.query(sql.type(z.object({}))`
+          update projection_parked_events set status = 'retried', resolved_at = now()
+          where projection = ${projection.name} and version = ${stored.version} and status = 'parked'
+            and event_id = any(${sql.array(lateIds.filter((id) => !parkedHere.has(id)), 'text')})
+        `);
+      }
       for (const logical of Object.keys(projection.tables)) {
         const live = sql.identifier([logical]);
         const retired = sql.identifier([`${logical}__retired_${generation}`]);
