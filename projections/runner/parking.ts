@@ -4,6 +4,7 @@ import { sql, type DatabaseTransactionConnection, type Queryable } from '../../s
 import type { Migration } from '../../shared/db/migrate.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
+import { recordLateApplies } from './applyOrder.ts';
 import { classifyFailure, describeFailure } from './failures.ts';
 import type { Projection } from './projection.ts';
 
@@ -203,10 +204,11 @@ export async function retryParkedEvents<T extends string>(
   tables: Readonly<Record<T, IdentifierSqlToken>>,
 ): Promise<RetryResult> {
   return pool.transaction(async (tx) => {
-    const version = await tx.maybeOneFirst(sql.type(z.object({ version: z.number() }))`
-      select version from projection_checkpoints where name = ${projection.name} for update
+    const checkpoint = await tx.maybeOne(sql.type(z.object({ version: z.number(), commit_position: z.string(), prepare_position: z.string() }))`
+      select version, commit_position::text, prepare_position::text from projection_checkpoints where name = ${projection.name} for update
     `);
-    if (version === null) throw new Error(`projection ${projection.name} is not built`);
+    if (checkpoint === null) throw new Error(`projection ${projection.name} is not built`);
+    const { version } = checkpoint;
     if (version !== projection.version) {
       throw new Error(`projection ${projection.name} is built at version ${version}, this code is version ${projection.version}`);
     }
@@ -217,6 +219,7 @@ export async function retryParkedEvents<T extends string>(
       for update
     `);
     const blocked = new Map<string, string>();
+    const appliedIds: string[] = [];
     let retried = 0;
     for (const parked of rows.map(toParked)) {
       const { event } = parked;
@@ -240,6 +243,7 @@ export async function retryParkedEvents<T extends string>(
         continue;
       }
       retried++;
+      appliedIds.push(event.id);
       await tx.query(sql.type(z.object({}))`
         update projection_parked_events set status = 'retried', attempts = attempts + 1, resolved_at = now()
         where projection = ${projection.name} and version = ${version} and event_id = ${event.id}
@@ -249,6 +253,8 @@ export async function retryParkedEvents<T extends string>(
       await tx.query(sql.type(z.object({}))`
         update projection_checkpoints set events_applied = events_applied + ${retried}, updated_at = now() where name = ${projection.name}
       `);
+      // Applied right after the checkpoint: a rebuild applies them at the same point (applyOrder.ts).
+      await recordLateApplies(tx, projection.name, appliedIds, { commit: BigInt(checkpoint.commit_position), prepare: BigInt(checkpoint.prepare_position) });
     }
     return { retried, stillParked: rows.length - retried };
   });

@@ -19,6 +19,7 @@ import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
 import { hasParkedEvents, liveParkedEventIds, parkedEventsMigration, parkedStreams } from './parking.ts';
+import { createApplyOrder, lateAppliesMigration, readLateApplies, recordLateApplies } from './applyOrder.ts';
 
 export const projectionRunnerMigrations: readonly Migration[] = [
   {
@@ -37,6 +38,7 @@ export const projectionRunnerMigrations: readonly Migration[] = [
   },
   parkedEventsMigration,
   checkpointNotifyMigration,
+  lateAppliesMigration,
 ];
 
 /**
@@ -278,28 +280,20 @@ async function buildAndSwap<T extends string>(
     });
     return { outcome, blocked: pageBlocked, parked };
   };
-  // Events parked in the live model, and every later event of their streams, are applied last,
-  // in the swap: after everything the model's readers may already have seen, as `projections
-  // retry` would apply them. A fix deployed with a rebuild instead of a retry then reaches readers
-  // past those events' log positions (the change feed pages in apply order), and each stream
-  // still gets its events in order. The live projector (older code, on a version bump) may park
-  // more while this one builds: the set is read again before every page and in the swap. (One
-  // it parks behind the build's position was already applied in place: see operations.md.)
+  // The order of the live model (applyOrder.ts): events `projections retry` or an earlier swap
+  // applied late go at the same point again, and events parked in the live model, with every
+  // later event of their streams, go last, in the swap, as `retry` would apply them after the
+  // fix. So a model that numbers its rows as applied (the change feed) keeps its order, and a
+  // fix deployed with a rebuild reaches readers past those events' positions. The live
+  // projector (older code, on a version bump) may park more while this one builds: the parked
+  // set is read again before every page and in the swap. (One it parks behind the build's
+  // position was already applied in place: see operations.md.)
   let liveParked = new Set<string>();
   const readLiveParked = async (tx?: DatabaseTransactionConnection) => {
     liveParked = tx ? await liveParkedEventIds(tx, projection.name) : await connection.transaction((t) => liveParkedEventIds(t, projection.name));
   };
-  let deferredStreams = new Set<string>();
-  let deferred: RecordedEvent[] = [];
-  const withoutDeferred = (events: readonly RecordedEvent[]): readonly RecordedEvent[] => {
-    if (liveParked.size === 0) return events;
-    return events.filter((event) => {
-      if (!deferredStreams.has(event.streamId) && !liveParked.has(event.id)) return true;
-      deferredStreams.add(event.streamId);
-      deferred.push(event);
-      return false;
-    });
-  };
+  const late = await connection.transaction((tx) => readLateApplies(tx, projection.name));
+  let order = createApplyOrder(late, () => liveParked);
   const adopt = (result: Awaited<ReturnType<typeof applyParking>>) => {
     blocked = result.blocked;
     for (const { event, error } of result.parked) {
@@ -335,9 +329,10 @@ async function buildAndSwap<T extends string>(
         for await (const page of log.readBulk()) {
           aborted();
           await readLiveParked();
-          const events = withoutDeferred(page.events);
-          fold.add(events);
-          processed += events.length;
+          for (const run of order.runs(page.events)) {
+            fold.add(run);
+            processed += run.length;
+          }
           position = page.checkpoint;
           options.onProgress?.({ processed, position, head });
         }
@@ -365,8 +360,7 @@ async function buildAndSwap<T extends string>(
         });
         position = START;
         processed = 0;
-        deferredStreams = new Set();
-        deferred = [];
+        order = createApplyOrder(late, () => liveParked);
       }
     }
     // Page by page (everything without a bulk path or whose bulk load failed; after a bulk load,
@@ -379,7 +373,7 @@ async function buildAndSwap<T extends string>(
       const next = log.readPage(current.checkpoint);
       next.catch(() => undefined); // awaited below; this only keeps a failure of an abandoned read quiet
       await readLiveParked();
-      await applyPage(withoutDeferred(current.events));
+      for (const run of order.runs(current.events)) await applyPage(run);
       position = current.checkpoint;
       options.onProgress?.({ processed, position, head });
       page = await next;
@@ -388,11 +382,11 @@ async function buildAndSwap<T extends string>(
     const swapped: Awaited<ReturnType<typeof applyParking>>[] = [];
     // slonik runs a transaction's body again after a serialization failure or deadlock: each run
     // starts from the state the pages left.
-    const beforeSwap = { blocked, deferred, deferredStreams };
+    const blockedBeforeSwap = blocked;
+    const restoreHeld = order.save();
     await connection.transaction(async (tx) => {
-      blocked = new Map(beforeSwap.blocked);
-      deferred = [...beforeSwap.deferred];
-      deferredStreams = new Set(beforeSwap.deferredStreams);
+      blocked = new Map(blockedBeforeSwap);
+      restoreHeld();
       swapped.length = 0;
       const stored = await readCheckpoint(tx, projection.name, true);
       await readLiveParked(tx);
@@ -404,23 +398,25 @@ async function buildAndSwap<T extends string>(
       for (;;) {
         const page = await log.readPage(swapPosition);
         if (comparePositions(page.checkpoint, swapPosition) === 0) break;
-        const events = withoutDeferred(page.events);
-        if (events.length > 0) {
-          const result = await applyParking(tx, events, true);
+        for (const run of order.runs(page.events)) {
+          const result = await applyParking(tx, run, true);
           blocked = result.blocked;
           swapped.push(result);
         }
         swapPosition = page.checkpoint;
       }
-      // Last, the events parked in the live model (and their streams' later ones), in log order;
-      // tried once each (they failed live already), since the live projector waits meanwhile.
-      const lateIds = deferred.map((event) => event.id);
-      if (deferred.length > 0) {
-        const result = await applyParking(tx, deferred, true, 1);
+      // Last, what is still held: the events parked in the live model (and their streams' later
+      // ones), in log order; tried once each (they failed live already), since the live projector
+      // waits meanwhile. Those applied are recorded as applied after the swap's position.
+      const last = order.rest();
+      if (last.length > 0) {
+        const result = await applyParking(tx, last, true, 1);
         blocked = result.blocked;
         swapped.push(result);
       }
       const parkedHere = new Set([...parkedIds, ...swapped.flatMap((r) => r.parked.map((p) => p.event.id))]);
+      const lateIds = last.map((event) => event.id).filter((id) => !parkedHere.has(id));
+      await recordLateApplies(tx, projection.name, lateIds, swapPosition);
       // Events of this version parked before (a previous run of this replay, or the live
       // projector when the same version is rebuilt) that this build applied are no longer
       // parked: the new model has them. Those it parked again stay one row each (parkEvent upserts).
@@ -435,7 +431,7 @@ async function buildAndSwap<T extends string>(
         await tx.query(sql.type(z.object({}))`
           update projection_parked_events set status = 'retried', resolved_at = now()
           where projection = ${projection.name} and version = ${stored.version} and status = 'parked'
-            and event_id = any(${sql.array(lateIds.filter((id) => !parkedHere.has(id)), 'text')})
+            and event_id = any(${sql.array(lateIds, 'text')})
         `);
       }
       for (const logical of Object.keys(projection.tables)) {

@@ -259,7 +259,7 @@ describe('when a change is parked and applied after the fix, by `projections ret
     // deterministically (23514) and the runner parks it, and the later change of its stream.
     const constraint = `poison_${randomBytes(4).toString('hex')}`;
     try {
-      await register(headers, receiver.url);
+      const endpoint = await register(headers, receiver.url);
       const x = await hire(h.store, tenant.tenantId, 'x');
       const y = await hire(h.store, tenant.tenantId, 'y');
       await h.feedCursors(headers, 2);
@@ -301,6 +301,14 @@ describe('when a change is parked and applied after the fix, by `projections ret
       const later = await register(headers, receiver.url);
       expect(later.cursor).toBe(parkedPositions[1]);
       expect(await listParkedEvents(h.db.pool, changesProjection.name, { status: 'parked' })).toEqual([]);
+
+      // A rebuild later applies them at the same point again: the order and every cursor into it
+      // stay as they were, and the endpoint has nothing new (no y-after again).
+      const applied = (await read(headers, 'limit=1000')).data.map((c) => c.cursor);
+      await replayProjection(h.db.pool, h.store, changesProjection);
+      expect((await read(headers, 'limit=1000')).data.map((c) => c.cursor)).toEqual(applied);
+      expect((await read(headers, `after=${before.next}`)).data.map((c) => c.cursor)).toEqual(parkedPositions);
+      expect(await dueEndpoints(h.db.pool, 10, endpoint.id)).toEqual([]);
     } finally {
       await sqlAt(h.db.url, `alter table employee_changes drop constraint if exists ${constraint}`);
       await receiver.close();
