@@ -21,6 +21,17 @@ import type { Projection } from './projection.ts';
  */
 export const PARKED_EVENTS_TABLE = 'projection_parked_events';
 
+/** The advisory lock a rebuild of the projection holds from its start to its swap (runner.ts). */
+export const replayLockKey = (name: string): string => `projection-replay:${name}`;
+
+/** `retry` while a rebuild of the projection is building: it would place what it applies wrongly in the new model. */
+export class RebuildInProgressError extends Error {
+  constructor(name: string) {
+    super(`a rebuild of projection ${name} is running: retry once it has swapped in (projections status)`);
+    this.name = 'RebuildInProgressError';
+  }
+}
+
 export const parkedEventsMigration: Migration = {
   id: 'projections/002-parked-events',
   sql: `
@@ -196,7 +207,8 @@ export type RetryResult = { readonly retried: number; readonly stillParked: numb
  * cannot commit in between. An event applied here is marked `retried` in the same
  * transaction, so it is never applied twice (the live projector is already past it). One that
  * still fails stays parked with attempts + 1, and so do the later events of its stream.
- * A transient failure (see failures.ts) rolls the whole retry back and is thrown.
+ * A transient failure (see failures.ts) rolls the whole retry back and is thrown; so is
+ * RebuildInProgressError while a rebuild of the projection holds its replay lock.
  */
 export async function retryParkedEvents<T extends string>(
   pool: DatabasePool,
@@ -204,6 +216,13 @@ export async function retryParkedEvents<T extends string>(
   tables: Readonly<Record<T, IdentifierSqlToken>>,
 ): Promise<RetryResult> {
   return pool.transaction(async (tx) => {
+    // Not while a rebuild builds: it read the late applies when it started, so what this applies
+    // would go at its log position in the new model, behind readers already past it. (A rebuild
+    // that starts meanwhile waits for this transaction.)
+    const free = await tx.oneFirst(sql.type(z.object({ free: z.boolean() }))`
+      select pg_try_advisory_xact_lock(hashtext(${replayLockKey(projection.name)})) as free
+    `);
+    if (!free) throw new RebuildInProgressError(projection.name);
     const checkpoint = await tx.maybeOne(sql.type(z.object({ version: z.number(), commit_position: z.string(), prepare_position: z.string() }))`
       select version, commit_position::text, prepare_position::text from projection_checkpoints where name = ${projection.name} for update
     `);

@@ -18,7 +18,7 @@ import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNo
 import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
-import { hasParkedEvents, liveParkedEventIds, parkedEventsMigration, parkedStreams } from './parking.ts';
+import { hasParkedEvents, liveParkedEventIds, parkedEventsMigration, parkedStreams, replayLockKey } from './parking.ts';
 import { createApplyOrder, lateAppliesMigration, readLateApplies, recordLateApplies } from './applyOrder.ts';
 
 export const projectionRunnerMigrations: readonly Migration[] = [
@@ -185,7 +185,7 @@ export async function replayProjection<T extends string>(
   // One replay per projection at a time, held for the whole build on one connection; it also
   // makes it safe to drop shadow tables that a killed replay left behind.
   return pool.connect(async (connection) => {
-    const lockKey = `projection-replay:${projection.name}`;
+    const lockKey = replayLockKey(projection.name);
     await connection.query(sql.type(z.object({}))`select pg_advisory_lock(hashtext(${lockKey}))`);
     try {
       const stored = await readCheckpoint(connection, projection.name);
@@ -384,6 +384,7 @@ async function buildAndSwap<T extends string>(
     // starts from the state the pages left.
     const blockedBeforeSwap = blocked;
     const restoreHeld = order.save();
+    const swapFrom = position;
     await connection.transaction(async (tx) => {
       blocked = new Map(blockedBeforeSwap);
       restoreHeld();
@@ -394,7 +395,7 @@ async function buildAndSwap<T extends string>(
       if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
       // Under the checkpoint lock: apply whatever committed since the last page, each failing
       // event isolated in a savepoint (this transaction cannot be retried page by page).
-      let swapPosition = position;
+      let swapPosition = swapFrom;
       for (;;) {
         const page = await log.readPage(swapPosition);
         if (comparePositions(page.checkpoint, swapPosition) === 0) break;
@@ -405,17 +406,19 @@ async function buildAndSwap<T extends string>(
         }
         swapPosition = page.checkpoint;
       }
-      // Last, what is still held: the events parked in the live model (and their streams' later
-      // ones), in log order; tried once each (they failed live already), since the live projector
-      // waits meanwhile. Those applied are recorded as applied after the swap's position.
+      // Last, what is still held: late applies whose point no event passed, in their order; then
+      // the events parked in the live model (and their streams' later ones), in log order, tried
+      // once each (they failed live already) since the live projector waits meanwhile, and
+      // recorded as applied after the swap's position.
       const last = order.rest();
-      if (last.length > 0) {
-        const result = await applyParking(tx, last, true, 1);
+      for (const [events, attempts] of [[last.late, policy.maxAttempts], [last.parked, 1]] as const) {
+        if (events.length === 0) continue;
+        const result = await applyParking(tx, events, true, attempts);
         blocked = result.blocked;
         swapped.push(result);
       }
       const parkedHere = new Set([...parkedIds, ...swapped.flatMap((r) => r.parked.map((p) => p.event.id))]);
-      const lateIds = last.map((event) => event.id).filter((id) => !parkedHere.has(id));
+      const lateIds = last.parked.map((event) => event.id).filter((id) => !parkedHere.has(id));
       await recordLateApplies(tx, projection.name, lateIds, swapPosition);
       // Events of this version parked before (a previous run of this replay, or the live
       // projector when the same version is rebuilt) that this build applied are no longer

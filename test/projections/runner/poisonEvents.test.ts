@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import pg from 'pg';
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -12,7 +13,7 @@ import { employeesProjection } from '../../../projections/employees/employeesPro
 import { listEmployees } from '../../../projections/employees/queries.ts';
 import { defineProjection } from '../../../projections/runner/projection.ts';
 import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
-import { listParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
+import { RebuildInProgressError, listParkedEvents, replayLockKey, retryParkedEvents } from '../../../projections/runner/parking.ts';
 import { parkedEventsReadiness, registerParkedEventsMetric } from '../../../projections/runner/monitoring.ts';
 import { useTestEventStore } from '../../support/database.ts';
 import { hire, statusChanged } from './fixtures/employeeEvents.ts';
@@ -230,6 +231,21 @@ describe('when a handler throws on one event', () => {
     const next = await store.append('s-a1', [noted('a')]);
     expect(await waitForCheckpoint(db.pool, flaky.name, next.position, 5_000)).toBe(true);
     expect(await notes()).toHaveLength(6);
+  });
+
+  it('refuses to retry while a rebuild of the projection is building (it would place what it applies wrongly)', async () => {
+    const { db } = fixture;
+    const live = { flaky_notes: sql.identifier(['flaky_notes']) };
+    const rebuild = new pg.Client({ connectionString: db.url });
+    await rebuild.connect();
+    try {
+      await rebuild.query('select pg_advisory_lock(hashtext($1))', [replayLockKey(flaky.name)]);
+      await expect(retryParkedEvents(db.pool, flaky, live)).rejects.toBeInstanceOf(RebuildInProgressError);
+      await rebuild.query('select pg_advisory_unlock(hashtext($1))', [replayLockKey(flaky.name)]);
+      expect(await retryParkedEvents(db.pool, flaky, live)).toEqual({ retried: 0, stillParked: 0 });
+    } finally {
+      await rebuild.end();
+    }
   });
 
   it('retries a page that fails transiently (serialization failure) without parking anything', async () => {
