@@ -141,8 +141,9 @@ type ReplaySource = {
  * Rebuilds a projection from the first event into shadow tables, then swaps them in atomically.
  * Readers keep using the live tables until the swap; the swap holds the live checkpoint row so
  * the live projector cannot commit in between, applies the last events, renames, and moves
- * the checkpoint — all in one transaction. Events parked in the live model when the build
- * starts (and the later events of their streams) are applied last, in the swap.
+ * the checkpoint — all in one transaction. The log is applied in the live model's order
+ * (applyOrder.ts): events `projections retry` applied late go at the same point again, and
+ * events parked in the live model (and the later events of their streams) go last, in the swap.
  *
  * A projection with a `bulk` path is rebuilt as a bulk load: the log up to its current head is
  * read in large pages (the store's `readAllBulk` when it has one) and folded in memory, the rows
