@@ -219,10 +219,7 @@ export async function retryParkedEvents<T extends string>(
     // Not while a rebuild builds: it read the late applies when it started, so what this applies
     // would go at its log position in the new model, behind readers already past it. (A rebuild
     // that starts meanwhile waits for this transaction.)
-    const free = await tx.oneFirst(sql.type(z.object({ free: z.boolean() }))`
-      select pg_try_advisory_xact_lock(hashtext(${replayLockKey(projection.name)})) as free
-    `);
-    if (!free) throw new RebuildInProgressError(projection.name);
+    await assertNoRebuild(tx, projection.name);
     const checkpoint = await tx.maybeOne(sql.type(z.object({ version: z.number(), commit_position: z.string(), prepare_position: z.string() }))`
       select version, commit_position::text, prepare_position::text from projection_checkpoints where name = ${projection.name} for update
     `);
@@ -279,14 +276,32 @@ export async function retryParkedEvents<T extends string>(
   });
 }
 
-/** Marks parked events as resolved without applying them (an operator decided to drop them). */
+/**
+ * Marks parked events as resolved without applying them (an operator decided to drop them).
+ * Not while a rebuild builds: it would still apply them last, in its swap.
+ */
 export async function resolveParkedEvents(pool: DatabasePool, name: string, eventIds?: readonly string[]): Promise<number> {
-  const rows = await pool.any(sql.type(z.object({ event_id: z.string() }))`
-    update projection_parked_events set status = 'resolved', resolved_at = now()
-    where projection = ${name} and status = 'parked'
-      and version = (select version from projection_checkpoints where name = ${name})
-      and (${eventIds ? sql.array([...eventIds], 'text') : null}::text[] is null or event_id = any(${eventIds ? sql.array([...eventIds], 'text') : null}::text[]))
-    returning event_id
-  `);
+  const rows = await pool.transaction(async (tx) => {
+    await assertNoRebuild(tx, name);
+    return tx.any(sql.type(z.object({ event_id: z.string() }))`
+      update projection_parked_events set status = 'resolved', resolved_at = now()
+      where projection = ${name} and status = 'parked'
+        and version = (select version from projection_checkpoints where name = ${name})
+        and (${eventIds ? sql.array([...eventIds], 'text') : null}::text[] is null or event_id = any(${eventIds ? sql.array([...eventIds], 'text') : null}::text[]))
+      returning event_id
+    `);
+  });
   return rows.length;
+}
+
+/**
+ * Throws RebuildInProgressError while a rebuild of the projection holds its replay lock; else
+ * holds the lock shared until the caller's transaction ends (retries and resolves run side by
+ * side; a rebuild that starts meanwhile waits for them).
+ */
+async function assertNoRebuild(tx: DatabaseTransactionConnection, name: string): Promise<void> {
+  const free = await tx.oneFirst(sql.type(z.object({ free: z.boolean() }))`
+    select pg_try_advisory_xact_lock_shared(hashtext(${replayLockKey(name)})) as free
+  `);
+  if (!free) throw new RebuildInProgressError(name);
 }

@@ -13,7 +13,7 @@ import { employeesProjection } from '../../../projections/employees/employeesPro
 import { listEmployees } from '../../../projections/employees/queries.ts';
 import { defineProjection } from '../../../projections/runner/projection.ts';
 import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
-import { RebuildInProgressError, listParkedEvents, replayLockKey, retryParkedEvents } from '../../../projections/runner/parking.ts';
+import { RebuildInProgressError, listParkedEvents, replayLockKey, resolveParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
 import { parkedEventsReadiness, registerParkedEventsMetric } from '../../../projections/runner/monitoring.ts';
 import { useTestEventStore } from '../../support/database.ts';
 import { hire, statusChanged } from './fixtures/employeeEvents.ts';
@@ -233,7 +233,7 @@ describe('when a handler throws on one event', () => {
     expect(await notes()).toHaveLength(6);
   });
 
-  it('refuses to retry while a rebuild of the projection is building (it would place what it applies wrongly)', async () => {
+  it('refuses to retry or resolve while a rebuild of the projection is building (it would place what it applies wrongly), not while another retry runs', async () => {
     const { db } = fixture;
     const live = { flaky_notes: sql.identifier(['flaky_notes']) };
     const rebuild = new pg.Client({ connectionString: db.url });
@@ -241,8 +241,12 @@ describe('when a handler throws on one event', () => {
     try {
       await rebuild.query('select pg_advisory_lock(hashtext($1))', [replayLockKey(flaky.name)]);
       await expect(retryParkedEvents(db.pool, flaky, live)).rejects.toBeInstanceOf(RebuildInProgressError);
+      await expect(resolveParkedEvents(db.pool, flaky.name)).rejects.toBeInstanceOf(RebuildInProgressError);
       await rebuild.query('select pg_advisory_unlock(hashtext($1))', [replayLockKey(flaky.name)]);
+      // Another retry in progress (the lock held shared) does not stop this one.
+      await rebuild.query('select pg_advisory_lock_shared(hashtext($1))', [replayLockKey(flaky.name)]);
       expect(await retryParkedEvents(db.pool, flaky, live)).toEqual({ retried: 0, stillParked: 0 });
+      expect(await resolveParkedEvents(db.pool, flaky.name)).toBe(0);
     } finally {
       await rebuild.end();
     }
