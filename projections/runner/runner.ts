@@ -187,7 +187,12 @@ export async function replayProjection<T extends string>(
   // makes it safe to drop shadow tables that a killed replay left behind.
   return pool.connect(async (connection) => {
     const lockKey = replayLockKey(projection.name);
-    await connection.query(sql.type(z.object({}))`select pg_advisory_lock(hashtext(${lockKey}))`);
+    // Polled, not waited for inside pg_advisory_lock: behind another copy's build (a version bump
+    // on several projectors) that wait would outlast the pool's statement timeout.
+    while (!(await connection.oneFirst(sql.type(z.object({ locked: z.boolean() }))`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) {
+      if (options.signal?.aborted) throw new Error('replay aborted');
+      await sleep(REPLAY_LOCK_POLL_MS);
+    }
     try {
       const stored = await readCheckpoint(connection, projection.name);
       if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
@@ -199,6 +204,8 @@ export async function replayProjection<T extends string>(
     }
   });
 }
+
+const REPLAY_LOCK_POLL_MS = 200;
 
 /** Each `next()` of the store's iterator runs outside the replay connection's async context (see above). */
 function bindIterable<P>(iterable: AsyncIterable<P>): AsyncIterable<P> {

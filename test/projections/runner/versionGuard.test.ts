@@ -1,4 +1,7 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
+import { createDatabasePool } from '../../../shared/db/pool.ts';
+import { replayLockKey } from '../../../projections/runner/parking.ts';
 import { START } from '../../../shared/event-store/port.ts';
 import {
   ProjectionSupersededError,
@@ -121,6 +124,24 @@ describe('version guard (defect 10)', () => {
         expect(await readTally(db.pool)).toEqual(expectedTally(await allEvents(store), 10));
       } finally {
         await Promise.all(copies.map((c) => c.stop()));
+      }
+    });
+
+    it('a copy waits for another build longer than the pool statement timeout (the replay lock is polled)', async () => {
+      const { db, store } = fixture;
+      const building = new pg.Client({ connectionString: db.url });
+      await building.connect();
+      const pool = await createDatabasePool(db.url, { statementTimeoutMs: 300 });
+      try {
+        await building.query('select pg_advisory_lock(hashtext($1))', [replayLockKey('tally')]);
+        const waiting = replayProjection(pool, store, tallyProjection(3, 1));
+        await new Promise((r) => setTimeout(r, 1_000));
+        await building.query('select pg_advisory_unlock(hashtext($1))', [replayLockKey('tally')]);
+        expect((await waiting).processed).toBeGreaterThan(0);
+        expect((await readCheckpoint(db.pool, 'tally'))?.version).toBe(3);
+      } finally {
+        await pool.end();
+        await building.end();
       }
     });
   });
