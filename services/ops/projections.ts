@@ -4,7 +4,7 @@ import pino from 'pino';
 import { loadConfig } from '../../shared/config.ts';
 import { comparePositions, formatPosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
-import { countParkedEvents, listParkedEvents, resolveParkedEvents, retryParkedEvents } from '../../projections/runner/parking.ts';
+import { RebuildInProgressError, countParkedEvents, listParkedEvents, resolveParkedEvents, retryParkedEvents } from '../../projections/runner/parking.ts';
 import { sql } from '../../shared/db/pool.ts';
 import type { Projection } from '../../projections/runner/projection.ts';
 import { allProjections } from '../../projections/index.ts';
@@ -24,6 +24,18 @@ async function withRuntime(work: (runtime: Runtime) => Promise<void>): Promise<v
     await work(runtime);
   } finally {
     await runtime.close();
+  }
+}
+
+/** Runs `work`; while a rebuild of the projection builds, says so on stderr and exits 2 instead (nothing changed). */
+async function unlessRebuilding<T>(work: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await work();
+  } catch (error) {
+    if (!(error instanceof RebuildInProgressError)) throw error;
+    process.stderr.write(`${error.message}\n`);
+    process.exitCode = 2;
+    return undefined;
   }
 }
 
@@ -190,7 +202,8 @@ export function registerProjectionCommands(program: Command): void {
     .action(async (projection: Projection) => {
       await withRuntime(async ({ pool }) => {
         const live = Object.fromEntries(Object.keys(projection.tables).map((t) => [t, sql.identifier([t])]));
-        const result = await retryParkedEvents(pool, projection, live);
+        const result = await unlessRebuilding(() => retryParkedEvents(pool, projection, live));
+        if (!result) return;
         process.stdout.write(`${projection.name}: ${result.retried} parked events applied, ${result.stillParked} still parked\n`);
         if (result.stillParked > 0) process.exitCode = 1;
       });
@@ -203,7 +216,8 @@ export function registerProjectionCommands(program: Command): void {
     .argument('[eventIds...]', 'only these events')
     .action(async (projection: Projection, eventIds: string[]) => {
       await withRuntime(async ({ pool }) => {
-        const resolved = await resolveParkedEvents(pool, projection.name, eventIds.length > 0 ? eventIds : undefined);
+        const resolved = await unlessRebuilding(() => resolveParkedEvents(pool, projection.name, eventIds.length > 0 ? eventIds : undefined));
+        if (resolved === undefined) return;
         process.stdout.write(`${projection.name}: ${resolved} parked events marked resolved\n`);
       });
     });

@@ -133,6 +133,25 @@ describe('when a poison event for one tenant is in the log (defect 1)', () => {
       .parse(JSON.parse(stdout));
     expect(status.projections.find((p) => p.name === employeesProjection.name)?.parked).toBe(2);
   }, 90_000);
+
+  it('`ops projections retry` and `resolve` refuse while a rebuild builds: exit code 2, the reason on stderr, nothing changed', async () => {
+    const { db } = fixture;
+    const rebuild = new pg.Client({ connectionString: db.url });
+    await rebuild.connect();
+    try {
+      await rebuild.query('select pg_advisory_lock(hashtext($1))', [replayLockKey(employeesProjection.name)]);
+      for (const command of ['retry', 'resolve']) {
+        const run = promisify(execFile)(process.execPath, [resolve(import.meta.dirname, '../../../scripts/ops.ts'), 'projections', command, employeesProjection.name], {
+          env: { ...process.env, DATABASE_URL: db.url, REDIS_URL: '', KAFKA_BROKERS: '', EVENTSTORE_URL: '', LOG_LEVEL: 'silent' },
+          timeout: 60_000,
+        });
+        await expect(run).rejects.toMatchObject({ code: 2, stderr: `a rebuild of projection ${employeesProjection.name} is running: retry once it has swapped in (projections status)\n` });
+      }
+      expect((await listParkedEvents(db.pool, employeesProjection.name, { status: 'parked' })).length).toBe(2);
+    } finally {
+      await rebuild.end();
+    }
+  }, 90_000);
 });
 
 /**
