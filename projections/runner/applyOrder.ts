@@ -77,6 +77,8 @@ export type ApplyOrder = {
   rest(): { late: RecordedEvent[]; parked: RecordedEvent[] };
   /** The held state, to restore when a transaction that took some of it is run again. */
   save(): () => void;
+  /** Whether the event is held (not yet handed out). */
+  holds(eventId: string): boolean;
 };
 
 /**
@@ -88,7 +90,7 @@ export type ApplyOrder = {
  * earlier ones), then in log order; a map gives each stream's latest point, so the cost per
  * event does not grow with what is held.
  */
-export function createApplyOrder(late: ReadonlyMap<string, LateApply>, parkedLive: () => ReadonlySet<string>): ApplyOrder {
+export function createApplyOrder(late: ReadonlyMap<string, LateApply>, parkedLive: () => { has(eventId: string): boolean }): ApplyOrder {
   let held: Array<{ event: RecordedEvent; at: At }> = [];
   let streams = new Map<string, { at: At; count: number }>();
   const hold = (event: RecordedEvent, at: At) => {
@@ -149,6 +151,7 @@ export function createApplyOrder(late: ReadonlyMap<string, LateApply>, parkedLiv
       streams = new Map();
       return { late: all.filter((h) => h.at !== null).map((h) => h.event), parked: all.filter((h) => h.at === null).map((h) => h.event) };
     },
+    holds: (eventId) => held.some((h) => h.event.id === eventId),
     save() {
       const heldCopy = [...held];
       const streamsCopy = new Map(streams);

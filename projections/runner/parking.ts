@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { sql, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
 import type { Migration } from '../../shared/db/migrate.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
-import type { RecordedEvent } from '../../shared/event-store/port.ts';
+import type { GlobalPosition, RecordedEvent } from '../../shared/event-store/port.ts';
 import { recordLateApplies } from './applyOrder.ts';
 import { classifyFailure, describeFailure } from './failures.ts';
 import type { Projection } from './projection.ts';
@@ -23,6 +23,19 @@ export const PARKED_EVENTS_TABLE = 'projection_parked_events';
 
 /** The advisory lock a rebuild of the projection holds from its start to its swap (runner.ts). */
 export const replayLockKey = (name: string): string => `projection-replay:${name}`;
+
+/**
+ * A rebuild found, in its swap, events the live projector parked after the build had applied
+ * them in place (the live projector far behind the build): swapping would put their changes
+ * behind readers already past them. Nothing is swapped; the next build defers them. A
+ * projector's start-up builds again on its own (with backoff); an operator runs the replay again.
+ */
+export class RebuildRaceError extends Error {
+  constructor(name: string, eventIds: readonly string[]) {
+    super(`projection ${name}: the live projector parked ${eventIds.length} event(s) this rebuild had already applied in place (${eventIds.slice(0, 5).join(', ')}); nothing was swapped, build again`);
+    this.name = 'RebuildRaceError';
+  }
+}
 
 /** `retry` while a rebuild of the projection is building: it would place what it applies wrongly in the new model. */
 export class RebuildInProgressError extends Error {
@@ -124,7 +137,7 @@ const tenantOf = (event: RecordedEvent): string | null => (typeof event.metadata
 
 /** Parks one event (inside the caller's transaction, so it commits with the checkpoint that skips it). */
 export async function parkEvent(
-  tx: DatabaseTransactionConnection,
+  tx: Queryable,
   projection: Pick<Projection, 'name' | 'version'>,
   event: RecordedEvent,
   failure: { readonly error: string; readonly attempts: number },
@@ -164,14 +177,14 @@ export async function hasParkedEvents(db: Queryable, projection: Pick<Projection
   `);
 }
 
-/** Ids of the events parked (not yet retried or resolved) in the projection's live version. */
-export async function liveParkedEventIds(db: Queryable, name: string): Promise<Set<string>> {
-  const rows = await db.any(sql.type(z.object({ event_id: z.string() }))`
-    select p.event_id from projection_parked_events p
+/** The events parked (not yet retried or resolved) in the projection's live version: id → log position. */
+export async function liveParkedEvents(db: Queryable, name: string): Promise<Map<string, GlobalPosition>> {
+  const rows = await db.any(sql.type(z.object({ event_id: z.string(), commit_position: z.string(), prepare_position: z.string() }))`
+    select p.event_id, p.commit_position::text, p.prepare_position::text from projection_parked_events p
     join projection_checkpoints c on c.name = p.projection and c.version = p.version
     where p.projection = ${name} and p.status = 'parked'
   `);
-  return new Set(rows.map((r) => r.event_id));
+  return new Map(rows.map((r) => [r.event_id, { commit: BigInt(r.commit_position), prepare: BigInt(r.prepare_position) }]));
 }
 
 /**

@@ -18,7 +18,7 @@ import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNo
 import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
-import { hasParkedEvents, liveParkedEventIds, parkedEventsMigration, parkedStreams, replayLockKey } from './parking.ts';
+import { RebuildRaceError, hasParkedEvents, liveParkedEvents, parkedEventsMigration, parkedStreams, replayLockKey } from './parking.ts';
 import { createApplyOrder, lateAppliesMigration, readLateApplies, recordLateApplies } from './applyOrder.ts';
 
 export const projectionRunnerMigrations: readonly Migration[] = [
@@ -294,11 +294,12 @@ async function buildAndSwap<T extends string>(
   // fix. So a model that numbers its rows as applied (the change feed) keeps its order, and a
   // fix deployed with a rebuild reaches readers past those events' positions. The live
   // projector (older code, on a version bump) may park more while this one builds: the parked
-  // set is read again before every page and in the swap. (One it parks behind the build's
-  // position was already applied in place: see operations.md.)
-  let liveParked = new Set<string>();
+  // set is read again before every page and in the swap. One it parks behind the build's
+  // position was already applied in place: the swap then refuses (RebuildRaceError), and the
+  // next build defers it.
+  let liveParked = new Map<string, GlobalPosition>();
   const readLiveParked = async (tx?: DatabaseTransactionConnection) => {
-    liveParked = tx ? await liveParkedEventIds(tx, projection.name) : await connection.transaction((t) => liveParkedEventIds(t, projection.name));
+    liveParked = tx ? await liveParkedEvents(tx, projection.name) : await connection.transaction((t) => liveParkedEvents(t, projection.name));
   };
   const late = await connection.transaction((tx) => readLateApplies(tx, projection.name));
   let order = createApplyOrder(late, () => liveParked);
@@ -399,6 +400,10 @@ async function buildAndSwap<T extends string>(
       swapped.length = 0;
       const stored = await readCheckpoint(tx, projection.name, true);
       await readLiveParked(tx);
+      const appliedInPlace = [...liveParked]
+        .filter(([id, at]) => comparePositions(at, swapFrom) <= 0 && !order.holds(id) && !parkedIds.has(id))
+        .map(([id]) => id);
+      if (appliedInPlace.length > 0) throw new RebuildRaceError(projection.name, appliedInPlace);
       // A newer version swapped in while this one was building: keep it (version guard).
       if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
       // Under the checkpoint lock: apply whatever committed since the last page, each failing

@@ -9,8 +9,8 @@ import { START, type EventStore, type GlobalPosition, type NewEvent } from '../.
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
 import { defineProjection, type Projection } from '../../../projections/runner/projection.ts';
-import { readCheckpoint, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
-import { listParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
+import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
+import { RebuildRaceError, listParkedEvents, parkEvent, retryParkedEvents } from '../../../projections/runner/parking.ts';
 import { useTestEventStore } from '../../support/database.ts';
 import { hire, statusChanged } from './fixtures/employeeEvents.ts';
 
@@ -175,4 +175,47 @@ describe('when a version bump rebuilds a projection page by page with a poison e
     expect(await notes()).toContain(events[1]?.id);
     expect((await readCheckpoint(db.pool, v2.name))?.eventsApplied).toBe(4);
   }, 60_000);
+});
+
+describe('when the live projector parks an event a rebuild has already applied in place (the live projector far behind)', () => {
+  const fixture = useTestEventStore();
+
+  it('the swap refuses (nothing swapped), and the next build applies that event last, as a retry would', async () => {
+    const { db, store } = fixture;
+    const noted = (): NewEvent => ({ id: randomUUID(), type: 'Noted', data: { poison: false }, metadata: { tenantId: 't' } });
+    const events = [noted(), noted(), noted(), noted()];
+    let last: GlobalPosition = START;
+    for (const [i, event] of events.entries()) last = (await store.append(`race-${i}`, [event])).position;
+    await projectUntil(db.pool, store, notesProjection({ broken: false }, 1), last);
+    const notes = () => db.pool.anyFirst(sql.type(z.object({ event_id: z.string() }))`select event_id from replay_notes order by seq`);
+    const raced = events[1];
+    if (!raced) throw new Error('no event');
+
+    // Version 2's build applies `raced`; in the same moment the live projector (version 1) parks
+    // it: simulated by the handler, in the build's own page transaction.
+    const v2 = notesProjection({ broken: false }, 2);
+    let parkedLive = false;
+    const racing = defineProjection({
+      ...v2,
+      async handle(tx, batch, tables) {
+        const hit = batch.find((e) => e.id === raced.id);
+        if (hit && !parkedLive) {
+          parkedLive = true;
+          await parkEvent(tx, { name: v2.name, version: 1 }, hit, { error: 'simulated: parked live', attempts: 3 });
+        }
+        await v2.handle(tx, batch, tables);
+      },
+    });
+    await expect(replayProjection(db.pool, store, racing)).rejects.toBeInstanceOf(RebuildRaceError);
+    expect((await readCheckpoint(db.pool, v2.name))?.version).toBe(1);
+    expect(await notes()).toEqual(events.map((e) => e.id));
+
+    const rebuilt = await replayProjection(db.pool, store, racing);
+    expect(rebuilt.parked).toBe(0);
+    expect((await readCheckpoint(db.pool, v2.name))?.version).toBe(2);
+    expect(await notes()).toEqual([events[0], events[2], events[3], raced].map((e) => e?.id));
+    expect((await db.pool.anyFirst(sql.type(z.object({ status: z.string() }))`
+      select status from projection_parked_events where projection = ${v2.name} and version = 1 and event_id = ${raced.id}
+    `))).toEqual(['retried']);
+  });
 });
