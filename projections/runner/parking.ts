@@ -157,13 +157,24 @@ export async function parkEvent(
   `);
 }
 
-/** Streams of `streamIds` that have a parked event in this projection version: their later events wait behind it. */
-export async function parkedStreams(db: Queryable, projection: Pick<Projection, 'name' | 'version'>, streamIds: readonly string[]): Promise<Map<string, string>> {
+/**
+ * Streams of `streamIds` that have a parked event in this projection version before `before`
+ * (the first event of the page at hand): their events from `before` on wait behind it. A row
+ * at or after it (a same-version replay that ran ahead of the live projector parks under the
+ * live version) blocks nothing yet: the page's own events are tried, and parked, in order.
+ */
+export async function parkedStreams(
+  db: Queryable,
+  projection: Pick<Projection, 'name' | 'version'>,
+  streamIds: readonly string[],
+  before: GlobalPosition,
+): Promise<Map<string, string>> {
   if (streamIds.length === 0) return new Map();
   const rows = await db.any(sql.type(z.object({ stream_id: z.string(), event_id: z.string() }))`
     select distinct on (stream_id) stream_id, event_id from projection_parked_events
     where projection = ${projection.name} and version = ${projection.version} and status = 'parked'
       and stream_id = any(${sql.array([...streamIds], 'text')})
+      and (commit_position, prepare_position) < (${before.commit.toString()}::numeric, ${before.prepare.toString()}::numeric)
     order by stream_id, commit_position, prepare_position
   `);
   return new Map(rows.map((r) => [r.stream_id, r.event_id]));
@@ -177,12 +188,15 @@ export async function hasParkedEvents(db: Queryable, projection: Pick<Projection
   `);
 }
 
-/** The events parked (not yet retried or resolved) in the projection's live version: id → log position. */
-export async function liveParkedEvents(db: Queryable, name: string): Promise<Map<string, GlobalPosition>> {
+/**
+ * The events parked (not yet retried or resolved) in the projection's live version, of the
+ * types `projection` reads: id → log position. (A build never meets the other types.)
+ */
+export async function liveParkedEvents(db: Queryable, projection: Pick<Projection, 'name' | 'eventTypes'>): Promise<Map<string, GlobalPosition>> {
   const rows = await db.any(sql.type(z.object({ event_id: z.string(), commit_position: z.string(), prepare_position: z.string() }))`
     select p.event_id, p.commit_position::text, p.prepare_position::text from projection_parked_events p
     join projection_checkpoints c on c.name = p.projection and c.version = p.version
-    where p.projection = ${name} and p.status = 'parked'
+    where p.projection = ${projection.name} and p.status = 'parked' and p.event_type = any(${sql.array([...projection.eventTypes], 'text')})
   `);
   return new Map(rows.map((r) => [r.event_id, { commit: BigInt(r.commit_position), prepare: BigInt(r.prepare_position) }]));
 }

@@ -191,7 +191,7 @@ export async function replayProjection<T extends string>(
     // on several projectors) that wait would outlast the pool's statement timeout.
     while (!(await connection.oneFirst(sql.type(z.object({ locked: z.boolean() }))`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) {
       if (options.signal?.aborted) throw new Error('replay aborted');
-      await sleep(REPLAY_LOCK_POLL_MS);
+      await sleep(REPLAY_LOCK_POLL_MS, undefined, { signal: options.signal }).catch(() => undefined);
     }
     try {
       const stored = await readCheckpoint(connection, projection.name);
@@ -299,7 +299,7 @@ async function buildAndSwap<T extends string>(
   // next build defers it.
   let liveParked = new Map<string, GlobalPosition>();
   const readLiveParked = async (tx?: DatabaseTransactionConnection) => {
-    liveParked = tx ? await liveParkedEvents(tx, projection.name) : await connection.transaction((t) => liveParkedEvents(t, projection.name));
+    liveParked = tx ? await liveParkedEvents(tx, projection) : await connection.transaction((t) => liveParkedEvents(t, projection));
   };
   const late = await connection.transaction((tx) => readLateApplies(tx, projection.name));
   let order = createApplyOrder(late, () => liveParked);
@@ -401,7 +401,7 @@ async function buildAndSwap<T extends string>(
       const stored = await readCheckpoint(tx, projection.name, true);
       await readLiveParked(tx);
       const appliedInPlace = [...liveParked]
-        .filter(([id, at]) => comparePositions(at, swapFrom) <= 0 && !order.holds(id) && !parkedIds.has(id))
+        .filter(([id, at]) => comparePositions(at, swapFrom) <= 0 && !parkedIds.has(id) && !order.holds(id))
         .map(([id]) => id);
       if (appliedInPlace.length > 0) throw new RebuildRaceError(projection.name, appliedInPlace);
       // A newer version swapped in while this one was building: keep it (version guard).
@@ -614,7 +614,9 @@ export function runProjection<T extends string>(
       let outcome = { applied: 0, parked: 0 };
       if (events.length > 0) {
         // A stream with a parked event has its later events parked behind it (never out of order).
-        const blocked = mayHaveParked ? await parkedStreams(tx, projection, [...new Set(events.map((e) => e.streamId))]) : new Map<string, string>();
+        const first = events[0];
+        const blocked =
+          mayHaveParked && first ? await parkedStreams(tx, projection, [...new Set(events.map((e) => e.streamId))], first.position) : new Map<string, string>();
         outcome = await applyWithParking(tx, projection, events, live, { isolate, blocked, policy });
       }
       const skipped = events.length - outcome.applied;

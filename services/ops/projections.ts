@@ -4,7 +4,7 @@ import pino from 'pino';
 import { loadConfig } from '../../shared/config.ts';
 import { comparePositions, formatPosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
-import { RebuildInProgressError, countParkedEvents, listParkedEvents, resolveParkedEvents, retryParkedEvents } from '../../projections/runner/parking.ts';
+import { RebuildInProgressError, RebuildRaceError, countParkedEvents, listParkedEvents, resolveParkedEvents, retryParkedEvents } from '../../projections/runner/parking.ts';
 import { sql } from '../../shared/db/pool.ts';
 import type { Projection } from '../../projections/runner/projection.ts';
 import { allProjections } from '../../projections/index.ts';
@@ -146,17 +146,27 @@ export function registerProjectionCommands(program: Command): void {
           events: processed.toLocaleString('en-US'),
           rate: Math.round(processed / Math.max(0.001, (Date.now() - started) / 1000)).toLocaleString('en-US'),
         });
-        const result = await replayProjection(pool, eventStore, projection, {
-          batchSize: options.batchSize,
-          allowDowngrade: options.allowDowngrade,
-          onProgress: ({ processed, position, head }) => {
-            const total = Math.max(1, Number(head.prepare), Number(position.prepare));
-            if (!barStarted) bar.start(total, 0, payload(0));
-            barStarted = true;
-            bar.setTotal(total);
-            bar.update(Number(position.prepare), payload(processed));
-          },
-        });
+        let result;
+        try {
+          result = await replayProjection(pool, eventStore, projection, {
+            batchSize: options.batchSize,
+            allowDowngrade: options.allowDowngrade,
+            onProgress: ({ processed, position, head }) => {
+              const total = Math.max(1, Number(head.prepare), Number(position.prepare));
+              if (!barStarted) bar.start(total, 0, payload(0));
+              barStarted = true;
+              bar.setTotal(total);
+              bar.update(Number(position.prepare), payload(processed));
+            },
+          });
+        } catch (error) {
+          bar.stop();
+          if (!(error instanceof RebuildRaceError)) throw error;
+          // Nothing was swapped; the next build defers what the live projector parked.
+          process.stderr.write(`${error.message}\n`);
+          process.exitCode = 3;
+          return;
+        }
         bar.update(bar.getTotal(), payload(result.processed));
         bar.stop();
         const seconds = (Date.now() - started) / 1000;

@@ -10,7 +10,7 @@ import { employeesProjection } from '../../../projections/employees/employeesPro
 import { listEmployees } from '../../../projections/employees/queries.ts';
 import { defineProjection, type Projection } from '../../../projections/runner/projection.ts';
 import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
-import { RebuildRaceError, listParkedEvents, parkEvent, retryParkedEvents } from '../../../projections/runner/parking.ts';
+import { RebuildRaceError, listParkedEvents, parkEvent, parkedStreams, retryParkedEvents } from '../../../projections/runner/parking.ts';
 import { useTestEventStore } from '../../support/database.ts';
 import { hire, statusChanged } from './fixtures/employeeEvents.ts';
 
@@ -217,5 +217,44 @@ describe('when the live projector parks an event a rebuild has already applied i
     expect((await db.pool.anyFirst(sql.type(z.object({ status: z.string() }))`
       select status from projection_parked_events where projection = ${v2.name} and version = 1 and event_id = ${raced.id}
     `))).toEqual(['retried']);
+  });
+});
+
+describe('when the live version parked events of a type the new version no longer reads', () => {
+  const fixture = useTestEventStore();
+
+  it('the new version builds and swaps (the build never meets them, so it cannot have applied them in place)', async () => {
+    const { db, store } = fixture;
+    const state = { broken: true };
+    const v1 = defineProjection({ ...notesProjection(state, 1), eventTypes: ['Noted', 'Other'] });
+    const other: NewEvent = { id: randomUUID(), type: 'Other', data: { poison: true }, metadata: { tenantId: 't' } };
+    const note: NewEvent = { id: randomUUID(), type: 'Noted', data: { poison: false }, metadata: { tenantId: 't' } };
+    await store.append('types-1', [other]);
+    const last = (await store.append('types-2', [note])).position;
+    await projectUntil(db.pool, store, v1, last);
+    expect((await listParkedEvents(db.pool, v1.name)).map((p) => p.event.id)).toEqual([other.id]);
+
+    const v2 = notesProjection(state, 2);
+    expect((await replayProjection(db.pool, store, v2)).processed).toBe(1);
+    expect((await readCheckpoint(db.pool, v2.name))?.version).toBe(2);
+  });
+});
+
+describe('which parked events block a page of the live projector', () => {
+  const fixture = useTestEventStore();
+
+  it('only those before the page: a row a same-version replay parked ahead of the live projector blocks nothing yet', async () => {
+    const { db, store } = fixture;
+    const projection = notesProjection({ broken: false }, 1);
+    const [earlier, parked] = [
+      await store.append('blocking', [{ id: randomUUID(), type: 'Noted', data: { poison: false }, metadata: {} }]),
+      await store.append('blocking', [{ id: randomUUID(), type: 'Noted', data: { poison: true }, metadata: {} }]),
+    ];
+    const [, event] = await store.readStream('blocking');
+    if (!event) throw new Error('no event');
+    await db.pool.transaction((tx) => parkEvent(tx, projection, event, { error: 'parked by a replay', attempts: 3 }));
+    expect(await parkedStreams(db.pool, projection, ['blocking'], earlier.position)).toEqual(new Map());
+    const after = { commit: parked.position.commit, prepare: parked.position.prepare + 1n };
+    expect(await parkedStreams(db.pool, projection, ['blocking'], after)).toEqual(new Map([['blocking', event.id]]));
   });
 });
