@@ -1,9 +1,9 @@
 import { z } from 'zod';
 import type { FragmentSqlToken, ValueExpression } from 'slonik';
-import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { sql, withTenant, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
 import { START, comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
-import { PUBLIC_CHANGE_TYPES, employeeView, type ChangeType, type EmployeeView } from './changesProjection.ts';
+import { CHANGES_PROJECTION, PUBLIC_CHANGE_TYPES, employeeView, type ChangeType, type EmployeeView } from './changesProjection.ts';
 
 export type ChangeRecord = {
   readonly position: GlobalPosition;
@@ -81,18 +81,27 @@ const LOG_ORDER: FeedOrder = {
  * log order, which is that table's order. `read` runs again from the start (its own
  * transaction), since the failed statement aborted the first one's. Every read tries apply
  * order first (no remembered fallback): a read in log order of the version-2 table could skip
- * the changes its swap applied last. So during the deploy window each read costs one failed
- * statement more, and PostgreSQL logs it; `projections status` shows the live version.
+ * the changes its swap applied last. For the same reason, when version 2 swapped in between the
+ * two reads (the swap renames the table and moves the version in one commit), the read runs a
+ * third time, in apply order. So during the deploy window each read costs one failed statement
+ * and one version look-up more, and PostgreSQL logs the failure; `projections status` shows the
+ * live version.
  */
-export async function inFeedOrder<T>(read: (order: FeedOrder) => Promise<T>): Promise<T> {
+export async function inFeedOrder<T>(db: Queryable, read: (order: FeedOrder) => Promise<T>): Promise<T> {
   try {
     return await read(APPLY_ORDER);
   } catch (error) {
     if (sqlStateOf(error) !== UNDEFINED_COLUMN) throw error;
-    return read(LOG_ORDER);
+    const result = await read(LOG_ORDER);
+    const live = await db.maybeOneFirst(sql.type(z.object({ version: z.number() }))`
+      select version from projection_checkpoints where name = ${CHANGES_PROJECTION}
+    `);
+    return live !== null && live >= APPLY_ORDER_VERSION ? read(APPLY_ORDER) : result;
   }
 }
 const UNDEFINED_COLUMN = '42703';
+/** The version of `employees-changes` that added `seq`. */
+const APPLY_ORDER_VERSION = 2;
 
 /**
  * The tenant's changes after `after`, in the order they were applied (log order, except a
@@ -111,7 +120,7 @@ export async function readChanges(
   const commit = after.commit.toString();
   const prepare = after.prepare.toString();
   const typeFilter = types ? sql.fragment`and c.type = any(${sql.array([...types], 'text')})` : sql.fragment``;
-  const row = await inFeedOrder((order) =>
+  const row = await inFeedOrder(pool, (order) =>
     withTenant(pool, tenantId, (tx) =>
       tx.one(sql.type(pageSchema)`
         select

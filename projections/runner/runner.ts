@@ -399,13 +399,13 @@ async function buildAndSwap<T extends string>(
       restoreHeld();
       swapped.length = 0;
       const stored = await readCheckpoint(tx, projection.name, true);
+      // A newer version swapped in while this one was building: keep it (version guard).
+      if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
       await readLiveParked(tx);
       const appliedInPlace = [...liveParked]
         .filter(([id, at]) => comparePositions(at, swapFrom) <= 0 && !parkedIds.has(id) && !order.holds(id))
         .map(([id]) => id);
       if (appliedInPlace.length > 0) throw new RebuildRaceError(projection.name, appliedInPlace);
-      // A newer version swapped in while this one was building: keep it (version guard).
-      if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
       // Under the checkpoint lock: apply whatever committed since the last page, each failing
       // event isolated in a savepoint (this transaction cannot be retried page by page).
       let swapPosition = swapFrom;

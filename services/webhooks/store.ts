@@ -151,7 +151,7 @@ export async function listDeliveries(pool: DatabasePool, tenantId: string, endpo
 
 /** The tenant's last change applied (where a new endpoint starts), or null when it has none. */
 export async function latestChange(pool: DatabasePool, tenantId: string): Promise<GlobalPosition | null> {
-  const row = await inFeedOrder((order) =>
+  const row = await inFeedOrder(pool, (order) =>
     withTenant(pool, tenantId, (tx) =>
       tx.maybeOne(sql.type(z.object({ commit: z.string(), prepare: z.string() }))`
         select c.commit_position::text as commit, c.prepare_position::text as prepare from employee_changes c
@@ -170,7 +170,7 @@ export async function latestChange(pool: DatabasePool, tenantId: string): Promis
  * Reads across tenants (the worker's role bypasses RLS).
  */
 export async function dueEndpoints(pool: DatabasePool, limit: number, onlyId?: string): Promise<Array<{ id: string; tenantId: string }>> {
-  const rows = await inFeedOrder((order) =>
+  const rows = await inFeedOrder(pool, (order) =>
     pool.any(sql.type(z.object({ id: z.string(), tenant_id: z.string() }))`
       select e.id::text, e.tenant_id::text from webhook_endpoints e
       where e.status = 'active' ${onlyId === undefined ? sql.fragment`` : sql.fragment`and e.id = ${onlyId}`}

@@ -2,7 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readCheckpoint, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
-import { readChanges } from '../../../projections/changes/queries.ts';
+import { inFeedOrder, readChanges } from '../../../projections/changes/queries.ts';
+import { sql } from '../../../shared/db/pool.ts';
+import { z } from 'zod';
 import { START } from '../../../shared/event-store/port.ts';
 import { dueEndpoints, insertEndpoint, latestChange } from '../../../services/webhooks/store.ts';
 import { sqlAt } from '../../support/database.ts';
@@ -62,5 +64,28 @@ describe('during a rolling deploy onto `employees-changes` version 2 (apply orde
     expect(names(await readChanges(h.db.pool, tenant.tenantId, START, 100))).toEqual(['roll-0', 'roll-1', 'roll-2', 'roll-3']);
     expect(await latestChange(h.db.pool, tenant.tenantId)).toEqual(after.changes[0]?.position);
     expect((await dueEndpoints(h.db.pool, 10, endpoint.id)).map((d) => d.id)).toEqual([endpoint.id]);
+  });
+
+  it('a read that falls back to log order just as version 2 swaps in runs again in apply order', async () => {
+    const { tenant } = await h.tenant();
+    await hire(h.store, tenant.tenantId, 'race');
+    await waitFor(async () => ((await readChanges(h.db.pool, tenant.tenantId, START, 10)).changes.length > 0 ? true : undefined));
+    await sqlAt(h.db.url, 'alter table employee_changes drop column seq');
+    await sqlAt(h.db.url, `update projection_checkpoints set version = 1 where name = $1`, [changesProjection.name]);
+    let reads = 0;
+    const names = await inFeedOrder(h.db.pool, async (order) => {
+      reads++;
+      // Between the failed apply-order read and the log-order one, the swap commits (simulated:
+      // the column back, the version moved, in one statement's time).
+      if (reads === 2) {
+        await sqlAt(h.db.url, 'alter table employee_changes add column seq bigint generated always as identity');
+        await sqlAt(h.db.url, `update projection_checkpoints set version = 2 where name = $1`, [changesProjection.name]);
+      }
+      return h.db.pool.anyFirst(sql.type(z.object({ id: z.string() }))`
+        select c.employee_id as id from employee_changes c where c.tenant_id = ${tenant.tenantId} order by ${order.orderBy}
+      `);
+    });
+    expect(reads).toBe(3);
+    expect(names).toHaveLength(1);
   });
 });
