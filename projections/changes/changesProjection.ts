@@ -82,20 +82,22 @@ async function handle(
   tables: Readonly<Record<'employee_changes', IdentifierSqlToken>>,
 ): Promise<void> {
   const key = (tenantId: string, id: string) => `${tenantId}/${id}`;
-  const streams = new Map<string, { tenantId: string; employeeId: string; events: RecordedEvent[] }>();
-  for (const event of events) {
-    const parsed = isEmployeeEvent(event.type) ? parseEmployeeStreamId(event.streamId) : undefined;
+  // The batch's employee events, each with its stream, in the batch's (log) order: the rows are
+  // inserted in that order and draw their `seq` from it (`order by u.n` below).
+  const employeeEvents: Array<{ recorded: RecordedEvent; k: string; tenantId: string; employeeId: string }> = [];
+  const firstRevision = new Map<string, { tenantId: string; employeeId: string; revision: number }>();
+  for (const recorded of events) {
+    const parsed = isEmployeeEvent(recorded.type) ? parseEmployeeStreamId(recorded.streamId) : undefined;
     if (!parsed) continue;
     const k = key(parsed.tenantId, parsed.employeeId);
-    const stream = streams.get(k) ?? { ...parsed, events: [] };
-    stream.events.push(event);
-    streams.set(k, stream);
+    employeeEvents.push({ recorded, k, ...parsed });
+    if (!firstRevision.has(k)) firstRevision.set(k, { ...parsed, revision: recorded.revision });
   }
-  if (streams.size === 0) return;
+  if (employeeEvents.length === 0) return;
 
   // The state before this batch, for employees whose batch does not start with their hire.
-  const known = [...streams.values()].filter((s) => (s.events[0]?.revision ?? 0) > 0);
-  const previous = new Map<string, { revision: number; state: EmployeeState }>();
+  const known = [...firstRevision.values()].filter((s) => s.revision > 0);
+  const streams = new Map<string, { applied: number; state: EmployeeState }>();
   if (known.length > 0) {
     const rows = await tx.any(sql.type(lastStateRow)`
       select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id
@@ -106,40 +108,33 @@ async function handle(
     `);
     for (const row of rows) {
       const view = employeeView.parse(row.employee);
-      previous.set(key(row.tenant_id, row.employee_id), { revision: row.revision, state: { kind: 'hired', ...view, roleId: row.role_id } });
+      streams.set(key(row.tenant_id, row.employee_id), { applied: row.revision, state: { kind: 'hired', ...view, roleId: row.role_id } });
     }
   }
 
-  const out: Array<ChangeRow & { readonly at: number }> = [];
-  const batchIndex = new Map(events.map((event, i) => [event, i]));
-  for (const [k, stream] of streams) {
-    const before = previous.get(k);
-    let state: EmployeeState = before?.state ?? { kind: 'none' };
-    for (const recorded of stream.events) {
-      if (before && recorded.revision <= before.revision) continue; // applied by an earlier batch
-      // The store hands back what the write side stored for these types (events.ts is the contract).
-      const event = { type: recorded.type, data: recorded.data } as EmployeeEvent;
-      state = evolve(state, event);
-      if (state.kind !== 'hired') continue; // a change to an employee never hired: nothing to show
-      const occurredAt = typeof recorded.metadata.occurredAt === 'string' ? recorded.metadata.occurredAt : recorded.recordedAt;
-      out.push({
-        at: batchIndex.get(recorded) ?? 0,
-        tenantId: stream.tenantId,
-        commit: recorded.position.commit.toString(),
-        prepare: recorded.position.prepare.toString(),
-        employeeId: stream.employeeId,
-        revision: recorded.revision,
-        type: CHANGE_TYPES[event.type],
-        occurredAt,
-        employee: JSON.stringify(toEmployeeView(state)),
-        roleId: state.roleId,
-      });
-    }
+  const out: ChangeRow[] = [];
+  for (const { recorded, k, tenantId, employeeId } of employeeEvents) {
+    const stream = streams.get(k) ?? { applied: -1, state: { kind: 'none' } };
+    streams.set(k, stream);
+    if (recorded.revision <= stream.applied) continue; // applied by an earlier batch
+    // The store hands back what the write side stored for these types (events.ts is the contract).
+    const event = { type: recorded.type, data: recorded.data } as EmployeeEvent;
+    stream.state = evolve(stream.state, event);
+    if (stream.state.kind !== 'hired') continue; // a change to an employee never hired: nothing to show
+    const occurredAt = typeof recorded.metadata.occurredAt === 'string' ? recorded.metadata.occurredAt : recorded.recordedAt;
+    out.push({
+      tenantId,
+      commit: recorded.position.commit.toString(),
+      prepare: recorded.position.prepare.toString(),
+      employeeId,
+      revision: recorded.revision,
+      type: CHANGE_TYPES[event.type],
+      occurredAt,
+      employee: JSON.stringify(toEmployeeView(stream.state)),
+      roleId: stream.state.roleId,
+    });
   }
   if (out.length === 0) return;
-  // In the batch's (log) order, not stream by stream: the rows draw their `seq` in the insert's
-  // order, which follows the array's (`order by u.n`).
-  out.sort((a, b) => a.at - b.at);
   // The NOTIFY is delivered at commit (and only if it commits): it wakes feed long-polls and
   // webhook dispatch, one per batch and tenant, not per event. One statement with the insert (a
   // data-modifying WITH runs to completion whether or not it is read): one round trip less.

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { FragmentSqlToken, ValueExpression } from 'slonik';
 import { sql, withTenant, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
+import { readCheckpoint } from '../runner/checkpoints.ts';
 import { START, comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { CHANGES_PROJECTION, PUBLIC_CHANGE_TYPES, employeeView, type ChangeType, type EmployeeView } from './changesProjection.ts';
 
@@ -93,10 +94,8 @@ export async function inFeedOrder<T>(db: Queryable, read: (order: FeedOrder) => 
   } catch (error) {
     if (sqlStateOf(error) !== UNDEFINED_COLUMN) throw error;
     const result = await read(LOG_ORDER);
-    const live = await db.maybeOneFirst(sql.type(z.object({ version: z.number() }))`
-      select version from projection_checkpoints where name = ${CHANGES_PROJECTION}
-    `);
-    return live !== null && live >= APPLY_ORDER_VERSION ? read(APPLY_ORDER) : result;
+    const live = await readCheckpoint(db, CHANGES_PROJECTION);
+    return live && live.version >= APPLY_ORDER_VERSION ? read(APPLY_ORDER) : result;
   }
 }
 const UNDEFINED_COLUMN = '42703';

@@ -77,8 +77,8 @@ export type ApplyOrder = {
   rest(): { late: RecordedEvent[]; parked: RecordedEvent[] };
   /** The held state, to restore when a transaction that took some of it is run again. */
   save(): () => void;
-  /** Whether the event is held (not yet handed out). */
-  holds(eventId: string): boolean;
+  /** The ids of the events held (not yet handed out). */
+  heldIds(): Set<string>;
 };
 
 /**
@@ -92,7 +92,6 @@ export type ApplyOrder = {
  */
 export function createApplyOrder(late: ReadonlyMap<string, LateApply>, parkedLive: () => { has(eventId: string): boolean }): ApplyOrder {
   let held: Array<{ event: RecordedEvent; at: At }> = [];
-  let heldIds = new Set<string>();
   let streams = new Map<string, { at: At; count: number }>();
   const hold = (event: RecordedEvent, at: At) => {
     // After every held event that goes at or before `at` (binary search; held is sorted).
@@ -105,14 +104,12 @@ export function createApplyOrder(late: ReadonlyMap<string, LateApply>, parkedLiv
       else hi = mid;
     }
     held.splice(lo, 0, { event, at });
-    heldIds.add(event.id);
     const stream = streams.get(event.streamId);
     streams.set(event.streamId, { at: stream ? laterAt(stream.at, at) : at, count: (stream?.count ?? 0) + 1 });
   };
   const release = (n: number): RecordedEvent[] => {
     const out = held.splice(0, n).map((h) => h.event);
     for (const event of out) {
-      heldIds.delete(event.id);
       const stream = streams.get(event.streamId);
       if (stream && stream.count > 1) streams.set(event.streamId, { at: stream.at, count: stream.count - 1 });
       else streams.delete(event.streamId);
@@ -151,18 +148,15 @@ export function createApplyOrder(late: ReadonlyMap<string, LateApply>, parkedLiv
     rest() {
       const all = held;
       held = [];
-      heldIds = new Set();
       streams = new Map();
       return { late: all.filter((h) => h.at !== null).map((h) => h.event), parked: all.filter((h) => h.at === null).map((h) => h.event) };
     },
-    holds: (eventId) => heldIds.has(eventId),
+    heldIds: () => new Set(held.map((h) => h.event.id)),
     save() {
       const heldCopy = [...held];
-      const idsCopy = new Set(heldIds);
       const streamsCopy = new Map(streams);
       return () => {
         held = [...heldCopy];
-        heldIds = new Set(idsCopy);
         streams = new Map(streamsCopy);
       };
     },

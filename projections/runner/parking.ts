@@ -5,6 +5,7 @@ import type { Migration } from '../../shared/db/migrate.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition, RecordedEvent } from '../../shared/event-store/port.ts';
 import { recordLateApplies } from './applyOrder.ts';
+import { readCheckpoint } from './checkpoints.ts';
 import { classifyFailure, describeFailure } from './failures.ts';
 import type { Projection } from './projection.ts';
 
@@ -247,9 +248,7 @@ export async function retryParkedEvents<T extends string>(
     // would go at its log position in the new model, behind readers already past it. (A rebuild
     // that starts meanwhile waits for this transaction.)
     await assertNoRebuild(tx, projection.name);
-    const checkpoint = await tx.maybeOne(sql.type(z.object({ version: z.number(), commit_position: z.string(), prepare_position: z.string() }))`
-      select version, commit_position::text, prepare_position::text from projection_checkpoints where name = ${projection.name} for update
-    `);
+    const checkpoint = await readCheckpoint(tx, projection.name, true);
     if (checkpoint === null) throw new Error(`projection ${projection.name} is not built`);
     const { version } = checkpoint;
     if (version !== projection.version) {
@@ -297,7 +296,7 @@ export async function retryParkedEvents<T extends string>(
         update projection_checkpoints set events_applied = events_applied + ${retried}, updated_at = now() where name = ${projection.name}
       `);
       // Applied right after the checkpoint: a rebuild applies them at the same point (applyOrder.ts).
-      await recordLateApplies(tx, projection.name, appliedIds, { commit: BigInt(checkpoint.commit_position), prepare: BigInt(checkpoint.prepare_position) });
+      await recordLateApplies(tx, projection.name, appliedIds, checkpoint.position);
     }
     return { retried, stillParked: rows.length - retried };
   });

@@ -2,7 +2,7 @@ import { AsyncResource } from 'node:async_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
-import { connectionUrlOf, sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { connectionUrlOf, sql, type DatabasePool, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
 import { bulkLoad } from './bulkLoad.ts';
 import type { Migration } from '../../shared/db/migrate.ts';
 import {
@@ -15,11 +15,14 @@ import {
 } from '../../shared/event-store/port.ts';
 import type { Projection } from './projection.ts';
 import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNotifications.ts';
+import { checkpointRow, readCheckpoint, toCheckpoint, type Checkpoint } from './checkpoints.ts';
 import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
 import { RebuildRaceError, hasParkedEvents, liveParkedEvents, parkedEventsMigration, parkedStreams, replayLockKey } from './parking.ts';
 import { createApplyOrder, lateAppliesMigration, readLateApplies, recordLateApplies } from './applyOrder.ts';
+
+export { readCheckpoint, type Checkpoint } from './checkpoints.ts';
 
 export const projectionRunnerMigrations: readonly Migration[] = [
   {
@@ -63,38 +66,6 @@ export function assertNotSuperseded(checkpoint: Pick<Checkpoint, 'version'> | nu
   if (checkpoint && checkpoint.version > projection.version) {
     throw new ProjectionSupersededError(projection.name, checkpoint.version, projection.version);
   }
-}
-
-const checkpointRow = z.object({
-  version: z.number(),
-  commit_position: z.string(),
-  prepare_position: z.string(),
-  events_applied: z.number(),
-  updated_at: z.string(),
-});
-
-export type Checkpoint = {
-  readonly name: string;
-  readonly version: number;
-  readonly position: GlobalPosition;
-  readonly eventsApplied: number;
-  readonly updatedAt: string;
-};
-
-const toCheckpoint = (name: string, row: z.infer<typeof checkpointRow>): Checkpoint => ({
-  name,
-  version: row.version,
-  position: { commit: BigInt(row.commit_position), prepare: BigInt(row.prepare_position) },
-  eventsApplied: row.events_applied,
-  updatedAt: row.updated_at,
-});
-
-export async function readCheckpoint(db: Pick<DatabasePool, 'maybeOne'>, name: string, lock = false): Promise<Checkpoint | null> {
-  const row = await db.maybeOne(sql.type(checkpointRow)`
-    select version, commit_position::text, prepare_position::text, events_applied, updated_at
-    from projection_checkpoints where name = ${name} ${lock ? sql.fragment`for update` : sql.fragment``}
-  `);
-  return row ? toCheckpoint(name, row) : null;
 }
 
 const tableIds = <T extends string>(projection: Projection<T>, physical: (logical: string) => string) =>
@@ -247,7 +218,7 @@ async function dropAbandonedShadows(
 }
 
 async function buildAndSwap<T extends string>(
-  connection: Pick<DatabasePool, 'transaction'>,
+  connection: Queryable & Pick<DatabasePool, 'transaction'>,
   log: ReplaySource,
   projection: Projection<T>,
   options: {
@@ -298,10 +269,10 @@ async function buildAndSwap<T extends string>(
   // position was already applied in place: the swap then refuses (RebuildRaceError), and the
   // next build defers it.
   let liveParked = new Map<string, GlobalPosition>();
-  const readLiveParked = async (tx?: DatabaseTransactionConnection) => {
-    liveParked = tx ? await liveParkedEvents(tx, projection) : await connection.transaction((t) => liveParkedEvents(t, projection));
+  const readLiveParked = async (db: Queryable = connection) => {
+    liveParked = await liveParkedEvents(db, projection);
   };
-  const late = await connection.transaction((tx) => readLateApplies(tx, projection.name));
+  const late = await readLateApplies(connection, projection.name);
   let order = createApplyOrder(late, () => liveParked);
   const adopt = (result: Awaited<ReturnType<typeof applyParking>>) => {
     blocked = result.blocked;
@@ -402,8 +373,9 @@ async function buildAndSwap<T extends string>(
       // A newer version swapped in while this one was building: keep it (version guard).
       if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
       await readLiveParked(tx);
+      const held = order.heldIds();
       const appliedInPlace = [...liveParked]
-        .filter(([id, at]) => comparePositions(at, swapFrom) <= 0 && !parkedIds.has(id) && !order.holds(id))
+        .filter(([id, at]) => comparePositions(at, swapFrom) <= 0 && !parkedIds.has(id) && !held.has(id))
         .map(([id]) => id);
       if (appliedInPlace.length > 0) throw new RebuildRaceError(projection.name, appliedInPlace);
       // Under the checkpoint lock: apply whatever committed since the last page, each failing

@@ -27,14 +27,18 @@ async function withRuntime(work: (runtime: Runtime) => Promise<void>): Promise<v
   }
 }
 
-/** Runs `work`; while a rebuild of the projection builds, says so on stderr and exits 2 instead (nothing changed). */
-async function unlessRebuilding<T>(work: () => Promise<T>): Promise<T | undefined> {
+/**
+ * Runs `work`; when it is refused with `refusal` (nothing changed: a retry or resolve while a
+ * rebuild builds, exit code 2; a swap that raced the live projector, exit code 3), says why on
+ * stderr and sets `exitCode` instead of failing with a stack trace.
+ */
+async function unlessRefused<T>(work: () => Promise<T>, refusal: typeof RebuildInProgressError | typeof RebuildRaceError, exitCode: number): Promise<T | undefined> {
   try {
     return await work();
   } catch (error) {
-    if (!(error instanceof RebuildInProgressError)) throw error;
+    if (!(error instanceof refusal)) throw error;
     process.stderr.write(`${error.message}\n`);
-    process.exitCode = 2;
+    process.exitCode = exitCode;
     return undefined;
   }
 }
@@ -146,29 +150,26 @@ export function registerProjectionCommands(program: Command): void {
           events: processed.toLocaleString('en-US'),
           rate: Math.round(processed / Math.max(0.001, (Date.now() - started) / 1000)).toLocaleString('en-US'),
         });
-        let result;
-        try {
-          result = await replayProjection(pool, eventStore, projection, {
-            batchSize: options.batchSize,
-            allowDowngrade: options.allowDowngrade,
-            onProgress: ({ processed, position, head }) => {
-              const total = Math.max(1, Number(head.prepare), Number(position.prepare));
-              if (!barStarted) bar.start(total, 0, payload(0));
-              barStarted = true;
-              bar.setTotal(total);
-              bar.update(Number(position.prepare), payload(processed));
-            },
-          });
-        } catch (error) {
-          bar.stop();
-          if (!(error instanceof RebuildRaceError)) throw error;
-          // Nothing was swapped; the next build defers what the live projector parked.
-          process.stderr.write(`${error.message}\n`);
-          process.exitCode = 3;
-          return;
-        }
-        bar.update(bar.getTotal(), payload(result.processed));
+        const result = await unlessRefused(
+          () =>
+            replayProjection(pool, eventStore, projection, {
+              batchSize: options.batchSize,
+              allowDowngrade: options.allowDowngrade,
+              onProgress: ({ processed, position, head }) => {
+                const total = Math.max(1, Number(head.prepare), Number(position.prepare));
+                if (!barStarted) bar.start(total, 0, payload(0));
+                barStarted = true;
+                bar.setTotal(total);
+                bar.update(Number(position.prepare), payload(processed));
+              },
+            }),
+          RebuildRaceError,
+          3,
+        );
+        if (result) bar.update(bar.getTotal(), payload(result.processed));
         bar.stop();
+        // Refused: nothing was swapped; the next build defers what the live projector parked.
+        if (!result) return;
         const seconds = (Date.now() - started) / 1000;
         process.stdout.write(
           `replayed ${projection.name}: ${result.processed} events in ${seconds.toFixed(1)} s ` +
@@ -212,7 +213,7 @@ export function registerProjectionCommands(program: Command): void {
     .action(async (projection: Projection) => {
       await withRuntime(async ({ pool }) => {
         const live = Object.fromEntries(Object.keys(projection.tables).map((t) => [t, sql.identifier([t])]));
-        const result = await unlessRebuilding(() => retryParkedEvents(pool, projection, live));
+        const result = await unlessRefused(() => retryParkedEvents(pool, projection, live), RebuildInProgressError, 2);
         if (!result) return;
         process.stdout.write(`${projection.name}: ${result.retried} parked events applied, ${result.stillParked} still parked\n`);
         if (result.stillParked > 0) process.exitCode = 1;
@@ -226,7 +227,7 @@ export function registerProjectionCommands(program: Command): void {
     .argument('[eventIds...]', 'only these events')
     .action(async (projection: Projection, eventIds: string[]) => {
       await withRuntime(async ({ pool }) => {
-        const resolved = await unlessRebuilding(() => resolveParkedEvents(pool, projection.name, eventIds.length > 0 ? eventIds : undefined));
+        const resolved = await unlessRefused(() => resolveParkedEvents(pool, projection.name, eventIds.length > 0 ? eventIds : undefined), RebuildInProgressError, 2);
         if (resolved === undefined) return;
         process.stdout.write(`${projection.name}: ${resolved} parked events marked resolved\n`);
       });
