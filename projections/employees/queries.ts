@@ -46,11 +46,12 @@ function conditions(tenantId: string, filter: EmployeeFilter) {
   if (filter.status !== undefined) parts.push(sql.fragment`status = ${filter.status}`);
   if (filter.hiredFrom) parts.push(sql.fragment`hired_at >= ${filter.hiredFrom.at}::timestamptz`);
   if (filter.hiredTo) {
-    parts.push(
-      filter.hiredTo.dateOnly
-        ? sql.fragment`hired_at < ${filter.hiredTo.at}::timestamptz + interval '1 day'`
-        : sql.fragment`hired_at <= ${filter.hiredTo.at}::timestamptz`,
-    );
+    // The exact UTC instant `totalExpression` counts up to (`rangeEnd`), computed here, not in
+    // SQL: `timestamptz + interval '1 day'` adds a day of the session's time zone (23 or 25 h
+    // across a DST change), so rows and `meta.total` disagreed on a database not set to UTC.
+    const end = rangeEnd(filter.hiredTo);
+    const at = pgIso(end.ms);
+    parts.push(end.inclusive ? sql.fragment`hired_at <= ${at}::timestamptz` : sql.fragment`hired_at < ${at}::timestamptz`);
   }
   return sql.join(parts, sql.fragment` and `);
 }
