@@ -1,10 +1,9 @@
-
-import { WrongExpectedRevisionError } from '../../shared/errors.ts';
-import type { EventMetadata, EventStore } from '../../shared/event-store/port.ts';
+import { PreconditionFailedError, WrongExpectedRevisionError } from '../../shared/errors.ts';
+import type { AppendRequest, EventMetadata, EventStore } from '../../shared/event-store/port.ts';
 import { assertIfMatch, handleCommand, type CommandResult, type IfMatch } from '../commandHandler.ts';
 import { employeeDecider, type EmployeeCommand, type EmployeeState, type CommandMetadata, type HireEmployee } from './decide.ts';
 import { employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './events.ts';
-import { newReservationRequest, releaseEmail, reserveEmail, undoReservation } from './emailReservation.ts';
+import { newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
 
 /**
  * The employee use cases: each one is the generic command handler plus what a single stream
@@ -34,34 +33,57 @@ const reservation = (metadata: CommandMetadata, email: string, employeeId: strin
   metadata: eventMetadata(metadata),
 });
 
+/**
+ * Attempts of an email command whose append lost a race on one of the streams it planned from
+ * (the employee's, an address's); each attempt reads them again. Like the handler's retries.
+ */
+const MAX_ATTEMPTS = 6;
+
 export async function hireEmployee(ports: EmployeeCommandPorts, command: HireEmployee): Promise<EmployeeResult> {
   const { employeeId, email, roleId } = command.data;
   if (roleId !== undefined) await ports.assertRoleExists(command.metadata.tenantId, roleId);
   const held = reservation(command.metadata, email, employeeId);
-  const reserve = newReservationRequest(held);
-  try {
-    // The common case, one atomic append and no read: the address's reservation stream and the
-    // new employee's stream (a fresh ULID), both expected not to exist.
-    return await handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
+  const hire = (reserve: AppendRequest) =>
+    handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
       metadata: eventMetadata(command.metadata),
       newStream: true,
       alongside: [reserve],
     });
-  } catch (error) {
-    if (!(error instanceof WrongExpectedRevisionError && error.streamId === reserve.streamId)) throw error;
-  }
-  // The address has a reservation stream already (held, released, or orphaned by a crash):
-  // `reserveEmail` decides; then the employee's append, releasing the address if that fails.
-  // Only a reservation this call made may be undone when the command fails (defect 2).
-  const made = await reserveEmail(ports.store, held);
+  const fresh = newReservationRequest(held);
   try {
-    return await run(ports, employeeId, command);
+    // The common case, one atomic append and no read: the address's reservation stream and the
+    // new employee's stream (a fresh ULID), both expected not to exist.
+    return await hire(fresh);
   } catch (error) {
-    await undoReservation(ports.store, made, held).catch(() => undefined);
-    throw error;
+    if (!(error instanceof WrongExpectedRevisionError && error.streamId === fresh.streamId)) throw error;
+  }
+  // The address has a reservation stream already (held → 409, released, or orphaned): the
+  // reservation is planned from it and appended with the hire, still in one atomic append.
+  for (let attempt = 1; ; attempt++) {
+    const reserve = await planReservation(ports.store, held);
+    try {
+      return await hire(reserve);
+    } catch (error) {
+      if (!(error instanceof WrongExpectedRevisionError && error.streamId === reserve.streamId) || attempt >= MAX_ATTEMPTS) throw error;
+    }
   }
 }
 
+/** An email change that moves the employee to another address (not just another spelling of it). */
+const addressMove = (events: readonly EmployeeEvent[]) =>
+  events.find(
+    (e): e is Extract<EmployeeEvent, { type: 'EmployeeEmailChanged' }> =>
+      e.type === 'EmployeeEmailChanged' && normaliseEmail(e.data.previousEmail) !== normaliseEmail(e.data.email),
+  );
+
+/**
+ * A PATCH with an email: decided on the employee's stream as read, and appended in one atomic
+ * append with the reservation changes planned for that decision (new address reserved, old one
+ * released; see emailReservation.ts). The generic handler runs with `ifMatch` pinned to the
+ * revision that was planned from, so it decides on exactly that state; if anything moved (the
+ * employee: the pin's 412; an address: its revision conflict) nothing was appended, and the
+ * command is read and planned again, or answered 412 when the client's own If-Match is now stale.
+ */
 export async function changeEmployeeDetails(
   ports: EmployeeCommandPorts,
   employeeId: string,
@@ -70,26 +92,39 @@ export async function changeEmployeeDetails(
 ): Promise<EmployeeResult> {
   const { email } = command.data;
   if (email === undefined) return run(ports, employeeId, command, ifMatch);
-  // A stale If-Match is a 412 before the address is looked at (not a 409 for a taken one).
-  await assertIfMatch(ports.store, employeeStreamId(command.metadata.tenantId, employeeId), ifMatch);
-  // Hold the new address before the employee moves to it; give the old one up afterwards.
-  // A crash in between leaves an orphaned reservation that the next claimant takes over.
-  // Only a reservation this call made may be undone when the command fails (defect 2).
-  const made = await reserveEmail(ports.store, reservation(command.metadata, email, employeeId));
-  let result: EmployeeResult;
-  try {
-    result = await run(ports, employeeId, command, ifMatch);
-  } catch (error) {
-    await undoReservation(ports.store, made, reservation(command.metadata, email, employeeId)).catch(() => undefined);
-    throw error;
-  }
-  for (const event of result.events) {
-    if (event.type === 'EmployeeEmailChanged' && normaliseEmail(event.data.previousEmail) !== normaliseEmail(event.data.email)) {
-      await releaseEmail(ports.store, reservation(command.metadata, event.data.previousEmail, employeeId));
+  const streamId = employeeStreamId(command.metadata.tenantId, employeeId);
+  for (let attempt = 1; ; attempt++) {
+    const recorded = await ports.store.readStream(streamId);
+    const revision = recorded.length - 1;
+    // The revisions this attempt accepts: the one read, if the client's If-Match accepts it. When
+    // none, the handler answers 412 before anything else, so a stale If-Match is a 412 before
+    // the address is looked at (not a 409 for a taken one).
+    const pinned = ifMatch === undefined || ifMatch.includes(revision) ? [revision] : [];
+    let alongside: AppendRequest[] = [];
+    if (pinned.length > 0) {
+      const state = recorded.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent).reduce(employeeDecider.evolve, employeeDecider.initialState);
+      // The decision first: an unknown employee is a 404 before any reservation is read or written.
+      const move = addressMove(employeeDecider.decide(command, state));
+      if (move) alongside = await planEmailChange(ports.store, reservation(command.metadata, move.data.email, employeeId), move.data.previousEmail);
+    }
+    try {
+      return await handleCommand(ports.store, employeeDecider, streamId, command, { metadata: eventMetadata(command.metadata), ifMatch: pinned, alongside });
+    } catch (error) {
+      const employeeMoved = error instanceof PreconditionFailedError && pinned.length > 0 && ifMatch === undefined;
+      const addressMoved = error instanceof WrongExpectedRevisionError && alongside.some((r) => r.streamId === error.streamId);
+      if (!employeeMoved && !addressMoved) throw error;
+      if (attempt >= MAX_ATTEMPTS) {
+        // A client that sent no If-Match gets the handler's answer to endless races, never a 412.
+        throw error instanceof WrongExpectedRevisionError ? error : new WrongExpectedRevisionError(streamId, String(revision), currentRevisionOf(error));
+      }
     }
   }
-  return result;
 }
+
+const currentRevisionOf = (error: PreconditionFailedError): number | 'no_stream' => {
+  const current = error.extras.currentRevision;
+  return typeof current === 'number' && current >= 0 ? current : 'no_stream';
+};
 
 export function changeEmployeeStatus(
   ports: EmployeeCommandPorts,

@@ -1,32 +1,40 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
-import type { AppendRequest, EventMetadata, EventStore, RecordedEvent } from '../../shared/event-store/port.ts';
+import type { AppendRequest, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../../shared/event-store/port.ts';
 import { employeeDecider, type EmployeeState } from './decide.ts';
 import { employeeStreamId, normaliseEmail, type EmployeeEvent } from './events.ts';
 
 /**
  * Email uniqueness per tenant without a unique index the event store does not have: one small
- * stream per normalised address. Whoever appends its first event (expected revision
- * `no_stream`) holds the address; everyone racing for it gets a revision conflict → 409. It
- * works the same on every adapter of the port, because it only uses optimistic concurrency.
+ * stream per normalised address, whose last event says who holds it (`EmployeeEmailReserved`) or
+ * that it is free (`EmployeeEmailReleased`). It works the same on every adapter of the port,
+ * because it only uses optimistic concurrency and the atomic multi-stream append.
  *
- * A reservation is released (an event, at its exact revision) when its owner's email changes;
- * a released one can be taken over at its exact revision. A reservation whose owner never got
- * hired (a crash between the two appends) or has since moved to another address (a crash before
- * the release) is orphaned once it is older than any command in flight (30 s), and is then taken
- * over the same way.
+ * Invariant: the address an employee currently has is reserved by that employee. It holds under
+ * any interleaving because a reservation stream only changes in the same atomic append
+ * (`appendMany`) as the employee event that makes the change true, every stream at the revision
+ * its part was planned from:
+ * - a hire appends `EmployeeEmailReserved` with `EmployeeHired`;
+ * - an email change appends `EmployeeEmailReserved` on the new address and
+ *   `EmployeeEmailReleased` on the old one with `EmployeeEmailChanged`, the employee's stream at
+ *   the revision the change was decided on (`planEmailChange`).
+ * So no release can be decided on a stale view of the employee: if the employee moved back to the
+ * address in between, its stream's revision moved and the whole append fails (and is planned
+ * again); and there is nothing to undo when a command fails, since it appended nothing. (The
+ * protocol before this one reserved, then appended to the employee, then released, each on its
+ * own; whether to release was decided by who held the reservation, not by what the employee
+ * still used, and two interleaved changes of one employee could free the address it had.)
  *
- * Release rule (issue 10, defect 2): a reservation is released only by the call that made it.
- * `reserveEmail` says whether this call appended the reservation (`MadeReservation`, with the
- * revision it appended at) or found the employee already holding the address (`null`). A command
- * that fails afterwards undoes only its own reservation (`undoReservation`, at exactly that
- * revision); when it made none, it releases nothing: a stale PATCH of X to X's own address must
- * not free it. The only other release is the owner's, after its move to a new address succeeded.
+ * A reservation held by an employee who does not have the address (left by that older protocol:
+ * a crash between its appends, or one of its commands still in flight during a rolling deploy) is
+ * orphaned once it is older than any command in flight (30 s), and is then taken over at its
+ * exact revision. That takeover cannot race the holder moving back to the address: such a move
+ * appends to this stream too, at the revision the takeover expects.
  */
 export type EmailReserved = { readonly type: 'EmployeeEmailReserved'; readonly data: { readonly employeeId: string; readonly email: string } };
 export type EmailReleased = { readonly type: 'EmployeeEmailReleased'; readonly data: { readonly employeeId: string } };
 
-/** Longer than any command between its reservation and its append to the employee stream. */
+/** Longer than any command of the older two-step protocol between its reservation and its append to the employee stream. */
 const IN_FLIGHT_GRACE_MS = 30_000;
 
 export const emailReservationStreamId = (tenantId: string, email: string): string =>
@@ -48,8 +56,8 @@ async function employeeState(store: EventStore, tenantId: string, employeeId: st
 
 /**
  * Orphaned: held for longer than a command takes, by an employee who does not have this address.
- * A younger reservation may belong to a command still in flight (reserved, not yet appended to
- * the employee), so it is never taken over, whatever the owner's stream says yet.
+ * A younger reservation may belong to a command of the older protocol still in flight (reserved,
+ * not yet appended to the employee), so it is never taken over, whatever the owner's stream says yet.
  */
 async function isOrphaned(store: EventStore, tenantId: string, email: string, holder: NonNullable<Holder>, now: string): Promise<boolean> {
   if (Date.parse(now) - Date.parse(holder.since) <= IN_FLIGHT_GRACE_MS) return false;
@@ -69,34 +77,84 @@ export type ReservationInput = {
 const duplicate = (email: string) =>
   new ConflictError(`An employee with email ${email} already exists in this tenant`, { field: 'email' });
 
+const reservedEvent = (input: ReservationInput): NewEvent => {
+  const reserved: EmailReserved = { type: 'EmployeeEmailReserved', data: { employeeId: input.employeeId, email: normaliseEmail(input.email) } };
+  return { id: randomUUID(), ...reserved, metadata: input.metadata };
+};
+
+const releasedEvent = (input: Pick<ReservationInput, 'employeeId' | 'metadata'>): NewEvent => {
+  const released: EmailReleased = { type: 'EmployeeEmailReleased', data: { employeeId: input.employeeId } };
+  return { id: randomUUID(), ...released, metadata: input.metadata };
+};
+
 /**
  * The reservation of a never-used address, as one part of an atomic multi-stream append (a
  * create: reservation + new employee in one `appendMany`, no read). A conflict on it means the
- * address has a reservation already: then `reserveEmail` decides (held, released, orphaned).
+ * address has a reservation stream already: then `planReservation` decides (held, released, orphaned).
  */
 export function newReservationRequest(input: ReservationInput): AppendRequest {
-  const { tenantId, email, employeeId, metadata } = input;
-  const reserved: EmailReserved = { type: 'EmployeeEmailReserved', data: { employeeId, email: normaliseEmail(email) } };
-  return { streamId: emailReservationStreamId(tenantId, email), events: [{ id: randomUUID(), ...reserved, metadata }], expectedRevision: 'no_stream' };
+  return { streamId: emailReservationStreamId(input.tenantId, input.email), events: [reservedEvent(input)], expectedRevision: 'no_stream' };
 }
 
-/** A reservation this call appended: the only thing its failure path may undo. */
+const expectedAfter = (events: readonly RecordedEvent[]): ExpectedRevision => (events.length === 0 ? 'no_stream' : events.length - 1);
+
+/**
+ * The part of an atomic append that holds `email` for `employeeId`, planned from the address's
+ * stream as it is now (409 when another employee holds it and the reservation is not orphaned).
+ * Also when `employeeId` holds it already: the append then confirms it at that revision, so that
+ * nothing (an orphan takeover) can change the stream between this read and the append.
+ */
+export async function planReservation(store: EventStore, input: ReservationInput): Promise<AppendRequest> {
+  const streamId = emailReservationStreamId(input.tenantId, input.email);
+  const events = await store.readStream(streamId);
+  const holder = currentHolder(events);
+  if (holder && holder.employeeId !== input.employeeId && !(await isOrphaned(store, input.tenantId, input.email, holder, input.now))) {
+    throw duplicate(input.email);
+  }
+  return { streamId, events: [reservedEvent(input)], expectedRevision: expectedAfter(events) };
+}
+
+/**
+ * The part of an atomic append that gives `email` up, when `employeeId` holds it; null when it
+ * does not (a state the older protocol could leave): then the address is not this employee's to
+ * free, and its stream is left alone.
+ */
+export async function planRelease(store: EventStore, input: ReservationInput): Promise<AppendRequest | null> {
+  const streamId = emailReservationStreamId(input.tenantId, input.email);
+  const events = await store.readStream(streamId);
+  if (currentHolder(events)?.employeeId !== input.employeeId) return null;
+  return { streamId, events: [releasedEvent(input)], expectedRevision: expectedAfter(events) };
+}
+
+/**
+ * What must be appended, atomically and with the employee's `EmployeeEmailChanged` from
+ * `previousEmail` to `input.email` (different addresses once normalised), for the invariant to
+ * hold afterwards: the new address reserved, the old one released.
+ */
+export async function planEmailChange(store: EventStore, input: ReservationInput, previousEmail: string): Promise<AppendRequest[]> {
+  const [reserve, release] = await Promise.all([planReservation(store, input), planRelease(store, { ...input, email: previousEmail })]);
+  return release ? [reserve, release] : [reserve];
+}
+
+/** What `reserveEmail` appended (its stream and the revision it appended at). */
 export type MadeReservation = { readonly streamId: string; readonly revision: number };
 
 /**
+ * Standalone appends, not atomic with any employee stream, so the commands never use them (see
+ * the invariant above). They write a reservation stream directly, as tools and specs need to set
+ * up the states the older two-step protocol left behind (orphans).
+ *
  * Holds `email` for `employeeId`, or fails with 409 when another employee holds it. Returns the
- * reservation it made, or null when `employeeId` already held the address (nothing to undo).
+ * reservation it made, or null when `employeeId` already held the address (nothing appended).
  */
 export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<MadeReservation | null> {
-  const { tenantId, email, employeeId, metadata, now } = input;
+  const { tenantId, email, employeeId, now } = input;
   const streamId = emailReservationStreamId(tenantId, email);
-  const reserved: EmailReserved = { type: 'EmployeeEmailReserved', data: { employeeId, email: normaliseEmail(email) } };
   const append = async (expectedRevision: 'no_stream' | number): Promise<MadeReservation> => {
-    const appended = await store.append(streamId, [{ id: randomUUID(), ...reserved, metadata }], { expectedRevision });
+    const appended = await store.append(streamId, [reservedEvent(input)], { expectedRevision });
     return { streamId, revision: appended.nextRevision };
   };
   try {
-    // The common case: a new address. No read needed; the store refuses if it exists.
     return await append('no_stream');
   } catch (error) {
     if (!(error instanceof WrongExpectedRevisionError)) throw error;
@@ -113,29 +171,12 @@ export async function reserveEmail(store: EventStore, input: ReservationInput): 
   }
 }
 
-/** Gives `email` up if `employeeId` still holds it. Losing a race here means someone else took it over: fine. */
+/** Standalone, like `reserveEmail`: gives `email` up if `employeeId` holds it (losing a race here is fine). */
 export async function releaseEmail(store: EventStore, input: ReservationInput): Promise<void> {
-  const { tenantId, email, employeeId, metadata } = input;
-  const streamId = emailReservationStreamId(tenantId, email);
-  const events = await store.readStream(streamId);
-  if (currentHolder(events)?.employeeId !== employeeId) return;
-  const released: EmailReleased = { type: 'EmployeeEmailReleased', data: { employeeId } };
+  const release = await planRelease(store, input);
+  if (!release) return;
   try {
-    await store.append(streamId, [{ id: randomUUID(), ...released, metadata }], { expectedRevision: events.length - 1 });
-  } catch (error) {
-    if (!(error instanceof WrongExpectedRevisionError)) throw error;
-  }
-}
-
-/**
- * Undoes a reservation this call made (its command failed), at exactly the revision it made it:
- * if anything happened to the stream since, the reservation is no longer this call's to undo.
- */
-export async function undoReservation(store: EventStore, made: MadeReservation | null, input: Pick<ReservationInput, 'employeeId' | 'metadata'>): Promise<void> {
-  if (!made) return;
-  const released: EmailReleased = { type: 'EmployeeEmailReleased', data: { employeeId: input.employeeId } };
-  try {
-    await store.append(made.streamId, [{ id: randomUUID(), ...released, metadata: input.metadata }], { expectedRevision: made.revision });
+    await store.append(release.streamId, release.events, { expectedRevision: release.expectedRevision });
   } catch (error) {
     if (!(error instanceof WrongExpectedRevisionError)) throw error;
   }

@@ -53,10 +53,15 @@ const writeHeaders = z.object({ 'if-match': ifMatchHeader().optional() });
 /**
  * `If-Match` (already well-formed) as the revisions it accepts: one per strong tag that names a
  * revision (`"3"`). `*` asks only that the employee exists: no condition.
+ *
+ * Strong comparison (RFC 9110 §8.8.3.2) is string equality with the ETag we send, `"<revision>"`
+ * in plain decimal: `"03"` or `"00"` is another tag, which names no revision (412), so only the
+ * canonical spelling is turned into a number.
  */
+const REVISION_TAG = /^(?:0|[1-9]\d{0,14})$/;
 function ifMatchOf(header: string | undefined): IfMatch | undefined {
   const tags = header === undefined ? null : strongEntityTags(header);
-  return tags?.filter((tag) => /^\d{1,15}$/.test(tag)).map(Number);
+  return tags?.filter((tag) => REVISION_TAG.test(tag)).map(Number);
 }
 
 const etag = (revision: number) => `"${revision}"`;
