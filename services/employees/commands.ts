@@ -110,7 +110,9 @@ export async function changeEmployeeDetails(
     try {
       return await handleCommand(ports.store, employeeDecider, streamId, command, { metadata: eventMetadata(command.metadata), ifMatch: pinned, alongside });
     } catch (error) {
-      const employeeMoved = error instanceof PreconditionFailedError && pinned.length > 0 && ifMatch === undefined;
+      // The employee moved since the plan: plan again when the client's If-Match (none, or a
+      // list) still accepts where it is now; otherwise the 412 is the client's answer.
+      const employeeMoved = error instanceof PreconditionFailedError && pinned.length > 0 && (ifMatch === undefined || ifMatch.includes(revisionIn(error)));
       const addressMoved = error instanceof WrongExpectedRevisionError && alongside.some((r) => r.streamId === error.streamId);
       if (!employeeMoved && !addressMoved) throw error;
       if (attempt >= MAX_ATTEMPTS) {
@@ -121,9 +123,15 @@ export async function changeEmployeeDetails(
   }
 }
 
-const currentRevisionOf = (error: PreconditionFailedError): number | 'no_stream' => {
+/** The revision a 412 reports the employee at (-1 when its stream is gone or unknown). */
+const revisionIn = (error: PreconditionFailedError): number => {
   const current = error.extras.currentRevision;
-  return typeof current === 'number' && current >= 0 ? current : 'no_stream';
+  return typeof current === 'number' ? current : -1;
+};
+
+const currentRevisionOf = (error: PreconditionFailedError): number | 'no_stream' => {
+  const current = revisionIn(error);
+  return current >= 0 ? current : 'no_stream';
 };
 
 export function changeEmployeeStatus(

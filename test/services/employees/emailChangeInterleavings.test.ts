@@ -168,3 +168,28 @@ describe('when many PATCHes move one employee between three addresses at once', 
     }
   });
 });
+
+describe('when a PATCH with a list If-Match waits while another write moves the employee to a revision the list names', () => {
+  it('the email change is planned again and succeeds (a list that names the current revision is not stale)', async () => {
+    const { tenant, headers } = await given();
+    const [w, x] = [address('w'), address('x')];
+    const created = await hire(headers, w);
+    expect(created.statusCode, created.body).toBe(201);
+    const id = created.json<Employee>().id;
+
+    // A (If-Match "0", "1") is held just before it writes the employee's stream…
+    const held = gate.hold(employeeStreamId(tenant.tenantId, id), 'before');
+    const a = app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers: { ...headers, 'if-match': '"0", "1"' }, payload: { email: x } });
+    await held.reached;
+    // …while a rename moves the employee to revision 1.
+    const renamed = await app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: 'Augusta' } });
+    expect(renamed.statusCode, renamed.body).toBe(200);
+    held.release();
+    const answered = await a;
+    expect(answered.statusCode, answered.body).toBe(200);
+    expect(answered.json<Employee>()).toMatchObject({ email: x, firstName: 'Augusta' });
+    expect(answered.headers.etag).toBe('"2"');
+    expectProblem(await hire(headers, x), 409);
+    expect((await hire(headers, w)).statusCode).toBe(201);
+  });
+});
