@@ -701,7 +701,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Redeliver every change after a cursor (also re-enables a disabled endpoint) */
+        /**
+         * Redeliver every change after a cursor (also re-enables a disabled endpoint)
+         * @description Answers once a delivery in flight to the endpoint (if any) has finished, up to 20 s; the next delivery the receiver gets is then the first change after `after`.
+         */
         post: {
             parameters: {
                 query?: never;

@@ -30,7 +30,10 @@ const pageSchema = z.object({
 });
 
 export type ChangesPage = {
-  /** False when `after` names no change of this tenant (and is not the start). */
+  /**
+   * False when `after` names no change of this tenant (and is not the start): neither one in the
+   * feed now nor one the feed had until a rebuild parked it (`parkedHere`).
+   */
   readonly known: boolean;
   readonly changes: readonly ChangeRecord[];
 };
@@ -54,8 +57,8 @@ export type FeedOrder = {
  * first change applied with a later log position (or after the last change, if none is later):
  * nothing after it is skipped, and a webhook endpoint holding such a cursor never starts over
  * from the beginning; a change applied late with an earlier position may come again (receivers
- * dedupe). The feed answers a gone cursor with 400 (`known`). Each look-up runs only when the
- * one before it found nothing (COALESCE).
+ * dedupe). The feed resumes a gone cursor of the tenant's the same way (`known`, `parkedHere`).
+ * Each look-up runs only when the one before it found nothing (COALESCE).
  */
 const APPLY_ORDER: FeedOrder = {
   after: (tenantId, commit, prepare) => sql.fragment`c.seq > coalesce(
@@ -105,7 +108,7 @@ const APPLY_ORDER_VERSION = 2;
 /**
  * The tenant's changes after `after`, in the order they were applied (log order, except a
  * change `projections retry` applied late: it comes after the ones already applied), at most
- * `limit`; and whether `after` is a position this tenant's feed ever handed out. Row-level
+ * `limit`; and whether `after` is a position this tenant's feed ever handed out (`known`). Row-level
  * security applies. `types` (optional) keeps only those change types.
  */
 export async function readChanges(
@@ -146,7 +149,25 @@ export async function readChanges(
     ),
   );
   return {
-    known: row.known,
+    known: row.known || (await parkedHere(pool, tenantId, after)),
     changes: row.page.map(({ commit: c, prepare: p, ...rest }) => ({ ...rest, position: { commit: BigInt(c), prepare: BigInt(p) } })),
   };
+}
+
+/**
+ * Whether this projection once parked this tenant's event at `position` (any version, any
+ * status; parked rows are kept): a cursor the feed handed out before a rebuild parked its change
+ * and removed it. Such a cursor stays valid (SPEC §7: a client that stores `next` gets every later
+ * change): it resumes just before the first change applied after it, like a webhook endpoint's
+ * (APPLY_ORDER). Runs only for a cursor with no change of the tenant's; outside the tenant's
+ * transaction, since the parked events are not tenant-scoped (the tenant role cannot read them).
+ */
+async function parkedHere(pool: DatabasePool, tenantId: string, position: GlobalPosition): Promise<boolean> {
+  return pool.oneFirst(sql.type(z.object({ parked: z.boolean() }))`
+    select exists (
+      select 1 from projection_parked_events
+      where projection = ${CHANGES_PROJECTION} and tenant_id = ${tenantId}
+        and commit_position = ${position.commit.toString()}::numeric and prepare_position = ${position.prepare.toString()}::numeric
+    ) as parked
+  `);
 }

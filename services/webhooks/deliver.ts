@@ -24,13 +24,19 @@ export type SendOptions = { readonly policy: TargetPolicy; readonly timeoutMs: n
  * Redirects are not followed (a redirect could point anywhere); they count as failures.
  */
 export async function sendWebhook(url: string, secret: string, message: WebhookMessage, options: SendOptions): Promise<DeliveryOutcome> {
+  // One bound for the whole attempt, DNS lookup included: the dispatcher's lease is sized to
+  // outlive an attempt by a few seconds only, so a slow resolver must not stretch it.
+  const deadline = AbortSignal.timeout(options.timeoutMs);
+  const started = Date.now();
   let target;
   try {
-    target = await resolveTarget(url, options.policy);
+    target = await beforeDeadline(resolveTarget(url, options.policy), deadline);
   } catch (error) {
     if (error instanceof TargetRefusedError) return { kind: 'failed', status: null, error: `refused: ${error.message}` };
+    if (deadline.aborted) return { kind: 'failed', status: null, error: `no answer within ${options.timeoutMs} ms (resolving the host)` };
     throw error;
   }
+  const remainingMs = Math.max(1, options.timeoutMs - (Date.now() - started));
   const now = options.now?.() ?? new Date();
   const body = JSON.stringify({ type: message.type, timestamp: message.timestamp, data: message.data });
   const signature = new Webhook(secret).sign(message.id, now, body);
@@ -46,8 +52,8 @@ export async function sendWebhook(url: string, secret: string, message: WebhookM
       {
         method: 'POST',
         lookup,
-        timeout: options.timeoutMs,
-        signal: AbortSignal.timeout(options.timeoutMs),
+        timeout: remainingMs,
+        signal: deadline,
         headers: {
           'content-type': 'application/json',
           'content-length': Buffer.byteLength(body),
@@ -72,5 +78,15 @@ export async function sendWebhook(url: string, secret: string, message: WebhookM
     request.on('timeout', () => request.destroy(new Error(`no answer within ${options.timeoutMs} ms`)));
     request.on('error', (error) => resolve({ kind: 'failed', status: null, error: error.message.slice(0, 500) }));
     request.end(body);
+  });
+}
+
+/** `work`, or a rejection once `signal` aborts (a DNS lookup cannot be cancelled; its late answer is dropped). */
+function beforeDeadline<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
 }

@@ -11,12 +11,14 @@ import { createChangeWakeups } from '../changes/wakeups.ts';
 import { sendWebhook } from './deliver.ts';
 import { DEFAULT_RETRY_POLICY, nextRetryDelay, type RetryPolicy } from './schedule.ts';
 import type { SecretBox } from './secrets.ts';
-import { acquireLease, dueEndpoints, recordAttempt, recordDelivered, releaseLease, trimDeliveries, type EndpointRecord } from './store.ts';
+import { acquireLease, dueEndpoints, leaseState, recordAttempt, recordDelivered, releaseLease, trimDeliveries, type EndpointRecord } from './store.ts';
 import type { TargetPolicy } from './targets.ts';
 import { bullmqTriggers, inProcessTriggers, type DrainJob, type DrainTriggers } from './triggers.ts';
 
 export const WEBHOOK_QUEUE = 'webhook-delivery';
 export const DEFAULT_DELIVERY_RETENTION_MS = 30 * 86_400_000;
+/** What a lease must have left beyond an attempt's time bound when the attempt starts (recording it, clock drift). */
+const LEASE_SLACK_MS = 5_000;
 
 export type WebhookDispatcherOptions = {
   readonly pool: DatabasePool;
@@ -81,17 +83,22 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
    * Delivers the endpoint's next changes in order, up to `budget`, reading them a page at a
    * time; successes are recorded (cursor moved) once per page, a failure ends the run after
    * recording what succeeded before it. Returns how many were delivered and whether to go on.
+   *
+   * Before every send the run reads its lease (`leaseState`, a primary-key read, small beside an
+   * HTTP request): a replay revokes it (store.ts, rewindEndpoint) and the run stops there, so it
+   * sends nothing more from the old cursor; the revoked lease keeps every other run out until this
+   * one releases it, so its attempt in flight stays the only one. A lease with less than an
+   * attempt's time bound (plus slack) left is renewed first: an attempt, DNS lookup included, ends
+   * within `timeoutMs` (deliver.ts), so it never outlives the lease.
    */
-  const deliverRun = async (endpoint: EndpointRecord, lease: { readonly token: string; renewedAt: number }, budget: number): Promise<{ delivered: number; more: boolean }> => {
+  const deliverRun = async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
     if (endpoint.nextAttemptAt && Date.parse(endpoint.nextAttemptAt) > Date.now()) return { delivered: 0, more: false }; // its retry job will come
     const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes);
     if (page.changes.length === 0) return { delivered: 0, more: false };
-    const { token } = lease;
     const secret = secrets.open(endpoint.secretSealed);
     const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date }> = [];
     const flush = async () => {
       const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs);
-      lease.renewedAt = Date.now();
       const last = succeeded.at(-1);
       if (kept && last) Object.assign(endpoint, { cursor: last.position, failedAttempts: 0, nextAttemptAt: null });
       succeeded.length = 0;
@@ -102,8 +109,12 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
       // Closing: record what succeeded and let go (the lease is released; the rest is delivered
       // by the next one to take it, this process after a restart or another worker).
       if (stop.signal.aborted) break;
+      const lease = await leaseState(pool, endpoint.tenantId, endpoint.id, token);
+      // Revoked by a replay, or lost: what succeeded cannot be recorded any more (the token
+      // matches nothing); whoever takes the endpoint next starts from its cursor.
+      if (!lease.ours) return { delivered: sent, more: false };
       // The lease must outlive the next attempt: record what succeeded so far, which renews it.
-      if (Date.now() - lease.renewedAt > leaseMs - timeoutMs - 5_000 && !(await flush())) return { delivered: sent, more: false };
+      if (lease.leftMs < timeoutMs + LEASE_SLACK_MS && !(await flush())) return { delivered: sent, more: false };
       sent++;
       const id = encodeCursor(change.position);
       const outcome = await sendWebhook(endpoint.url, secret, { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) }, {
@@ -146,22 +157,22 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   };
 
   const drain = async (job: DrainJob) => {
-    const lease = { token: randomUUID(), renewedAt: Date.now() };
-    const { token } = lease;
+    const token = randomUUID();
     const endpoint = await acquireLease(pool, job.tenantId, job.endpointId, token, leaseMs);
     if (!endpoint) return; // someone else is delivering to it, or it is gone/disabled
     let made = 0;
     try {
       for (;;) {
-        const run = await deliverRun(endpoint, lease, batchPerJob - made);
+        const run = await deliverRun(endpoint, token, batchPerJob - made);
         made += run.delivered;
         if (!run.more || made >= batchPerJob) break;
       }
     } finally {
       await releaseLease(pool, job.tenantId, job.endpointId, token);
     }
-    // Closes the gap between our last look and the release: work that is due now gets a job.
-    if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await triggers.add(job);
+    // Closes the gap between our last look and the release: work that is due now (after a
+    // replay's hand-off, the changes from its cursor) gets a job.
+    if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await triggers.add({ endpointId: job.endpointId, tenantId: job.tenantId });
   };
 
   const triggerOptions = { concurrency: options.concurrency ?? 16, ...(logger && { logger }) };
@@ -173,7 +184,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   let again = false;
   const sweepOnce = async () => {
     const due = await dueEndpoints(pool, 1_000);
-    await triggers.addBulk(due.map((d) => ({ endpointId: d.id, tenantId: d.tenantId })));
+    await triggers.addBulk(due.map((d) => ({ endpointId: d.id, tenantId: d.tenantId, stateSeen: d.stateSeen })));
   };
   const sweep = (): Promise<void> => {
     if (sweeping) {

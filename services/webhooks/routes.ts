@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -12,7 +13,7 @@ import { changeTypeSchema, cursorSchema, parseAfter } from '../changes/routes.ts
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { generateSigningSecret, type SecretBox } from './secrets.ts';
-import { deleteEndpoint, findEndpoint, insertEndpoint, latestChange, listDeliveries, listEndpoints, rewindEndpoint, type EndpointRecord } from './store.ts';
+import { deleteEndpoint, findEndpoint, insertEndpoint, latestChange, leaseRevoked, listDeliveries, listEndpoints, rewindEndpoint, type EndpointRecord } from './store.ts';
 import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
 import { boundedInt, safeText, uuid } from '../../shared/validation.ts';
 
@@ -20,7 +21,11 @@ export type WebhooksRoutesDeps = {
   readonly pool: DatabasePool;
   readonly secrets: SecretBox;
   readonly targets: TargetPolicy;
+  /** How long a replay waits for a delivery in flight to finish (default 20 s: longer than an attempt's default 15-s bound). */
+  readonly replayHandOffWaitMs?: number;
 };
+
+const HAND_OFF_POLL_MS = 25;
 
 const endpointId = uuid().describe('Webhook endpoint id');
 const params = z.object({ id: endpointId });
@@ -74,6 +79,7 @@ const toView = (e: EndpointRecord) => ({
  * (https, resolves to a public address) and again at every delivery.
  */
 export function webhooksRoutes(deps: WebhooksRoutesDeps) {
+  const handOffWaitMs = deps.replayHandOffWaitMs ?? 20_000;
   /** A cursor to start from: the start, or a change of this tenant (400 otherwise). */
   const startingPoint = async (tenantId: string, after: string | undefined) => {
     if (after === undefined) return (await latestChange(deps.pool, tenantId)) ?? START;
@@ -176,6 +182,8 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         schema: {
           tags,
           summary: 'Redeliver every change after a cursor (also re-enables a disabled endpoint)',
+          description:
+            'Answers once a delivery in flight to the endpoint (if any) has finished, up to 20 s; the next delivery the receiver gets is then the first change after `after`.',
           params,
           body: z.object({ after: cursorSchema.describe('Redeliver changes after this cursor (the start cursor: all)') }).strict(),
           response: { 202: endpointSchema, ...problems, 404: problemSchema },
@@ -186,6 +194,13 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         const cursor = await startingPoint(tenantId, request.body.after);
         const endpoint = await rewindEndpoint(deps.pool, tenantId, request.params.id, cursor);
         if (!endpoint) throw new NotFoundError('No such webhook endpoint');
+        // A run was delivering: its lease is revoked (store.ts), it sends nothing more, and the
+        // replay's run starts once it has let go, after its attempt in flight. Waiting for that
+        // here means that after the 202 the receiver's next delivery is the first change after
+        // `after`. Bounded: a worker that died holds the revoked lease until it runs out, and
+        // its replacement starts then.
+        const deadline = Date.now() + handOffWaitMs;
+        while (endpoint.handingOver && Date.now() < deadline && (await leaseRevoked(deps.pool, tenantId, endpoint.id))) await setTimeout(HAND_OFF_POLL_MS);
         await wakeDispatch(tenantId);
         return reply.code(202).send(toView(endpoint));
       },

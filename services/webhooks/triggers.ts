@@ -1,13 +1,26 @@
 import type { Logger } from '../../shared/logger.ts';
 
 /** "Drain endpoint E": deliver its next changes, in order, under its lease. */
-export type DrainJob = { readonly endpointId: string; readonly tenantId: string };
+export type DrainJob = {
+  readonly endpointId: string;
+  readonly tenantId: string;
+  /** Set by the sweep: the endpoint's state as it found it (lease end, cursor), which names its BullMQ job (bullmqTriggers). */
+  readonly stateSeen?: string;
+};
 
 /**
- * What tells the dispatcher to drain an endpoint, now or at its retry time. The triggers carry
- * no state of their own: PostgreSQL holds the cursor, retry time and lease, and the dispatcher's
- * sweep re-creates any trigger that was lost, so either kind can lose one without losing a change.
+ * A sweep finds a due endpoint again on every pass until its drain runs, so its job is
+ * deduplicated (BullMQ `deduplication`, kept while the job waits or runs): one per endpoint and
+ * state seen. The state (the end of a lease that ran out, the cursor) is in the id so that a job
+ * left active by a worker that died holding the lease does not block the endpoint once that
+ * lease runs out, nor, once anything was delivered since, ever again. (A worker that died
+ * between taking the job and the lease leaves the endpoint waiting for BullMQ's stalled-job
+ * check, about 30 s.) A sweep that finds the endpoint while its job runs adds nothing, which
+ * loses nothing: the drain looks for more after releasing the lease and adds a plain job. Only
+ * the sweep's jobs are deduplicated: that follow-up and the delayed retries are never dropped.
  */
+const sweepDeduplication = (job: DrainJob) => (job.stateSeen === undefined ? {} : { deduplication: { id: `drain-${job.endpointId}-${job.stateSeen}` } });
+
 export type DrainTriggers = {
   add(job: DrainJob, options?: { readonly delayMs?: number; readonly jobId?: string }): Promise<void>;
   addBulk(jobs: readonly DrainJob[]): Promise<void>;
@@ -131,7 +144,7 @@ export async function bullmqTriggers(
       await queue.add('drain', job, { ...(delayMs > 0 && { delay: delayMs }), ...(jobId && { jobId }) });
     },
     async addBulk(jobs) {
-      if (jobs.length > 0) await queue.addBulk(jobs.map((data) => ({ name: 'drain', data })));
+      if (jobs.length > 0) await queue.addBulk(jobs.map((data) => ({ name: 'drain', data, opts: sweepDeduplication(data) })));
     },
     async close() {
       await worker.close();

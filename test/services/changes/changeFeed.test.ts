@@ -5,6 +5,7 @@ import { formatPosition } from '../../../shared/event-store/port.ts';
 import { replayProjection, readCheckpoint } from '../../../projections/runner/runner.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { readChanges } from '../../../projections/changes/queries.ts';
+import { parkEvent, resolveParkedEvents } from '../../../projections/runner/parking.ts';
 import { dueEndpoints, insertEndpoint } from '../../../services/webhooks/store.ts';
 import { sqlAt } from '../../support/database.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
@@ -156,7 +157,7 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     }
   });
 
-  it('a webhook endpoint whose cursor names a change no longer in the model carries on after the last change before it, never from the start', async () => {
+  it('a feed reader and a webhook endpoint whose cursor names a change no longer in the model carry on after the last change before it, never from the start', async () => {
     // A rebuild that parks an event the model before it had applied leaves such a cursor.
     const { tenant, headers } = await h.tenant();
     const e = await hire(h.store, tenant.tenantId, 'gone');
@@ -166,13 +167,22 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     // to the start and the endpoint was sent the tenant's whole history again).
     const gone = decodeCursor(cursors[3] ?? '');
     if (!gone) throw new Error('no cursor');
+    // What the rebuild does: its event is parked (here resolved at once, so that the stream's
+    // later changes are not parked behind it) and its change is not in the model.
+    const goneEvent = (await h.store.readStream(employeeStreamId(tenant.tenantId, e.employeeId))).find((event) => encodeCursor(event.position) === cursors[3]);
+    if (!goneEvent) throw new Error('no event');
+    await parkEvent(h.db.pool, changesProjection, goneEvent, { error: 'parked by a rebuild (test)', attempts: 1 });
+    expect(await resolveParkedEvents(h.db.pool, changesProjection.name, [goneEvent.id])).toBe(1);
     await sqlAt(h.db.url, 'delete from employee_changes where tenant_id = $1 and commit_position = $2 and prepare_position = $3', [
       tenant.tenantId,
       gone.commit.toString(),
       gone.prepare.toString(),
     ]);
     const page = await readChanges(h.db.pool, tenant.tenantId, gone, 100);
-    expect([page.known, page.changes]).toEqual([false, []]);
+    expect([page.known, page.changes]).toEqual([true, []]);
+    // A client that stored that cursor as `next` (SPEC §7) reads on: nothing yet, then each later change once.
+    const stored = await read(headers, `after=${cursors[3] ?? ''}`);
+    expect([stored.data, stored.next]).toEqual([[], cursors[3]]);
     const endpoint = await insertEndpoint(h.db.pool, {
       id: randomUUID(),
       tenantId: tenant.tenantId,
@@ -189,8 +199,13 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     });
     expect(after.changes.map((c) => c.employee.firstName)).toEqual(['gone-4']);
     expect((await dueEndpoints(h.db.pool, 10, endpoint.id)).map((d) => d.id)).toEqual([endpoint.id]);
-    // The feed itself answers such a cursor with 400 (SPEC §7: unknown cursor).
-    expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${cursors[3] ?? ''}`, headers }), 400);
+    const resumed = await read(headers, `after=${stored.next}`);
+    expect(resumed.data.map((c) => c.employee.firstName)).toEqual(['gone-4']);
+    expect((await read(headers, `after=${resumed.next}`)).data).toEqual([]);
+    // A cursor of another tenant's change, or one no change ever had, is still refused (SPEC §7: unknown cursor).
+    const other = await h.tenant();
+    expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${cursors[0] ?? ''}`, headers: other.headers }), 400);
+    expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${encodeCursor({ commit: gone.commit, prepare: gone.prepare + 1_000_000n })}`, headers }), 400);
   });
 
   it('does not collide with /v1/employees/:id and needs employees:read', async () => {
