@@ -89,8 +89,13 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
         const watch = waitMs > 0 ? await deps.wakeups.watch(auth.tenantId) : undefined;
         const aborted = new AbortController();
         const onClose = () => aborted.abort();
-        // The response's 'close' also fires when the client goes away mid-wait.
+        // The response's 'close' also fires when the client goes away mid-wait. A gateway that
+        // starts closing answers a waiting poll at once with what it has (and its `next`), so
+        // that a drain is bounded by real work, not by the longest `?wait=`.
         reply.raw.once('close', onClose);
+        const shutdown = request.server.shutdownSignal;
+        if (shutdown.aborted) onClose();
+        else shutdown.addEventListener('abort', onClose, { once: true });
         try {
           for (;;) {
             // One more than asked tells whether more is pending.
@@ -111,6 +116,7 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
         } finally {
           watch?.cancel();
           reply.raw.off('close', onClose);
+          shutdown.removeEventListener('abort', onClose);
         }
       },
     );

@@ -4,7 +4,7 @@ import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fas
 import type { Registry } from 'prom-client';
 import type { Config } from '../../shared/config.ts';
 import { lazyChild, type Logger } from '../../shared/logger.ts';
-import { handleError, sendProblem } from './problems.ts';
+import { handleClientError, handleError, sendProblem } from './problems.ts';
 import { healthRoutes, type ReadinessCheck } from './health.ts';
 import { openApiPlugin, openApiRoutes } from './openapi.ts';
 import { httpMetricsPlugin } from './httpMetrics.ts';
@@ -27,6 +27,17 @@ export type GatewayOptions = {
 };
 
 export type V1Capability = (v1: FastifyInstance) => Promise<void>;
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /**
+     * Aborted when the gateway starts to close (SIGTERM): a handler that waits on purpose (a
+     * long-poll) listens to it and answers at once with what it has, so the drain is bounded by
+     * the slowest real work rather than by the longest `?wait=` (`request.server.shutdownSignal`).
+     */
+    readonly shutdownSignal: AbortSignal;
+  }
+}
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -56,6 +67,8 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
     // Router-level failures (malformed URL encoding, over-long parameters) are problems too.
     frameworkErrors: (error, request, reply) => handleError(error, request, reply),
+    // And so are the requests Node's HTTP parser refuses (431, 400, 408), answered on the socket.
+    clientErrorHandler: handleClientError,
   }).withTypeProvider<ZodTypeProvider>();
 
   // A JSON API: application/json and +json bodies (e.g. merge-patch+json); anything else is 415.
@@ -68,18 +81,28 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     sendProblem(request, reply, 404, `No route ${request.method} ${request.url.split('?')[0]}; this service serves /v1`),
   );
   let closing = false;
-  app.addHook('onClose', async () => {
+  const shutdown = new AbortController();
+  app.decorate('shutdownSignal', shutdown.signal);
+  const startClosing = async () => {
     closing = true;
-  });
-  app.addHook('preClose', async () => {
-    closing = true;
-  });
+    shutdown.abort();
+  };
+  app.addHook('onClose', startClosing);
+  app.addHook('preClose', startClosing);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
     if (closing) {
       reply.header('retry-after', '1').header('connection', 'close');
       return sendProblem(request, reply, 503, 'This instance is shutting down; retry (another instance will answer)');
     }
+  });
+  // A request in flight when closing starts ends its connection with its answer: Node's
+  // server.close() closes only the connections idle at that moment, so a keep-alive client would
+  // otherwise hold the drain open until its keep-alive timeout (72 s) and the shutdown timer's exit 1.
+  // (Callback style: on every response, an async hook would cost a promise per request.)
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (closing) reply.header('connection', 'close');
+    done(null, payload);
   });
 
   // Tier 1: infrastructure (tracing first, so every later hook and route is inside the request's span).

@@ -5,8 +5,8 @@ import { z } from 'zod';
 import { sendProblem } from './problems.ts';
 
 /**
- * A dependency the service talks to (PostgreSQL, Redis, Kafka, ...). A non-critical one (e.g.
- * Redis for a fail-open rate limiter) is reported when down but does not make the process unready.
+ * A dependency the service talks to (PostgreSQL, Redis, Kafka, ...). A non-critical one (Redis for
+ * a fail-open rate limiter, Kafka) is reported when down but does not make the process unready.
  */
 export type ReadinessCheck = {
   readonly name: string;

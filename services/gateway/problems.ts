@@ -1,3 +1,6 @@
+import { randomUUID } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -33,10 +36,13 @@ const TITLES: Record<number, [code: string, title: string]> = {
   405: ['method-not-allowed', 'Method Not Allowed'],
   406: ['not-acceptable', 'Not Acceptable'],
   409: ['conflict', 'Conflict'],
+  410: ['gone', 'Gone'],
   412: ['precondition-failed', 'Precondition Failed'],
   413: ['content-too-large', 'Content Too Large'],
   414: ['uri-too-long', 'URI Too Long'],
   415: ['unsupported-media-type', 'Unsupported Media Type'],
+  408: ['request-timeout', 'Request Timeout'],
+  431: ['request-header-fields-too-large', 'Request Header Fields Too Large'],
   422: ['unprocessable-content', 'Unprocessable Content'],
   429: ['too-many-requests', 'Too Many Requests'],
   500: ['internal', 'Internal Server Error'],
@@ -79,6 +85,9 @@ const FASTIFY_CODES: Record<string, [status: number, detail: string]> = {
 /** One error handler for the whole app: domain errors to problems, internals hidden. */
 export function handleError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   if (error instanceof AppError) {
+    // An adapter that turned a dependency's failure into a 503 (e.g. Kafka unreachable) keeps the
+    // original as `cause`: the client gets the problem, the log gets what happened.
+    if (error.status >= 500 && error.cause !== undefined) request.log.error({ err: error.cause }, 'dependency unavailable');
     reply.headers(error.headers);
     // RFC 9110: every 401 names its scheme.
     if (error.status === 401 && !reply.hasHeader('www-authenticate')) reply.header('www-authenticate', 'Bearer realm="employee-analytics"');
@@ -136,4 +145,43 @@ function isDependencyDown(error: unknown): boolean {
     if (e.name === 'UnavailableError') return true; // KurrentDB / EventStoreDB client
   }
   return false;
+}
+
+/** Node's HTTP parser errors, by code; anything else it refuses is a 400. */
+const CLIENT_ERRORS: Record<string, [status: number, detail: string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'The request headers are larger than this service accepts'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'The request was not received in time'],
+};
+
+/** The request target's path, when the refused bytes start with a readable request line. */
+function targetPath(rawPacket: unknown): string {
+  const head = Buffer.isBuffer(rawPacket) ? rawPacket.subarray(0, 2_100).toString('latin1') : '';
+  return /^[A-Z]{3,10} (\/[\x21-\x3e\x40-\x7e]{0,2048})[ ?#\r]/.exec(head)?.[1] ?? '/';
+}
+
+/**
+ * Fastify's `clientErrorHandler`: requests Node's HTTP parser refuses before Fastify sees them
+ * (headers over `maxHeaderSize` → 431, a malformed request line or header → 400, a request not
+ * complete within `requestTimeout` → 408). They get the same RFC 9457 problem as every other
+ * error (Fastify's default writes its own `application/json` shape). There is no request object,
+ * so the response is written on the socket, which is then closed: the parser's state is lost.
+ */
+export function handleClientError(error: Error & { code?: string; rawPacket?: unknown }, socket: Socket): void {
+  // A reset connection, or one already gone: nobody to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const [status, detail] = CLIENT_ERRORS[error.code ?? ''] ?? [400, 'The request is not valid HTTP/1.1'];
+  const [code, title] = TITLES[status] ?? ['bad-request', 'Bad Request'];
+  const requestId = randomUUID();
+  const problem: Problem = { type: problemType(code), title, status, detail, instance: targetPath(error.rawPacket), requestId };
+  const body = JSON.stringify(problem);
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? title}\r\n` +
+      `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+      `X-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
+    () => socket.destroy(),
+  );
 }

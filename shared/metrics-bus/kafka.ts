@@ -1,5 +1,6 @@
 import kafkajs, { type Consumer, type EachBatchPayload, type Kafka, type Producer } from 'kafkajs';
 import type { Registry } from 'prom-client';
+import { ServiceUnavailableError } from '../errors.ts';
 import { BoundedBuffer } from './boundedBuffer.ts';
 import { decodeSamples, packSamples } from './codec.ts';
 import { publisherMetrics } from './metrics.ts';
@@ -9,6 +10,35 @@ import type { TransportHead, UsageSample, UsageSamplePublisher, UsageSampleSink,
 const HEAD_REUSE_MS = 250;
 
 const { Kafka: KafkaClient, Partitioners, logLevel } = kafkajs;
+
+/**
+ * kafkajs's ways of saying "the broker cannot be reached or did not answer in time": a refused or
+ * unresolvable address (KafkaJSConnectionError, code ECONNREFUSED / ENOTFOUND / none for a
+ * connection timeout), a request timeout, no broker or coordinator to ask, and the retrier giving
+ * up on any of those (KafkaJSNumberOfRetriesExceeded: it only retries retriable failures).
+ * Anything else (SASL refused, a non-retriable protocol error) is a fault, not an outage.
+ */
+const UNREACHABLE: ReadonlyArray<abstract new (...args: never[]) => Error> = [
+  kafkajs.KafkaJSConnectionError,
+  kafkajs.KafkaJSRequestTimeoutError,
+  kafkajs.KafkaJSBrokerNotFound,
+  kafkajs.KafkaJSGroupCoordinatorNotFound,
+  kafkajs.KafkaJSTimeout,
+  kafkajs.KafkaJSNumberOfRetriesExceeded,
+];
+
+/**
+ * The adapter's boundary for calls made on a request's behalf (the KPI watermark's topic head):
+ * an unreachable broker becomes the service's ServiceUnavailableError (503 with
+ * Retry-After, SPEC §6), so the gateway needs no knowledge of kafkajs's error classes. The
+ * kafkajs error stays as `cause` for the logs; the broker address does not reach clients.
+ */
+function unavailableIfUnreachable(error: unknown): unknown {
+  if (!UNREACHABLE.some((type) => error instanceof type)) return error;
+  const unavailable = new ServiceUnavailableError('Usage metrics are unavailable: the metrics bus cannot be reached; retry shortly', {}, { 'retry-after': '5' });
+  unavailable.cause = error;
+  return unavailable;
+}
 
 type Log = { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
 const silent: Log = { warn: () => undefined, error: () => undefined };
@@ -319,6 +349,7 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
       if (adminConnected) await admin.disconnect().catch(() => undefined);
       adminConnected = undefined;
     },
+    // Readiness only (not on a request's path): kafkajs's own error, whose message says why.
     async ping() {
       adminConnected ??= admin.connect().catch((error: unknown) => {
         adminConnected = undefined;
@@ -344,6 +375,8 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
           const offsets = await admin.fetchTopicOffsets(options.topic);
           lastHead = { topic: options.topic, at, partitions: new Map(offsets.map((o) => [o.partition, { low: o.low, high: o.high }])) };
           return lastHead;
+        } catch (error) {
+          throw unavailableIfUnreachable(error);
         } finally {
           headInFlight = undefined;
         }
