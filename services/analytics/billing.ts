@@ -59,12 +59,16 @@ export const billingEventInput = z.object({
   currency: z.string().max(3).regex(/^[A-Z]{3}$/, 'an ISO 4217 code such as EUR'),
   interval: z.enum(['month', 'year']),
   occurredAt: billingInstant,
-});
+})
+  // Strict like every request body (docs/versioning.md): a misspelt field is a 400, never dropped.
+  .strict();
 export type BillingEventInput = z.infer<typeof billingEventInput>;
 
-export const billingEventsBody = z.object({
-  events: z.array(billingEventInput).min(1).max(MAX_BILLING_BATCH),
-});
+export const billingEventsBody = z
+  .object({
+    events: z.array(billingEventInput).min(1).max(MAX_BILLING_BATCH),
+  })
+  .strict();
 
 export type IngestResult = { readonly accepted: number; readonly duplicates: number; readonly position: GlobalPosition | null };
 

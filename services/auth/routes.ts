@@ -22,9 +22,10 @@ const tokenPairSchema = z
   })
   .meta({ id: 'TokenPair' });
 
-const refreshBody = z.object({ refreshToken: safeText(200, { min: 1 }).describe('As returned by login or refresh') });
+// Request bodies are strict (docs/versioning.md): an unknown field is a 400, never silently dropped.
+const refreshBody = z.object({ refreshToken: safeText(200, { min: 1 }).describe('As returned by login or refresh') }).strict();
 // Any text a person may have typed, but storable and bounded (SPEC §9): NUL in an email was a 500 (defect 6).
-const loginBody = z.object({ email: safeText(320, { min: 1 }), password: safeText(1024, { min: 1 }) });
+const loginBody = z.object({ email: safeText(320, { min: 1 }), password: safeText(1024, { min: 1 }) }).strict();
 
 /**
  * POST /v1/auth/login and /refresh: public routes in their own encapsulated context (no bearer
