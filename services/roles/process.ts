@@ -39,7 +39,7 @@ export async function runRole(role: string, start: (context: RoleContext) => Pro
   logger.info({ role, startupMs: Date.now() - started }, `${role} started`);
 
   let stopping = false;
-  const shutdown = async (signal: string) => {
+  const shutdown = async (signal: string, exitCode = 0) => {
     if (stopping) return;
     stopping = true;
     logger.info({ signal, role }, 'shutting down');
@@ -52,10 +52,12 @@ export async function runRole(role: string, start: (context: RoleContext) => Pro
     await runtime.close();
     clearTimeout(timer);
     logger.info('stopped');
-    process.exit(0);
+    process.exit(exitCode);
   };
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  // The terminal closed: drain the same way.
+  process.on('SIGHUP', () => void shutdown('SIGHUP'));
   // A launcher (npm, a shell) that dies without passing its signal on would orphan us, and
   // with us the embedded PostgreSQL: follow the parent out.
   const parent = process.ppid;
@@ -64,7 +66,8 @@ export async function runRole(role: string, start: (context: RoleContext) => Pro
   }, 1_000).unref();
   process.on('uncaughtException', (error) => {
     logger.fatal({ err: error }, 'uncaught exception');
-    void shutdown('uncaughtException');
+    // A crash is not a clean stop: a supervisor's restart-on-failure must see it.
+    void shutdown('uncaughtException', 1);
   });
 }
 

