@@ -133,7 +133,9 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
         return { delivered: sent - 1, more: false };
       }
       const failedAttempts = endpoint.failedAttempts + 1;
-      const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs);
+      // The first failure of this change is now; a later one counts from when that was recorded.
+      const sinceFirstFailure = failedAttempts === 1 || endpoint.retryingSince === null ? 0 : Math.max(0, Date.now() - Date.parse(endpoint.retryingSince));
+      const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs, sinceFirstFailure);
       if (delay === null) {
         await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
           ...base,

@@ -21,11 +21,12 @@ export type WebhooksRoutesDeps = {
   readonly pool: DatabasePool;
   readonly secrets: SecretBox;
   readonly targets: TargetPolicy;
-  /** How long a replay waits for a delivery in flight to finish (default 20 s: longer than an attempt's default 15-s bound). */
+  /** How long a replay waits for a delivery in flight to finish: the delivery timeout plus slack (default 20 s, for the default 15-s timeout). */
   readonly replayHandOffWaitMs?: number;
 };
 
-const HAND_OFF_POLL_MS = 25;
+/** The replay's look at the revoked lease: soon at first (an attempt is usually quick), then every 250 ms. */
+const handOffPollMs = (attempt: number) => Math.min(250, 25 * 2 ** attempt);
 
 const endpointId = uuid().describe('Webhook endpoint id');
 const params = z.object({ id: endpointId });
@@ -183,7 +184,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
           tags,
           summary: 'Redeliver every change after a cursor (also re-enables a disabled endpoint)',
           description:
-            'Answers once a delivery in flight to the endpoint (if any) has finished, up to 20 s; the next delivery the receiver gets is then the first change after `after`.',
+            'Answers once a delivery in flight to the endpoint (if any) has finished, waiting at most the delivery timeout plus 5 s (20 s by default); the next delivery the receiver gets is then the first change after `after`.',
           params,
           body: z.object({ after: cursorSchema.describe('Redeliver changes after this cursor (the start cursor: all)') }).strict(),
           response: { 202: endpointSchema, ...problems, 404: problemSchema },
@@ -200,7 +201,9 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         // `after`. Bounded: a worker that died holds the revoked lease until it runs out, and
         // its replacement starts then.
         const deadline = Date.now() + handOffWaitMs;
-        while (endpoint.handingOver && Date.now() < deadline && (await leaseRevoked(deps.pool, tenantId, endpoint.id))) await setTimeout(HAND_OFF_POLL_MS);
+        // The replay itself has committed: a failed look only ends the wait, never the 202.
+        const stillRevoked = () => leaseRevoked(deps.pool, tenantId, endpoint.id).catch(() => false);
+        for (let attempt = 0; endpoint.handingOver && Date.now() < deadline && (await stillRevoked()); attempt++) await setTimeout(handOffPollMs(attempt));
         await wakeDispatch(tenantId);
         return reply.code(202).send(toView(endpoint));
       },

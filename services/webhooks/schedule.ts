@@ -21,21 +21,34 @@ export type RetryPolicy = {
   readonly jitter: number;
   /** A receiver's Retry-After is honoured up to this long. */
   readonly maxRetryAfterMs: number;
+  /**
+   * No retry is scheduled later than this long after the change's first failed attempt (SPEC §7:
+   * "up to 3 days"), whatever jitter or a receiver's Retry-After would make of the schedule.
+   * Absent: the schedule's length alone bounds the retries.
+   */
+  readonly windowMs?: number;
 };
 
-export const DEFAULT_RETRY_POLICY: RetryPolicy = { scheduleMs: DEFAULT_RETRY_SCHEDULE_MS, jitter: 0.2, maxRetryAfterMs: 24 * 3_600_000 };
+export const DEFAULT_RETRY_POLICY: RetryPolicy = { scheduleMs: DEFAULT_RETRY_SCHEDULE_MS, jitter: 0.2, maxRetryAfterMs: 24 * 3_600_000, windowMs: 3 * 86_400_000 };
 
 /**
- * The delay before the next attempt after `failedAttempts` failures (≥ 1), or null when the
- * schedule is exhausted. A receiver's Retry-After replaces the scheduled delay when longer
- * (it asked us to wait) and is never shortened by jitter.
+ * The delay before the next attempt after `failedAttempts` failures (≥ 1), `sinceFirstFailureMs`
+ * after the change's first failed attempt, or null when the retries are exhausted. A receiver's
+ * Retry-After replaces the scheduled delay when longer (it asked us to wait) and is never
+ * shortened by jitter. Within the window: a scheduled delay that would end past it is shortened
+ * to end at it (the last retry, at the window's end); a Retry-After that asks for longer than is
+ * left ends the retries (retrying sooner than the receiver asked would not help it).
  */
-export function nextRetryDelay(policy: RetryPolicy, failedAttempts: number, random: number, retryAfterMs?: number): number | null {
+export function nextRetryDelay(policy: RetryPolicy, failedAttempts: number, random: number, retryAfterMs?: number, sinceFirstFailureMs = 0): number | null {
   const base = policy.scheduleMs[failedAttempts - 1];
   if (base === undefined) return null;
-  const jittered = Math.round(base * (1 + policy.jitter * (2 * random - 1)));
-  if (retryAfterMs === undefined) return Math.max(0, jittered);
-  return Math.max(jittered, Math.min(retryAfterMs, policy.maxRetryAfterMs));
+  const jittered = Math.max(0, Math.round(base * (1 + policy.jitter * (2 * random - 1))));
+  const asked = retryAfterMs === undefined ? 0 : Math.min(retryAfterMs, policy.maxRetryAfterMs);
+  const delay = Math.max(jittered, asked);
+  if (policy.windowMs === undefined) return delay;
+  const left = policy.windowMs - sinceFirstFailureMs;
+  if (left <= 0 || asked > left) return null;
+  return Math.min(delay, left);
 }
 
 /** RFC 9110 Retry-After: delay-seconds or an HTTP-date; undefined when absent or unreadable. */

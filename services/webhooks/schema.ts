@@ -49,4 +49,8 @@ export const webhookMigrations: readonly Migration[] = [
       ${tenantScopedDdl('webhook_deliveries')}
     `,
   },
+  // When the change being retried first failed: the retries end 3 days after it (SPEC §7), which
+  // a count of retries alone did not bound (jitter, a receiver's Retry-After). Null while nothing
+  // is being retried; an endpoint retrying at the upgrade counts from its next failure.
+  { id: 'webhooks/002-retrying-since', sql: 'alter table webhook_endpoints add column retrying_since timestamptz;' },
 ];

@@ -18,6 +18,7 @@ const endpointRow = z.object({
   cursor_prepare: z.string(),
   failed_attempts: z.number(),
   next_attempt_at: z.string().nullable(),
+  retrying_since: z.string().nullable(),
 });
 
 export type EndpointRecord = {
@@ -33,6 +34,8 @@ export type EndpointRecord = {
   readonly cursor: GlobalPosition;
   readonly failedAttempts: number;
   readonly nextAttemptAt: string | null;
+  /** When the change being retried first failed (null while nothing is retried). */
+  readonly retryingSince: string | null;
 };
 
 const toEndpoint = (r: z.infer<typeof endpointRow>): EndpointRecord => ({
@@ -47,11 +50,12 @@ const toEndpoint = (r: z.infer<typeof endpointRow>): EndpointRecord => ({
   cursor: { commit: BigInt(r.cursor_commit), prepare: BigInt(r.cursor_prepare) },
   failedAttempts: r.failed_attempts,
   nextAttemptAt: r.next_attempt_at,
+  retryingSince: r.retrying_since,
 });
 
 const endpointColumns = sql.fragment`
   id::text, tenant_id::text, url, event_types, secret_sealed, status, disabled_reason, created_at,
-  cursor_commit::text, cursor_prepare::text, failed_attempts, next_attempt_at
+  cursor_commit::text, cursor_prepare::text, failed_attempts, next_attempt_at, retrying_since
 `;
 
 export async function insertEndpoint(
@@ -120,7 +124,7 @@ export async function rewindEndpoint(
   const row = await withTenant(pool, tenantId, (tx) =>
     tx.maybeOne(sql.type(endpointRow.extend({ handing_over: z.boolean() }))`
       update webhook_endpoints set cursor_commit = ${cursor.commit.toString()}, cursor_prepare = ${cursor.prepare.toString()},
-        status = 'active', disabled_reason = null, failed_attempts = 0, next_attempt_at = null,
+        status = 'active', disabled_reason = null, failed_attempts = 0, next_attempt_at = null, retrying_since = null,
         lease_token = case when lease_until >= now() then ${revoked(sql.fragment`lease_token`)} end,
         lease_until = case when lease_until >= now() then lease_until end
       where tenant_id = ${tenantId} and id = ${id}
@@ -289,6 +293,7 @@ export async function recordAttempt(pool: DatabasePool, tenantId: string, id: st
         cursor_prepare = case when ${outcome.kind} = 'delivered' then ${prepare}::numeric else cursor_prepare end,
         failed_attempts = ${outcome.kind === 'retry' ? outcome.failedAttempts : 0},
         next_attempt_at = ${outcome.kind === 'retry' ? outcome.nextAttemptAt.toISOString() : null}::timestamptz,
+        retrying_since = ${outcome.kind === 'retry' ? sql.fragment`case when failed_attempts = 0 then now() else coalesce(retrying_since, now()) end` : sql.fragment`null`},
         status = case when ${outcome.kind} = 'disable' then 'disabled' else status end,
         disabled_reason = ${outcome.kind === 'disable' ? outcome.reason : null}
       where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
@@ -331,6 +336,7 @@ export async function recordDelivered(
         cursor_prepare = ${last ? sql.fragment`${last.position.prepare.toString()}::numeric` : sql.fragment`cursor_prepare`},
         failed_attempts = ${last ? sql.fragment`0` : sql.fragment`failed_attempts`},
         next_attempt_at = ${last ? sql.fragment`null` : sql.fragment`next_attempt_at`},
+        retrying_since = ${last ? sql.fragment`null` : sql.fragment`retrying_since`},
         lease_until = now() + make_interval(secs => ${leaseMs / 1000})
       where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
       returning id::text

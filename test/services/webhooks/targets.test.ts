@@ -101,6 +101,31 @@ describe('the retry schedule', () => {
     );
   });
 
+  it('never schedules a retry past 3 days after the first failure, whatever jitter or Retry-After ask', () => {
+    const window = DEFAULT_RETRY_POLICY.windowMs ?? 0;
+    expect(window).toBe(3 * 86_400_000);
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.double({ min: 0, max: 1, noNaN: true }), fc.option(fc.integer({ min: 0, max: 2 * 86_400_000 }))), { minLength: 8, maxLength: 8 }),
+        (draws) => {
+          let elapsed = 0;
+          for (const [n, [r, retryAfter]] of draws.entries()) {
+            const delay = nextRetryDelay(DEFAULT_RETRY_POLICY, n + 1, r, retryAfter ?? undefined, elapsed);
+            if (delay === null) return;
+            elapsed += delay;
+            expect(elapsed).toBeLessThanOrEqual(window);
+            // Never sooner than the receiver asked.
+            if (retryAfter !== null) expect(delay).toBeGreaterThanOrEqual(Math.min(retryAfter, DEFAULT_RETRY_POLICY.maxRetryAfterMs));
+          }
+        },
+      ),
+    );
+    // The last scheduled retry is moved to the window's end; a Retry-After beyond it ends the retries.
+    expect(nextRetryDelay(DEFAULT_RETRY_POLICY, 8, 1, undefined, window - 3_600_000)).toBe(3_600_000);
+    expect(nextRetryDelay(DEFAULT_RETRY_POLICY, 8, 0.5, 7_200_000, window - 3_600_000)).toBeNull();
+    expect(nextRetryDelay(DEFAULT_RETRY_POLICY, 3, 0.5, undefined, window)).toBeNull();
+  });
+
   it('reads Retry-After as seconds or an HTTP date', () => {
     const now = Date.parse('2026-01-01T00:00:00Z');
     expect(parseRetryAfter('120', now)).toBe(120_000);
