@@ -14,7 +14,9 @@
  *
  * Knobs: BENCH_WRITE_ROUNDS (3), BENCH_WRITE_SECONDS (8), BENCH_WRITE_CONNECTIONS (32),
  * BENCH_WRITE_ONLY (appends | creates), BENCH_WRITE_FLUSHES (our store's maxConcurrentFlushes, 1),
- * BENCH_GATEWAY_NODE_ARGS (e.g. `--cpu-prof --cpu-prof-dir=…` to profile the gateway).
+ * BENCH_GATEWAY_NODE_ARGS (e.g. `--cpu-prof --cpu-prof-dir=…` to profile the gateway; it applied
+ * to the CRUD server and the projector too before), BENCH_PROJECTOR_NODE_ARGS (the same for
+ * `projector employees`).
  * Two cores shared with other work: absolute numbers are noisy, the ratios less so.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -153,8 +155,10 @@ async function createsBench(rounds: number, seconds: number, connections: number
 
     const env = { ...process.env, ...serviceEnv(oursDb.url, jwk) };
     const nodeArgs = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean);
+    const projectorArgs = (process.env.BENCH_PROJECTOR_NODE_ARGS ?? '').split(' ').filter(Boolean);
+    const argsFor = (role: string | undefined) => (role === 'gateway' ? nodeArgs : role === 'projector' ? projectorArgs : []);
     const start = (script: string, port: number, extraEnv: Record<string, string>, ...args: string[]) => {
-      const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
+      const child = spawn(process.execPath, [...argsFor(args[0]), script, ...args], {
         env: { ...env, ...extraEnv, PORT: String(port) },
         stdio: ['ignore', 'ignore', 'inherit'],
       });
