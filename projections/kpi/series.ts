@@ -352,7 +352,10 @@ export async function readKpiSeries(
 
 /**
  * The KPI summary as it was at `at` (`GET /v1/analytics/kpi?at=`): asOf = min(at, horizon);
- * usage from the rollups at hour resolution (see above), revenue as of asOf.
+ * usage from the rollups at hour resolution (see above), revenue as of asOf. The usage windows
+ * end at asOf rounded *down* to the hour: the rollups cannot split an hour, and a summary of how
+ * things were at an instant must not count requests made after it (rounding up did, and left out
+ * the first part of the hour 24 h earlier).
  */
 export async function readKpiSummaryAt(
   deps: KpiReadDeps,
@@ -361,7 +364,7 @@ export async function readKpiSummaryAt(
   now: number = Date.now(),
 ): Promise<KpiSummary> {
   const asOf = Math.min(at, await kpiHorizon(deps, now, 'both'));
-  const end = floorTo('hour', asOf) === asOf ? asOf : floorTo('hour', asOf) + HOUR;
+  const end = floorTo('hour', asOf);
   return withTenant(deps.pool, tenantId, async (tx) => {
     const day = await loadWindow(tx, tenantId, end - DAY, end, { latency: true, users: true });
     const month = await loadWindow(tx, tenantId, end - MAU_WINDOW, end, { latency: false, users: true });

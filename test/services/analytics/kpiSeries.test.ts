@@ -153,6 +153,18 @@ describe('GET /v1/analytics/kpi/series', () => {
     });
   });
 
+  describe('when asked for an instant inside an hour', () => {
+    it('counts no usage after it: the usage windows end at the hour before (the series point there), revenue is exact', async () => {
+      const at = new Date(Date.parse(day(1, 12)) + 30 * 60_000).toISOString();
+      const kpi = await kpiAt(at);
+      expect(kpi.asOf).toBe(at);
+      // The hour 12:00–13:00 holds a third user's requests (dau 3 at 13:00); up to 12:00, 2.
+      const [dau, p95] = [values(await series('dau', day(1, 11), day(1, 13), 'hour')), values(await series('apiLatencyP95Ms', day(1, 11), day(1, 13), 'hour'))];
+      expect(dau[day(1, 13)]).toBe(3);
+      expect({ dau: kpi.dau, apiLatencyP95Ms: kpi.apiLatencyP95Ms }).toEqual({ dau: dau[day(1, 12)], apiLatencyP95Ms: p95[day(1, 12)] });
+    });
+  });
+
   describe('when compared with the snapshot at the same instants', () => {
     it('agrees with GET /kpi?at= on every metric', async () => {
       const instants = [day(1), day(2, 13), day(5), day(10), day(16), day(26), day(40)];
