@@ -1,4 +1,3 @@
-import { createServer } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { Registry } from 'prom-client';
@@ -9,6 +8,7 @@ import { usageSamples } from '../../../services/analytics/usageSamples.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authCapabilities, authHeaders, createTestAuth, provisionTenant } from '../../support/auth.ts';
+import { freePort } from '../../support/processes.ts';
 
 /**
  * Kafka unreachable: the gateway's publisher points at a port nobody listens on. Requests must
@@ -22,14 +22,6 @@ const REQUESTS = 3_000;
 let db: TestDatabase;
 let auth: AuthDeps;
 
-async function deadPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const address = server.address();
-  await new Promise((r) => server.close(r));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
-}
 
 const ping: V1Capability = async (scope) => {
   scope.get('/ping', { config: { permission: 'roles:read' } }, async () => ({ ok: true }));
@@ -77,7 +69,7 @@ describe('usage samples while Kafka is unreachable', () => {
     const tenant = await provisionTenant(db.pool);
     const headers = await authHeaders(auth, tenant, 'employee');
     const healthy = await gatewayWith(brokers);
-    const down = await gatewayWith([`127.0.0.1:${await deadPort()}`], CAPACITY);
+    const down = await gatewayWith([`127.0.0.1:${await freePort()}`], CAPACITY);
     try {
       // Warm both (JIT, token cache) before measuring.
       for (const { app } of [healthy, down]) for (let i = 0; i < 200; i++) await app.inject({ method: 'GET', url: '/v1/ping', headers });

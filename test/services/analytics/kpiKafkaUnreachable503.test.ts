@@ -1,4 +1,3 @@
-import { createServer } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,6 +11,7 @@ import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
+import { freePort } from '../../support/processes.ts';
 
 /**
  * Regression: with the metrics bus unreachable, the KPI summary (and usage series) answered 500:
@@ -24,14 +24,6 @@ let store: EventStore;
 let auth: AuthDeps;
 let projector: ProjectorHandle;
 
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const address = server.address();
-  await new Promise((r) => server.close(r));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
-}
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -48,7 +40,7 @@ afterAll(async () => {
 });
 
 const unreachable = async () => [
-  ['a closed port', `127.0.0.1:${await closedPort()}`],
+  ['a closed port', `127.0.0.1:${await freePort()}`],
   ['an unresolvable host', `kafka-${randomUUID().slice(0, 8)}.invalid:9092`],
 ] as const;
 

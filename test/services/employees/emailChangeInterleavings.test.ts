@@ -94,6 +94,12 @@ const address = (label: string) => `${label}-${crypto.randomUUID()}@example.test
 
 const hire = (headers: Record<string, string>, email: string) =>
   app.inject({ method: 'POST', url: '/v1/employees', headers, payload: { email, firstName: 'Ada', lastName: 'Lovelace' } });
+/** Hires someone with `email` (201 expected) and returns the new employee's id. */
+async function hired(headers: Record<string, string>, email: string): Promise<string> {
+  const created = await hire(headers, email);
+  expect(created.statusCode, created.body).toBe(201);
+  return created.json<Employee>().id;
+}
 const patchEmail = (headers: Record<string, string>, id: string, email: string) =>
   app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { email } });
 
@@ -101,9 +107,7 @@ describe('when a stale PATCH to address X waits while another PATCH moves the em
   it('X stays reserved for the employee: the stale one is 412, hiring someone else with X is 409', async () => {
     const { tenant, headers } = await given();
     const [w, x] = [address('w'), address('x')];
-    const created = await hire(headers, w);
-    expect(created.statusCode, created.body).toBe(201);
-    const id = created.json<Employee>().id;
+    const id = await hired(headers, w);
 
     // A (If-Match "0", fresh when sent) is held just before it writes the employee's stream…
     const held = gate.hold(employeeStreamId(tenant.tenantId, id), 'before');
@@ -127,9 +131,7 @@ describe('when a move X→Y is recorded but not yet finished and a second PATCH 
   it('X stays reserved for the employee and Y is free again', async () => {
     const { tenant, headers } = await given();
     const [x, y] = [address('x'), address('y')];
-    const created = await hire(headers, x);
-    expect(created.statusCode, created.body).toBe(201);
-    const id = created.json<Employee>().id;
+    const id = await hired(headers, x);
 
     // P1 is held just after its write to the employee's stream (X→Y recorded)…
     const held = gate.hold(employeeStreamId(tenant.tenantId, id), 'after');
@@ -152,9 +154,7 @@ describe('when many PATCHes move one employee between three addresses at once', 
   it('afterwards exactly the address it has is taken, the other two are free', async () => {
     const { headers } = await given();
     const addresses = [address('a'), address('b'), address('c')];
-    const created = await hire(headers, addresses[0] ?? '');
-    expect(created.statusCode, created.body).toBe(201);
-    const id = created.json<Employee>().id;
+    const id = await hired(headers, addresses[0] ?? '');
 
     const responses = await Promise.all(Array.from({ length: 24 }, (_, i) => patchEmail(headers, id, addresses[(i + 1) % 3] ?? '')));
     // Without If-Match every PATCH is decided again after a lost race; only endless races give up (409).
@@ -173,9 +173,7 @@ describe('when a PATCH with a list If-Match waits while another write moves the 
   it('the email change is planned again and succeeds (a list that names the current revision is not stale)', async () => {
     const { tenant, headers } = await given();
     const [w, x] = [address('w'), address('x')];
-    const created = await hire(headers, w);
-    expect(created.statusCode, created.body).toBe(201);
-    const id = created.json<Employee>().id;
+    const id = await hired(headers, w);
 
     // A (If-Match "0", "1") is held just before it writes the employee's stream…
     const held = gate.hold(employeeStreamId(tenant.tenantId, id), 'before');

@@ -1,4 +1,3 @@
-import { createServer } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,6 +7,7 @@ import { createGateway } from '../../../services/gateway/app.ts';
 import { checkReadiness } from '../../../services/gateway/health.ts';
 import { startProjectorRole } from '../../../services/roles/projector.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { freePort } from '../../support/processes.ts';
 
 /**
  * Regression: a Kafka outage made every gateway unready (503 on /health/ready, so a load balancer
@@ -18,14 +18,6 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 const logger = pino({ level: 'silent' });
 let db: TestDatabase;
 
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const address = server.address();
-  await new Promise((r) => server.close(r));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
-}
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -39,7 +31,7 @@ type Ready = { status: string; checks: Record<string, { status: string }> };
 
 describe('when KAFKA_BROKERS names an unreachable broker', () => {
   it('the gateway stays ready (200), reporting Kafka down and itself degraded', { timeout: 30_000 }, async () => {
-    for (const broker of [`127.0.0.1:${await closedPort()}`, `kafka-${randomUUID().slice(0, 8)}.invalid:9092`]) {
+    for (const broker of [`127.0.0.1:${await freePort()}`, `kafka-${randomUUID().slice(0, 8)}.invalid:9092`]) {
       const runtime = await createRuntime(loadConfig({ DATABASE_URL: db.url, KAFKA_BROKERS: broker, LOG_LEVEL: 'silent' }), logger);
       try {
         const app = await createGateway({
@@ -65,7 +57,7 @@ describe('when KAFKA_BROKERS names an unreachable broker', () => {
   });
 
   it('still makes the gateway unready when a critical dependency is down, without naming Kafka', { timeout: 30_000 }, async () => {
-    const runtime = await createRuntime(loadConfig({ DATABASE_URL: db.url, KAFKA_BROKERS: `127.0.0.1:${await closedPort()}`, LOG_LEVEL: 'silent' }), logger);
+    const runtime = await createRuntime(loadConfig({ DATABASE_URL: db.url, KAFKA_BROKERS: `127.0.0.1:${await freePort()}`, LOG_LEVEL: 'silent' }), logger);
     try {
       const app = await createGateway({
         config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
@@ -88,7 +80,7 @@ describe('when KAFKA_BROKERS names an unreachable broker', () => {
 
 describe('when the kpi projector runs as its own process and Kafka cannot be reached', () => {
   it('is unready (503): consuming Kafka is its whole job', { timeout: 60_000 }, async () => {
-    const config = loadConfig({ DATABASE_URL: db.url, KAFKA_BROKERS: `127.0.0.1:${await closedPort()}`, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' });
+    const config = loadConfig({ DATABASE_URL: db.url, KAFKA_BROKERS: `127.0.0.1:${await freePort()}`, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' });
     const runtime = await createRuntime(config, logger);
     try {
       const role = await startProjectorRole({ config, logger, runtime }, 'kpi');
