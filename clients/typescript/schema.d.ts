@@ -703,7 +703,7 @@ export interface paths {
         put?: never;
         /**
          * Redeliver every change after a cursor (also re-enables a disabled endpoint)
-         * @description Answers once a delivery in flight to the endpoint (if any) has finished, waiting at most the delivery timeout plus 5 s (20 s by default); the next delivery the receiver gets is then the first change after `after`.
+         * @description Answers once a delivery in flight to the endpoint (if any) has finished (at most until that delivery run's lease runs out: the delivery timeout plus 30 s, 45 s by default); the next delivery the receiver gets is then the first change after `after`.
          */
         post: {
             parameters: {

@@ -11,7 +11,7 @@ import { CHURN_WINDOW_MS, type CustomerHistory, type RevenueKpis } from './subsc
  * KPIs over time (SPEC §8): `GET /v1/analytics/kpi/series` and `GET /v1/analytics/kpi?at=`.
  *
  * Usage KPIs at an instant T are read from the hour and day rollups at hour resolution: the
- * windows are the whole hours ending at E = T rounded up to the hour (E = T on the hour, which
+ * windows are the whole hours ending at E = T rounded down to the hour (E = T on the hour, which
  * every series point is). dau / apiLatencyP95Ms: [E − 24 h, E); mau: [E − 30 d, E); requests
  * (series only): the interval ending at the point. A window is read as day rows where whole UTC
  * days fit and hour rows at its edges; sketches merge exactly (DDSketch counts add, distinct

@@ -32,7 +32,7 @@ export type GatewayPorts = {
   /** For the change feed's LISTEN connection (opened on the first long-poll only). */
   readonly databaseUrl: string;
   /** Seals webhook signing secrets; the SSRF guard's allow-list (WEBHOOK_ALLOW_HOSTS). */
-  readonly webhooks: { readonly secrets: SecretBox; readonly allowHosts: readonly string[]; /** WEBHOOK_TIMEOUT_MS: a replay waits for an attempt in flight that long, plus slack. */ readonly deliveryTimeoutMs?: number };
+  readonly webhooks: { readonly secrets: SecretBox; readonly allowHosts: readonly string[] };
   /** The metrics bus's consumer end, for the KPI `asOf` usage watermark (topic head / pending samples). */
   readonly usageSource?: UsageProgress['source'];
 };
@@ -41,9 +41,6 @@ export type GatewayPorts = {
  * Every capability of the API, bound to its ports: the one place where they are wired (the
  * gateway role and the OpenAPI/typed-client generator both build the gateway from it).
  */
-/** Beyond the delivery timeout, what a replay allows the attempt in flight for recording it and letting go. */
-const REPLAY_HAND_OFF_SLACK_MS = 5_000;
-
 export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 'publicRoutes'> {
   const { auth, pool, eventStore } = ports;
   return {
@@ -57,12 +54,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         sessionRoutes(auth),
         rolesRoutes(auth),
         changesCapability({ pool, databaseUrl: ports.databaseUrl }),
-        webhooksCapability({
-          pool,
-          secrets: ports.webhooks.secrets,
-          targets: { allowHosts: ports.webhooks.allowHosts },
-          ...(ports.webhooks.deliveryTimeoutMs !== undefined && { replayHandOffWaitMs: ports.webhooks.deliveryTimeoutMs + REPLAY_HAND_OFF_SLACK_MS }),
-        }),
+        webhooksCapability({ pool, secrets: ports.webhooks.secrets, targets: { allowHosts: ports.webhooks.allowHosts } }),
         employeesCapability({ pool, tenantReader: ports.tenantReader, eventStore }),
         analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
       ),
@@ -87,7 +79,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     readiness: runtime.readiness,
     registry: runtime.registry,
     trustProxy: config.TRUST_PROXY,
-    ...gatewayRoutes({ auth, pool: runtime.pool, tenantReader: runtime.tenantReader, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, usageSource: runtime.usage.source, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS, deliveryTimeoutMs: config.WEBHOOK_TIMEOUT_MS } }),
+    ...gatewayRoutes({ auth, pool: runtime.pool, tenantReader: runtime.tenantReader, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, usageSource: runtime.usage.source, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS } }),
     ...(tracing && { tracing: tracing.fastifyPlugin }),
   });
   const address = await listen(app, config.HOST, config.PORT);

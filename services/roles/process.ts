@@ -39,7 +39,10 @@ export async function runRole(role: string, start: (context: RoleContext) => Pro
   logger.info({ role, startupMs: Date.now() - started }, `${role} started`);
 
   let stopping = false;
-  const shutdown = async (signal: string, exitCode = 0) => {
+  // Raised, never lowered: a crash during a drain still ends the process with 1.
+  let exitCode = 0;
+  const shutdown = async (signal: string, code = 0) => {
+    exitCode = Math.max(exitCode, code);
     if (stopping) return;
     stopping = true;
     logger.info({ signal, role }, 'shutting down');

@@ -21,12 +21,12 @@ export type WebhooksRoutesDeps = {
   readonly pool: DatabasePool;
   readonly secrets: SecretBox;
   readonly targets: TargetPolicy;
-  /** How long a replay waits for a delivery in flight to finish: the delivery timeout plus slack (default 20 s, for the default 15-s timeout). */
-  readonly replayHandOffWaitMs?: number;
 };
 
 /** The replay's look at the revoked lease: soon at first (an attempt is usually quick), then every 250 ms. */
 const handOffPollMs = (attempt: number) => Math.min(250, 25 * 2 ** attempt);
+/** Past the revoked lease's end, for the clocks of the database and this process to agree. */
+const HAND_OFF_SLACK_MS = 1_000;
 
 const endpointId = uuid().describe('Webhook endpoint id');
 const params = z.object({ id: endpointId });
@@ -80,7 +80,6 @@ const toView = (e: EndpointRecord) => ({
  * (https, resolves to a public address) and again at every delivery.
  */
 export function webhooksRoutes(deps: WebhooksRoutesDeps) {
-  const handOffWaitMs = deps.replayHandOffWaitMs ?? 20_000;
   /** A cursor to start from: the start, or a change of this tenant (400 otherwise). */
   const startingPoint = async (tenantId: string, after: string | undefined) => {
     if (after === undefined) return (await latestChange(deps.pool, tenantId)) ?? START;
@@ -184,7 +183,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
           tags,
           summary: 'Redeliver every change after a cursor (also re-enables a disabled endpoint)',
           description:
-            'Answers once a delivery in flight to the endpoint (if any) has finished, waiting at most the delivery timeout plus 5 s (20 s by default); the next delivery the receiver gets is then the first change after `after`.',
+            'Answers once a delivery in flight to the endpoint (if any) has finished (at most until that delivery run\'s lease runs out: the delivery timeout plus 30 s, 45 s by default); the next delivery the receiver gets is then the first change after `after`.',
           params,
           body: z.object({ after: cursorSchema.describe('Redeliver changes after this cursor (the start cursor: all)') }).strict(),
           response: { 202: endpointSchema, ...problems, 404: problemSchema },
@@ -198,12 +197,22 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         // A run was delivering: its lease is revoked (store.ts), it sends nothing more, and the
         // replay's run starts once it has let go, after its attempt in flight. Waiting for that
         // here means that after the 202 the receiver's next delivery is the first change after
-        // `after`. Bounded: a worker that died holds the revoked lease until it runs out, and
-        // its replacement starts then.
-        const deadline = Date.now() + handOffWaitMs;
-        // The replay itself has committed: a failed look only ends the wait, never the 202.
-        const stillRevoked = () => leaseRevoked(deps.pool, tenantId, endpoint.id).catch(() => false);
-        for (let attempt = 0; endpoint.handingOver && Date.now() < deadline && (await stillRevoked()); attempt++) await setTimeout(handOffPollMs(attempt));
+        // `after`. Bounded by the revoked lease itself (the worker never lets an attempt outlive
+        // its lease, whatever its timeout; a worker that died holds it until it runs out, and its
+        // replacement starts then), and by the gateway's own shutdown.
+        if (endpoint.handOverWithinMs !== null) {
+          const deadline = Date.now() + endpoint.handOverWithinMs + HAND_OFF_SLACK_MS;
+          const shutdown = request.server.shutdownSignal;
+          // The replay itself has committed: a failed look only ends the wait, never the 202.
+          const stillRevoked = () =>
+            leaseRevoked(deps.pool, tenantId, endpoint.id).catch((error: unknown) => {
+              request.log.warn({ err: error, endpointId: endpoint.id }, 'replay: could not look at the delivery lease; answering without waiting');
+              return false;
+            });
+          for (let attempt = 0; !shutdown.aborted && Date.now() < deadline && (await stillRevoked()); attempt++) {
+            await setTimeout(handOffPollMs(attempt), undefined, { signal: shutdown }).catch(() => undefined);
+          }
+        }
         await wakeDispatch(tenantId);
         return reply.code(202).send(toView(endpoint));
       },

@@ -34,10 +34,16 @@ const UNREACHABLE: ReadonlyArray<abstract new (...args: never[]) => Error> = [
  * kafkajs error stays as `cause` for the logs; the broker address does not reach clients.
  */
 function unavailableIfUnreachable(error: unknown): unknown {
-  // The retrier gave up on an answer from the broker (a protocol error such as a topic that does
-  // not exist yet, retriable to kafkajs): the broker is reachable, so it is a fault, not a 503
-  // that would never clear.
-  if (error instanceof kafkajs.KafkaJSNumberOfRetriesExceeded && error.cause instanceof kafkajs.KafkaJSProtocolError) return error;
+  // The retrier gave up because the topic does not exist (retriable to kafkajs): the broker is
+  // reachable, so it is a fault, not a 503 that would never clear. Other protocol answers it
+  // gives up on (no leader during an election or a restart) are an outage: 503.
+  if (
+    error instanceof kafkajs.KafkaJSNumberOfRetriesExceeded &&
+    error.cause instanceof kafkajs.KafkaJSProtocolError &&
+    error.cause.type === 'UNKNOWN_TOPIC_OR_PARTITION'
+  ) {
+    return error;
+  }
   if (!UNREACHABLE.some((type) => error instanceof type)) return error;
   const unavailable = new ServiceUnavailableError('Usage metrics are unavailable: the metrics bus cannot be reached; retry shortly', {}, { 'retry-after': '5' });
   unavailable.cause = error;
