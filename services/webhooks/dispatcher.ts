@@ -92,7 +92,6 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
    * within `timeoutMs` (deliver.ts), so it never outlives the lease.
    */
   const deliverRun = async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
-    if (endpoint.nextAttemptAt && Date.parse(endpoint.nextAttemptAt) > Date.now()) return { delivered: 0, more: false }; // its retry job will come
     const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes);
     if (page.changes.length === 0) return { delivered: 0, more: false };
     const secret = secrets.open(endpoint.secretSealed);

@@ -231,12 +231,16 @@ export async function dueEndpoints(pool: DatabasePool, limit: number, onlyId?: s
   return rows.map((r) => ({ id: r.id, tenantId: r.tenant_id, stateSeen: r.state_seen }));
 }
 
-/** Takes the endpoint's delivery lease (one delivery in flight per endpoint), or null when someone holds it. */
+/** Takes the endpoint's delivery lease (one delivery in flight per endpoint), or null when someone holds it, or its retry is not due yet (its retry job or the sweep comes back then). */
 export async function acquireLease(pool: DatabasePool, tenantId: string, id: string, token: string, leaseMs: number): Promise<EndpointRecord | null> {
   const row = await withTenant(pool, tenantId, (tx) =>
     tx.maybeOne(sql.type(endpointRow)`
       update webhook_endpoints set lease_token = ${token}, lease_until = now() + make_interval(secs => ${leaseMs / 1000})
       where tenant_id = ${tenantId} and id = ${id} and status = 'active' and (lease_until is null or lease_until < now())
+        -- Not before its retry time, by the database's clock, as dueEndpoints decides it: a
+        -- worker whose clock disagreed took the lease, found the retry not due by its own clock,
+        -- let go, and its follow-up found the endpoint due again, over and over for the skew.
+        and (next_attempt_at is null or next_attempt_at <= now())
       returning ${endpointColumns}
     `),
   );
