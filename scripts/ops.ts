@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import { registerProjectionCommands } from '../services/ops/projections.ts';
 import { registerTenantCommands } from '../services/ops/tenants.ts';
 import { registerUserCommands } from '../services/ops/users.ts';
+import { registerEmployeeCommands } from '../services/ops/employees.ts';
 
 /**
  * `npm run ops -- <command>`: the operator's CLI. Runs against the configured database
@@ -16,5 +17,6 @@ const program = new Command('ops').description('Employee & Analytics Service ope
 registerProjectionCommands(program);
 registerTenantCommands(program);
 registerUserCommands(program);
+registerEmployeeCommands(program);
 
 await program.parseAsync(process.argv);

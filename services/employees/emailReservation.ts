@@ -181,3 +181,39 @@ export async function releaseEmail(store: EventStore, input: ReservationInput): 
     if (!(error instanceof WrongExpectedRevisionError)) throw error;
   }
 }
+
+/**
+ * What `ops employees check-emails` finds for one employee's address:
+ * - `ok`: reserved by the employee;
+ * - `missing`: not reserved by it (free, or held by someone who no longer has it) — the state the
+ *   older two-step protocol could leave; with `repair`, reserved for it now (`repaired`);
+ * - `shared`: another employee has the same address and holds it (a duplicate to settle by hand:
+ *   change one of the two addresses);
+ * - `busy`: held by another employee for less than the in-flight grace, look again later;
+ * - `gone`: no hired employee under this id.
+ */
+export type ReservationAudit = 'ok' | 'missing' | 'repaired' | 'shared' | 'busy' | 'gone';
+
+export async function auditReservation(
+  store: EventStore,
+  input: Omit<ReservationInput, 'email'>,
+  options: { readonly repair: boolean },
+): Promise<{ readonly outcome: ReservationAudit; readonly email: string | null }> {
+  const employee = await employeeState(store, input.tenantId, input.employeeId);
+  if (employee.kind !== 'hired') return { outcome: 'gone', email: null };
+  const { email } = employee;
+  const streamId = emailReservationStreamId(input.tenantId, email);
+  const events = await store.readStream(streamId);
+  const holder = currentHolder(events);
+  if (holder?.employeeId === input.employeeId) return { outcome: 'ok', email };
+  if (holder) {
+    const other = await employeeState(store, input.tenantId, holder.employeeId);
+    if (other.kind === 'hired' && normaliseEmail(other.email) === normaliseEmail(email)) return { outcome: 'shared', email };
+    if (!(await isOrphaned(store, input.tenantId, email, holder, input.now))) return { outcome: 'busy', email };
+  }
+  if (!options.repair) return { outcome: 'missing', email };
+  // At the revision read: if anything reserved or released the address meanwhile, the append is
+  // refused and the address is left as it now is (a run again looks at it afresh).
+  await store.append(streamId, [reservedEvent({ ...input, email })], { expectedRevision: expectedAfter(events) });
+  return { outcome: 'repaired', email };
+}

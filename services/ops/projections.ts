@@ -1,6 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import cliProgress from 'cli-progress';
-import pino from 'pino';
 import { loadConfig } from '../../shared/config.ts';
 import { comparePositions, formatPosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
@@ -8,24 +7,16 @@ import { RebuildInProgressError, RebuildRaceError, countParkedEvents, listParked
 import { sql } from '../../shared/db/pool.ts';
 import type { Projection } from '../../projections/runner/projection.ts';
 import { allProjections } from '../../projections/index.ts';
-import { createRuntime, type Runtime } from '../runtime.ts';
+import { withConfiguredRuntime } from './tenants.ts';
 import { enqueueReplayFromCli, replayJobRow, replayJobsForStatus } from '../worker/cli.ts';
 
 /**
  * `projections status` and `projections replay <name>`. Both run against the configured
  * engines (or attach to the embedded PostgreSQL of a running service); a replay builds into
  * shadow tables and swaps them in atomically, so the running service keeps answering from the
- * old model until the new one is complete, and its live projector follows on from the swap.
+ * old model until the new one is complete, and its live projector follows on from the swap
+ * (each command runs in `withConfiguredRuntime`, services/ops/tenants.ts).
  */
-async function withRuntime(work: (runtime: Runtime) => Promise<void>): Promise<void> {
-  const config = loadConfig();
-  const runtime = await createRuntime(config, pino({ level: 'warn' }, pino.destination(2)));
-  try {
-    await work(runtime);
-  } finally {
-    await runtime.close();
-  }
-}
 
 /**
  * Runs `work`; when it is refused with `refusal` (nothing changed: a retry or resolve while a
@@ -76,7 +67,7 @@ export function registerProjectionCommands(program: Command): void {
     .description("each projection's version, position and lag (events behind the head of the log)")
     .option('--json', 'machine-readable output')
     .action(async (options: { json?: boolean }) => {
-      await withRuntime(async ({ pool, eventStore }) => {
+      await withConfiguredRuntime(async ({ pool, eventStore }) => {
         const head = await eventStore.headPosition();
         const parked = await countParkedEvents(pool);
         const rows = [];
@@ -130,7 +121,7 @@ export function registerProjectionCommands(program: Command): void {
         await enqueueReplayFromCli(loadConfig(), projection.name, { wait: options.wait });
         return;
       }
-      await withRuntime(async ({ pool, eventStore }) => {
+      await withConfiguredRuntime(async ({ pool, eventStore }) => {
         const bar = new cliProgress.SingleBar(
           {
             format: `${projection.name} |{bar}| {percentage}% | {events} events | {rate} events/s | ETA {eta_formatted}`,
@@ -186,7 +177,7 @@ export function registerProjectionCommands(program: Command): void {
     .option('--all', 'also events already retried or resolved')
     .option('--json', 'machine-readable output')
     .action(async (projection: Projection, options: { all?: boolean; json?: boolean }) => {
-      await withRuntime(async ({ pool }) => {
+      await withConfiguredRuntime(async ({ pool }) => {
         const parked = await listParkedEvents(pool, projection.name, options.all ? {} : { status: 'parked' });
         const rows = parked.map((p) => ({
           position: formatPosition(p.event.position),
@@ -211,7 +202,7 @@ export function registerProjectionCommands(program: Command): void {
     .description('re-apply the parked events of a projection (after a fix), in log order, in one transaction with the live model')
     .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
     .action(async (projection: Projection) => {
-      await withRuntime(async ({ pool }) => {
+      await withConfiguredRuntime(async ({ pool }) => {
         const live = Object.fromEntries(Object.keys(projection.tables).map((t) => [t, sql.identifier([t])]));
         const result = await unlessRefused(() => retryParkedEvents(pool, projection, live), RebuildInProgressError, 2);
         if (!result) return;
@@ -226,7 +217,7 @@ export function registerProjectionCommands(program: Command): void {
     .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
     .argument('[eventIds...]', 'only these events')
     .action(async (projection: Projection, eventIds: string[]) => {
-      await withRuntime(async ({ pool }) => {
+      await withConfiguredRuntime(async ({ pool }) => {
         const resolved = await unlessRefused(() => resolveParkedEvents(pool, projection.name, eventIds.length > 0 ? eventIds : undefined), RebuildInProgressError, 2);
         if (resolved === undefined) return;
         process.stdout.write(`${projection.name}: ${resolved} parked events marked resolved\n`);

@@ -3,7 +3,7 @@ import pino from 'pino';
 import { loadConfig } from '../../shared/config.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import { AppError, ConflictError, NotFoundError } from '../../shared/errors.ts';
-import { createRuntime } from '../runtime.ts';
+import { createRuntime, type Runtime } from '../runtime.ts';
 import { provisionTenant } from '../tenants/provision.ts';
 import { findTenantBySlug, listTenants, PLANS, tenantSlugSchema, updateTenantPlan, type Tenant } from '../tenants/tenants.ts';
 import { TENANT_CACHE_TTL_MS } from '../tenants/directory.ts';
@@ -15,16 +15,19 @@ import { MAX_OVERRIDE } from '../../shared/rate-limit/policy.ts';
  * DATA_DIR: attached to if the service runs, started otherwise). Logs go to stderr so stdout
  * stays the command's output.
  */
-export async function withConfiguredDatabase(work: (pool: DatabasePool) => Promise<void>): Promise<void> {
+export async function withConfiguredRuntime(work: (runtime: Runtime) => Promise<void>): Promise<void> {
   const config = loadConfig();
   const logger = pino({ level: 'warn' }, pino.destination(2));
   const runtime = await createRuntime(config, logger);
   try {
-    await work(runtime.pool);
+    await work(runtime);
   } finally {
     await runtime.close();
   }
 }
+
+/** `withConfiguredRuntime` for commands that need only the database. */
+export const withConfiguredDatabase = (work: (pool: DatabasePool) => Promise<void>): Promise<void> => withConfiguredRuntime((runtime) => work(runtime.pool));
 
 /** Wraps a command action: operator mistakes print one line and exit 1 instead of a stack trace. */
 export const opsAction =

@@ -1,0 +1,85 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { monotonicFactory } from 'ulid';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { changeEmployeeDetails, hireEmployee } from '../../../services/employees/commands.ts';
+import { releaseEmail } from '../../../services/employees/emailReservation.ts';
+import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
+import { replayProjection } from '../../../projections/runner/runner.ts';
+import { ConflictError } from '../../../shared/errors.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import type { EventStore } from '../../../shared/event-store/port.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { provisionTenant } from '../../support/auth.ts';
+
+/**
+ * `ops employees check-emails`: the older two-step email protocol could free an address its
+ * employee still had, and a hire could then take it too. The command finds both states, reserves
+ * the free ones for their employee with `--repair`, and names the shared ones (real PostgreSQL,
+ * the real CLI). The damage is made with the standalone `releaseEmail`, as that protocol did.
+ */
+const run = promisify(execFile);
+const nextId = monotonicFactory();
+let db: TestDatabase;
+let store: EventStore;
+
+async function ops(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, ['scripts/ops.ts', ...args], { env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn' }, timeout: 60_000 });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: number; stdout?: string; stderr?: string };
+    return { code: failed.code ?? -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
+  }
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  store = createPostgresEventStore(db.pool);
+});
+afterAll(async () => {
+  await store?.close();
+  await db?.drop();
+});
+
+describe('when addresses were left free or shared by the older email protocol', () => {
+  it('reports them, reserves the free ones with --repair, and leaves the shared ones to a person', { timeout: 120_000 }, async () => {
+    const { tenantId, slug } = await provisionTenant(db.pool);
+    const now = () => new Date().toISOString();
+    const ports = { store, assertRoleExists: async () => undefined };
+    const hire = async (email: string) => {
+      const employeeId = nextId();
+      await hireEmployee(ports, { type: 'HireEmployee', data: { employeeId, email, firstName: 'A', lastName: 'B' }, metadata: { tenantId, actor: 'spec', now: now() } });
+      return employeeId;
+    };
+    const freed = async (employeeId: string, email: string) => releaseEmail(store, { tenantId, email, employeeId, now: now(), metadata: { tenantId } });
+
+    const a = await hire('x@example.test');
+    await freed(a, 'x@example.test'); // A has x, x is free
+    const b = await hire('y@example.test');
+    await freed(b, 'y@example.test');
+    await hire('Y@example.test'); // C took y: B and C both have it
+    const d = await hire('z@example.test'); // fine
+    // An email change of the current protocol keeps it right.
+    await changeEmployeeDetails(ports, d, { type: 'ChangeEmployeeDetails', data: { email: 'w@example.test' }, metadata: { tenantId, actor: 'spec', now: now() } });
+    await replayProjection(db.pool, store, employeesProjection);
+
+    const checked = await ops('employees', 'check-emails', '--tenant', slug);
+    expect(checked.code, checked.stderr).toBe(1);
+    expect(checked.stdout.split('\n').filter((l) => /^(missing|shared)/.test(l)).sort()).toEqual([
+      `missing\t${tenantId}\t${a}\tx@example.test`,
+      `shared\t${tenantId}\t${b}\ty@example.test`,
+    ]);
+    expect(checked.stdout).toContain('4 employees: ok 2, repaired 0, missing 1, shared 1, busy 0, gone 0');
+
+    const repaired = await ops('employees', 'check-emails', '--tenant', slug, '--repair');
+    expect(repaired.code, repaired.stderr).toBe(1); // the shared address is left
+    expect(repaired.stdout).toContain(`repaired\t${tenantId}\t${a}\tx@example.test`);
+    expect(repaired.stdout).toContain('4 employees: ok 2, repaired 1, missing 0, shared 1, busy 0, gone 0');
+    await expect(hire('X@example.test')).rejects.toThrow(ConflictError);
+
+    const again = await ops('employees', 'check-emails', '--tenant', slug);
+    expect(again.stdout).toContain('4 employees: ok 3, repaired 0, missing 0, shared 1, busy 0, gone 0');
+    await expect(ops('employees', 'check-emails', '--tenant', 'no-such-tenant')).resolves.toMatchObject({ code: 1, stderr: 'error: No tenant no-such-tenant\n' });
+  });
+});
