@@ -189,7 +189,8 @@ export async function releaseEmail(store: EventStore, input: ReservationInput): 
  *   older two-step protocol could leave; with `repair`, reserved for it now (`repaired`);
  * - `shared`: another employee has the same address and holds it (a duplicate to settle by hand:
  *   change one of the two addresses);
- * - `busy`: held by another employee for less than the in-flight grace, look again later;
+ * - `busy`: held by another employee for less than the in-flight grace, or changed while it was
+ *   being repaired: look again later;
  * - `gone`: no hired employee under this id.
  */
 export type ReservationAudit = 'ok' | 'missing' | 'repaired' | 'shared' | 'busy' | 'gone';
@@ -213,7 +214,24 @@ export async function auditReservation(
   }
   if (!options.repair) return { outcome: 'missing', email };
   // At the revision read: if anything reserved or released the address meanwhile, the append is
-  // refused and the address is left as it now is (a run again looks at it afresh).
-  await store.append(streamId, [reservedEvent({ ...input, email })], { expectedRevision: expectedAfter(events) });
+  // refused and the address is left as it now is, reported `busy` (a run again looks at it afresh).
+  let appended;
+  try {
+    appended = await store.append(streamId, [reservedEvent({ ...input, email })], { expectedRevision: expectedAfter(events) });
+  } catch (error) {
+    if (error instanceof WrongExpectedRevisionError) return { outcome: 'busy', email };
+    throw error;
+  }
+  // The employee may have moved to another address meanwhile (its email change found this one
+  // not its own, so released nothing): then give it back, at the revision just written.
+  const after = await employeeState(store, input.tenantId, input.employeeId);
+  if (after.kind !== 'hired' || normaliseEmail(after.email) !== normaliseEmail(email)) {
+    await store
+      .append(streamId, [releasedEvent(input)], { expectedRevision: appended.nextRevision })
+      .catch((error: unknown) => {
+        if (!(error instanceof WrongExpectedRevisionError)) throw error;
+      });
+    return { outcome: 'busy', email };
+  }
   return { outcome: 'repaired', email };
 }

@@ -3,7 +3,7 @@ import { promisify } from 'node:util';
 import { monotonicFactory } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeEmployeeDetails, hireEmployee } from '../../../services/employees/commands.ts';
-import { releaseEmail } from '../../../services/employees/emailReservation.ts';
+import { auditReservation, emailReservationStreamId, releaseEmail } from '../../../services/employees/emailReservation.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { replayProjection } from '../../../projections/runner/runner.ts';
 import { ConflictError } from '../../../shared/errors.ts';
@@ -81,5 +81,57 @@ describe('when addresses were left free or shared by the older email protocol', 
     const again = await ops('employees', 'check-emails', '--tenant', slug);
     expect(again.stdout).toContain('4 employees: ok 3, repaired 0, missing 0, shared 1, busy 0, gone 0');
     await expect(ops('employees', 'check-emails', '--tenant', 'no-such-tenant')).resolves.toMatchObject({ code: 1, stderr: 'error: No tenant no-such-tenant\n' });
+  });
+});
+
+describe('when the address changes while --repair reserves it', () => {
+  /** The store, with `before` run once just before the next append to `streamId`. */
+  const interceptedBefore = (streamId: string, before: () => Promise<unknown>): EventStore => {
+    let armed = true;
+    return {
+      ...store,
+      append: async (id, events, options) => {
+        if (armed && id === streamId) {
+          armed = false;
+          await before();
+        }
+        return store.append(id, events, options);
+      },
+      readStream: (id, options) => store.readStream(id, options),
+    };
+  };
+
+  it('a concurrent reservation wins: the repair appends nothing and says busy', { timeout: 60_000 }, async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const now = () => new Date().toISOString();
+    const ports = { store, assertRoleExists: async () => undefined };
+    const employeeId = nextId();
+    await hireEmployee(ports, { type: 'HireEmployee', data: { employeeId, email: 'r@example.test', firstName: 'A', lastName: 'B' }, metadata: { tenantId, actor: 'spec', now: now() } });
+    await releaseEmail(store, { tenantId, email: 'r@example.test', employeeId, now: now(), metadata: { tenantId } });
+    const streamId = emailReservationStreamId(tenantId, 'r@example.test');
+    // Just before the repair's append, the same address is reserved again (here for the employee itself).
+    const racing = interceptedBefore(streamId, () => store.append(streamId, [{ id: crypto.randomUUID(), type: 'EmployeeEmailReserved', data: { employeeId, email: 'r@example.test' } }]));
+    const audit = await auditReservation(racing, { tenantId, employeeId, now: now(), metadata: { tenantId } }, { repair: true });
+    expect(audit).toEqual({ outcome: 'busy', email: 'r@example.test' });
+    expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeEmailReserved', 'EmployeeEmailReleased', 'EmployeeEmailReserved']);
+  });
+
+  it('an employee who moved to another address meanwhile does not keep the old one', { timeout: 60_000 }, async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const now = () => new Date().toISOString();
+    const ports = { store, assertRoleExists: async () => undefined };
+    const employeeId = nextId();
+    await hireEmployee(ports, { type: 'HireEmployee', data: { employeeId, email: 'm@example.test', firstName: 'A', lastName: 'B' }, metadata: { tenantId, actor: 'spec', now: now() } });
+    await releaseEmail(store, { tenantId, email: 'm@example.test', employeeId, now: now(), metadata: { tenantId } });
+    const streamId = emailReservationStreamId(tenantId, 'm@example.test');
+    // Just before the repair's append, the employee moves to n@ (its change finds m@ not its own: nothing released).
+    const moving = interceptedBefore(streamId, () =>
+      changeEmployeeDetails(ports, employeeId, { type: 'ChangeEmployeeDetails', data: { email: 'n@example.test' }, metadata: { tenantId, actor: 'spec', now: now() } }),
+    );
+    const audit = await auditReservation(moving, { tenantId, employeeId, now: now(), metadata: { tenantId } }, { repair: true });
+    expect(audit).toEqual({ outcome: 'busy', email: 'm@example.test' });
+    expect((await store.readStream(streamId)).map((e) => e.type).at(-1)).toBe('EmployeeEmailReleased');
+    // m@ is free for a new hire at once (not after the 30-s orphan grace).
+    await hireEmployee(ports, { type: 'HireEmployee', data: { employeeId: nextId(), email: 'm@example.test', firstName: 'C', lastName: 'D' }, metadata: { tenantId, actor: 'spec', now: now() } });
   });
 });
