@@ -143,8 +143,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
         });
         return { delivered: sent - 1, more: false };
       }
-      const nextAttemptAt = new Date(Date.now() + delay);
-      const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: outcome.error, outcome: { kind: 'retry', failedAttempts, nextAttemptAt } });
+      const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: outcome.error, outcome: { kind: 'retry', failedAttempts, delayMs: delay } });
       if (kept) {
         const jobId = `retry-${endpoint.id}-${failedAttempts}-${change.position.commit}-${change.position.prepare}`;
         await triggers.add({ endpointId: endpoint.id, tenantId: endpoint.tenantId }, { delayMs: delay, jobId }).catch((error: unknown) =>

@@ -275,10 +275,13 @@ export type AttemptRecord = {
   readonly change: { readonly position: GlobalPosition; readonly type: string };
   readonly statusCode: number | null;
   readonly error: string | null;
-  /** What the endpoint becomes: moved past the change, retrying it at `nextAttemptAt`, or disabled. */
+  /**
+   * What the endpoint becomes: moved past the change, retrying it `delayMs` from now (the
+   * database's now, the clock that decides when it is due), or disabled.
+   */
   readonly outcome:
     | { readonly kind: 'delivered' }
-    | { readonly kind: 'retry'; readonly failedAttempts: number; readonly nextAttemptAt: Date }
+    | { readonly kind: 'retry'; readonly failedAttempts: number; readonly delayMs: number }
     | { readonly kind: 'disable'; readonly reason: string };
 };
 
@@ -296,7 +299,7 @@ export async function recordAttempt(pool: DatabasePool, tenantId: string, id: st
         cursor_commit = case when ${outcome.kind} = 'delivered' then ${commit}::numeric else cursor_commit end,
         cursor_prepare = case when ${outcome.kind} = 'delivered' then ${prepare}::numeric else cursor_prepare end,
         failed_attempts = ${outcome.kind === 'retry' ? outcome.failedAttempts : 0},
-        next_attempt_at = ${outcome.kind === 'retry' ? outcome.nextAttemptAt.toISOString() : null}::timestamptz,
+        next_attempt_at = ${outcome.kind === 'retry' ? sql.fragment`now() + make_interval(secs => ${outcome.delayMs / 1000})` : sql.fragment`null::timestamptz`},
         retrying_since = ${outcome.kind === 'retry' ? sql.fragment`case when failed_attempts = 0 then now() else coalesce(retrying_since, now()) end` : sql.fragment`null`},
         status = case when ${outcome.kind} = 'disable' then 'disabled' else status end,
         disabled_reason = ${outcome.kind === 'disable' ? outcome.reason : null}
@@ -309,7 +312,7 @@ export async function recordAttempt(pool: DatabasePool, tenantId: string, id: st
       insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
         last_status_code, last_error, last_attempt_at, next_attempt_at)
       values (${id}, ${tenantId}, ${commit}, ${prepare}, ${change.type}, ${status}, 1, ${attempt.statusCode}, ${attempt.error}, now(),
-        ${outcome.kind === 'retry' ? outcome.nextAttemptAt.toISOString() : null}::timestamptz)
+        ${outcome.kind === 'retry' ? sql.fragment`now() + make_interval(secs => ${outcome.delayMs / 1000})` : sql.fragment`null::timestamptz`})
       on conflict (endpoint_id, commit_position, prepare_position) do update set
         status = excluded.status, attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
         last_error = excluded.last_error, last_attempt_at = excluded.last_attempt_at, next_attempt_at = excluded.next_attempt_at
