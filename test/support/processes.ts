@@ -1,5 +1,6 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
+import { promisify } from 'node:util';
 
 /** A TCP port nothing listens on right now. */
 export function freePort(): Promise<number> {
@@ -53,4 +54,18 @@ export async function startRedisServer(port: number): Promise<ChildProcess> {
   });
   await untilPrinted(child, 'Ready to accept connections', 'redis-server');
   return child;
+}
+
+/** The ops CLI (`scripts/ops.ts`) as an operator runs it, against `databaseUrl`: its exit code and output. */
+export async function runOps(databaseUrl: string, ...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, ['scripts/ops.ts', ...args], {
+      env: { ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' },
+      timeout: 60_000,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: number; stdout?: string; stderr?: string };
+    return { code: failed.code ?? -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
+  }
 }

@@ -1,6 +1,4 @@
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AuthContext } from '../../../services/gateway/requestContext.ts';
@@ -8,27 +6,14 @@ import { authenticated, type AuthDeps } from '../../../services/auth/plugin.ts';
 import { bootstrapTenant } from '../../../services/tenants/bootstrap.ts';
 import { findTenantBySlug } from '../../../services/tenants/tenants.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { runOps } from '../../support/processes.ts';
 import { authHeaders, createTestApp, createTestAuth } from '../../support/auth.ts';
-
-const run = promisify(execFile);
 
 let db: TestDatabase;
 let auth: AuthDeps;
 let app: FastifyInstance;
 
-/** The ops CLI as an operator runs it, against this test's database, while `app` serves. */
-async function ops(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, ['scripts/ops.ts', ...args], {
-      env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn' },
-      timeout: 60_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: number; stdout?: string; stderr?: string };
-    return { code: failed.code ?? -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
-  }
-}
+const ops = (...args: string[]) => runOps(db.url, ...args);
 
 const login = (slug: string, email: string, password: string) =>
   app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'x-tenant': slug }, payload: { email, password } });

@@ -1,5 +1,3 @@
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { monotonicFactory } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeEmployeeDetails, hireEmployee } from '../../../services/employees/commands.ts';
@@ -10,6 +8,7 @@ import { ConflictError } from '../../../shared/errors.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { runOps } from '../../support/processes.ts';
 import { provisionTenant } from '../../support/auth.ts';
 
 /**
@@ -18,20 +17,11 @@ import { provisionTenant } from '../../support/auth.ts';
  * the free ones for their employee with `--repair`, and names the shared ones (real PostgreSQL,
  * the real CLI). The damage is made with the standalone `releaseEmail`, as that protocol did.
  */
-const run = promisify(execFile);
 const nextId = monotonicFactory();
 let db: TestDatabase;
 let store: EventStore;
 
-async function ops(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, ['scripts/ops.ts', ...args], { env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn' }, timeout: 60_000 });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: number; stdout?: string; stderr?: string };
-    return { code: failed.code ?? -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
-  }
-}
+const ops = (...args: string[]) => runOps(db.url, ...args);
 
 beforeAll(async () => {
   db = await createTestDatabase();

@@ -1,10 +1,9 @@
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findTenantBySlug } from '../../../services/tenants/tenants.ts';
 import { MAX_OVERRIDE } from '../../../shared/rate-limit/policy.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { runOps } from '../../support/processes.ts';
 import { provisionTenant } from '../../support/auth.ts';
 
 /**
@@ -12,21 +11,9 @@ import { provisionTenant } from '../../support/auth.ts';
  * then clamped it to 10,000,000 without a word) and 3e9 overflowed the int column with a stack
  * trace. docs/rate-limits.md: positive integers, at most 10,000,000 each.
  */
-const run = promisify(execFile);
 let db: TestDatabase;
 
-async function ops(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, ['scripts/ops.ts', ...args], {
-      env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn' },
-      timeout: 60_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: number; stdout?: string; stderr?: string };
-    return { code: failed.code ?? -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
-  }
-}
+const ops = (...args: string[]) => runOps(db.url, ...args);
 
 beforeAll(async () => {
   db = await createTestDatabase();
