@@ -32,8 +32,9 @@ function preconditionHolds(ifMatch: IfMatch | undefined, revision: number): void
 export type HandleCommandOptions = {
   /**
    * The revisions the client accepts (`If-Match`, one per strong tag; empty when no tag can
-   * match). When given, a stream at any other revision fails with 412 and nothing is retried:
-   * the client decided on data that is now stale.
+   * match). When given, a stream at any other revision fails with 412, also after a lost race:
+   * the client decided on data that is now stale. A race that leaves the stream at a revision
+   * the list names is decided again, as without `If-Match`.
    */
   readonly ifMatch?: IfMatch;
   /** Stored with every event: tenant, actor, occurredAt (the audit trail). */
@@ -65,8 +66,8 @@ export type CommandResult<State, Event> = {
 
 /**
  * The one command handler: read the stream, fold it, decide, append with the revision that was
- * read as the expected one. A concurrent writer makes the append fail; without `If-Match` the
- * command is simply decided again on the fresh state, with `If-Match` the client gets 412.
+ * read as the expected one. A concurrent writer makes the append fail; the command is decided
+ * again on the fresh state, unless the client's `If-Match` no longer holds (412).
  */
 export async function handleCommand<State, Command, Event extends { readonly type: string; readonly data: unknown }>(
   store: EventStore,
@@ -97,7 +98,9 @@ export async function handleCommand<State, Command, Event extends { readonly typ
     } catch (error) {
       if (!(error instanceof WrongExpectedRevisionError) || error.streamId !== streamId) throw error;
       read = true;
-      if (options.ifMatch !== undefined) {
+      // Decided again while the client's If-Match (none, or a list that names where the stream
+      // is now) still holds; otherwise the client decided on data that is now stale.
+      if (options.ifMatch !== undefined && !(typeof error.actual === 'number' && options.ifMatch.includes(error.actual))) {
         throw new PreconditionFailedError('The resource changed while this request was handled', { currentRevision: error.actual });
       }
       if (attempt >= maxRetries) throw error;

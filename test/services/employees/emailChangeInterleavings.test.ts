@@ -191,3 +191,21 @@ describe('when a PATCH with a list If-Match waits while another write moves the 
     expect((await hire(headers, w)).statusCode).toBe(201);
   });
 });
+
+describe('when a PATCH without an email and with a list If-Match waits while another write moves the employee to a revision the list names', () => {
+  it('is decided again and succeeds, as the email change is', async () => {
+    const { tenant, headers } = await given();
+    const id = await hired(headers, address('l'));
+
+    const held = gate.hold(employeeStreamId(tenant.tenantId, id), 'before');
+    const a = app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers: { ...headers, 'if-match': '"0", "1"' }, payload: { lastName: 'Byron' } });
+    await held.reached;
+    const renamed = await app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: 'Augusta' } });
+    expect(renamed.statusCode, renamed.body).toBe(200);
+    held.release();
+    const answered = await a;
+    expect(answered.statusCode, answered.body).toBe(200);
+    expect(answered.json<Employee>()).toMatchObject({ firstName: 'Augusta', lastName: 'Byron' });
+    expect(answered.headers.etag).toBe('"2"');
+  });
+});
