@@ -29,7 +29,7 @@ function preconditionHolds(ifMatch: IfMatch | undefined, revision: number): void
   throw new PreconditionFailedError(`The resource is at revision ${revision}, not ${named}`, { currentRevision: revision });
 }
 
-export type HandleCommandOptions = {
+export type HandleCommandOptions<State = unknown, Event = unknown> = {
   /**
    * The revisions the client accepts (`If-Match`, one per strong tag; empty when no tag can
    * match). When given, a stream at any other revision fails with 412, also after a lost race:
@@ -49,9 +49,12 @@ export type HandleCommandOptions = {
   readonly newStream?: boolean;
   /**
    * Appends to other streams that must commit atomically with this command's events (one
-   * `appendMany`). A revision conflict on one of them is thrown to the caller, not retried.
+   * `appendMany`). Given as a list, a revision conflict on one of them is thrown to the caller.
+   * Given as a function, they are planned from what was decided (the events, on the state they
+   * were decided on) after every decision, and a conflict on one of them decides again, as one on
+   * the command's own stream does. It runs only when the command appends something.
    */
-  readonly alongside?: readonly AppendRequest[];
+  readonly alongside?: readonly AppendRequest[] | ((events: readonly Event[], state: State) => Promise<readonly AppendRequest[]>);
 };
 
 export type CommandResult<State, Event> = {
@@ -74,7 +77,7 @@ export async function handleCommand<State, Command, Event extends { readonly typ
   decider: Decider<State, Command, Event>,
   streamId: string,
   command: Command,
-  options: HandleCommandOptions,
+  options: HandleCommandOptions<State, Event>,
 ): Promise<CommandResult<State, Event>> {
   const maxRetries = options.maxRetries ?? 5;
   // A command that creates its stream has nothing to read; one on an existing stream reads it once per attempt.
@@ -92,11 +95,19 @@ export async function handleCommand<State, Command, Event extends { readonly typ
 
     const expectedRevision: ExpectedRevision = revision < 0 ? 'no_stream' : revision;
     const newEvents: NewEvent[] = events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data, metadata: options.metadata }));
+    const planned = typeof options.alongside === 'function';
+    const alongside = typeof options.alongside === 'function' ? await options.alongside(events, state) : options.alongside;
     try {
-      const appended = await appendWith(store, { streamId, events: newEvents, expectedRevision }, options.alongside);
+      const appended = await appendWith(store, { streamId, events: newEvents, expectedRevision }, alongside);
       return { state: events.reduce(decider.evolve, state), events, revision: appended.nextRevision, position: appended.position };
     } catch (error) {
-      if (!(error instanceof WrongExpectedRevisionError) || error.streamId !== streamId) throw error;
+      if (!(error instanceof WrongExpectedRevisionError)) throw error;
+      if (error.streamId !== streamId) {
+        // Another stream of the append moved: planned from this decision, it is planned again.
+        if (!planned || !alongside?.some((r) => r.streamId === error.streamId) || attempt >= maxRetries) throw error;
+        read = true;
+        continue;
+      }
       read = true;
       // Decided again while the client's If-Match (none, or a list that names where the stream
       // is now) still holds; otherwise the client decided on data that is now stale.

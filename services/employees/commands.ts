@@ -1,4 +1,4 @@
-import { PreconditionFailedError, WrongExpectedRevisionError } from '../../shared/errors.ts';
+import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, EventMetadata, EventStore } from '../../shared/event-store/port.ts';
 import { assertIfMatch, handleCommand, type CommandResult, type IfMatch } from '../commandHandler.ts';
 import { employeeDecider, type EmployeeCommand, type EmployeeState, type CommandMetadata, type HireEmployee } from './decide.ts';
@@ -77,62 +77,27 @@ const addressMove = (events: readonly EmployeeEvent[]) =>
   );
 
 /**
- * A PATCH with an email: decided on the employee's stream as read, and appended in one atomic
- * append with the reservation changes planned for that decision (new address reserved, old one
- * released; see emailReservation.ts). The generic handler runs with `ifMatch` pinned to the
- * revision that was planned from, so it decides on exactly that state; if anything moved (the
- * employee: the pin's 412; an address: its revision conflict) nothing was appended, and the
- * command is read and planned again, or answered 412 when the client's own If-Match is now stale.
+ * A PATCH: with an email that moves the employee to another address, appended in one atomic
+ * append with the reservation changes planned from that decision (new address reserved, old one
+ * released; see emailReservation.ts). If the employee or an address moved meanwhile, nothing was
+ * appended and the handler decides and plans again (or answers 412 when the client's If-Match
+ * no longer holds). An unknown employee is a 404 from the decision, before any address is read.
  */
-export async function changeEmployeeDetails(
+export function changeEmployeeDetails(
   ports: EmployeeCommandPorts,
   employeeId: string,
   command: Extract<EmployeeCommand, { type: 'ChangeEmployeeDetails' }>,
   ifMatch?: IfMatch,
 ): Promise<EmployeeResult> {
-  const { email } = command.data;
-  if (email === undefined) return run(ports, employeeId, command, ifMatch);
-  const streamId = employeeStreamId(command.metadata.tenantId, employeeId);
-  for (let attempt = 1; ; attempt++) {
-    const recorded = await ports.store.readStream(streamId);
-    const revision = recorded.length - 1;
-    // The revisions this attempt accepts: the one read, if the client's If-Match accepts it. When
-    // none, the handler answers 412 before anything else, so a stale If-Match is a 412 before
-    // the address is looked at (not a 409 for a taken one).
-    const pinned = ifMatch === undefined || ifMatch.includes(revision) ? [revision] : [];
-    let alongside: AppendRequest[] = [];
-    if (pinned.length > 0) {
-      const state = recorded.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent).reduce(employeeDecider.evolve, employeeDecider.initialState);
-      // The decision first: an unknown employee is a 404 before any reservation is read or written.
-      const move = addressMove(employeeDecider.decide(command, state));
-      if (move) alongside = await planEmailChange(ports.store, reservation(command.metadata, move.data.email, employeeId), move.data.previousEmail);
-    }
-    try {
-      return await handleCommand(ports.store, employeeDecider, streamId, command, { metadata: eventMetadata(command.metadata), ifMatch: pinned, alongside });
-    } catch (error) {
-      // The employee moved since the plan: plan again when the client's If-Match (none, or a
-      // list) still accepts where it is now; otherwise the 412 is the client's answer.
-      const employeeMoved = error instanceof PreconditionFailedError && pinned.length > 0 && (ifMatch === undefined || ifMatch.includes(revisionIn(error)));
-      const addressMoved = error instanceof WrongExpectedRevisionError && alongside.some((r) => r.streamId === error.streamId);
-      if (!employeeMoved && !addressMoved) throw error;
-      if (attempt >= MAX_ATTEMPTS) {
-        // A client that sent no If-Match gets the handler's answer to endless races, never a 412.
-        throw error instanceof WrongExpectedRevisionError ? error : new WrongExpectedRevisionError(streamId, String(revision), currentRevisionOf(error));
-      }
-    }
-  }
+  return handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
+    metadata: eventMetadata(command.metadata),
+    ifMatch,
+    alongside: async (events) => {
+      const move = addressMove(events);
+      return move ? planEmailChange(ports.store, reservation(command.metadata, move.data.email, employeeId), move.data.previousEmail) : [];
+    },
+  });
 }
-
-/** The revision a 412 reports the employee at (-1 when its stream is gone or unknown). */
-const revisionIn = (error: PreconditionFailedError): number => {
-  const current = error.extras.currentRevision;
-  return typeof current === 'number' ? current : -1;
-};
-
-const currentRevisionOf = (error: PreconditionFailedError): number | 'no_stream' => {
-  const current = revisionIn(error);
-  return current >= 0 ? current : 'no_stream';
-};
 
 export function changeEmployeeStatus(
   ports: EmployeeCommandPorts,

@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
-import type { AppendRequest, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../../shared/event-store/port.ts';
+import type { AppendRequest, AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../../shared/event-store/port.ts';
 import { employeeDecider, type EmployeeState } from './decide.ts';
 import { employeeStreamId, normaliseEmail, type EmployeeEvent } from './events.ts';
 
@@ -60,10 +60,13 @@ async function employeeState(store: EventStore, tenantId: string, employeeId: st
  * not yet appended to the employee), so it is never taken over, whatever the owner's stream says yet.
  */
 async function isOrphaned(store: EventStore, tenantId: string, email: string, holder: NonNullable<Holder>, now: string): Promise<boolean> {
-  if (Date.parse(now) - Date.parse(holder.since) <= IN_FLIGHT_GRACE_MS) return false;
+  if (withinGrace(holder, now)) return false;
   const owner = await employeeState(store, tenantId, holder.employeeId);
   return owner.kind !== 'hired' || normaliseEmail(owner.email) !== normaliseEmail(email);
 }
+
+/** Younger than any command of the older protocol in flight: never taken over, whatever its owner's stream says. */
+const withinGrace = (holder: NonNullable<Holder>, now: string): boolean => Date.parse(now) - Date.parse(holder.since) <= IN_FLIGHT_GRACE_MS;
 
 export type ReservationInput = {
   readonly tenantId: string;
@@ -96,7 +99,23 @@ export function newReservationRequest(input: ReservationInput): AppendRequest {
   return { streamId: emailReservationStreamId(input.tenantId, input.email), events: [reservedEvent(input)], expectedRevision: 'no_stream' };
 }
 
-const expectedAfter = (events: readonly RecordedEvent[]): ExpectedRevision => (events.length === 0 ? 'no_stream' : events.length - 1);
+/** An address's reservation stream as read: who holds it, and the revision to append at. */
+type Address = { readonly streamId: string; readonly holder: Holder; readonly expected: ExpectedRevision };
+
+async function readAddress(store: EventStore, tenantId: string, email: string): Promise<Address> {
+  const streamId = emailReservationStreamId(tenantId, email);
+  const events = await store.readStream(streamId);
+  return { streamId, holder: currentHolder(events), expected: events.length === 0 ? 'no_stream' : events.length - 1 };
+}
+
+/** `planReservation` on an address already read. */
+async function reservationOf(store: EventStore, input: ReservationInput, address: Address): Promise<AppendRequest> {
+  const { holder } = address;
+  if (holder && holder.employeeId !== input.employeeId && !(await isOrphaned(store, input.tenantId, input.email, holder, input.now))) {
+    throw duplicate(input.email);
+  }
+  return { streamId: address.streamId, events: [reservedEvent(input)], expectedRevision: address.expected };
+}
 
 /**
  * The part of an atomic append that holds `email` for `employeeId`, planned from the address's
@@ -105,13 +124,7 @@ const expectedAfter = (events: readonly RecordedEvent[]): ExpectedRevision => (e
  * nothing (an orphan takeover) can change the stream between this read and the append.
  */
 export async function planReservation(store: EventStore, input: ReservationInput): Promise<AppendRequest> {
-  const streamId = emailReservationStreamId(input.tenantId, input.email);
-  const events = await store.readStream(streamId);
-  const holder = currentHolder(events);
-  if (holder && holder.employeeId !== input.employeeId && !(await isOrphaned(store, input.tenantId, input.email, holder, input.now))) {
-    throw duplicate(input.email);
-  }
-  return { streamId, events: [reservedEvent(input)], expectedRevision: expectedAfter(events) };
+  return reservationOf(store, input, await readAddress(store, input.tenantId, input.email));
 }
 
 /**
@@ -120,10 +133,9 @@ export async function planReservation(store: EventStore, input: ReservationInput
  * free, and its stream is left alone.
  */
 export async function planRelease(store: EventStore, input: ReservationInput): Promise<AppendRequest | null> {
-  const streamId = emailReservationStreamId(input.tenantId, input.email);
-  const events = await store.readStream(streamId);
-  if (currentHolder(events)?.employeeId !== input.employeeId) return null;
-  return { streamId, events: [releasedEvent(input)], expectedRevision: expectedAfter(events) };
+  const { streamId, holder, expected } = await readAddress(store, input.tenantId, input.email);
+  if (holder?.employeeId !== input.employeeId) return null;
+  return { streamId, events: [releasedEvent(input)], expectedRevision: expected };
 }
 
 /**
@@ -136,37 +148,22 @@ export async function planEmailChange(store: EventStore, input: ReservationInput
   return release ? [reserve, release] : [reserve];
 }
 
-/** What `reserveEmail` appended (its stream and the revision it appended at). */
-export type MadeReservation = { readonly streamId: string; readonly revision: number };
-
 /**
  * Standalone appends, not atomic with any employee stream, so the commands never use them (see
  * the invariant above). They write a reservation stream directly, as tools and specs need to set
  * up the states the older two-step protocol left behind (orphans).
  *
- * Holds `email` for `employeeId`, or fails with 409 when another employee holds it. Returns the
- * reservation it made, or null when `employeeId` already held the address (nothing appended).
+ * Holds `email` for `employeeId`, or fails with 409 when another employee holds it (or takes it
+ * meanwhile). Null when `employeeId` already held the address (nothing appended).
  */
-export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<MadeReservation | null> {
-  const { tenantId, email, employeeId, now } = input;
-  const streamId = emailReservationStreamId(tenantId, email);
-  const append = async (expectedRevision: 'no_stream' | number): Promise<MadeReservation> => {
-    const appended = await store.append(streamId, [reservedEvent(input)], { expectedRevision });
-    return { streamId, revision: appended.nextRevision };
-  };
+export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<AppendResult | null> {
+  const address = await readAddress(store, input.tenantId, input.email);
+  if (address.holder?.employeeId === input.employeeId) return null;
+  const reserve = await reservationOf(store, input, address);
   try {
-    return await append('no_stream');
+    return await store.append(reserve.streamId, reserve.events, { expectedRevision: reserve.expectedRevision });
   } catch (error) {
-    if (!(error instanceof WrongExpectedRevisionError)) throw error;
-  }
-  const events = await store.readStream(streamId);
-  const holder = currentHolder(events);
-  if (holder?.employeeId === employeeId) return null;
-  if (holder && !(await isOrphaned(store, tenantId, email, holder, now))) throw duplicate(email);
-  try {
-    return await append(events.length - 1);
-  } catch (error) {
-    if (error instanceof WrongExpectedRevisionError) throw duplicate(email);
+    if (error instanceof WrongExpectedRevisionError) throw duplicate(input.email);
     throw error;
   }
 }
@@ -193,7 +190,10 @@ export async function releaseEmail(store: EventStore, input: ReservationInput): 
  *   being repaired: look again later;
  * - `gone`: no hired employee under this id.
  */
-export type ReservationAudit = 'ok' | 'missing' | 'repaired' | 'shared' | 'busy' | 'gone';
+export const RESERVATION_AUDITS = ['ok', 'repaired', 'missing', 'shared', 'busy', 'gone'] as const;
+export type ReservationAudit = (typeof RESERVATION_AUDITS)[number];
+/** The outcomes that leave something to do (the command's exit code 1). */
+export const UNSETTLED_AUDITS: ReadonlySet<ReservationAudit> = new Set(['missing', 'shared', 'busy']);
 
 export async function auditReservation(
   store: EventStore,
@@ -203,21 +203,20 @@ export async function auditReservation(
   const employee = await employeeState(store, input.tenantId, input.employeeId);
   if (employee.kind !== 'hired') return { outcome: 'gone', email: null };
   const { email } = employee;
-  const streamId = emailReservationStreamId(input.tenantId, email);
-  const events = await store.readStream(streamId);
-  const holder = currentHolder(events);
+  const { streamId, holder, expected } = await readAddress(store, input.tenantId, email);
   if (holder?.employeeId === input.employeeId) return { outcome: 'ok', email };
   if (holder) {
     const other = await employeeState(store, input.tenantId, holder.employeeId);
     if (other.kind === 'hired' && normaliseEmail(other.email) === normaliseEmail(email)) return { outcome: 'shared', email };
-    if (!(await isOrphaned(store, input.tenantId, email, holder, input.now))) return { outcome: 'busy', email };
+    // The holder does not have the address: orphaned once past the grace (isOrphaned, without reading it again).
+    if (withinGrace(holder, input.now)) return { outcome: 'busy', email };
   }
   if (!options.repair) return { outcome: 'missing', email };
   // At the revision read: if anything reserved or released the address meanwhile, the append is
   // refused and the address is left as it now is, reported `busy` (a run again looks at it afresh).
   let appended;
   try {
-    appended = await store.append(streamId, [reservedEvent({ ...input, email })], { expectedRevision: expectedAfter(events) });
+    appended = await store.append(streamId, [reservedEvent({ ...input, email })], { expectedRevision: expected });
   } catch (error) {
     if (error instanceof WrongExpectedRevisionError) return { outcome: 'busy', email };
     throw error;

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { z } from 'zod';
 import { sql } from '../../shared/db/pool.ts';
 import { NotFoundError } from '../../shared/errors.ts';
-import { auditReservation, type ReservationAudit } from '../employees/emailReservation.ts';
+import { auditReservation, RESERVATION_AUDITS, UNSETTLED_AUDITS, type ReservationAudit } from '../employees/emailReservation.ts';
 import { findTenantBySlug } from '../tenants/tenants.ts';
 import { opsAction, parseSlug, withConfiguredRuntime } from './tenants.ts';
 
@@ -42,8 +42,8 @@ export function registerEmployeeCommands(program: Command): void {
             counts.set(outcome, (counts.get(outcome) ?? 0) + 1);
             if (outcome !== 'ok' && outcome !== 'gone') process.stdout.write(`${outcome}\t${row.tenant_id}\t${row.id}\t${email ?? ''}\n`);
           }
-          left = (counts.get('missing') ?? 0) + (counts.get('shared') ?? 0) + (counts.get('busy') ?? 0);
-          const summary = (['ok', 'repaired', 'missing', 'shared', 'busy', 'gone'] as const).map((k) => `${k} ${counts.get(k) ?? 0}`).join(', ');
+          left = [...UNSETTLED_AUDITS].reduce((n, k) => n + (counts.get(k) ?? 0), 0);
+          const summary = RESERVATION_AUDITS.map((k) => `${k} ${counts.get(k) ?? 0}`).join(', ');
           process.stdout.write(`${rows.length} employees: ${summary}\n`);
         });
         if (left > 0) process.exitCode = 1;

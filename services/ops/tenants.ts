@@ -38,7 +38,7 @@ export const opsAction =
     } catch (error) {
       if (!(error instanceof AppError || error instanceof InvalidArgumentError)) throw error;
       process.stderr.write(`error: ${error.message}\n`);
-      // The runtime is closed by now (withConfiguredDatabase's finally). `exitCode` is kept: the
+      // The runtime is closed by now (withConfiguredRuntime's finally). `exitCode` is kept: the
       // embedded server's exit hooks no longer override it (shared/db/embedded.ts).
       process.exitCode = 1;
     }
