@@ -22,6 +22,22 @@ let db: TestDatabase;
 let store: EventStore;
 
 const ops = (...args: string[]) => runOps(db.url, ...args);
+const now = () => new Date().toISOString();
+const ports = () => ({ store, assertRoleExists: async () => undefined });
+const meta = (tenantId: string) => ({ tenantId, actor: 'spec', now: now() });
+
+/** Hires someone with `email` in `tenantId` (the current protocol) and returns the id. */
+async function hire(tenantId: string, email: string): Promise<string> {
+  const employeeId = nextId();
+  await hireEmployee(ports(), { type: 'HireEmployee', data: { employeeId, email, firstName: 'A', lastName: 'B' }, metadata: meta(tenantId) });
+  return employeeId;
+}
+
+/** Frees `email` while `employeeId` still has it, as the older two-step protocol could. */
+const free = (tenantId: string, employeeId: string, email: string) => releaseEmail(store, { tenantId, email, employeeId, now: now(), metadata: { tenantId } });
+
+const moveTo = (tenantId: string, employeeId: string, email: string) =>
+  changeEmployeeDetails(ports(), employeeId, { type: 'ChangeEmployeeDetails', data: { email }, metadata: meta(tenantId) });
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -35,23 +51,14 @@ afterAll(async () => {
 describe('when addresses were left free or shared by the older email protocol', () => {
   it('reports them, reserves the free ones with --repair, and leaves the shared ones to a person', { timeout: 120_000 }, async () => {
     const { tenantId, slug } = await provisionTenant(db.pool);
-    const now = () => new Date().toISOString();
-    const ports = { store, assertRoleExists: async () => undefined };
-    const hire = async (email: string) => {
-      const employeeId = nextId();
-      await hireEmployee(ports, { type: 'HireEmployee', data: { employeeId, email, firstName: 'A', lastName: 'B' }, metadata: { tenantId, actor: 'spec', now: now() } });
-      return employeeId;
-    };
-    const freed = async (employeeId: string, email: string) => releaseEmail(store, { tenantId, email, employeeId, now: now(), metadata: { tenantId } });
-
-    const a = await hire('x@example.test');
-    await freed(a, 'x@example.test'); // A has x, x is free
-    const b = await hire('y@example.test');
-    await freed(b, 'y@example.test');
-    await hire('Y@example.test'); // C took y: B and C both have it
-    const d = await hire('z@example.test'); // fine
+    const a = await hire(tenantId, 'x@example.test');
+    await free(tenantId, a, 'x@example.test'); // A has x, x is free
+    const b = await hire(tenantId, 'y@example.test');
+    await free(tenantId, b, 'y@example.test');
+    await hire(tenantId, 'Y@example.test'); // C took y: B and C both have it
+    const d = await hire(tenantId, 'z@example.test'); // fine
     // An email change of the current protocol keeps it right.
-    await changeEmployeeDetails(ports, d, { type: 'ChangeEmployeeDetails', data: { email: 'w@example.test' }, metadata: { tenantId, actor: 'spec', now: now() } });
+    await moveTo(tenantId, d, 'w@example.test');
     await replayProjection(db.pool, store, employeesProjection);
 
     const checked = await ops('employees', 'check-emails', '--tenant', slug);
@@ -66,7 +73,7 @@ describe('when addresses were left free or shared by the older email protocol', 
     expect(repaired.code, repaired.stderr).toBe(1); // the shared address is left
     expect(repaired.stdout).toContain(`repaired\t${tenantId}\t${a}\tx@example.test`);
     expect(repaired.stdout).toContain('4 employees: ok 2, repaired 1, missing 0, shared 1, busy 0, gone 0');
-    await expect(hire('X@example.test')).rejects.toThrow(ConflictError);
+    await expect(hire(tenantId, 'X@example.test')).rejects.toThrow(ConflictError);
 
     const again = await ops('employees', 'check-emails', '--tenant', slug);
     expect(again.stdout).toContain('4 employees: ok 3, repaired 0, missing 0, shared 1, busy 0, gone 0');
@@ -93,11 +100,8 @@ describe('when the address changes while --repair reserves it', () => {
 
   it('a concurrent reservation wins: the repair appends nothing and says busy', { timeout: 60_000 }, async () => {
     const { tenantId } = await provisionTenant(db.pool);
-    const now = () => new Date().toISOString();
-    const ports = { store, assertRoleExists: async () => undefined };
-    const employeeId = nextId();
-    await hireEmployee(ports, { type: 'HireEmployee', data: { employeeId, email: 'r@example.test', firstName: 'A', lastName: 'B' }, metadata: { tenantId, actor: 'spec', now: now() } });
-    await releaseEmail(store, { tenantId, email: 'r@example.test', employeeId, now: now(), metadata: { tenantId } });
+    const employeeId = await hire(tenantId, 'r@example.test');
+    await free(tenantId, employeeId, 'r@example.test');
     const streamId = emailReservationStreamId(tenantId, 'r@example.test');
     // Just before the repair's append, the same address is reserved again (here for the employee itself).
     const racing = interceptedBefore(streamId, () => store.append(streamId, [{ id: crypto.randomUUID(), type: 'EmployeeEmailReserved', data: { employeeId, email: 'r@example.test' } }]));
@@ -108,20 +112,15 @@ describe('when the address changes while --repair reserves it', () => {
 
   it('an employee who moved to another address meanwhile does not keep the old one', { timeout: 60_000 }, async () => {
     const { tenantId } = await provisionTenant(db.pool);
-    const now = () => new Date().toISOString();
-    const ports = { store, assertRoleExists: async () => undefined };
-    const employeeId = nextId();
-    await hireEmployee(ports, { type: 'HireEmployee', data: { employeeId, email: 'm@example.test', firstName: 'A', lastName: 'B' }, metadata: { tenantId, actor: 'spec', now: now() } });
-    await releaseEmail(store, { tenantId, email: 'm@example.test', employeeId, now: now(), metadata: { tenantId } });
+    const employeeId = await hire(tenantId, 'm@example.test');
+    await free(tenantId, employeeId, 'm@example.test');
     const streamId = emailReservationStreamId(tenantId, 'm@example.test');
     // Just before the repair's append, the employee moves to n@ (its change finds m@ not its own: nothing released).
-    const moving = interceptedBefore(streamId, () =>
-      changeEmployeeDetails(ports, employeeId, { type: 'ChangeEmployeeDetails', data: { email: 'n@example.test' }, metadata: { tenantId, actor: 'spec', now: now() } }),
-    );
+    const moving = interceptedBefore(streamId, () => moveTo(tenantId, employeeId, 'n@example.test'));
     const audit = await auditReservation(moving, { tenantId, employeeId, now: now(), metadata: { tenantId } }, { repair: true });
     expect(audit).toEqual({ outcome: 'busy', email: 'm@example.test' });
     expect((await store.readStream(streamId)).map((e) => e.type).at(-1)).toBe('EmployeeEmailReleased');
     // m@ is free for a new hire at once (not after the 30-s orphan grace).
-    await hireEmployee(ports, { type: 'HireEmployee', data: { employeeId: nextId(), email: 'm@example.test', firstName: 'C', lastName: 'D' }, metadata: { tenantId, actor: 'spec', now: now() } });
+    await hire(tenantId, 'm@example.test');
   });
 });
