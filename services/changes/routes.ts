@@ -8,7 +8,7 @@ import { PUBLIC_CHANGE_TYPES, type ChangeType } from '../../projections/changes/
 import { readChanges } from '../../projections/changes/queries.ts';
 import { employeeSchema } from '../employees/schemas.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requireAuth } from '../gateway/requestContext.ts';
+import { requestSignal, requireAuth } from '../gateway/requestContext.ts';
 import { toChange } from './change.ts';
 import { decodeCursor, encodeCursor } from './cursor.ts';
 import type { ChangeWakeups } from './wakeups.ts';
@@ -87,15 +87,8 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
         const deadline = Date.now() + waitMs;
         // Watch before the first read, so a change committed between the read and the wait still wakes us.
         const watch = waitMs > 0 ? await deps.wakeups.watch(auth.tenantId) : undefined;
-        const aborted = new AbortController();
-        const onClose = () => aborted.abort();
-        // The response's 'close' also fires when the client goes away mid-wait. A gateway that
-        // starts closing answers a waiting poll at once with what it has (and its `next`), so
-        // that a drain is bounded by real work, not by the longest `?wait=`.
-        reply.raw.once('close', onClose);
-        const shutdown = request.server.shutdownSignal;
-        if (shutdown.aborted) onClose();
-        else shutdown.addEventListener('abort', onClose, { once: true });
+        // A client gone mid-wait, or a gateway starting to close: answer at once with what there is (and its `next`).
+        const signal = requestSignal(request, reply);
         try {
           for (;;) {
             // One more than asked tells whether more is pending.
@@ -106,17 +99,15 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
               });
             }
             const remaining = deadline - Date.now();
-            if (page.changes.length > 0 || !watch || remaining <= 0 || aborted.signal.aborted) {
+            if (page.changes.length > 0 || !watch || remaining <= 0 || signal.aborted) {
               const data = page.changes.slice(0, limit).map(toChange);
               return { data, next: data.at(-1)?.cursor ?? encodeCursor(after), hasMore: page.changes.length > limit };
             }
             // Bounded slices: a lost notification costs at most a second of latency.
-            await watch.wait(Math.min(remaining, 1_000), aborted.signal);
+            await watch.wait(Math.min(remaining, 1_000), signal);
           }
         } finally {
           watch?.cancel();
-          reply.raw.off('close', onClose);
-          shutdown.removeEventListener('abort', onClose);
         }
       },
     );

@@ -80,18 +80,14 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   app.setNotFoundHandler((request, reply) =>
     sendProblem(request, reply, 404, `No route ${request.method} ${request.url.split('?')[0]}; this service serves /v1`),
   );
-  let closing = false;
   const shutdown = new AbortController();
   app.decorate('shutdownSignal', shutdown.signal);
-  const startClosing = async () => {
-    closing = true;
-    shutdown.abort();
-  };
+  const startClosing = async () => shutdown.abort();
   app.addHook('onClose', startClosing);
   app.addHook('preClose', startClosing);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
-    if (closing) {
+    if (shutdown.signal.aborted) {
       reply.header('retry-after', '1').header('connection', 'close');
       return sendProblem(request, reply, 503, 'This instance is shutting down; retry (another instance will answer)');
     }
@@ -101,7 +97,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   // otherwise hold the drain open until its keep-alive timeout (72 s) and the shutdown timer's exit 1.
   // (Callback style: on every response, an async hook would cost a promise per request.)
   app.addHook('onSend', (_request, reply, payload, done) => {
-    if (closing) reply.header('connection', 'close');
+    if (shutdown.signal.aborted) reply.header('connection', 'close');
     done(null, payload);
   });
 

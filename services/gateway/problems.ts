@@ -49,6 +49,12 @@ const TITLES: Record<number, [code: string, title: string]> = {
   503: ['service-unavailable', 'Service Unavailable'],
 };
 
+/** The RFC 9457 body for `status` (its type and title from TITLES unless given). */
+function problemBody(status: number, detail: string, instance: string, requestId: string, extras: Record<string, unknown> = {}, code?: string, title?: string): Problem {
+  const [defaultCode, defaultTitle] = TITLES[status] ?? (status >= 500 ? TITLES[500] : TITLES[400]) ?? ['error', 'Error'];
+  return { type: problemType(code ?? defaultCode), title: title ?? defaultTitle, status, detail, instance, requestId, ...extras };
+}
+
 export function sendProblem(
   request: FastifyRequest,
   reply: FastifyReply,
@@ -58,16 +64,7 @@ export function sendProblem(
   code?: string,
   title?: string,
 ): FastifyReply {
-  const [defaultCode, defaultTitle] = TITLES[status] ?? (status >= 500 ? TITLES[500] : TITLES[400]) ?? ['error', 'Error'];
-  const body: Problem = {
-    type: problemType(code ?? defaultCode),
-    title: title ?? defaultTitle,
-    status,
-    detail,
-    instance: request.url.split('?')[0] ?? request.url,
-    requestId: request.id,
-    ...extras,
-  };
+  const body = problemBody(status, detail, request.url.split('?')[0] ?? request.url, request.id, extras, code, title);
   // Also for failures before the onRequest hooks ran (router errors): the id is always echoed.
   if (!reply.hasHeader('x-request-id')) reply.header('x-request-id', request.id);
   return reply.code(status).type(PROBLEM_CONTENT_TYPE).serializer(JSON.stringify).send(body);
@@ -179,12 +176,11 @@ export function handleClientError(error: Error & { code?: string; rawPacket?: un
     return;
   }
   const [status, detail] = CLIENT_ERRORS[error.code ?? ''] ?? [400, 'The request is not valid HTTP/1.1'];
-  const [code, title] = TITLES[status] ?? ['bad-request', 'Bad Request'];
   const requestId = randomUUID();
-  const problem: Problem = { type: problemType(code), title, status, detail, instance: targetPath(error.rawPacket), requestId };
+  const problem = problemBody(status, detail, targetPath(error.rawPacket), requestId);
   const body = JSON.stringify(problem);
   socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? title}\r\n` +
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? problem.title}\r\n` +
       `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
       `X-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
     () => socket.destroy(),

@@ -1,3 +1,4 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { UnauthorizedError } from '../../shared/errors.ts';
 
 /**
@@ -31,4 +32,16 @@ declare module 'fastify' {
 export function requireAuth(request: { readonly auth?: AuthContext | undefined }): AuthContext {
   if (!request.auth) throw new UnauthorizedError('This endpoint requires an access token');
   return request.auth;
+}
+
+/**
+ * Aborted when the client goes away or the gateway starts closing: the signal for handlers that
+ * wait on purpose (the feed's long-poll, a replay's hand-off), so that a wait ends as soon as
+ * nobody is left to answer, and a drain is bounded by real work, not by the longest wait. The
+ * response's 'close' fires once, at its end, whatever happened, which releases the listener.
+ */
+export function requestSignal(request: FastifyRequest, reply: FastifyReply): AbortSignal {
+  const gone = new AbortController();
+  reply.raw.once('close', () => gone.abort());
+  return AbortSignal.any([request.server.shutdownSignal, gone.signal]);
 }

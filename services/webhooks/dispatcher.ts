@@ -172,7 +172,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     }
     // Closes the gap between our last look and the release: work that is due now (after a
     // replay's hand-off, the changes from its cursor) gets a job.
-    if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await triggers.add({ endpointId: job.endpointId, tenantId: job.tenantId });
+    if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await triggers.add(job);
   };
 
   const triggerOptions = { concurrency: options.concurrency ?? 16, ...(logger && { logger }) };
@@ -184,7 +184,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   let again = false;
   const sweepOnce = async () => {
     const due = await dueEndpoints(pool, 1_000);
-    await triggers.addBulk(due.map((d) => ({ endpointId: d.id, tenantId: d.tenantId, stateSeen: d.stateSeen })));
+    await triggers.addBulk(due.map((d) => ({ job: { endpointId: d.id, tenantId: d.tenantId }, stateSeen: d.stateSeen })));
   };
   const sweep = (): Promise<void> => {
     if (sweeping) {

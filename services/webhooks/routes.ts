@@ -11,7 +11,7 @@ import { readChanges } from '../../projections/changes/queries.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { changeTypeSchema, cursorSchema, parseAfter } from '../changes/routes.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requireAuth } from '../gateway/requestContext.ts';
+import { requestSignal, requireAuth } from '../gateway/requestContext.ts';
 import { generateSigningSecret, type SecretBox } from './secrets.ts';
 import { deleteEndpoint, findEndpoint, insertEndpoint, latestChange, leaseRevoked, listDeliveries, listEndpoints, rewindEndpoint, type EndpointRecord } from './store.ts';
 import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
@@ -25,8 +25,6 @@ export type WebhooksRoutesDeps = {
 
 /** The replay's look at the revoked lease: soon at first (an attempt is usually quick), then every 250 ms. */
 const handOffPollMs = (attempt: number) => Math.min(250, 25 * 2 ** attempt);
-/** Past the revoked lease's end, for the clocks of the database and this process to agree. */
-const HAND_OFF_SLACK_MS = 1_000;
 
 const endpointId = uuid().describe('Webhook endpoint id');
 const params = z.object({ id: endpointId });
@@ -197,20 +195,19 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         // A run was delivering: its lease is revoked (store.ts), it sends nothing more, and the
         // replay's run starts once it has let go, after its attempt in flight. Waiting for that
         // here means that after the 202 the receiver's next delivery is the first change after
-        // `after`. Bounded by the revoked lease itself (the worker never lets an attempt outlive
-        // its lease, whatever its timeout; a worker that died holds it until it runs out, and its
-        // replacement starts then), and by the gateway's own shutdown.
-        if (endpoint.handOverWithinMs !== null) {
-          const deadline = Date.now() + endpoint.handOverWithinMs + HAND_OFF_SLACK_MS;
-          const shutdown = request.server.shutdownSignal;
+        // `after`. Bounded by the revoked lease itself, which leaseRevoked stops seeing once it runs
+        // out (the worker never lets an attempt outlive its lease, whatever its timeout; a worker
+        // that died holds it until then, and its replacement starts), and by the request's signal.
+        if (endpoint.handingOver) {
+          const signal = requestSignal(request, reply);
           // The replay itself has committed: a failed look only ends the wait, never the 202.
           const stillRevoked = () =>
             leaseRevoked(deps.pool, tenantId, endpoint.id).catch((error: unknown) => {
               request.log.warn({ err: error, endpointId: endpoint.id }, 'replay: could not look at the delivery lease; answering without waiting');
               return false;
             });
-          for (let attempt = 0; !shutdown.aborted && Date.now() < deadline && (await stillRevoked()); attempt++) {
-            await setTimeout(handOffPollMs(attempt), undefined, { signal: shutdown }).catch(() => undefined);
+          for (let attempt = 0; !signal.aborted && (await stillRevoked()); attempt++) {
+            await setTimeout(handOffPollMs(attempt), undefined, { signal }).catch(() => undefined);
           }
         }
         await wakeDispatch(tenantId);

@@ -112,7 +112,7 @@ const revoked = (token: ValueExpression) => sql.fragment`overlay(${token}::text 
  * and the check it makes before every send, `leaseState`, says it is no longer its), while
  * `lease_until` stays, so acquireLease refuses everyone else until the holder releases it
  * (releaseLease matches the revoked form) after its attempt in flight, or the lease runs out if
- * the holder died. `handOverWithinMs` (null: nothing in flight) tells the caller how long that can take at most: until the revoked lease runs out (`leaseRevoked`). A lease
+ * the holder died. `handingOver` tells the caller to wait for that (`leaseRevoked`). A lease
  * already run out is cleared, as before.
  */
 export async function rewindEndpoint(
@@ -120,25 +120,25 @@ export async function rewindEndpoint(
   tenantId: string,
   id: string,
   cursor: GlobalPosition,
-): Promise<(EndpointRecord & { readonly handOverWithinMs: number | null }) | null> {
+): Promise<(EndpointRecord & { readonly handingOver: boolean }) | null> {
   const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(endpointRow.extend({ hand_over_within_ms: z.number().nullable() }))`
+    tx.maybeOne(sql.type(endpointRow.extend({ handing_over: z.boolean() }))`
       update webhook_endpoints set cursor_commit = ${cursor.commit.toString()}, cursor_prepare = ${cursor.prepare.toString()},
         status = 'active', disabled_reason = null, failed_attempts = 0, next_attempt_at = null, retrying_since = null,
         lease_token = case when lease_until >= now() then ${revoked(sql.fragment`lease_token`)} end,
         lease_until = case when lease_until >= now() then lease_until end
       where tenant_id = ${tenantId} and id = ${id}
-      returning ${endpointColumns}, (extract(epoch from lease_until - now()) * 1000)::float8 as hand_over_within_ms
+      returning ${endpointColumns}, lease_until is not null as handing_over
     `),
   );
-  return row ? { ...toEndpoint(row), handOverWithinMs: row.hand_over_within_ms } : null;
+  return row ? { ...toEndpoint(row), handingOver: row.handing_over } : null;
 }
 
 /** Whether a replay's revoked lease is still held (its holder has not released it and it has not run out). */
 export async function leaseRevoked(pool: DatabasePool, tenantId: string, id: string): Promise<boolean> {
   const row = await withTenant(pool, tenantId, (tx) =>
     tx.maybeOne(sql.type(z.object({ revoked: z.boolean() }))`
-      select coalesce(substr(lease_token::text, 15, 1) = '0' and lease_until >= now(), false) as revoked
+      select coalesce(lease_token = ${revoked(sql.fragment`lease_token`)} and lease_until >= now(), false) as revoked
       from webhook_endpoints where tenant_id = ${tenantId} and id = ${id}
     `),
   );

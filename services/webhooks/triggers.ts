@@ -1,12 +1,10 @@
 import type { Logger } from '../../shared/logger.ts';
 
 /** "Drain endpoint E": deliver its next changes, in order, under its lease. */
-export type DrainJob = {
-  readonly endpointId: string;
-  readonly tenantId: string;
-  /** Set by the sweep: the endpoint's state as it found it (lease end, cursor), which names its BullMQ job (bullmqTriggers). */
-  readonly stateSeen?: string;
-};
+export type DrainJob = { readonly endpointId: string; readonly tenantId: string };
+
+/** A job of the sweep, with the endpoint's state as the sweep found it (lease end, cursor). */
+export type SweptJob = { readonly job: DrainJob; readonly stateSeen: string };
 
 /**
  * A sweep finds a due endpoint again on every pass until its drain runs, so its job is
@@ -19,11 +17,12 @@ export type DrainJob = {
  * loses nothing: the drain looks for more after releasing the lease and adds a plain job. Only
  * the sweep's jobs are deduplicated: that follow-up and the delayed retries are never dropped.
  */
-const sweepDeduplication = (job: DrainJob) => (job.stateSeen === undefined ? {} : { deduplication: { id: `drain-${job.endpointId}-${job.stateSeen}` } });
+const sweepDeduplication = ({ job, stateSeen }: SweptJob) => ({ deduplication: { id: `drain-${job.endpointId}-${stateSeen}` } });
 
 export type DrainTriggers = {
   add(job: DrainJob, options?: { readonly delayMs?: number; readonly jobId?: string }): Promise<void>;
-  addBulk(jobs: readonly DrainJob[]): Promise<void>;
+  /** The sweep's jobs (deduplicated by the state seen where the queue can, see above). */
+  addBulk(swept: readonly SweptJob[]): Promise<void>;
   close(): Promise<void>;
 };
 
@@ -94,8 +93,8 @@ export function inProcessTriggers(drain: (job: DrainJob) => Promise<void>, optio
       timer.unref();
       timers.add(timer);
     },
-    async addBulk(jobs) {
-      for (const job of jobs) trigger(job);
+    async addBulk(swept) {
+      for (const { job } of swept) trigger(job);
     },
     async close() {
       closed = true;
@@ -143,8 +142,8 @@ export async function bullmqTriggers(
       const { delayMs = 0, jobId } = addOptions;
       await queue.add('drain', job, { ...(delayMs > 0 && { delay: delayMs }), ...(jobId && { jobId }) });
     },
-    async addBulk(jobs) {
-      if (jobs.length > 0) await queue.addBulk(jobs.map((data) => ({ name: 'drain', data, opts: sweepDeduplication(data) })));
+    async addBulk(swept) {
+      if (swept.length > 0) await queue.addBulk(swept.map((s) => ({ name: 'drain', data: s.job, opts: sweepDeduplication(s) })));
     },
     async close() {
       await worker.close();

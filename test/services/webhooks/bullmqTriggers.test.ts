@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../../support/waitFor.ts';
-import { bullmqTriggers, type DrainJob, type DrainTriggers } from '../../../services/webhooks/triggers.ts';
+import { bullmqTriggers, type DrainJob, type DrainTriggers, type SweptJob } from '../../../services/webhooks/triggers.ts';
 
 /**
  * Regression: every sweep queued a drain job for each due endpoint with no id, so an endpoint
@@ -30,7 +30,7 @@ describe('when the sweep queues a due endpoint again (BullMQ)', () => {
       if (job.endpointId === 'busy' && calls.get('busy') === 1) await gate;
     };
     triggers = await bullmqTriggers(drain, { concurrency: 1, redisUrl, prefix, queueName: 'webhook-delivery' });
-    const swept = (endpointId: string, stateSeen = 'none-0-0'): DrainJob => ({ endpointId, tenantId: 't', stateSeen });
+    const swept = (endpointId: string, stateSeen = 'none-0-0'): SweptJob => ({ job: { endpointId, tenantId: 't' }, stateSeen });
 
     await triggers.addBulk([swept('busy')]);
     await waitFor(() => calls.get('busy') === 1);

@@ -131,7 +131,7 @@ describe('in-process triggers', () => {
       },
       { concurrency: 2 },
     );
-    await triggers.addBulk([job('a'), job('b'), job('c'), job('a')]);
+    await triggers.addBulk([job('a'), job('b'), job('c'), job('a')].map((j) => ({ job: j, stateSeen: 'none-0-0' })));
     expect(started).toEqual(['a', 'b']); // c waits for a slot; the second a is owed to the running one
     gates.get('a')?.open();
     await waitFor(() => started.length === 3);
