@@ -3,6 +3,7 @@ import type { FragmentSqlToken, ValueExpression } from 'slonik';
 import { sql, withTenant, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
 import { readCheckpoint } from '../runner/checkpoints.ts';
+import { wasParkedAt } from '../runner/parking.ts';
 import { START, comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { CHANGES_PROJECTION, PUBLIC_CHANGE_TYPES, employeeView, type ChangeType, type EmployeeView } from './changesProjection.ts';
 
@@ -110,6 +111,11 @@ const APPLY_ORDER_VERSION = 2;
  * change `projections retry` applied late: it comes after the ones already applied), at most
  * `limit`; and whether `after` is a position this tenant's feed ever handed out (`known`). Row-level
  * security applies. `types` (optional) keeps only those change types.
+ *
+ * A cursor whose change is gone (a rebuild parked it) is still the tenant's: it resumes just
+ * before the first change applied after it (APPLY_ORDER), and `known` finds it among the events
+ * the projection parked (`wasParkedAt`). `trusted`: the caller already knows `after` is one
+ * (a webhook endpoint's own cursor, a long-poll's later slices), so that look-up is skipped.
  */
 export async function readChanges(
   pool: DatabasePool,
@@ -117,6 +123,7 @@ export async function readChanges(
   after: GlobalPosition,
   limit: number,
   types?: readonly string[],
+  options: { readonly trusted?: boolean } = {},
 ): Promise<ChangesPage> {
   const isStart = comparePositions(after, START) === 0;
   const commit = after.commit.toString();
@@ -149,25 +156,7 @@ export async function readChanges(
     ),
   );
   return {
-    known: row.known || (await parkedHere(pool, tenantId, after)),
+    known: row.known || options.trusted === true || (await wasParkedAt(pool, CHANGES_PROJECTION, tenantId, after)),
     changes: row.page.map(({ commit: c, prepare: p, ...rest }) => ({ ...rest, position: { commit: BigInt(c), prepare: BigInt(p) } })),
   };
-}
-
-/**
- * Whether this projection once parked this tenant's event at `position` (any version, any
- * status; parked rows are kept): a cursor the feed handed out before a rebuild parked its change
- * and removed it. Such a cursor stays valid (SPEC §7: a client that stores `next` gets every later
- * change): it resumes just before the first change applied after it, like a webhook endpoint's
- * (APPLY_ORDER). Runs only for a cursor with no change of the tenant's; outside the tenant's
- * transaction, since the parked events are not tenant-scoped (the tenant role cannot read them).
- */
-async function parkedHere(pool: DatabasePool, tenantId: string, position: GlobalPosition): Promise<boolean> {
-  return pool.oneFirst(sql.type(z.object({ parked: z.boolean() }))`
-    select exists (
-      select 1 from projection_parked_events
-      where projection = ${CHANGES_PROJECTION} and tenant_id = ${tenantId}
-        and commit_position = ${position.commit.toString()}::numeric and prepare_position = ${position.prepare.toString()}::numeric
-    ) as parked
-  `);
 }

@@ -44,17 +44,27 @@ function conditions(tenantId: string, filter: EmployeeFilter) {
   const parts = [sql.fragment`tenant_id = ${tenantId}::uuid`];
   if (filter.department !== undefined) parts.push(sql.fragment`department = ${filter.department}`);
   if (filter.status !== undefined) parts.push(sql.fragment`status = ${filter.status}`);
-  if (filter.hiredFrom) parts.push(sql.fragment`hired_at >= ${filter.hiredFrom.at}::timestamptz`);
-  if (filter.hiredTo) {
-    // The exact UTC instant `totalExpression` counts up to (`rangeEnd`), computed here, not in
-    // SQL: `timestamptz + interval '1 day'` adds a day of the session's time zone (23 or 25 h
-    // across a DST change), so rows and `meta.total` disagreed on a database not set to UTC.
-    const end = rangeEnd(filter.hiredTo);
-    const at = pgIso(end.ms);
-    parts.push(end.inclusive ? sql.fragment`hired_at <= ${at}::timestamptz` : sql.fragment`hired_at < ${at}::timestamptz`);
+  if (filter.hiredFrom || filter.hiredTo) {
+    // The upper bound is the exact UTC instant `totalExpression` counts up to (`rangeEnd`),
+    // computed here, not in SQL: `timestamptz + interval '1 day'` adds a day of the session's time
+    // zone (23 or 25 h across a DST change), so rows and `meta.total` disagreed on a database not
+    // set to UTC.
+    const end = filter.hiredTo ? rangeEnd(filter.hiredTo) : null;
+    parts.push(sql.fragment`${instantRange(filter.hiredFrom?.at ?? null, end && pgIso(end.ms), end?.inclusive ?? false)}`);
   }
   return sql.join(parts, sql.fragment` and `);
 }
+
+/** `hired_at` within [from, to) (or [from, to] when `toInclusive`); either end may be open. */
+const instantRange = (from: string | null, to: string | null, toInclusive: boolean) =>
+  sql.join(
+    [
+      sql.fragment`true`,
+      ...(from === null ? [] : [sql.fragment`hired_at >= ${from}::timestamptz`]),
+      ...(to === null ? [] : [toInclusive ? sql.fragment`hired_at <= ${to}::timestamptz` : sql.fragment`hired_at < ${to}::timestamptz`]),
+    ],
+    sql.fragment` and `,
+  );
 
 const DAY_MS = 86_400_000;
 /**
@@ -137,15 +147,6 @@ function totalExpression(tenantId: string, filter: EmployeeFilter) {
       sql.fragment` and `,
     );
   };
-  const instantRange = (from: string | null, to: string | null, toInclusive: boolean) =>
-    sql.join(
-      [
-        sql.fragment`true`,
-        ...(from === null ? [] : [sql.fragment`hired_at >= ${from}::timestamptz`]),
-        ...(to === null ? [] : [toInclusive ? sql.fragment`hired_at <= ${to}::timestamptz` : sql.fragment`hired_at < ${to}::timestamptz`]),
-      ],
-      sql.fragment` and `,
-    );
   const iso = (ms: number | null) => (ms === null ? null : pgIso(ms));
   const terms = [
     ...(plan.months ? [sql.fragment`(select coalesce(sum(count), 0) from employee_month_counts where ${key} and ${dayRange('month', plan.months.from, plan.months.to)})`] : []),

@@ -181,6 +181,20 @@ export async function parkedStreams(
   return new Map(rows.map((r) => [r.stream_id, r.event_id]));
 }
 
+/**
+ * Whether the projection ever parked this tenant's event at `position` (any version, any status:
+ * parked rows are kept). Across tenants (the parked events are not tenant-scoped).
+ */
+export async function wasParkedAt(db: Queryable, projection: string, tenantId: string, position: GlobalPosition): Promise<boolean> {
+  return db.oneFirst(sql.type(z.object({ parked: z.boolean() }))`
+    select exists (
+      select 1 from projection_parked_events
+      where projection = ${projection} and tenant_id = ${tenantId}
+        and commit_position = ${position.commit.toString()}::numeric and prepare_position = ${position.prepare.toString()}::numeric
+    ) as parked
+  `);
+}
+
 /** Whether this projection version has any parked event (the runner skips the per-page lookup when not). */
 export async function hasParkedEvents(db: Queryable, projection: Pick<Projection, 'name' | 'version'>): Promise<boolean> {
   return db.exists(sql.type(z.object({ one: z.number() }))`

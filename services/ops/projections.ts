@@ -7,16 +7,8 @@ import { RebuildInProgressError, RebuildRaceError, countParkedEvents, listParked
 import { sql } from '../../shared/db/pool.ts';
 import type { Projection } from '../../projections/runner/projection.ts';
 import { allProjections } from '../../projections/index.ts';
-import { withConfiguredRuntime } from './tenants.ts';
+import { withConfiguredDatabase, withConfiguredRuntime } from './tenants.ts';
 import { enqueueReplayFromCli, replayJobRow, replayJobsForStatus } from '../worker/cli.ts';
-
-/**
- * `projections status` and `projections replay <name>`. Both run against the configured
- * engines (or attach to the embedded PostgreSQL of a running service); a replay builds into
- * shadow tables and swaps them in atomically, so the running service keeps answering from the
- * old model until the new one is complete, and its live projector follows on from the swap
- * (each command runs in `withConfiguredRuntime`, services/ops/tenants.ts).
- */
 
 /**
  * Runs `work`; when it is refused with `refusal` (nothing changed: a retry or resolve while a
@@ -59,6 +51,12 @@ const positiveInt = (value: string) => {
   return n;
 };
 
+/**
+ * `projections status|replay|parked|retry|resolve`. Each runs against the configured engines (or
+ * attaches to the embedded PostgreSQL of a running service; services/ops/tenants.ts). A replay
+ * builds into shadow tables and swaps them in atomically, so the running service keeps answering
+ * from the old model until the new one is complete, and its live projector follows on from the swap.
+ */
 export function registerProjectionCommands(program: Command): void {
   const projections = program.command('projections').description('projection status and replays');
 
@@ -67,7 +65,7 @@ export function registerProjectionCommands(program: Command): void {
     .description("each projection's version, position and lag (events behind the head of the log)")
     .option('--json', 'machine-readable output')
     .action(async (options: { json?: boolean }) => {
-      await withConfiguredRuntime(async ({ pool, eventStore }) => {
+      await withConfiguredRuntime(async ({ config, pool, eventStore }) => {
         const head = await eventStore.headPosition();
         const parked = await countParkedEvents(pool);
         const rows = [];
@@ -87,7 +85,7 @@ export function registerProjectionCommands(program: Command): void {
             updatedAt: checkpoint?.updatedAt ?? null,
           });
         }
-        const jobs = await replayJobsForStatus(loadConfig());
+        const jobs = await replayJobsForStatus(config);
         if (options.json) {
           process.stdout.write(`${JSON.stringify({ head: formatPosition(head), projections: rows, replayJobs: jobs }, null, 2)}\n`);
           return;
@@ -177,7 +175,7 @@ export function registerProjectionCommands(program: Command): void {
     .option('--all', 'also events already retried or resolved')
     .option('--json', 'machine-readable output')
     .action(async (projection: Projection, options: { all?: boolean; json?: boolean }) => {
-      await withConfiguredRuntime(async ({ pool }) => {
+      await withConfiguredDatabase(async (pool) => {
         const parked = await listParkedEvents(pool, projection.name, options.all ? {} : { status: 'parked' });
         const rows = parked.map((p) => ({
           position: formatPosition(p.event.position),
@@ -202,7 +200,7 @@ export function registerProjectionCommands(program: Command): void {
     .description('re-apply the parked events of a projection (after a fix), in log order, in one transaction with the live model')
     .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
     .action(async (projection: Projection) => {
-      await withConfiguredRuntime(async ({ pool }) => {
+      await withConfiguredDatabase(async (pool) => {
         const live = Object.fromEntries(Object.keys(projection.tables).map((t) => [t, sql.identifier([t])]));
         const result = await unlessRefused(() => retryParkedEvents(pool, projection, live), RebuildInProgressError, 2);
         if (!result) return;
@@ -217,7 +215,7 @@ export function registerProjectionCommands(program: Command): void {
     .argument('<name>', `one of: ${allProjections.map((p) => p.name).join(', ')}`, findProjection)
     .argument('[eventIds...]', 'only these events')
     .action(async (projection: Projection, eventIds: string[]) => {
-      await withConfiguredRuntime(async ({ pool }) => {
+      await withConfiguredDatabase(async (pool) => {
         const resolved = await unlessRefused(() => resolveParkedEvents(pool, projection.name, eventIds.length > 0 ? eventIds : undefined), RebuildInProgressError, 2);
         if (resolved === undefined) return;
         process.stdout.write(`${projection.name}: ${resolved} parked events marked resolved\n`);
