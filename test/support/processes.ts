@@ -1,5 +1,6 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
+import { resolve } from 'node:path';
 import { promisify } from 'node:util';
 
 /** A TCP port nothing listens on right now. */
@@ -56,13 +57,15 @@ export async function startRedisServer(port: number): Promise<ChildProcess> {
   return child;
 }
 
+const OPS_SCRIPT = resolve(import.meta.dirname, '../../scripts/ops.ts');
+
 /** The ops CLI (`scripts/ops.ts`) as an operator runs it, against `databaseUrl`: its exit code and output. */
-export async function runOps(databaseUrl: string, ...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+export const runOps = (databaseUrl: string, ...args: string[]) => runOpsWith({ ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, ...args);
+
+/** `runOps` with exactly this environment (e.g. the embedded default's, without DATABASE_URL). */
+export async function runOpsWith(env: NodeJS.ProcessEnv, ...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, ['scripts/ops.ts', ...args], {
-      env: { ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' },
-      timeout: 60_000,
-    });
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [OPS_SCRIPT, ...args], { env, timeout: 60_000 });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const failed = error as { code?: number; stdout?: string; stderr?: string };

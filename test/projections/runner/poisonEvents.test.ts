@@ -1,8 +1,5 @@
-import { execFile } from 'node:child_process';
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
-import { resolve } from 'node:path';
-import { promisify } from 'node:util';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -16,7 +13,11 @@ import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle 
 import { RebuildInProgressError, listParkedEvents, replayLockKey, resolveParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
 import { parkedEventsReadiness, registerParkedEventsMetric } from '../../../projections/runner/monitoring.ts';
 import { useTestEventStore } from '../../support/database.ts';
+import { runOpsWith } from '../../support/processes.ts';
 import { hire, statusChanged } from './fixtures/employeeEvents.ts';
+
+/** The ops CLI against this test's database alone (no Redis, Kafka or EventStoreDB). */
+const opsEnv = (url: string) => ({ ...process.env, DATABASE_URL: url, REDIS_URL: '', KAFKA_BROKERS: '', EVENTSTORE_URL: '', LOG_LEVEL: 'silent' });
 
 const listIds = async (pool: DatabasePool, tenantId: string) =>
   (await listEmployees(pool, tenantId, { page: 1, limit: 100 })).data.map((e) => e.id);
@@ -123,11 +124,7 @@ describe('when a poison event for one tenant is in the log (defect 1)', () => {
       await app.close();
     }
 
-    const { stdout } = await promisify(execFile)(
-      process.execPath,
-      [resolve(import.meta.dirname, '../../../scripts/ops.ts'), 'projections', 'status', '--json'],
-      { env: { ...process.env, DATABASE_URL: db.url, REDIS_URL: '', KAFKA_BROKERS: '', EVENTSTORE_URL: '', LOG_LEVEL: 'silent' }, timeout: 60_000 },
-    );
+    const { stdout } = await runOpsWith(opsEnv(db.url), 'projections', 'status', '--json');
     const status = z
       .object({ projections: z.array(z.object({ name: z.string(), parked: z.number() })) })
       .parse(JSON.parse(stdout));
@@ -141,11 +138,8 @@ describe('when a poison event for one tenant is in the log (defect 1)', () => {
     try {
       await rebuild.query('select pg_advisory_lock(hashtext($1))', [replayLockKey(employeesProjection.name)]);
       for (const command of ['retry', 'resolve']) {
-        const run = promisify(execFile)(process.execPath, [resolve(import.meta.dirname, '../../../scripts/ops.ts'), 'projections', command, employeesProjection.name], {
-          env: { ...process.env, DATABASE_URL: db.url, REDIS_URL: '', KAFKA_BROKERS: '', EVENTSTORE_URL: '', LOG_LEVEL: 'silent' },
-          timeout: 60_000,
-        });
-        await expect(run).rejects.toMatchObject({
+        const run = runOpsWith(opsEnv(db.url), 'projections', command, employeesProjection.name);
+        await expect(run).resolves.toMatchObject({
           code: 2,
           stderr: expect.stringContaining(`a rebuild of projection ${employeesProjection.name} is running: retry once it has swapped in (projections status)\n`),
         });

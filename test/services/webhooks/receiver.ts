@@ -7,7 +7,8 @@ export type Answer = { status: number; headers?: Record<string, string> };
 /**
  * A real HTTP receiver on loopback. `answer` decides each response from the request number
  * (0-based) and the webhook id; every request is recorded with the status it got. `delayMs`
- * holds each answer back, by request number when a function.
+ * holds each answer back, by request number when a function. `maxInFlight()` is the most requests
+ * it has had open at once.
  */
 export async function startReceiver(
   answer: (n: number, id: string) => Answer = () => ({ status: 204 }),
@@ -16,7 +17,12 @@ export async function startReceiver(
   const requests: Received[] = [];
   let respond = answer;
   let delayMs = options.delayMs ?? 0;
+  let inFlight = 0;
+  let maxInFlight = 0;
   const server = createServer((req, res) => {
+    inFlight++;
+    maxInFlight = Math.max(maxInFlight, inFlight);
+    res.on('close', () => inFlight--);
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
@@ -37,6 +43,7 @@ export async function startReceiver(
     requests,
     /** Ids acknowledged with a 2xx, in arrival order. */
     acknowledged: () => requests.filter((r) => r.status >= 200 && r.status < 300).map((r) => r.id),
+    maxInFlight: () => maxInFlight,
     setAnswer(next: (n: number, id: string) => Answer) {
       respond = next;
     },

@@ -1,6 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
@@ -10,6 +8,7 @@ import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { sendWebhook } from '../../../services/webhooks/deliver.ts';
 import { startWebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox, generateSigningSecret } from '../../../services/webhooks/secrets.ts';
+import { startReceiver } from './receiver.ts';
 
 /**
  * Regression: a replay during an active delivery run. The run kept sending from the old cursor
@@ -28,33 +27,6 @@ afterAll(async () => {
   await h?.close();
 });
 
-/** A receiver that answers each request after `delayMs` and counts the requests in flight at once. */
-async function startSlowReceiver(delayMs: number) {
-  const arrivals: string[] = [];
-  let inFlight = 0;
-  let maxInFlight = 0;
-  const server = createServer((req, res) => {
-    inFlight++;
-    maxInFlight = Math.max(maxInFlight, inFlight);
-    arrivals.push(String(req.headers['webhook-id'] ?? ''));
-    res.on('close', () => inFlight--);
-    req.resume();
-    req.on('end', () => setTimeout(() => res.writeHead(204).end(), delayMs));
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}/hook`,
-    arrivals,
-    maxInFlight: () => maxInFlight,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
 describe.each([
   ['BullMQ on Redis', true],
   ['in-process, without Redis', false],
@@ -72,7 +44,8 @@ describe.each([
       sweepEveryMs: 50, // with Redis, a sweep that sees the lease gone queues a job for a free slot
       concurrency: 4,
     });
-    const receiver = await startSlowReceiver(200);
+    const receiver = await startReceiver(undefined, { delayMs: 200 });
+    const arrivals = () => receiver.requests.map((r) => r.id);
     try {
       const { tenant } = await h.tenant();
       const headers = await authHeaders(h.auth, tenant, 'admin');
@@ -88,26 +61,26 @@ describe.each([
       expect(created.statusCode, created.body).toBe(201);
       const endpointId = created.json<{ id: string }>().id;
 
-      await waitFor(() => receiver.arrivals.length >= 5, 10_000);
+      await waitFor(() => arrivals().length >= 5, 10_000);
       const replay = await h.app.inject({ method: 'POST', url: `/v1/webhooks/${endpointId}/replay`, headers, payload: { after: START_CURSOR } });
       expect(replay.statusCode, replay.body).toBe(202);
-      const at202 = receiver.arrivals.length;
+      const at202 = arrivals().length;
 
       // However many the old run sent before the switch, the replay then sends all 50.
       await waitFor(() => {
-        const switched = receiver.arrivals.indexOf(cursors[0] ?? '', 1);
-        return switched >= 0 && receiver.arrivals.length >= switched + 50;
+        const switched = arrivals().indexOf(cursors[0] ?? '', 1);
+        return switched >= 0 && arrivals().length >= switched + 50;
       }, 30_000);
       await new Promise((resolve) => setTimeout(resolve, 300)); // nothing more comes
       expect(receiver.maxInFlight()).toBe(1);
       // The old run's deliveries from the old cursor, then the replay's from its cursor: the switch
       // came before the 202 (the replay's run may already have sent its first by then), and
       // nothing of the old run after it.
-      const restart = receiver.arrivals.indexOf(cursors[0] ?? '', 1);
+      const restart = arrivals().indexOf(cursors[0] ?? '', 1);
       expect(restart).toBeGreaterThanOrEqual(5);
       expect(restart).toBeLessThanOrEqual(at202);
-      expect(receiver.arrivals.slice(0, restart)).toEqual(cursors.slice(0, restart));
-      expect(receiver.arrivals.slice(restart)).toEqual(cursors);
+      expect(arrivals().slice(0, restart)).toEqual(cursors.slice(0, restart));
+      expect(arrivals().slice(restart)).toEqual(cursors);
     } finally {
       await dispatcher.close();
       await receiver.close();
