@@ -90,9 +90,9 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
         // A client gone mid-wait, or a gateway starting to close: answer at once with what there is (and its `next`).
         const signal = requestSignal(request, reply);
         try {
-          for (;;) {
-            // One more than asked tells whether more is pending.
-            const page = await readChanges(deps.pool, auth.tenantId, after, limit + 1);
+          for (let slice = 0; ; slice++) {
+            // One more than asked tells whether more is pending. The cursor is checked on the first slice.
+            const page = await readChanges(deps.pool, auth.tenantId, after, limit + 1, undefined, { trusted: slice > 0 });
             if (!page.known) {
               throw new BadRequestError('after names no change of this tenant: use a cursor this feed returned', {
                 errors: [{ path: 'after', message: 'unknown cursor' }],

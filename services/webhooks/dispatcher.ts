@@ -92,7 +92,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
    * within `timeoutMs` (deliver.ts), so it never outlives the lease.
    */
   const deliverRun = async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
-    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes);
+    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes, { trusted: true });
     if (page.changes.length === 0) return { delivered: 0, more: false };
     const secret = secrets.open(endpoint.secretSealed);
     const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date }> = [];
