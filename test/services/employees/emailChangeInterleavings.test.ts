@@ -103,21 +103,37 @@ async function hired(headers: Record<string, string>, email: string): Promise<st
 const patchEmail = (headers: Record<string, string>, id: string, email: string) =>
   app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { email } });
 
+/**
+ * PATCHes `payload` with `ifMatch`, held just before it writes the employee's stream while
+ * `meanwhile` (another write, answered 200) runs; then lets it go and returns its answer.
+ */
+async function patchHeldWhile(
+  tenantId: string,
+  id: string,
+  headers: Record<string, string>,
+  ifMatch: string,
+  payload: Record<string, string>,
+  meanwhile: () => ReturnType<typeof patchEmail>,
+) {
+  const held = gate.hold(employeeStreamId(tenantId, id), 'before');
+  const patched = app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers: { ...headers, 'if-match': ifMatch }, payload });
+  await held.reached;
+  const other = await meanwhile();
+  expect(other.statusCode, other.body).toBe(200);
+  held.release();
+  return patched;
+}
+const rename = (headers: Record<string, string>, id: string) => () => app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: 'Augusta' } });
+
 describe('when a stale PATCH to address X waits while another PATCH moves the employee to X (undo case)', () => {
   it('X stays reserved for the employee: the stale one is 412, hiring someone else with X is 409', async () => {
     const { tenant, headers } = await given();
     const [w, x] = [address('w'), address('x')];
     const id = await hired(headers, w);
 
-    // A (If-Match "0", fresh when sent) is held just before it writes the employee's stream…
-    const held = gate.hold(employeeStreamId(tenant.tenantId, id), 'before');
-    const a = app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers: { ...headers, 'if-match': '"0"' }, payload: { email: x } });
-    await held.reached;
-    // …while C, without If-Match, moves the employee to X.
-    const c = await patchEmail(headers, id, x);
-    expect(c.statusCode, c.body).toBe(200);
-    held.release();
-    expectProblem(await a, 412);
+    // A (If-Match "0", fresh when sent) is held just before it writes the employee's stream,
+    // while C, without If-Match, moves the employee to X.
+    expectProblem(await patchHeldWhile(tenant.tenantId, id, headers, '"0"', { email: x }, () => patchEmail(headers, id, x)), 412);
 
     const read = await app.inject({ method: 'GET', url: `/v1/employees/${id}`, headers });
     expect(read.json<Employee>().email).toBe(x);
@@ -175,15 +191,9 @@ describe('when a PATCH with a list If-Match waits while another write moves the 
     const [w, x] = [address('w'), address('x')];
     const id = await hired(headers, w);
 
-    // A (If-Match "0", "1") is held just before it writes the employee's stream…
-    const held = gate.hold(employeeStreamId(tenant.tenantId, id), 'before');
-    const a = app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers: { ...headers, 'if-match': '"0", "1"' }, payload: { email: x } });
-    await held.reached;
-    // …while a rename moves the employee to revision 1.
-    const renamed = await app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: 'Augusta' } });
-    expect(renamed.statusCode, renamed.body).toBe(200);
-    held.release();
-    const answered = await a;
+    // A (If-Match "0", "1") is held just before it writes the employee's stream, while a rename
+    // moves the employee to revision 1.
+    const answered = await patchHeldWhile(tenant.tenantId, id, headers, '"0", "1"', { email: x }, rename(headers, id));
     expect(answered.statusCode, answered.body).toBe(200);
     expect(answered.json<Employee>()).toMatchObject({ email: x, firstName: 'Augusta' });
     expect(answered.headers.etag).toBe('"2"');
@@ -197,13 +207,7 @@ describe('when a PATCH without an email and with a list If-Match waits while ano
     const { tenant, headers } = await given();
     const id = await hired(headers, address('l'));
 
-    const held = gate.hold(employeeStreamId(tenant.tenantId, id), 'before');
-    const a = app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers: { ...headers, 'if-match': '"0", "1"' }, payload: { lastName: 'Byron' } });
-    await held.reached;
-    const renamed = await app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: 'Augusta' } });
-    expect(renamed.statusCode, renamed.body).toBe(200);
-    held.release();
-    const answered = await a;
+    const answered = await patchHeldWhile(tenant.tenantId, id, headers, '"0", "1"', { lastName: 'Byron' }, rename(headers, id));
     expect(answered.statusCode, answered.body).toBe(200);
     expect(answered.json<Employee>()).toMatchObject({ firstName: 'Augusta', lastName: 'Byron' });
     expect(answered.headers.etag).toBe('"2"');
