@@ -32,7 +32,8 @@ switch (role) {
   }
   case 'gateway': {
     const { startGatewayRole } = await import('./roles/gateway.ts');
-    await runRole('gateway', startGatewayRole);
+    // No KPI consumer runs in this process: without Kafka its usage samples are dropped.
+    await runRole('gateway', startGatewayRole, { usageConsumedHere: false });
     break;
   }
   case 'projector': {

@@ -51,13 +51,24 @@ export type Runtime = {
   readonly logger: Logger;
   /** Per-tenant token buckets: Redis when REDIS_URL is set, else in memory. */
   readonly rateLimiter: RateLimiter;
-  /** Usage samples: gateway publisher + KPI consumer source (Kafka when KAFKA_BROKERS is set, else in-process). */
+  /**
+   * Usage samples: gateway publisher + KPI consumer source (Kafka when KAFKA_BROKERS is set, else
+   * in-process, or dropped in a process that runs no KPI consumer: see RuntimeOptions).
+   */
   readonly usage: UsageBus;
   /** Releases everything in reverse order of creation. */
   close(): Promise<void>;
 };
 
-export async function createRuntime(config: Config, logger: Logger): Promise<Runtime> {
+export type RuntimeOptions = {
+  /**
+   * Whether this process may run the KPI usage consumer (default true). False for a gateway on
+   * its own: without Kafka its usage samples then have nowhere to go and are dropped.
+   */
+  readonly usageConsumedHere?: boolean;
+};
+
+export async function createRuntime(config: Config, logger: Logger, options: RuntimeOptions = {}): Promise<Runtime> {
   const closers: Array<() => Promise<void>> = [];
   const close = async () => {
     for (const closeOne of closers.reverse()) {
@@ -102,7 +113,7 @@ export async function createRuntime(config: Config, logger: Logger): Promise<Run
     const rateLimiter = await createConfiguredRateLimiter(config, registry, logger);
     closers.push(() => rateLimiter.close());
 
-    const usage = await createConfiguredUsageBus(config, { registry, logger, groupId: DEFAULT_KPI_GROUP });
+    const usage = await createConfiguredUsageBus(config, { registry, logger, groupId: DEFAULT_KPI_GROUP, consumedHere: options.usageConsumedHere ?? true });
     closers.push(() => usage.source.stop());
     closers.push(() => usage.publisher.close());
 

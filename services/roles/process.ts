@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ConfigError, loadConfig, type Config } from '../../shared/config.ts';
 import { createLogger, type Logger } from '../../shared/logger.ts';
-import { createRuntime, type Runtime } from '../runtime.ts';
+import { createRuntime, type Runtime, type RuntimeOptions } from '../runtime.ts';
 import { checkReadiness } from '../gateway/health.ts';
 
 /** A started part of the service; `close` stops it gracefully (drain, finish the batch in hand). */
@@ -14,7 +14,7 @@ export type RoleContext = { readonly config: Config; readonly logger: Logger; re
  * Runs one role as this process: config, runtime, the role itself, and graceful shutdown on
  * SIGINT/SIGTERM (bounded by SHUTDOWN_TIMEOUT_MS). A bad configuration exits with code 2.
  */
-export async function runRole(role: string, start: (context: RoleContext) => Promise<RoleHandle>): Promise<void> {
+export async function runRole(role: string, start: (context: RoleContext) => Promise<RoleHandle>, runtimeOptions: RuntimeOptions = {}): Promise<void> {
   let config: Config;
   try {
     config = loadConfig();
@@ -27,7 +27,7 @@ export async function runRole(role: string, start: (context: RoleContext) => Pro
   }
   const logger = createLogger(config, `eas-${role}`);
   const started = Date.now();
-  const runtime = await createRuntime(config, logger);
+  const runtime = await createRuntime(config, logger, runtimeOptions);
   let handle: RoleHandle;
   try {
     handle = await start({ config, logger, runtime });

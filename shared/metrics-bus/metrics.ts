@@ -20,7 +20,7 @@ export function publisherMetrics(registry: Registry): PublisherMetrics {
       }),
       dropped: new Counter({
         name: 'usage_samples_dropped_total',
-        help: 'Usage samples dropped (buffer full while the transport was unavailable)',
+        help: 'Usage samples dropped: buffer_full (the transport was unavailable too long), no_consumer (no Kafka and no KPI consumer in this process)',
         labelNames: ['reason'] as const,
         registers: [registry],
       }),
