@@ -17,8 +17,8 @@ import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../
 /**
  * A gateway running as its own process without KAFKA_BROKERS (`npm start -- gateway`, as the
  * write bench runs it): no KPI consumer can ever read its usage samples. It used the in-process
- * transport anyway, so it kept every sample in memory (up to 100,000; under the create load that
- * was most of what survived each young-generation GC), and GET /v1/analytics/kpi answered with
+ * transport anyway, so it kept every sample in memory (up to 100,000, each surviving into the old
+ * generation), and GET /v1/analytics/kpi answered with
  * `asOf` stuck at the first request's sample, since a buffered sample counts as pending.
  * The runtime as the gateway role builds it (`usageConsumedHere: false`), on real PostgreSQL.
  */
