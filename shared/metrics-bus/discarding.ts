@@ -7,12 +7,8 @@ import type { UsageSamplePublisher, UsageSampleSource } from './port.ts';
  * own process without KAFKA_BROKERS. The in-process transport only reaches a KPI consumer in the
  * same process (the `all` role), and the `projector kpi` role refuses to run without Kafka, so
  * such a gateway's samples can never be applied anywhere.
- *
- * Before, that gateway used the in-process transport anyway: it kept up to 100,000 samples in
- * memory that no one would read (each request's sample survived the young generation, and the
- * old one filled with them), and its KPI `asOf` stayed at the oldest of them, since a buffered
- * sample counts as pending. Here each sample is counted as dropped (`no_consumer`) and let go at
- * once, nothing is pending, and the role says so when it starts.
+ * Each sample is counted as dropped (`no_consumer`) and let go at once, so nothing is pending
+ * (the KPI `asOf` is not held back) and nothing is kept in memory; the role warns when it starts.
  */
 export function createDiscardingBus(options: { readonly registry?: Registry } = {}): {
   publisher: UsageSamplePublisher;

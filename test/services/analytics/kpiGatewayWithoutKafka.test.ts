@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -13,6 +12,7 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createRuntime, type Runtime } from '../../../services/runtime.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
+import { createMemoryLogger, type LogLine } from '../../support/logs.ts';
 
 /**
  * A gateway running as its own process without KAFKA_BROKERS (`npm start -- gateway`, as the
@@ -27,19 +27,12 @@ let runtime: Runtime;
 let auth: AuthDeps;
 let app: FastifyInstance;
 let projector: ProjectorHandle;
-const logged: string[] = [];
+let logged: LogLine[];
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  const logger = pino(
-    { level: 'warn' },
-    new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        logged.push(chunk.toString());
-        done();
-      },
-    }),
-  );
+  const { logger, lines } = createMemoryLogger('warn');
+  logged = lines;
   runtime = await createRuntime(loadConfig({ DATABASE_URL: db.url, LOG_LEVEL: 'warn' }), logger, { usageConsumedHere: false });
   auth = await createTestAuth(runtime.pool);
   projector = runProjection(runtime.pool, runtime.eventStore, kpiBillingProjection, { pollIntervalMs: 50 });
@@ -70,7 +63,7 @@ const metricValue = async (name: string, labels: Record<string, string> = {}) =>
 describe('when a gateway runs on its own without Kafka', () => {
   it('says once that its usage samples are dropped', () => {
     expect(runtime.usage.transport).toBe('none');
-    expect(logged.filter((line) => line.includes('usage samples are dropped'))).toHaveLength(1);
+    expect(logged.filter((line) => line.msg?.includes('usage samples are dropped'))).toHaveLength(1);
   });
 
   it('keeps none of its usage samples, counting each as dropped', async () => {

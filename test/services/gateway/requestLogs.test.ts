@@ -1,25 +1,15 @@
-import { Writable } from 'node:stream';
-import pino from 'pino';
 import { Registry } from 'prom-client';
 import { describe, expect, it, vi } from 'vitest';
 import { createGateway } from '../../../services/gateway/app.ts';
 import { lazyChild, wantsPrettyLogs } from '../../../shared/logger.ts';
-
-type Line = Record<string, unknown> & { msg?: string };
+import { createMemoryLogger } from '../../support/logs.ts';
 
 /** A gateway whose logger writes JSON lines into `lines`, with one route behind a hook that binds tenant and user as auth does. */
 async function gatewayLogging(level: 'info' | 'warn') {
-  const lines: Line[] = [];
-  let logger: pino.Logger | undefined;
-  const sink = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(text) as Line);
-      done();
-    },
-  });
+  const { logger, lines } = createMemoryLogger(level);
   const app = await createGateway({
     config: { BODY_LIMIT_BYTES: 1_024, LOG_LEVEL: level, NODE_ENV: 'test' },
-    logger: (logger = pino({ level }, sink)),
+    logger,
     readiness: [],
     registry: new Registry(),
     v1: [
@@ -58,7 +48,7 @@ describe('request logs', () => {
   it('cost no pino child logger for a request that writes no line', async () => {
     const { app, logger } = await gatewayLogging('warn');
     try {
-      const child = vi.spyOn(logger as pino.Logger, 'child');
+      const child = vi.spyOn(logger, 'child');
       expect((await app.inject({ url: '/v1/quiet' })).statusCode).toBe(200);
       expect(child).not.toHaveBeenCalled();
       await app.inject({ url: '/v1/probe' });
@@ -82,8 +72,7 @@ describe('request logs', () => {
 
 describe('a lazy child logger', () => {
   it('makes no pino child until it writes a line, then writes with its merged bindings', () => {
-    const lines: Line[] = [];
-    const parent = pino({ level: 'warn' }, new Writable({ write: (chunk: Buffer, _e, done) => (lines.push(JSON.parse(chunk.toString()) as Line), done()) }));
+    const { logger: parent, lines } = createMemoryLogger('warn');
     const child = vi.spyOn(parent, 'child');
     const logger = lazyChild(parent, { reqId: 'r' }).child({ tenant: 't' });
     logger.info('not written');
