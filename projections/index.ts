@@ -1,4 +1,4 @@
-import type { Projection } from './runner/projection.ts';
+import type { Projection } from '../shared/projections/projection.ts';
 import { employeesProjection } from './employees/employeesProjection.ts';
 import { kpiBillingProjection } from './kpi/billingProjection.ts';
 import { changesProjection } from './changes/changesProjection.ts';

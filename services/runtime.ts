@@ -15,7 +15,7 @@ import { DEFAULT_KPI_GROUP } from '../projections/kpi/consumer.ts';
 import type { ReadinessCheck } from './gateway/health.ts';
 import { activeTracing, traceEventStore } from '../shared/telemetry/tracing.ts';
 import { allMigrations } from './schema.ts';
-import { parkedEventsReadiness, registerParkedEventsMetric } from '../projections/runner/monitoring.ts';
+import { parkedEventsReadiness, registerParkedEventsMetric } from '../shared/projections/monitoring.ts';
 import pg from 'pg';
 
 /**

@@ -28,8 +28,8 @@ import { createKafkaClient, createKafkaSource } from '../../shared/metrics-bus/k
 import { storedBillingData, BILLING_STORED_TYPES } from '../../projections/kpi/billingEvents.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary } from '../../projections/kpi/query.ts';
-import { defineProjection } from '../../projections/runner/projection.ts';
-import { replayProjection } from '../../projections/runner/runner.ts';
+import { defineProjection } from '../../shared/projections/projection.ts';
+import { replayProjection } from '../../shared/projections/runner.ts';
 import { ingestBillingEvents, type BillingEventInput } from '../../services/analytics/billing.ts';
 import { median } from '../support/measure.ts';
 

@@ -37,7 +37,7 @@ import { startWebhookDispatcher } from '../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../services/webhooks/secrets.ts';
 import { sendWebhook } from '../../services/webhooks/deliver.ts';
 import { changesProjection } from '../../projections/changes/changesProjection.ts';
-import { replayProjection, runProjection } from '../../projections/runner/runner.ts';
+import { replayProjection, runProjection } from '../../shared/projections/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { median, percentile } from '../support/measure.ts';
 

@@ -15,7 +15,7 @@ import { createPool, type Interceptor } from 'slonik';
 import { z } from 'zod';
 import { sql } from '../../shared/db/pool.ts';
 import { comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
-import { readCheckpoint, waitForCheckpoint } from '../../projections/runner/runner.ts';
+import { readCheckpoint, waitForCheckpoint } from '../../shared/projections/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import { median, percentile } from '../support/measure.ts';

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
-import { defineProjection } from '../runner/projection.ts';
+import { defineProjection } from '../../shared/projections/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, EMPLOYEE_STATUSES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeEventType } from '../../services/employees/events.ts';
 // The feed's `employee` must be exactly the state the write side computes after the change, so
 // it folds with the aggregate's own `evolve` instead of a second copy that could drift.

@@ -2,8 +2,8 @@ import { z } from 'zod';
 import type { FragmentSqlToken, ValueExpression } from 'slonik';
 import { sql, withTenant, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
-import { readCheckpoint } from '../runner/checkpoints.ts';
-import { wasParkedAt } from '../runner/parking.ts';
+import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
+import { wasParkedAt } from '../../shared/projections/parking.ts';
 import { START, comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { CHANGES_PROJECTION, PUBLIC_CHANGE_TYPES, employeeView, type ChangeType, type EmployeeView } from './changesProjection.ts';
 

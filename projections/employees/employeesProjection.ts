@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
-import { defineProjection } from '../runner/projection.ts';
+import { defineProjection } from '../../shared/projections/projection.ts';
 import {
   EMPLOYEE_EVENT_TYPES,
   parseEmployeeStreamId,

@@ -2,7 +2,7 @@ import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
-import { defineProjection } from '../runner/projection.ts';
+import { defineProjection } from '../../shared/projections/projection.ts';
 import { apiTypeOf, BILLING_STORED_TYPES, storedBillingData } from './billingEvents.ts';
 import { DECIMAL_AMOUNT, formatUnits } from './money.ts';
 import { BILLING_EVENT_TYPES, foldCustomerHistory, type BillingFact } from './subscriptions.ts';

@@ -1,7 +1,7 @@
 import { context, propagation, SpanStatusCode, trace, type Context, type Link, type Span, type Tracer } from '@opentelemetry/api';
 import type { FastifyPluginCallback } from 'fastify';
 import type { EventStore, NewEvent, RecordedEvent } from '../event-store/port.ts';
-import type { Projection } from '../../projections/runner/projection.ts';
+import type { Projection } from '../projections/projection.ts';
 
 /**
  * Trace context across the log. The command side writes the W3C `traceparent` (and

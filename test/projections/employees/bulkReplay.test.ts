@@ -4,7 +4,7 @@ import { monotonicFactory } from 'ulid';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore, GlobalPosition } from '../../../shared/event-store/port.ts';
-import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesModelChecksums } from '../../../projections/employees/checksums.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';

@@ -6,7 +6,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 import { sql, withTenant } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
-import { replayProjection, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { replayProjection, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
 import { employeeStreamId, type EmployeeEvent } from '../../../services/employees/events.ts';

@@ -8,7 +8,7 @@ import { sql, withTenant } from '../../../shared/db/pool.ts';
 import { createTenantReader, type TenantReader } from '../../../shared/db/tenantReader.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore, GlobalPosition } from '../../../shared/event-store/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees, planHireRange, type EmployeeFilter } from '../../../projections/employees/queries.ts';
 import type { DateBound } from '../../../shared/validation.ts';

@@ -7,7 +7,7 @@ import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { createInProcessBus } from '../../../shared/metrics-bus/inProcess.ts';
 import { createKafkaClient, createKafkaPublisher, createKafkaSource } from '../../../shared/metrics-bus/kafka.ts';
 import type { UsageSample } from '../../../shared/metrics-bus/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { startKpiConsumer, type KpiConsumerHandle } from '../../../projections/kpi/consumer.ts';
 import { readKpiSummary } from '../../../projections/kpi/query.ts';

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';

@@ -4,7 +4,7 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../../shared/config.ts';
 import { START } from '../../../shared/event-store/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import { usageSamples } from '../../../services/analytics/usageSamples.ts';

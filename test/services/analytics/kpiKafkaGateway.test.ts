@@ -7,7 +7,7 @@ import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { createKafkaClient, createKafkaPublisher, createKafkaSource } from '../../../shared/metrics-bus/kafka.ts';
 import { startKpiConsumer, type KpiConsumerHandle } from '../../../projections/kpi/consumer.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { createGateway } from '../../../services/gateway/app.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import { usageSamples } from '../../../services/analytics/usageSamples.ts';

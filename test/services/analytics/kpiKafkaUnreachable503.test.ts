@@ -6,7 +6,7 @@ import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { ServiceUnavailableError } from '../../../shared/errors.ts';
 import { createKafkaSource } from '../../../shared/metrics-bus/kafka.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';

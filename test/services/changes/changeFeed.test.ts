@@ -2,10 +2,10 @@ import pg from 'pg';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatPosition } from '../../../shared/event-store/port.ts';
-import { replayProjection, readCheckpoint } from '../../../projections/runner/runner.ts';
+import { replayProjection, readCheckpoint } from '../../../shared/projections/runner.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { readChanges } from '../../../projections/changes/queries.ts';
-import { parkEvent, resolveParkedEvents } from '../../../projections/runner/parking.ts';
+import { parkEvent, resolveParkedEvents } from '../../../shared/projections/parking.ts';
 import { dueEndpoints, insertEndpoint } from '../../../services/webhooks/store.ts';
 import { sqlAt } from '../../support/database.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
@@ -228,7 +228,7 @@ describe('when the projection is rebuilt (replay) or the projector restarts', ()
     });
     await h.projector.stop();
     await replayProjection(h.db.pool, h.store, changesProjection);
-    const { runProjection } = await import('../../../projections/runner/runner.ts');
+    const { runProjection } = await import('../../../shared/projections/runner.ts');
     h.projector = runProjection(h.db.pool, h.store, changesProjection, { pollIntervalMs: 100 });
     await e.rename('replay-6');
     const rest = await waitFor(async () => {

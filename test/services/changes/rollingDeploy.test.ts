@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readCheckpoint, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
+import { readCheckpoint, runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { inFeedOrder, readChanges } from '../../../projections/changes/queries.ts';
 import { sql } from '../../../shared/db/pool.ts';

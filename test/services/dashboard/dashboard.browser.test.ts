@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import type { UsageSample } from '../../../shared/metrics-bus/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';

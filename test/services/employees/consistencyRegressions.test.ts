@@ -6,7 +6,7 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { parsePosition } from '../../../shared/event-store/port.ts';
-import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { waitFor } from './harness.ts';

@@ -6,7 +6,7 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { RoleName } from '../../../services/auth/permissions.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
-import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { roleAssignmentReactor } from '../../../services/auth/roleAssignmentReactor.ts';

@@ -12,7 +12,7 @@ import { gatewayRoutes } from '../../../services/roles/gateway.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { allProjections } from '../../../projections/index.ts';
 import { createInProcessBus } from '../../../shared/metrics-bus/inProcess.ts';
 import { createRateLimiter } from '../../../shared/rate-limit/limiter.ts';

@@ -7,7 +7,7 @@ import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDatabasePool } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
-import { hire } from '../../projections/runner/fixtures/employeeEvents.ts';
+import { hire } from '../../support/projections/employeeEvents.ts';
 import { freePort, runOpsWith } from '../../support/processes.ts';
 
 /**

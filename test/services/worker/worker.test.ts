@@ -7,8 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
-import { defineProjection } from '../../../projections/runner/projection.ts';
-import { readCheckpoint } from '../../../projections/runner/runner.ts';
+import { defineProjection } from '../../../shared/projections/projection.ts';
+import { readCheckpoint } from '../../../shared/projections/runner.ts';
 import {
   connectQueueRedis,
   createReplayQueue,

@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
-import { runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
+import { runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
 import { START, type GlobalPosition } from '../../../shared/event-store/port.ts';
 import { useTestEventStore } from '../../support/database.ts';
-import { tallied, tallyProjection } from './fixtures/tallyProjection.ts';
+import { tallied, tallyProjection } from '../../support/projections/tallyProjection.ts';
 
 /**
  * Read-your-writes waits on checkpoint NOTIFYs (one LISTEN connection per process), not by

@@ -1,6 +1,6 @@
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
-import type { Queryable } from '../../shared/db/pool.ts';
-import type { RecordedEvent } from '../../shared/event-store/port.ts';
+import type { Queryable } from '../db/pool.ts';
+import type { RecordedEvent } from '../event-store/port.ts';
 
 /**
  * A projection, declared: what it is called, its version, which events it reads, which tables

@@ -3,8 +3,8 @@ import type { QuerySqlToken } from 'slonik';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import { sqlStateOf } from '../../../shared/db/sqlState.ts';
-import { classifyFailure } from '../../../projections/runner/failures.ts';
-import { createPagePipeline, type PagePipeline } from '../../../projections/runner/pagePipeline.ts';
+import { classifyFailure } from '../../../shared/projections/failures.ts';
+import { createPagePipeline, type PagePipeline } from '../../../shared/projections/pagePipeline.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 /**

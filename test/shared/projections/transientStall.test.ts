@@ -3,10 +3,10 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import { START } from '../../../shared/event-store/port.ts';
-import { defineProjection } from '../../../projections/runner/projection.ts';
-import { runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
+import { defineProjection } from '../../../shared/projections/projection.ts';
+import { runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
 import { sqlStateOf } from '../../../shared/db/sqlState.ts';
-import { listParkedEvents } from '../../../projections/runner/parking.ts';
+import { listParkedEvents } from '../../../shared/projections/parking.ts';
 import { useTestEventStore } from '../../support/database.ts';
 
 /**

@@ -8,11 +8,11 @@ import { sql, type DatabasePool } from '../../../shared/db/pool.ts';
 import { START, type EventStore, type GlobalPosition, type NewEvent } from '../../../shared/event-store/port.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
-import { defineProjection, type Projection } from '../../../projections/runner/projection.ts';
-import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
-import { RebuildRaceError, listParkedEvents, parkEvent, parkedStreams, retryParkedEvents } from '../../../projections/runner/parking.ts';
+import { defineProjection, type Projection } from '../../../shared/projections/projection.ts';
+import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
+import { RebuildRaceError, listParkedEvents, parkEvent, parkedStreams, retryParkedEvents } from '../../../shared/projections/parking.ts';
 import { useTestEventStore } from '../../support/database.ts';
-import { hire, statusChanged } from './fixtures/employeeEvents.ts';
+import { hire, statusChanged } from '../../support/projections/employeeEvents.ts';
 
 /**
  * Defect 1, rebuilds: a poison event already in the log must not stop a replay (page by page or

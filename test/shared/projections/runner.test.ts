@@ -5,9 +5,9 @@ import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
-import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
+import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
 import { createTestDatabase, useTestEventStore, type TestDatabase } from '../../support/database.ts';
-import { allEvents, expectedTally, readTally, tallied, tallyProjection } from './fixtures/tallyProjection.ts';
+import { allEvents, expectedTally, readTally, tallied, tallyProjection } from '../../support/projections/tallyProjection.ts';
 
 async function appendMany(store: EventStore, streams: number, perStream: number, prefix: string) {
   for (let r = 0; r < perStream; r++) {
@@ -90,7 +90,7 @@ describe('projection runner', () => {
 describe('when the projector process is killed at random points', () => {
   let db: TestDatabase;
   let store: EventStore;
-  const fixture = resolve(import.meta.dirname, 'fixtures/projectorProcess.ts');
+  const fixture = resolve(import.meta.dirname, '../../support/projections/projectorProcess.ts');
   const children = new Set<ChildProcess>();
 
   beforeAll(async () => {

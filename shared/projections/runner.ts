@@ -2,9 +2,9 @@ import { AsyncResource } from 'node:async_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
-import { connectionUrlOf, sql, type DatabasePool, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
+import { connectionUrlOf, sql, type DatabasePool, type DatabaseTransactionConnection, type Queryable } from '../db/pool.ts';
 import { bulkLoad } from './bulkLoad.ts';
-import type { Migration } from '../../shared/db/migrate.ts';
+import type { Migration } from '../db/migrate.ts';
 import {
   START,
   comparePositions,
@@ -12,7 +12,7 @@ import {
   type GlobalPosition,
   type ReadAllPage,
   type RecordedEvent,
-} from '../../shared/event-store/port.ts';
+} from '../event-store/port.ts';
 import type { Projection } from './projection.ts';
 import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNotifications.ts';
 import { checkpointRow, readCheckpoint, toCheckpoint, type Checkpoint } from './checkpoints.ts';

@@ -6,7 +6,7 @@ import {
   StatementCancelledError,
   StatementTimeoutError,
 } from 'slonik';
-import { sqlStateOf } from '../../shared/db/sqlState.ts';
+import { sqlStateOf } from '../db/sqlState.ts';
 
 /**
  * Why a page failed decides what the runner does with it:

@@ -4,8 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { comparePositions, type EventStore, type ReadAllPage } from '../../../shared/event-store/port.ts';
-import { defineProjection } from '../../../projections/runner/projection.ts';
-import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
+import { defineProjection } from '../../../shared/projections/projection.ts';
+import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 /**

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { sql, type DatabasePool } from '../../shared/db/pool.ts';
-import type { GlobalPosition } from '../../shared/event-store/port.ts';
+import { sql, type DatabasePool } from '../db/pool.ts';
+import type { GlobalPosition } from '../event-store/port.ts';
 
 /** A projection's checkpoint row (projection_checkpoints): its built version and where it stands in the log. */
 export const checkpointRow = z.object({

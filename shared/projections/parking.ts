@@ -1,9 +1,9 @@
 import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
-import { sql, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
-import type { Migration } from '../../shared/db/migrate.ts';
-import type { DatabasePool } from '../../shared/db/pool.ts';
-import type { GlobalPosition, RecordedEvent } from '../../shared/event-store/port.ts';
+import { sql, type DatabaseTransactionConnection, type Queryable } from '../db/pool.ts';
+import type { Migration } from '../db/migrate.ts';
+import type { DatabasePool } from '../db/pool.ts';
+import type { GlobalPosition, RecordedEvent } from '../event-store/port.ts';
 import { recordLateApplies } from './applyOrder.ts';
 import { readCheckpoint } from './checkpoints.ts';
 import { classifyFailure, describeFailure } from './failures.ts';

@@ -1,7 +1,7 @@
-import { createListenConnection } from '../../shared/db/listen.ts';
-import type { DatabasePool } from '../../shared/db/pool.ts';
-import type { Migration } from '../../shared/db/migrate.ts';
-import { comparePositions, parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
+import { createListenConnection } from '../db/listen.ts';
+import type { DatabasePool } from '../db/pool.ts';
+import type { Migration } from '../db/migrate.ts';
+import { comparePositions, parsePosition, type GlobalPosition } from '../event-store/port.ts';
 
 /**
  * Checkpoint commits, pushed: a trigger on projection_checkpoints NOTIFYs `<name> <position>`

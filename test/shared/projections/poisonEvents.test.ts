@@ -8,13 +8,13 @@ import { START, type EventStore, type NewEvent } from '../../../shared/event-sto
 import { createGateway } from '../../../services/gateway/app.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
-import { defineProjection } from '../../../projections/runner/projection.ts';
-import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
-import { RebuildInProgressError, listParkedEvents, replayLockKey, resolveParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
-import { parkedEventsReadiness, registerParkedEventsMetric } from '../../../projections/runner/monitoring.ts';
+import { defineProjection } from '../../../shared/projections/projection.ts';
+import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
+import { RebuildInProgressError, listParkedEvents, replayLockKey, resolveParkedEvents, retryParkedEvents } from '../../../shared/projections/parking.ts';
+import { parkedEventsReadiness, registerParkedEventsMetric } from '../../../shared/projections/monitoring.ts';
 import { useTestEventStore } from '../../support/database.ts';
 import { runOpsWith } from '../../support/processes.ts';
-import { hire, statusChanged } from './fixtures/employeeEvents.ts';
+import { hire, statusChanged } from '../../support/projections/employeeEvents.ts';
 
 /** The ops CLI against this test's database alone (no Redis, Kafka or EventStoreDB). */
 const opsEnv = (url: string) => ({ ...process.env, DATABASE_URL: url, REDIS_URL: '', KAFKA_BROKERS: '', EVENTSTORE_URL: '', LOG_LEVEL: 'silent' });

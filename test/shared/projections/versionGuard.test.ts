@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createDatabasePool } from '../../../shared/db/pool.ts';
-import { replayLockKey } from '../../../projections/runner/parking.ts';
+import { replayLockKey } from '../../../shared/projections/parking.ts';
 import { START } from '../../../shared/event-store/port.ts';
 import {
   ProjectionSupersededError,
@@ -9,10 +9,10 @@ import {
   replayProjection,
   runProjection,
   waitForCheckpoint,
-} from '../../../projections/runner/runner.ts';
+} from '../../../shared/projections/runner.ts';
 import { sqlAt, useTestEventStore } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
-import { allEvents, expectedTally, readTally, tallied, tallyProjection } from './fixtures/tallyProjection.ts';
+import { allEvents, expectedTally, readTally, tallied, tallyProjection } from '../../support/projections/tallyProjection.ts';
 
 /**
  * Defect 10: during a rolling deploy that bumps a projection's version, old and new projectors

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { GlobalPosition, RecordedEvent } from '../../../shared/event-store/port.ts';
-import { createApplyOrder, type LateApply } from '../../../projections/runner/applyOrder.ts';
+import { createApplyOrder, type LateApply } from '../../../shared/projections/applyOrder.ts';
 
 const at = (n: number): GlobalPosition => ({ commit: BigInt(n), prepare: BigInt(n) });
 let ordinal = 0n;

@@ -1,5 +1,5 @@
 import { Gauge, type Registry } from 'prom-client';
-import type { Queryable } from '../../shared/db/pool.ts';
+import type { Queryable } from '../db/pool.ts';
 import { countParkedEvents } from './parking.ts';
 
 /**

@@ -4,7 +4,7 @@ import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
-import { sql, type DatabasePool } from '../../shared/db/pool.ts';
+import { sql, type DatabasePool } from '../db/pool.ts';
 import type { BulkRows } from './projection.ts';
 
 /**

@@ -1,9 +1,9 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { pgStatements, validatedRows } from '../../shared/db/plainPg.ts';
-import type { Queryable } from '../../shared/db/pool.ts';
-import { breaksConnection, connectionLostError, createPlainConnection } from '../../shared/db/plainConnection.ts';
-import { sqlStateOf } from '../../shared/db/sqlState.ts';
+import { pgStatements, validatedRows } from '../db/plainPg.ts';
+import type { Queryable } from '../db/pool.ts';
+import { breaksConnection, connectionLostError, createPlainConnection } from '../db/plainConnection.ts';
+import { sqlStateOf } from '../db/sqlState.ts';
 
 /**
  * The live projector's page transaction in two writes instead of four or more.

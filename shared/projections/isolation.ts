@@ -1,6 +1,6 @@
 import type { IdentifierSqlToken } from 'slonik';
-import type { DatabaseTransactionConnection } from '../../shared/db/pool.ts';
-import type { RecordedEvent } from '../../shared/event-store/port.ts';
+import type { DatabaseTransactionConnection } from '../db/pool.ts';
+import type { RecordedEvent } from '../event-store/port.ts';
 import { classifyFailure, describeFailure } from './failures.ts';
 import { parkEvent } from './parking.ts';
 import type { Projection } from './projection.ts';

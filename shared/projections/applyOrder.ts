@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
-import type { Migration } from '../../shared/db/migrate.ts';
-import { comparePositions, type GlobalPosition, type RecordedEvent } from '../../shared/event-store/port.ts';
+import { sql, type Queryable } from '../db/pool.ts';
+import type { Migration } from '../db/migrate.ts';
+import { comparePositions, type GlobalPosition, type RecordedEvent } from '../event-store/port.ts';
 
 /**
  * Events a projection applied after later ones: by `projections retry` (right after the

@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
-import { defineProjection } from '../../../projections/runner/projection.ts';
-import { readCheckpoint, replayProjection } from '../../../projections/runner/runner.ts';
+import { defineProjection } from '../../../shared/projections/projection.ts';
+import { readCheckpoint, replayProjection } from '../../../shared/projections/runner.ts';
 import { useTestEventStore } from '../../support/database.ts';
 
 /**
