@@ -1,6 +1,6 @@
 import { tenantRoleMigration, type Migration } from '../shared/db/migrate.ts';
 import { eventStoreMigrations } from '../shared/event-store/postgres.ts';
-import { projectionRunnerMigrations } from '../shared/projections/runner.ts';
+import { projectionRunnerMigrations } from '../shared/projections/migrations.ts';
 import { tenantMigrations } from './tenants/schema.ts';
 import { authMigrations } from './auth/schema.ts';
 import { kpiMigrations } from '../projections/kpi/schema.ts';

@@ -29,7 +29,7 @@ import { storedBillingData, BILLING_STORED_TYPES } from '../../projections/kpi/b
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary } from '../../projections/kpi/query.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { replayProjection } from '../../shared/projections/runner.ts';
+import { replayProjection } from '../../shared/projections/replay.ts';
 import { ingestBillingEvents, type BillingEventInput } from '../../services/analytics/billing.ts';
 import { median } from '../support/measure.ts';
 

@@ -32,7 +32,8 @@ import { provisionTenant } from '../../services/tenants/provision.ts';
 import { emailReservationStreamId } from '../../services/employees/emailReservation.ts';
 import { employeeStreamId } from '../../services/employees/events.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
-import { readCheckpoint, replayProjection } from '../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
+import { replayProjection } from '../../shared/projections/replay.ts';
 import { freePort, percentile, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 

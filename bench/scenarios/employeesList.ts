@@ -19,7 +19,7 @@ import { provisionTenant } from '../../services/tenants/provision.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, listEmployeesStatement } from '../../projections/employees/queries.ts';
 import { createTenantReader } from '../../shared/db/tenantReader.ts';
-import { replayProjection } from '../../shared/projections/runner.ts';
+import { replayProjection } from '../../shared/projections/replay.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { importEmployees, listLatency, setUpEmployeesBench } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';

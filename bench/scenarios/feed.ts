@@ -37,7 +37,8 @@ import { startWebhookDispatcher } from '../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../services/webhooks/secrets.ts';
 import { sendWebhook } from '../../services/webhooks/deliver.ts';
 import { changesProjection } from '../../projections/changes/changesProjection.ts';
-import { replayProjection, runProjection } from '../../shared/projections/runner.ts';
+import { replayProjection } from '../../shared/projections/replay.ts';
+import { runProjection } from '../../shared/projections/follow.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { median, percentile } from '../support/measure.ts';
 

@@ -49,7 +49,7 @@ import { readKpiSummary } from '../../projections/kpi/query.ts';
 import { KPI_METRICS, readKpiSeries, seriesInstants, type KpiMetric } from '../../projections/kpi/series.ts';
 import { ingestBillingEvents, type BillingEventInput } from '../../services/analytics/billing.ts';
 import { applySamples } from '../../projections/kpi/usageRollup.ts';
-import { replayProjection } from '../../shared/projections/runner.ts';
+import { replayProjection } from '../../shared/projections/replay.ts';
 import { median } from '../support/measure.ts';
 
 export type ScenarioResult = { name: string; ours: number; baseline: number; ratio: number; details?: Record<string, unknown> };

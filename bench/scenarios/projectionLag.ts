@@ -20,7 +20,7 @@ import { createDatabasePool } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
-import { replayProjection } from '../../shared/projections/runner.ts';
+import { replayProjection } from '../../shared/projections/replay.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { createThroughput, importEmployees, projectionLag, type EmployeesBenchEnv } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';

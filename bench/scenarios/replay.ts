@@ -16,7 +16,7 @@ import { createDatabasePool, sql } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { employeesModelChecksums } from '../../projections/employees/checksums.ts';
-import { replayProjection } from '../../shared/projections/runner.ts';
+import { replayProjection } from '../../shared/projections/replay.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { importEmployees } from './employees.ts';
 import { median } from '../support/measure.ts';

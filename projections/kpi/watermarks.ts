@@ -3,7 +3,7 @@ import { ServiceUnavailableError } from '../../shared/errors.ts';
 import { sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { comparePositions, type EventStore } from '../../shared/event-store/port.ts';
 import type { UsageSampleSource } from '../../shared/metrics-bus/port.ts';
-import { readCheckpoint } from '../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
 import { BILLING_STORED_TYPES } from './billingEvents.ts';
 import { kpiBillingProjection } from './billingProjection.ts';
 import { DEFAULT_KPI_GROUP } from './consumer.ts';

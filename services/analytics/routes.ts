@@ -4,7 +4,7 @@ import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import { BadRequestError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore } from '../../shared/event-store/port.ts';
-import { waitForCheckpoint } from '../../shared/projections/runner.ts';
+import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../projections/kpi/query.ts';
 import { KPI_METRICS, MAX_SERIES_POINTS, readKpiSeries, readKpiSummaryAt, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/series.ts';

@@ -7,7 +7,7 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { ForbiddenError, NotFoundError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
-import { waitForCheckpoint } from '../../shared/projections/runner.ts';
+import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
 import { problemSchema } from '../gateway/problems.ts';

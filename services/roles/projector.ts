@@ -1,6 +1,7 @@
 import { allProjections } from '../../projections/index.ts';
 import type { Projection } from '../../shared/projections/projection.ts';
-import { ProjectionSupersededError, runProjection } from '../../shared/projections/runner.ts';
+import { ProjectionSupersededError } from '../../shared/projections/versionGuard.ts';
+import { runProjection } from '../../shared/projections/follow.ts';
 import { DEFAULT_KPI_GROUP, startKpiConsumer } from '../../projections/kpi/consumer.ts';
 import { activeTracing, traceProjection } from '../../shared/telemetry/tracing.ts';
 import { serveHealth, type RoleContext, type RoleHandle } from './process.ts';

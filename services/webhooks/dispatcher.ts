@@ -3,7 +3,7 @@ import { setTimeout } from 'node:timers/promises';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
 import { CHANGES_PROJECTION } from '../../projections/changes/changesProjection.ts';
-import { readCheckpoint } from '../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
 import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';

@@ -4,7 +4,7 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import { comparePositions, formatPosition, type EventStore } from '../../shared/event-store/port.ts';
 import type { Logger } from '../../shared/logger.ts';
 import type { Projection } from '../../shared/projections/projection.ts';
-import { replayProjection } from '../../shared/projections/runner.ts';
+import { replayProjection } from '../../shared/projections/replay.ts';
 import {
   KPI_ROLLUP_QUEUE,
   REPLAY_QUEUE,

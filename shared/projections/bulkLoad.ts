@@ -40,7 +40,7 @@ const escapeCopy = (value: string): string =>
 
 /**
  * The rows as COPY text, in chunks, each row appended field by field (no per-row arrays of
- * strings): 245 vs 550 ms per million employee rows (.map + .join), measured in isolation.
+ * strings): building a string per row with .map and .join costs about twice as much.
  */
 function* copyChunks(rows: BulkRows): Generator<string> {
   const width = rows.columns.length;

@@ -10,8 +10,8 @@ import { sqlStateOf } from '../db/sqlState.ts';
  *
  * Through slonik a page is BEGIN, the checkpoint's compare-and-set, the handler's statements and
  * COMMIT, each a round trip of its own: a socket write, a wake-up of the PostgreSQL backend, a
- * reply. Measured under the create load (issue 11), the projector process spent a third of its
- * CPU in those socket writes, and its PostgreSQL backends more CPU than the gateway's appends.
+ * reply. Under a steady write load those socket writes are a large share of the projector's CPU,
+ * and its PostgreSQL backends' wake-ups cost more than the gateway's appends.
  * Here one connection per projection runs in pg's pipeline mode (each statement is sent without
  * waiting for the one before): BEGIN, the compare-and-set and the handler's first statement
  * leave in one write, and only COMMIT (or ROLLBACK) waits for their answers. A handler that
@@ -37,8 +37,8 @@ import { sqlStateOf } from '../db/sqlState.ts';
  *
  * The compare-and-set and the handlers' statements are prepared once per connection
  * (`pgStatements`): a page then sends no statement text, and PostgreSQL neither parses nor,
- * once it keeps a generic plan, plans them again (under the create load the unnamed upsert and
- * compare-and-set were planned on every page: 0.33 ms and 0.14 ms each, issue 11). A prepared
+ * once it keeps a generic plan, plans them again (unnamed, the upsert and the compare-and-set
+ * would be planned on every page). A prepared
  * statement is planned again when a table it reads is altered, dropped or swapped (PostgreSQL
  * analyses its text anew), so a replay's table swap needs nothing from here, as long as the
  * columns a statement returns keep their types (a same-version replay keeps the tables' shape;

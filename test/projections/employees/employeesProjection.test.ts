@@ -6,7 +6,9 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 import { sql, withTenant } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
-import { replayProjection, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
+import { replayProjection } from '../../../shared/projections/replay.ts';
+import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
 import { employeeStreamId, type EmployeeEvent } from '../../../services/employees/events.ts';

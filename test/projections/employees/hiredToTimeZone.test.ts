@@ -7,7 +7,8 @@ import { waitFor } from '../../support/waitFor.ts';
 import { createDatabasePool, sql, type DatabasePool } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
-import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 

@@ -8,7 +8,8 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres.t
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { createKafkaClient, createKafkaPublisher, createKafkaSource } from '../../../shared/metrics-bus/kafka.ts';
 import type { UsageSample } from '../../../shared/metrics-bus/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
+import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { readKpiSummary } from '../../../projections/kpi/query.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';

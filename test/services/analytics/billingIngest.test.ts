@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parsePosition, type EventStore } from '../../../shared/event-store/port.ts';
-import { waitForCheckpoint } from '../../../shared/projections/runner.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { billingStreamId } from '../../../projections/kpi/billingEvents.ts';
 import { loadRevenueHistories, readRevenueAsOf } from '../../../projections/kpi/revenue.ts';
 import { revenueAsOf } from '../../../projections/kpi/subscriptions.ts';

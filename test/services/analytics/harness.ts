@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
+import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';

@@ -5,7 +5,8 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres.t
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { createInProcessBus } from '../../../shared/metrics-bus/inProcess.ts';
 import type { UsageSamplePublisher, UsageSampleSource } from '../../../shared/metrics-bus/port.ts';
-import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
+import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';

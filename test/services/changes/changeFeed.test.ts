@@ -2,7 +2,8 @@ import pg from 'pg';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatPosition } from '../../../shared/event-store/port.ts';
-import { replayProjection, readCheckpoint } from '../../../shared/projections/runner.ts';
+import { replayProjection } from '../../../shared/projections/replay.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { readChanges } from '../../../projections/changes/queries.ts';
 import { parkEvent, resolveParkedEvents } from '../../../shared/projections/parking.ts';
@@ -228,7 +229,7 @@ describe('when the projection is rebuilt (replay) or the projector restarts', ()
     });
     await h.projector.stop();
     await replayProjection(h.db.pool, h.store, changesProjection);
-    const { runProjection } = await import('../../../shared/projections/runner.ts');
+    const { runProjection } = await import('../../../shared/projections/follow.ts');
     h.projector = runProjection(h.db.pool, h.store, changesProjection, { pollIntervalMs: 100 });
     await e.rename('replay-6');
     const rest = await waitFor(async () => {

@@ -4,7 +4,8 @@ import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestT
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, type EventStore, type GlobalPosition } from '../../../shared/event-store/port.ts';
-import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { changesCapability } from '../../../services/changes/capability.ts';
 import { changeEmployeeDetails, hireEmployee } from '../../../services/employees/commands.ts';

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readCheckpoint, runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { runProjection } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { inFeedOrder, readChanges } from '../../../projections/changes/queries.ts';
 import { sql } from '../../../shared/db/pool.ts';

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeEmployeeDetails, hireEmployee } from '../../../services/employees/commands.ts';
 import { auditReservation, emailReservationStreamId, releaseEmail } from '../../../services/employees/emailReservation.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
-import { replayProjection } from '../../../shared/projections/runner.ts';
+import { replayProjection } from '../../../shared/projections/replay.ts';
 import { ConflictError } from '../../../shared/errors.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';

@@ -12,7 +12,7 @@ import { dueEndpoints } from '../../../services/webhooks/store.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { listParkedEvents, retryParkedEvents } from '../../../shared/projections/parking.ts';
-import { replayProjection } from '../../../shared/projections/runner.ts';
+import { replayProjection } from '../../../shared/projections/replay.ts';
 import { sql } from '../../../shared/db/pool.ts';
 import { START, comparePositions } from '../../../shared/event-store/port.ts';
 import { sqlAt } from '../../support/database.ts';

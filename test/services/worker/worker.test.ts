@@ -8,7 +8,7 @@ import { sql } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { defineProjection } from '../../../shared/projections/projection.ts';
-import { readCheckpoint } from '../../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import {
   connectQueueRedis,
   createReplayQueue,

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
-import { runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
+import { runProjection } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { START, type GlobalPosition } from '../../../shared/event-store/port.ts';
 import { useTestEventStore } from '../../support/database.ts';
 import { tallied, tallyProjection } from '../../support/projections/tallyProjection.ts';

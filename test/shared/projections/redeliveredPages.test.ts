@@ -5,7 +5,9 @@ import { sql } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { comparePositions, type EventStore, type ReadAllPage } from '../../../shared/event-store/port.ts';
 import { defineProjection } from '../../../shared/projections/projection.ts';
-import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 /**

@@ -3,7 +3,8 @@ import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
 import { defineProjection } from '../../../shared/projections/projection.ts';
-import { readCheckpoint, replayProjection } from '../../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { replayProjection } from '../../../shared/projections/replay.ts';
 import { useTestEventStore } from '../../support/database.ts';
 
 /**

@@ -9,13 +9,16 @@ import { START, type EventStore, type GlobalPosition, type NewEvent } from '../.
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
 import { defineProjection, type Projection } from '../../../shared/projections/projection.ts';
-import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { replayProjection } from '../../../shared/projections/replay.ts';
+import { runProjection } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { RebuildRaceError, listParkedEvents, parkEvent, parkedStreams, retryParkedEvents } from '../../../shared/projections/parking.ts';
 import { useTestEventStore } from '../../support/database.ts';
 import { hire, statusChanged } from '../../support/projections/employeeEvents.ts';
 
 /**
- * Defect 1, rebuilds: a poison event already in the log must not stop a replay (page by page or
+ * Poison events in rebuilds: a poison event already in the log must not stop a replay (page by page or
  * bulk), which a version bump forces at start-up; it is parked once, with the NEW version.
  */
 

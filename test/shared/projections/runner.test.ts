@@ -5,7 +5,10 @@ import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
-import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { replayProjection } from '../../../shared/projections/replay.ts';
+import { runProjection } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { createTestDatabase, useTestEventStore, type TestDatabase } from '../../support/database.ts';
 import { allEvents, expectedTally, readTally, tallied, tallyProjection } from '../../support/projections/tallyProjection.ts';
 

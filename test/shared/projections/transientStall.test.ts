@@ -4,13 +4,14 @@ import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import { START } from '../../../shared/event-store/port.ts';
 import { defineProjection } from '../../../shared/projections/projection.ts';
-import { runProjection, waitForCheckpoint } from '../../../shared/projections/runner.ts';
+import { runProjection } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { sqlStateOf } from '../../../shared/db/sqlState.ts';
 import { listParkedEvents } from '../../../shared/projections/parking.ts';
 import { useTestEventStore } from '../../support/database.ts';
 
 /**
- * Defect (issue 10): a transient failure (55P03 lock_not_available) raised inside a handler
+ * Regression: a transient failure (55P03 lock_not_available) raised inside a handler
  * stalled the projector until another event was appended: leaving the follow loop waited for
  * the read-ahead's long poll before it could retry.
  */

@@ -3,26 +3,24 @@ import { describe, expect, it } from 'vitest';
 import { createDatabasePool } from '../../../shared/db/pool.ts';
 import { replayLockKey } from '../../../shared/projections/parking.ts';
 import { START } from '../../../shared/event-store/port.ts';
-import {
-  ProjectionSupersededError,
-  readCheckpoint,
-  replayProjection,
-  runProjection,
-  waitForCheckpoint,
-} from '../../../shared/projections/runner.ts';
+import { ProjectionSupersededError } from '../../../shared/projections/versionGuard.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { replayProjection } from '../../../shared/projections/replay.ts';
+import { runProjection } from '../../../shared/projections/follow.ts';
+import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { sqlAt, useTestEventStore } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 import { allEvents, expectedTally, readTally, tallied, tallyProjection } from '../../support/projections/tallyProjection.ts';
 
 /**
- * Defect 10: during a rolling deploy that bumps a projection's version, old and new projectors
+ * During a rolling deploy that bumps a projection's version, old and new projectors
  * each rebuilt the model and swapped it back and forth. The old one must stop instead.
  */
-describe('version guard (defect 10)', () => {
+describe('version guard', () => {
   describe('when the stored model was built by a newer version', () => {
     const fixture = useTestEventStore();
 
-    it('defect 10: an older projector stops instead of rebuilding the model back', async () => {
+    it('an older projector stops instead of rebuilding the model back', async () => {
       const { db, store } = fixture;
       for (let i = 0; i < 20; i++) await store.append(`guard-${i % 4}`, [tallied()]);
       const v2 = runProjection(db.pool, store, tallyProjection(2, 10), { pollIntervalMs: 50 });

@@ -7,7 +7,8 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres.t
 import { createGateway } from '../../../services/gateway/app.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
-import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../shared/projections/runner.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authCapabilities, authHeaders, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { waitFor } from '../../services/employees/harness.ts';
