@@ -6,7 +6,7 @@ import { Registry } from 'prom-client';
 import { createKeyRing, generatePrivateJwk } from '../services/auth/keys.ts';
 import { createAuthDeps } from '../services/auth/plugin.ts';
 import { createGateway } from '../services/gateway/app.ts';
-import { gatewayRoutes } from '../services/roles/gateway.ts';
+import { gatewayRoutes } from '../services/processes/gateway.ts';
 import { createSecretBox } from '../services/webhooks/secrets.ts';
 import { createDatabasePool, type DatabasePool } from '../shared/db/pool.ts';
 import { createPostgresEventStore } from '../shared/event-store/postgres.ts';

@@ -9,7 +9,7 @@ if (process.env.OTEL_EXPORTER_OTLP_ENDPOINT) {
   const { startTracing } = await import('../shared/telemetry/sdk.ts');
   startTracing({ serviceName: `eas-${process.argv[2] ?? 'all'}` });
 }
-const { runRole } = await import('./roles/process.ts');
+const { runRole } = await import('./processes/process.ts');
 
 /**
  * `npm start [-- <role>]`:
@@ -26,12 +26,12 @@ const [role = 'all', name] = process.argv.slice(2);
 
 switch (role) {
   case 'all': {
-    const { startAllRole } = await import('./roles/all.ts');
+    const { startAllRole } = await import('./processes/all.ts');
     await runRole('all', startAllRole);
     break;
   }
   case 'gateway': {
-    const { startGatewayRole } = await import('./roles/gateway.ts');
+    const { startGatewayRole } = await import('./processes/gateway.ts');
     // No KPI consumer runs in this process: without Kafka its usage samples are dropped.
     await runRole('gateway', startGatewayRole, { usageConsumedHere: false });
     break;
@@ -41,12 +41,12 @@ switch (role) {
       process.stderr.write(`projector needs a name\n${usage}\n`);
       process.exit(2);
     }
-    const { startProjectorRole } = await import('./roles/projector.ts');
+    const { startProjectorRole } = await import('./processes/projector.ts');
     await runRole(`projector-${name}`, (context) => startProjectorRole(context, name));
     break;
   }
   case 'worker': {
-    const { startWorkerRole } = await import('./roles/worker.ts');
+    const { startWorkerRole } = await import('./processes/worker.ts');
     await runRole('worker', startWorkerRole);
     break;
   }

@@ -10,7 +10,7 @@
  *
  * 1. kpiIngestThroughput: BENCH_KPI_SAMPLES (default 1,000,000) samples published by the
  *    production publisher (kafkajs, batched, keyed by tenant) while the production KPI consumer
- *    (projections/kpi/worker.ts as its own process; group, 8 partitions, offsets in the rollup
+ *    (projections/kpi/consumerProcess.ts as its own process; group, 8 partitions, offsets in the rollup
  *    transaction) folds them into PostgreSQL.
  *    ours = samples/s from the first publish until the last sample is in the rollups;
  *    baseline = the 50,000/s goal.
@@ -122,7 +122,7 @@ export async function kpiIngestThroughput(samples = Number(process.env.BENCH_KPI
   const publisher = createKafkaPublisher({ brokers, topic, capacity: 2_000_000, batchSize: 10_000, lingerMs: 5 });
   // The consumer runs as its own process (the production worker), as deployed: the gateway's
   // publisher and the KPI projector do not share an event loop.
-  const worker = spawn(process.execPath, ['projections/kpi/worker.ts'], {
+  const worker = spawn(process.execPath, ['projections/kpi/consumerProcess.ts'], {
     cwd: root,
     env: { ...process.env, DATABASE_URL: env.url, KAFKA_BROKERS: brokers.join(','), KAFKA_METRICS_TOPIC: topic, KPI_CONSUMER_GROUP: group, LOG_LEVEL: 'error' },
     stdio: ['ignore', 'pipe', 'inherit'],

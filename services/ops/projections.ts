@@ -7,7 +7,7 @@ import { replayProjection } from '../../shared/projections/replay.ts';
 import { RebuildInProgressError, RebuildRaceError, countParkedEvents, listParkedEvents, resolveParkedEvents, retryParkedEvents } from '../../shared/projections/parking.ts';
 import { sql } from '../../shared/db/pool.ts';
 import type { Projection } from '../../shared/projections/projection.ts';
-import { allProjections } from '../../projections/index.ts';
+import { allProjections } from '../projectors.ts';
 import { withConfiguredDatabase, withConfiguredRuntime } from './tenants.ts';
 import { enqueueReplayFromCli, replayJobRow, replayJobsForStatus } from '../worker/cli.ts';
 

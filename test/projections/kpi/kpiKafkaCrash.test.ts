@@ -52,7 +52,7 @@ afterAll(async () => {
 function startWorker(): { child: ChildProcess; exited: Promise<void> } {
   // Plain `node` (no npm or loader wrapper): SIGKILL must hit the consumer itself, or an
   // orphaned consumer keeps running (and keeps vitest's pipes open, so the run never ends).
-  const child = spawn(process.execPath, ['projections/kpi/worker.ts'], {
+  const child = spawn(process.execPath, ['projections/kpi/consumerProcess.ts'], {
     cwd: root,
     env: {
       ...process.env,

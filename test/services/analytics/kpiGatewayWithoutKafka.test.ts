@@ -38,7 +38,7 @@ beforeAll(async () => {
   auth = await createTestAuth(runtime.pool);
   projector = runProjection(runtime.pool, runtime.eventStore, kpiBillingProjection, { pollIntervalMs: 50 });
   await waitForCheckpoint(runtime.pool, kpiBillingProjection.name, START, 20_000);
-  // Wired as services/roles/gateway.ts wires it: the runtime's publisher, and its source for asOf.
+  // Wired as services/processes/gateway.ts wires it: the runtime's publisher, and its source for asOf.
   app = await createTestApp(
     auth,
     usageSamples(runtime.usage.publisher),

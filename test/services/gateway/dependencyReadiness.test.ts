@@ -5,7 +5,7 @@ import { loadConfig } from '../../../shared/config.ts';
 import { createRuntime } from '../../../services/runtime.ts';
 import { createGateway } from '../../../services/gateway/app.ts';
 import { checkReadiness, type ReadinessCheck } from '../../../services/gateway/health.ts';
-import { startProjectorRole } from '../../../services/roles/projector.ts';
+import { startProjectorRole } from '../../../services/processes/projector.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { freePort } from '../../support/processes.ts';
 

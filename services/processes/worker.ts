@@ -1,4 +1,4 @@
-import { allProjections } from '../../projections/index.ts';
+import { allProjections } from '../projectors.ts';
 import { connectQueueRedis } from '../worker/queue.ts';
 import { startWorker } from '../worker/worker.ts';
 import { createKpiRollupJob } from '../../projections/kpi/retention.ts';
@@ -19,7 +19,7 @@ export async function startWorkers({ config, logger, runtime }: RoleContext): Pr
     // The scheduled KPI job: drops per-minute usage rollups the hourly ones already cover.
     kpiRollup: createKpiRollupJob(runtime.pool),
   });
-  // Webhook deliveries (SPEC §7): BullMQ jobs triggered from PostgreSQL state.
+  // Webhook deliveries: BullMQ jobs triggered from PostgreSQL state.
   const webhooks = await startWebhookDelivery({ config, logger, runtime });
   return {
     async close() {

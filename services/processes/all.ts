@@ -1,4 +1,4 @@
-import { allProjections } from '../../projections/index.ts';
+import { allProjections } from '../projectors.ts';
 import { startGatewayRole } from './gateway.ts';
 import { startProjectors } from './projector.ts';
 import type { RoleContext, RoleHandle } from './process.ts';

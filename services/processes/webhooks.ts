@@ -4,7 +4,7 @@ import { loadSecretBox } from '../webhooks/secrets.ts';
 import type { RoleContext, RoleHandle } from './process.ts';
 
 /**
- * Webhook deliveries (SPEC §7) from PostgreSQL state: as BullMQ jobs shared by every worker when
+ * Webhook deliveries from PostgreSQL state: as BullMQ jobs shared by every worker when
  * REDIS_URL is set, else in this process (the all-in-one process without Redis).
  */
 export async function startWebhookDelivery({ config, logger, runtime }: RoleContext): Promise<RoleHandle> {

@@ -1,4 +1,4 @@
-import { allProjections } from '../../projections/index.ts';
+import { allProjections } from '../projectors.ts';
 import type { Projection } from '../../shared/projections/projection.ts';
 import { ProjectionSupersededError } from '../../shared/projections/versionGuard.ts';
 import { runProjection } from '../../shared/projections/follow.ts';

@@ -8,7 +8,7 @@ import { DEFAULT_KPI_GROUP, startKpiConsumer } from './consumer.ts';
 
 /**
  * The KPI projector as its own process (scaled-out deployments; the crash tests SIGKILL it):
- * `DATABASE_URL=… KAFKA_BROKERS=… node projections/kpi/worker.ts`. The schema must already be
+ * `DATABASE_URL=… KAFKA_BROKERS=… node projections/kpi/consumerProcess.ts`. The schema must already be
  * migrated (the service does it on start). SIGTERM finishes the batch in hand and leaves the
  * group cleanly; SIGKILL is safe too (offsets commit with the rollups).
  */
