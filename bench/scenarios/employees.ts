@@ -30,7 +30,7 @@ import { comparePositions, parsePosition, type GlobalPosition } from '../../shar
 import { createBenchDatabase } from '../support/database.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { emailReservationStreamId } from '../../services/employees/emailReservation.ts';
-import { employeeStreamId } from '../../services/employees/events.ts';
+import { employeeStreamId } from '../../services/employees/contract.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';

@@ -30,7 +30,7 @@ import { createGateway } from '../../services/gateway/app.ts';
 import { authenticated, createAuthDeps } from '../../services/auth/plugin.ts';
 import { createKeyRing, generatePrivateJwk } from '../../services/auth/keys.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
-import { employeeStreamId } from '../../services/employees/events.ts';
+import { employeeStreamId } from '../../services/employees/contract.ts';
 import { changesCapability } from '../../services/changes/capability.ts';
 import { webhooksCapability } from '../../services/webhooks/capability.ts';
 import { startWebhookDispatcher } from '../../services/webhooks/dispatcher.ts';

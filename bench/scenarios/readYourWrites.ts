@@ -13,12 +13,11 @@
  */
 import { createPool, type Interceptor } from 'slonik';
 import { z } from 'zod';
-import { sql } from '../../shared/db/pool.ts';
+import { sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import type { DatabasePool } from '../../shared/db/pool.ts';
 import { median, percentile } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench ryw] ${message}\n`);

@@ -3,10 +3,9 @@ import type { IdentifierSqlToken } from 'slonik';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, EMPLOYEE_STATUSES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeEventType } from '../../services/employees/events.ts';
+import { EMPLOYEE_EVENT_TYPES, EMPLOYEE_STATUSES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeEventType, evolve, toEmployeeView, type EmployeeState } from '../../services/employees/contract.ts';
 // The feed's `employee` must be exactly the state the write side computes after the change, so
 // it folds with the aggregate's own `evolve` instead of a second copy that could drift.
-import { evolve, toEmployeeView, type EmployeeState } from '../../services/employees/decide.ts';
 
 /**
  * The change feed's read model (SPEC §7): one row per employee event, keyed by tenant and the
@@ -117,7 +116,7 @@ async function handle(
     const stream = streams.get(k) ?? { applied: -1, state: { kind: 'none' } };
     streams.set(k, stream);
     if (recorded.revision <= stream.applied) continue; // applied by an earlier batch
-    // The store hands back what the write side stored for these types (events.ts is the contract).
+    // The store hands back what the write side stored for these types (contract.ts).
     const event = { type: recorded.type, data: recorded.data } as EmployeeEvent;
     stream.state = evolve(stream.state, event);
     if (stream.state.kind !== 'hired') continue; // a change to an employee never hired: nothing to show

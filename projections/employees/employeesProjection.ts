@@ -8,7 +8,7 @@ import {
   parseEmployeeStreamId,
   type EmployeeEvent,
   type EmployeeStatus,
-} from '../../services/employees/events.ts';
+} from '../../services/employees/contract.ts';
 
 /**
  * The employees read model: one row per employee (SPEC fields + tenant + stream revision) and

@@ -2,8 +2,7 @@ import { z } from 'zod';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantQueryable, TenantReader } from '../../shared/db/tenantReader.ts';
 import { rangeEnd, type DateBound } from '../../shared/validation.ts';
-import type { Employee } from '../../services/employees/decide.ts';
-import type { EmployeeStatus } from '../../services/employees/events.ts';
+import type { Employee, EmployeeStatus } from '../../services/employees/contract.ts';
 import { employeeRowSchema } from './employeesProjection.ts';
 
 /**

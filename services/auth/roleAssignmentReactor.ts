@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../employees/events.ts';
+import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../employees/contract.ts';
 import { normaliseEmail } from '../../shared/email.ts';
 
 /**

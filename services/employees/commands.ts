@@ -1,8 +1,8 @@
 import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, EventMetadata, EventStore } from '../../shared/event-store/port.ts';
 import { assertIfMatch, handleCommand, type CommandResult, type IfMatch } from '../commandHandler.ts';
-import { employeeDecider, type EmployeeCommand, type EmployeeState, type CommandMetadata, type HireEmployee } from './decide.ts';
-import { employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './events.ts';
+import { employeeDecider, type EmployeeCommand, type CommandMetadata, type HireEmployee } from './decide.ts';
+import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './contract.ts';
 import { newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
 
 /**

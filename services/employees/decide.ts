@@ -1,5 +1,5 @@
 import { ConflictError, NotFoundError } from '../../shared/errors.ts';
-import type { EmployeeEvent, EmployeeStatus } from './events.ts';
+import { evolve, initialState, type EmployeeEvent, type EmployeeState, type EmployeeStatus } from './contract.ts';
 
 /**
  * The employee decider: pure `{ initialState, evolve, decide }`. Everything that varies from one
@@ -54,56 +54,12 @@ export type AssignEmployeeRole = {
 
 export type EmployeeCommand = HireEmployee | ChangeEmployeeDetails | ChangeEmployeeStatus | AssignEmployeeRole;
 
-export type Employee = {
-  readonly id: string;
-  readonly email: string;
-  readonly firstName: string;
-  readonly lastName: string;
-  readonly department: string | null;
-  readonly status: EmployeeStatus;
-  readonly hiredAt: string;
-  readonly roleId: string | null;
-};
-
-export type EmployeeState = { readonly kind: 'none' } | ({ readonly kind: 'hired' } & Employee);
-
-export const initialState: EmployeeState = { kind: 'none' };
-
 /** Allowed status changes; anything else (including "to the same status") is a conflict. */
 export const STATUS_TRANSITIONS: Readonly<Record<EmployeeStatus, readonly EmployeeStatus[]>> = {
   active: ['on_leave', 'inactive'],
   on_leave: ['active', 'inactive'],
   inactive: ['active'],
 };
-
-export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeState {
-  switch (event.type) {
-    case 'EmployeeHired': {
-      const { employeeId, email, firstName, lastName, department, status, hiredAt } = event.data;
-      return { kind: 'hired', id: employeeId, email, firstName, lastName, department, status, hiredAt, roleId: null };
-    }
-    case 'EmployeeDetailsChanged': {
-      if (state.kind !== 'hired') return state;
-      const { firstName, lastName, department } = event.data;
-      return {
-        ...state,
-        ...(firstName !== undefined && { firstName }),
-        ...(lastName !== undefined && { lastName }),
-        ...(department !== undefined && { department }),
-      };
-    }
-    case 'EmployeeEmailChanged':
-      return state.kind === 'hired' ? { ...state, email: event.data.email } : state;
-    case 'EmployeeStatusChanged':
-      return state.kind === 'hired' ? { ...state, status: event.data.to } : state;
-    case 'EmployeeRoleAssigned':
-      return state.kind === 'hired' ? { ...state, roleId: event.data.roleId } : state;
-    default: {
-      const unhandled: never = event;
-      return unhandled;
-    }
-  }
-}
 
 function requireHired(state: EmployeeState): Extract<EmployeeState, { kind: 'hired' }> {
   if (state.kind !== 'hired') throw new NotFoundError('No employee with this id');
@@ -177,15 +133,3 @@ export function decide(command: EmployeeCommand, state: EmployeeState): Employee
 
 export const employeeDecider = { initialState, evolve, decide };
 
-/** The public representation (SPEC §3). `roleId` is an input and stays out of it. */
-export function toEmployeeView(state: Extract<EmployeeState, { kind: 'hired' }>) {
-  return {
-    id: state.id,
-    email: state.email,
-    firstName: state.firstName,
-    lastName: state.lastName,
-    department: state.department,
-    status: state.status,
-    hiredAt: state.hiredAt,
-  };
-}

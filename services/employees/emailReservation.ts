@@ -1,8 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../../shared/event-store/port.ts';
-import { employeeDecider, type EmployeeState } from './decide.ts';
-import { employeeStreamId, normaliseEmail, type EmployeeEvent } from './events.ts';
+import { employeeDecider } from './decide.ts';
+import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent } from './contract.ts';
 
 /**
  * Email uniqueness per tenant without a unique index the event store does not have: one small

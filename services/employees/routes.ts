@@ -14,10 +14,9 @@ import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { rolesAllow } from '../auth/permissions.ts';
 import { ifMatchHeader, logPositionText, strongEntityTags } from '../../shared/validation.ts';
-import type { CommandMetadata, EmployeeState } from './decide.ts';
-import { toEmployeeView } from './decide.ts';
+import type { CommandMetadata } from './decide.ts';
+import { type EmployeeState, toEmployeeView, employeeStreamId } from './contract.ts';
 import { assignEmployeeRole, changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee, type EmployeeResult } from './commands.ts';
-import { employeeStreamId } from './events.ts';
 import type { IfMatch } from '../commandHandler.ts';
 import {
   changeStatusBody,

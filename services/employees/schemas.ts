@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { parsePosition } from '../../shared/event-store/port.ts';
 import { boundedInt, dateOrInstant, HIRE_MIN_YEAR, instant, logPositionText, rangeEnd, safeText, uuid, type DateBound } from '../../shared/validation.ts';
-import { EMPLOYEE_STATUSES } from './events.ts';
+import { EMPLOYEE_STATUSES } from './contract.ts';
 
 /** The HTTP shapes of the employees capability; the OpenAPI document is generated from them. */
 export const employeeIdSchema = z

@@ -1,8 +1,7 @@
 import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
-import { sql, type DatabaseTransactionConnection, type Queryable } from '../db/pool.ts';
+import { sql, type DatabaseTransactionConnection, type Queryable, type DatabasePool } from '../db/pool.ts';
 import type { Migration } from '../db/migrate.ts';
-import type { DatabasePool } from '../db/pool.ts';
 import type { GlobalPosition, RecordedEvent } from '../event-store/port.ts';
 import { recordLateApplies } from './applyOrder.ts';
 import { readCheckpoint } from './checkpoints.ts';

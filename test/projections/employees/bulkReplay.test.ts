@@ -11,7 +11,7 @@ import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesModelChecksums } from '../../../projections/employees/checksums.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
-import { employeeStreamId, type EmployeeEvent } from '../../../services/employees/events.ts';
+import { employeeStreamId, type EmployeeEvent } from '../../../services/employees/contract.ts';
 
 /**
  * The bulk replay (in-memory fold, multi-row load, indexes after) must build exactly the model

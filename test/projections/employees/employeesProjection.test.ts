@@ -11,7 +11,7 @@ import { runProjection, type ProjectorHandle } from '../../../shared/projections
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees } from '../../../projections/employees/queries.ts';
-import { employeeStreamId, type EmployeeEvent } from '../../../services/employees/events.ts';
+import { employeeStreamId, type EmployeeEvent } from '../../../services/employees/contract.ts';
 
 let db: TestDatabase;
 let store: EventStore;

@@ -13,7 +13,7 @@ import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { listEmployees, planHireRange, type EmployeeFilter } from '../../../projections/employees/queries.ts';
 import type { DateBound } from '../../../shared/validation.ts';
-import { employeeStreamId, type EmployeeEvent, type EmployeeStatus } from '../../../services/employees/events.ts';
+import { employeeStreamId, type EmployeeEvent, type EmployeeStatus } from '../../../services/employees/contract.ts';
 
 /**
  * `meta.total` with a hire-date range is summed from month and day counters plus the rows of

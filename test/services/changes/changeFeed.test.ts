@@ -10,7 +10,7 @@ import { parkEvent, resolveParkedEvents } from '../../../shared/projections/park
 import { dueEndpoints, insertEndpoint } from '../../../services/webhooks/store.ts';
 import { sqlAt } from '../../support/database.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
-import { employeeStreamId } from '../../../services/employees/events.ts';
+import { employeeStreamId } from '../../../services/employees/contract.ts';
 import { expectProblem } from '../employees/harness.ts';
 import { createChangesHarness, hire, logPositionsOf, waitFor, type ChangesHarness } from './harness.ts';
 

@@ -9,7 +9,7 @@ import { runProjection, type ProjectorHandle } from '../../../shared/projections
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { changesCapability } from '../../../services/changes/capability.ts';
 import { changeEmployeeDetails, hireEmployee } from '../../../services/employees/commands.ts';
-import { parseEmployeeStreamId, EMPLOYEE_EVENT_TYPES } from '../../../services/employees/events.ts';
+import { parseEmployeeStreamId, EMPLOYEE_EVENT_TYPES } from '../../../services/employees/contract.ts';
 import { monotonicFactory } from 'ulid';
 import type { V1Capability } from '../../../services/gateway/app.ts';
 import { waitFor } from '../../support/waitFor.ts';

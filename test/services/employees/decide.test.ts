@@ -1,14 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { ConflictError, NotFoundError } from '../../../shared/errors.ts';
-import {
-  decide,
-  employeeDecider,
-  STATUS_TRANSITIONS,
-  type CommandMetadata,
-  type EmployeeCommand,
-} from '../../../services/employees/decide.ts';
-import { EMPLOYEE_STATUSES, type EmployeeEvent, type EmployeeStatus } from '../../../services/employees/events.ts';
+import { decide, employeeDecider, STATUS_TRANSITIONS, type CommandMetadata, type EmployeeCommand } from '../../../services/employees/decide.ts';
+import { EMPLOYEE_STATUSES, type EmployeeEvent, type EmployeeStatus } from '../../../services/employees/contract.ts';
 
 const metadata: CommandMetadata = { tenantId: '7f1c1f2e-0000-4000-8000-000000000001', actor: 'user-1', now: '2025-03-01T10:00:00.000Z' };
 const employeeId = '01JNGZ0000000000000000000A';

@@ -6,8 +6,7 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
-import { employeeStreamId } from '../../../services/employees/events.ts';
-import type { Employee } from '../../../services/employees/decide.ts';
+import { employeeStreamId, type Employee } from '../../../services/employees/contract.ts';
 import { expectProblem } from './harness.ts';
 
 /**

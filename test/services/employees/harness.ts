@@ -1,5 +1,4 @@
-import type { FastifyInstance } from 'fastify';
-import type { LightMyRequestResponse } from 'fastify';
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';

@@ -1,7 +1,10 @@
 /**
- * The employee aggregate's events: the only source of truth for an employee. Past tense;
- * `data` is what the projection and the history endpoint show, so it carries values, not diffs
- * of internal state.
+ * The employee capability's published contract: what the read side may import. The events (the
+ * only source of truth for an employee), the state they fold into (`evolve`) and the public view
+ * of that state. Commands and `decide` stay in decide.ts.
+ *
+ * Events are past tense; `data` is what the projection and the history endpoint show, so it
+ * carries values, not diffs of internal state.
  */
 export const EMPLOYEE_STATUSES = ['active', 'inactive', 'on_leave'] as const;
 export type EmployeeStatus = (typeof EMPLOYEE_STATUSES)[number];
@@ -82,3 +85,62 @@ export function parseEmployeeStreamId(streamId: string): { tenantId: string; emp
 
 /** Email addresses are unique per tenant case-insensitively: the service's one comparison key. */
 export { normaliseEmail } from '../../shared/email.ts';
+
+export type Employee = {
+  readonly id: string;
+  readonly email: string;
+  readonly firstName: string;
+  readonly lastName: string;
+  readonly department: string | null;
+  readonly status: EmployeeStatus;
+  readonly hiredAt: string;
+  readonly roleId: string | null;
+};
+
+export type EmployeeState = { readonly kind: 'none' } | ({ readonly kind: 'hired' } & Employee);
+
+export const initialState: EmployeeState = { kind: 'none' };
+
+export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeState {
+  switch (event.type) {
+    case 'EmployeeHired': {
+      const { employeeId, email, firstName, lastName, department, status, hiredAt } = event.data;
+      return { kind: 'hired', id: employeeId, email, firstName, lastName, department, status, hiredAt, roleId: null };
+    }
+    case 'EmployeeDetailsChanged': {
+      if (state.kind !== 'hired') return state;
+      const { firstName, lastName, department } = event.data;
+      return {
+        ...state,
+        ...(firstName !== undefined && { firstName }),
+        ...(lastName !== undefined && { lastName }),
+        ...(department !== undefined && { department }),
+      };
+    }
+    case 'EmployeeEmailChanged':
+      return state.kind === 'hired' ? { ...state, email: event.data.email } : state;
+    case 'EmployeeStatusChanged':
+      return state.kind === 'hired' ? { ...state, status: event.data.to } : state;
+    case 'EmployeeRoleAssigned':
+      return state.kind === 'hired' ? { ...state, roleId: event.data.roleId } : state;
+    default: {
+      const unhandled: never = event;
+      return unhandled;
+    }
+  }
+}
+
+/** The public representation of an employee. `roleId` is an input and stays out of it. */
+export function toEmployeeView(state: Extract<EmployeeState, { kind: 'hired' }>) {
+  return {
+    id: state.id,
+    email: state.email,
+    firstName: state.firstName,
+    lastName: state.lastName,
+    department: state.department,
+    status: state.status,
+    hiredAt: state.hiredAt,
+  };
+}
+
+export type EmployeeView = ReturnType<typeof toEmployeeView>;
