@@ -25,12 +25,12 @@ import { createBenchDatabase } from '../support/database.ts';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { createKafkaClient, createKafkaSource } from '../../shared/metrics-bus/kafka.ts';
-import { storedBillingData, BILLING_STORED_TYPES } from '../../projections/kpi/billingEvents.ts';
+import { storedBillingData, BILLING_STORED_TYPES } from '../../services/billing/contract.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary } from '../../projections/kpi/query.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
-import { ingestBillingEvents, type BillingEventInput } from '../../services/analytics/billing.ts';
+import { ingestBillingEvents, type BillingEventInput } from '../../services/billing/ingest.ts';
 import { median } from '../support/measure.ts';
 
 export type ScenarioResult = { name: string; ours: number; baseline: number; ratio: number; details?: Record<string, unknown> };

@@ -47,7 +47,7 @@ import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts
 import { startKpiConsumer } from '../../projections/kpi/consumer.ts';
 import { readKpiSummary } from '../../projections/kpi/query.ts';
 import { KPI_METRICS, readKpiSeries, seriesInstants, type KpiMetric } from '../../projections/kpi/series.ts';
-import { ingestBillingEvents, type BillingEventInput } from '../../services/analytics/billing.ts';
+import { ingestBillingEvents, type BillingEventInput } from '../../services/billing/ingest.ts';
 import { applySamples } from '../../projections/kpi/usageRollup.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
 import { median } from '../support/measure.ts';

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
-import { divideRounded, parseAmount, unitsToNumber } from './money.ts';
+import { divideRounded, parseAmount, unitsToNumber } from '../../shared/money.ts';
 import { CHURN_WINDOW_MS, revenueAsOf, type CustomerHistory, type RevenueKpis } from './subscriptions.ts';
 
 /**

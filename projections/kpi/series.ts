@@ -4,11 +4,11 @@ import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialize
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
 import { kpiHorizon, type KpiReadDeps, type KpiSummary } from './query.ts';
 import { loadRevenueHistories } from './revenue.ts';
-import { divideRounded, unitsToNumber } from './money.ts';
+import { divideRounded, unitsToNumber } from '../../shared/money.ts';
 import { CHURN_WINDOW_MS, type CustomerHistory, type RevenueKpis } from './subscriptions.ts';
 
 /**
- * KPIs over time (SPEC §8): `GET /v1/analytics/kpi/series` and `GET /v1/analytics/kpi?at=`.
+ * KPIs over time: `GET /v1/analytics/kpi/series` and `GET /v1/analytics/kpi?at=`.
  *
  * Usage KPIs at an instant T are read from the hour and day rollups at hour resolution: the
  * windows are the whole hours ending at E = T rounded down to the hour (E = T on the hour, which

@@ -1,4 +1,5 @@
-import { divideRounded, parseAmount, unitsToNumber } from './money.ts';
+import type { BillingEventType, BillingInterval } from '../../services/billing/contract.ts';
+import { divideRounded, parseAmount, unitsToNumber } from '../../shared/money.ts';
 
 /**
  * Subscription state per customer and the revenue KPIs derived from it, as pure functions. No
@@ -14,9 +15,6 @@ import { divideRounded, parseAmount, unitsToNumber } from './money.ts';
  *   Load the histories with `loadRevenueHistories` (`revenue.ts`), or call
  *   `readRevenueAsOf(tx, tenantId, at)` there for a single instant.
  */
-export const BILLING_EVENT_TYPES = ['subscription.started', 'subscription.changed', 'subscription.cancelled'] as const;
-export type BillingEventType = (typeof BILLING_EVENT_TYPES)[number];
-export type BillingInterval = 'month' | 'year';
 
 export type BillingFact = {
   /** The provider's event id (movements are keyed by it); optional in pure tests. */

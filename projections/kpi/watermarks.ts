@@ -4,7 +4,7 @@ import { sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { comparePositions, type EventStore } from '../../shared/event-store/port.ts';
 import type { UsageSampleSource } from '../../shared/metrics-bus/port.ts';
 import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
-import { BILLING_STORED_TYPES } from './billingEvents.ts';
+import { BILLING_STORED_TYPES } from '../../services/billing/contract.ts';
 import { kpiBillingProjection } from './billingProjection.ts';
 import { DEFAULT_KPI_GROUP } from './consumer.ts';
 
@@ -83,7 +83,7 @@ export async function usageWatermark(pool: DatabasePool, progress: UsageProgress
 export type KpiReadDeps = { readonly pool: DatabasePool; readonly eventStore: EventStore; readonly usage?: UsageProgress };
 
 /**
- * The horizon up to which KPIs are answered (SPEC §4 `asOf`): now, or earlier while inputs are
+ * The horizon up to which KPIs are answered (`asOf`): now, or earlier while inputs are
  * pending: billing events for the revenue KPIs, usage samples for the usage KPIs, both for a summary.
  */
 export async function kpiHorizon(deps: KpiReadDeps, now: number, inputs: 'billing' | 'usage' | 'both'): Promise<number> {

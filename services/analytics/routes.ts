@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import { BadRequestError } from '../../shared/errors.ts';
-import { formatPosition, parsePosition, type EventStore } from '../../shared/event-store/port.ts';
+import { parsePosition, type EventStore } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../projections/kpi/query.ts';
@@ -11,7 +11,7 @@ import { KPI_METRICS, MAX_SERIES_POINTS, readKpiSeries, readKpiSummaryAt, SERIES
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
-import { billingEventsBody, ingestBillingEvents } from './billing.ts';
+import { billingRoutes } from '../billing/routes.ts';
 
 export type AnalyticsRoutesDeps = {
   readonly pool: DatabasePool;
@@ -36,7 +36,7 @@ export const kpiSummarySchema = z
   })
   .meta({ id: 'KpiSummary' });
 
-/** The shared SPEC §9 instant (bounded length, years 1970–9999 after normalising), as epoch ms. */
+/** The shared instant (bounded length, years 1970–9999 after normalising), as epoch ms. */
 const instant = (description: string) =>
   sharedInstant()
     .transform((iso) => Date.parse(iso))
@@ -66,15 +66,9 @@ export const kpiSeriesSchema = z
   })
   .meta({ id: 'KpiSeries' });
 
-const ingestResponse = z.object({
-  accepted: z.number().int(),
-  duplicates: z.number().int(),
-  position: z.string().nullable().describe('Log position of the batch; send it as X-Min-Position to read your writes'),
-});
-
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } as const;
 
-/** The analytics capability (SPEC §4). Mount it inside the authenticated scope. */
+/** The analytics capability: KPI reads and, mounted with them, the billing ingest. Mount it inside the authenticated scope. */
 export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;
@@ -132,24 +126,6 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
       },
     );
 
-    app.post(
-      '/analytics/billing-events',
-      {
-        config: { permission: 'analytics:write' },
-        schema: {
-          tags: ['analytics'],
-          summary: 'Record subscription billing events (idempotent by eventId)',
-          body: billingEventsBody,
-          response: { 202: ingestResponse, ...problems, 409: problemSchema, 422: problemSchema },
-        },
-      },
-      async (request, reply) => {
-        const auth = requireAuth(request);
-        const result = await ingestBillingEvents(deps.store, auth.tenantId, auth.userId, request.body.events);
-        const position = result.position ? formatPosition(result.position) : null;
-        if (position) reply.header('x-log-position', position);
-        return reply.code(202).send({ accepted: result.accepted, duplicates: result.duplicates, position });
-      },
-    );
+    await billingRoutes({ store: deps.store })(scope);
   };
 }

@@ -14,7 +14,7 @@ import { startKpiConsumer, type KpiConsumerHandle } from '../../../projections/k
 import { readKpiSummary } from '../../../projections/kpi/query.ts';
 import { readKpiSeries, readKpiSummaryAt, seriesInstants } from '../../../projections/kpi/series.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
-import { ingestBillingEvents, type BillingEventInput } from '../../../services/analytics/billing.ts';
+import { ingestBillingEvents, type BillingEventInput } from '../../../services/billing/ingest.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { provisionTenant } from '../../support/auth.ts';
 

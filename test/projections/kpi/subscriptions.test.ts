@@ -1,12 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  foldCustomerHistory,
-  revenueAsOf,
-  type BillingFact,
-  type CustomerSubscription,
-  type MrrMovement,
-} from '../../../projections/kpi/subscriptions.ts';
+import { foldCustomerHistory, revenueAsOf, type BillingFact, type CustomerSubscription, type MrrMovement } from '../../../projections/kpi/subscriptions.ts';
 
 // Window of every vector: the 30 days ending at ASOF, i.e. (2026-03-01T00:00Z, 2026-03-31T00:00Z].
 const ASOF = new Date('2026-03-31T00:00:00Z');

@@ -1,5 +1,18 @@
 import { z } from 'zod';
-import type { BillingEventType } from './subscriptions.ts';
+
+/**
+ * The billing capability's published contract: the events the ingest writes and the KPI
+ * projection reads. The API names the three subscription events `subscription.*`.
+ */
+export const BILLING_EVENT_TYPES = ['subscription.started', 'subscription.changed', 'subscription.cancelled'] as const;
+export type BillingEventType = (typeof BILLING_EVENT_TYPES)[number];
+export type BillingInterval = 'month' | 'year';
+
+/**
+ * An event's amount: a non-negative decimal in major currency units with at most 4 decimal
+ * places (the scale of shared/money.ts), as the API accepts it and the event stores it.
+ */
+export const DECIMAL_AMOUNT = /^(0|[1-9]\d{0,11})(\.\d{1,4})?$/;
 
 /**
  * The billing events as stored in the event store (past tense, one stream per tenant and

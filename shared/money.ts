@@ -5,8 +5,6 @@
 export const SCALE = 4;
 const FACTOR = 10n ** BigInt(SCALE);
 
-export const DECIMAL_AMOUNT = /^(0|[1-9]\d{0,11})(\.\d{1,4})?$/;
-
 /** "49.99" → 499900n (units of 10^-SCALE). */
 export function parseAmount(text: string): bigint {
   const match = /^(-?)(\d+)(?:\.(\d+))?$/.exec(text.trim());

@@ -11,15 +11,16 @@ import {
 } from '../../shared/event-store/port.ts';
 import {
   BILLING_CURRENCY_FIXED,
+  BILLING_EVENT_TYPES,
   BILLING_STORED_TYPES,
+  DECIMAL_AMOUNT,
   apiTypeOf,
   billingCurrencyStreamId,
   billingStreamId,
   storedBillingData,
   type StoredBillingData,
-} from '../../projections/kpi/billingEvents.ts';
-import { DECIMAL_AMOUNT, parseAmount } from '../../projections/kpi/money.ts';
-import { BILLING_EVENT_TYPES } from '../../projections/kpi/subscriptions.ts';
+} from './contract.ts';
+import { parseAmount } from '../../shared/money.ts';
 import { INSTANT_MAX_LENGTH } from '../../shared/validation.ts';
 
 export const MAX_BILLING_BATCH = 1_000;
@@ -30,7 +31,7 @@ const amount = z
   .refine((v) => DECIMAL_AMOUNT.test(v), 'a non-negative decimal in major currency units with at most 4 decimal places, e.g. 49.99');
 
 /**
- * SPEC §9: the provider's own id (Stripe `evt_…`, Paddle, Chargebee, a uuid…): 1–255 printable
+ * The provider's own id (Stripe `evt_…`, Paddle, Chargebee, a uuid…): 1–255 printable
  * characters (code points): no control characters (so no NUL), no lone surrogates.
  */
 export const billingEventId = z
@@ -42,7 +43,7 @@ export const billingEventId = z
 const MIN_INSTANT = Date.UTC(1970, 0, 1);
 const MAX_INSTANT = Date.UTC(10_000, 0, 1); // exclusive: 9999-12-31T23:59:59.999Z is the last
 
-/** An ISO 8601 instant with offset whose UTC value lies in years 1970–9999 (SPEC §9). */
+/** An ISO 8601 instant with offset whose UTC value lies in years 1970–9999. */
 export const billingInstant = z.iso
   .datetime({ offset: true })
   .max(INSTANT_MAX_LENGTH)
@@ -181,7 +182,7 @@ const conflictError = (conflicts: readonly { index: number; eventId: string }[])
   );
 
 /**
- * Records a batch of billing events (SPEC §4, §9), one stream per customer
+ * Records a batch of billing events, one stream per customer
  * (`billing-<tenant>-<customer>`), idempotently by the provider's `eventId` within the tenant:
  * - an eventId already recorded with the same payload (or repeated in the batch) is
  *   acknowledged as a duplicate and not appended again, so overlapping retries ([E1, E2] then
