@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { isAllowHostEntry } from '../services/webhooks/targets.ts';
+import { isAllowHostEntry } from './allowHosts.ts';
 
 /**
  * The one place that reads the environment. Every variable is validated here; a bad value

@@ -88,18 +88,6 @@ function allowList(entries: readonly string[]) {
   return { names, addresses };
 }
 
-/** Whether `entry` is a valid WEBHOOK_ALLOW_HOSTS item (host name, IP address, CIDR). */
-export function isAllowHostEntry(entry: string): boolean {
-  const [ip, prefix, extra] = entry.split('/');
-  if (extra !== undefined || !ip) return false;
-  if (isIP(ip)) {
-    if (prefix === undefined) return true;
-    if (!/^\d{1,3}$/.test(prefix)) return false;
-    return Number(prefix) <= (isIP(ip) === 6 ? 128 : 32);
-  }
-  return prefix === undefined && /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/i.test(ip);
-}
-
 /** The shape rules, without DNS: an absolute http(s) URL without credentials; http only for allow-listed hosts. */
 export function checkTargetUrl(raw: string, policy: TargetPolicy): URL {
   let url: URL;
