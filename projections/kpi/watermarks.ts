@@ -9,7 +9,7 @@ import { kpiBillingProjection } from './billingProjection.ts';
 import { DEFAULT_KPI_GROUP } from './consumer.ts';
 
 /**
- * The KPI watermarks: instants up to which every input has been applied (SPEC §4 `asOf`).
+ * The KPI watermarks: instants up to which every input has been applied (the KPI `asOf`).
  * Both come from the pipelines' own progress against the head of their log, never from one
  * tenant's traffic: an idle tenant's KPI is as fresh as everyone's.
  */

@@ -22,7 +22,7 @@ export const employeeSchema = z
   })
   .meta({ id: 'Employee' });
 
-/** SPEC §9: every field storable and bounded; the limits are documented in docs/api.md. */
+/** Every field storable and bounded; the limits are documented in docs/api.md. */
 const name = safeText(100, { trim: true, min: 1 });
 const department = safeText(100, { trim: true, min: 1 }).describe('Department slug');
 const email = z.email().max(320);
