@@ -3,6 +3,7 @@ import { lateAppliesMigration } from './applyOrder.ts';
 import { checkpointNotifyMigration } from './checkpointNotifications.ts';
 import { parkedEventsMigration } from './parking.ts';
 
+/** The runner's own tables: checkpoints, parked events, the checkpoint NOTIFY and late applies. */
 export const projectionRunnerMigrations: readonly Migration[] = [
   {
     id: 'projections/001-checkpoints',
