@@ -11,7 +11,9 @@ import { createChangeWakeups } from '../changes/wakeups.ts';
 import { sendWebhook } from './deliver.ts';
 import { DEFAULT_RETRY_POLICY, nextRetryDelay, type RetryPolicy } from './schedule.ts';
 import type { SecretBox } from './secrets.ts';
-import { acquireLease, dueEndpoints, leaseState, recordAttempt, recordDelivered, releaseLease, trimDeliveries, type EndpointRecord } from './store.ts';
+import { recordAttempt, recordDelivered, trimDeliveries } from './deliveryLog.ts';
+import type { EndpointRecord } from './endpoints.ts';
+import { acquireLease, dueEndpoints, leaseState, releaseLease } from './lease.ts';
 import type { TargetPolicy } from './targets.ts';
 import { bullmqTriggers, inProcessTriggers, type DrainJob, type DrainTriggers } from './triggers.ts';
 
@@ -31,7 +33,7 @@ export type WebhookDispatcherOptions = {
   readonly secrets: SecretBox;
   readonly targets: TargetPolicy;
   readonly retry?: RetryPolicy;
-  /** Per attempt (SPEC: 15 s). */
+  /** Per attempt (default 15 s). */
   readonly timeoutMs?: number;
   /** How often PostgreSQL is swept for endpoints with work and no job (e.g. after Redis lost its jobs). */
   readonly sweepEveryMs?: number;
@@ -56,7 +58,7 @@ export type WebhookDispatcher = {
 };
 
 /**
- * Delivers every endpoint's changes, in order, at least once (SPEC §7).
+ * Delivers every endpoint's changes, in order, at least once.
  *
  * PostgreSQL holds all delivery state: each endpoint's cursor (the last change it acknowledged),
  * its failed-attempt count and next-attempt time, and a lease that lets one worker at a time
@@ -85,7 +87,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
    * recording what succeeded before it. Returns how many were delivered and whether to go on.
    *
    * Before every send the run reads its lease (`leaseState`, a primary-key read, small beside an
-   * HTTP request): a replay revokes it (store.ts, rewindEndpoint) and the run stops there, so it
+   * HTTP request): a replay revokes it (lease.ts, rewindEndpoint) and the run stops there, so it
    * sends nothing more from the old cursor; the revoked lease keeps every other run out until this
    * one releases it, so its attempt in flight stays the only one. A lease with less than an
    * attempt's time bound (plus slack) left is renewed first: an attempt, DNS lookup included, ends

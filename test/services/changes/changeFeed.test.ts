@@ -6,7 +6,8 @@ import { replayProjection, readCheckpoint } from '../../../projections/runner/ru
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { readChanges } from '../../../projections/changes/queries.ts';
 import { parkEvent, resolveParkedEvents } from '../../../projections/runner/parking.ts';
-import { dueEndpoints, insertEndpoint } from '../../../services/webhooks/store.ts';
+import { insertEndpoint } from '../../../services/webhooks/endpoints.ts';
+import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { sqlAt } from '../../support/database.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { employeeStreamId } from '../../../services/employees/events.ts';

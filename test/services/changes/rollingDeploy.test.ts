@@ -2,11 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readCheckpoint, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
-import { inFeedOrder, readChanges } from '../../../projections/changes/queries.ts';
+import { inFeedOrder, latestChange, readChanges } from '../../../projections/changes/queries.ts';
 import { sql } from '../../../shared/db/pool.ts';
 import { z } from 'zod';
 import { START } from '../../../shared/event-store/port.ts';
-import { dueEndpoints, insertEndpoint, latestChange } from '../../../services/webhooks/store.ts';
+import { insertEndpoint } from '../../../services/webhooks/endpoints.ts';
+import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { sqlAt } from '../../support/database.ts';
 import { createChangesHarness, hire, logPositionsOf, waitFor, type ChangesHarness } from './harness.ts';
 

@@ -8,7 +8,7 @@ import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../cha
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
-import { dueEndpoints } from '../../../services/webhooks/store.ts';
+import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { listParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';
