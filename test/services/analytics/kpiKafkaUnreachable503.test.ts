@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { ServiceUnavailableError } from '../../../shared/errors.ts';
-import { createKafkaSource } from '../../../shared/metrics-bus/kafka.ts';
+import { createKafkaSource } from '../../../shared/metrics-bus/kafkaSource.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
