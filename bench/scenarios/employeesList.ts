@@ -21,7 +21,8 @@ import { listEmployees, listEmployeesStatement } from '../../projections/employe
 import { createTenantReader } from '../../shared/db/tenantReader.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { importEmployees, listLatency, setUpEmployeesBench } from './employees.ts';
+import { importEmployees } from '../support/employeesImport.ts';
+import { listLatency, setUpEmployeesBench } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 

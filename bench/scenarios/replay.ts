@@ -18,7 +18,7 @@ import { employeesProjection } from '../../projections/employees/employeesProjec
 import { employeesModelChecksums } from '../../projections/employees/checksums.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { importEmployees } from './employees.ts';
+import { importEmployees } from '../support/employeesImport.ts';
 import { median } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench replay] ${message}\n`);
