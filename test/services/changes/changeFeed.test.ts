@@ -181,7 +181,7 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     ]);
     const page = await readChanges(h.db.pool, tenant.tenantId, gone, 100);
     expect([page.known, page.changes]).toEqual([true, []]);
-    // A client that stored that cursor as `next` (SPEC §7) reads on: nothing yet, then each later change once.
+    // A client that stored that cursor as `next` reads on: nothing yet, then each later change once.
     const stored = await read(headers, `after=${cursors[3] ?? ''}`);
     expect([stored.data, stored.next]).toEqual([[], cursors[3]]);
     const endpoint = await insertEndpoint(h.db.pool, {
@@ -203,7 +203,7 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     const resumed = await read(headers, `after=${stored.next}`);
     expect(resumed.data.map((c) => c.employee.firstName)).toEqual(['gone-4']);
     expect((await read(headers, `after=${resumed.next}`)).data).toEqual([]);
-    // A cursor of another tenant's change, or one no change ever had, is still refused (SPEC §7: unknown cursor).
+    // A cursor of another tenant's change, or one no change ever had, is still refused (unknown cursor).
     const other = await h.tenant();
     expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${cursors[0] ?? ''}`, headers: other.headers }), 400);
     expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${encodeCursor({ commit: gone.commit, prepare: gone.prepare + 1_000_000n })}`, headers }), 400);

@@ -400,7 +400,7 @@ describe('when a target is loopback, private, link-local or metadata and not all
     }
   });
 
-  it('refuses a NUL or lone surrogate in the URL with a 400 naming it (SPEC §9), never a 500', async () => {
+  it('refuses a NUL or lone surrogate in the URL with a 400 naming it, never a 500', async () => {
     const { headers } = await admin();
     for (const url of ['http://127.0.0.1:9/a\u0000b', 'http://127.0.0.1:9/a\ud800']) {
       const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events: ['employee.hired'] } });
