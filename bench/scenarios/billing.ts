@@ -1,5 +1,5 @@
 /**
- * Billing / KPI-correctness benchmarks (the billing replay, the KPI read with its watermark), each `{name, ours, baseline, ratio}`:
+ * Billing / KPI-correctness benchmarks, each `{name, ours, baseline, ratio}`:
  *
  *   npm run bench -- billing
  *
