@@ -34,17 +34,34 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 
-export type DashboardHarness = Awaited<ReturnType<typeof startDashboardHarness>>;
+export type DashboardHarness = Awaited<ReturnType<typeof start>>;
 
 /** The gateway with the analytics routes and the page, the KPI projector, and chromium; `close` stops them all. */
-export async function startDashboardHarness() {
+export async function startDashboardHarness(): Promise<DashboardHarness> {
   if (!existsSync(CHROMIUM)) {
     throw new Error(`chromium not found at ${CHROMIUM}: install Debian's package (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`);
   }
+  // What is started, stopped in reverse order by `close`, or at once if a later step fails.
+  const stops: Array<() => Promise<unknown>> = [];
+  const stopAll = async () => {
+    for (const stop of stops.splice(0).reverse()) await stop();
+  };
+  try {
+    return await start(stops, stopAll);
+  } catch (error) {
+    await stopAll();
+    throw error;
+  }
+}
+
+async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<void>) {
   const db = await createTestDatabase();
+  stops.push(() => db.drop());
   const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+  stops.push(() => store.close());
   const auth = await createTestAuth(db.pool);
   const projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
+  stops.push(() => projector.stop());
   await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
   const limiter = createRateLimiter({
     store: await createRedisRateLimitStore({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `test:rl:${randomUUID()}:` }),
@@ -52,6 +69,7 @@ export async function startDashboardHarness() {
     registry: new Registry(),
     logger: pino({ level: 'silent' }),
   });
+  stops.push(() => limiter.close());
   const app = await createGateway({
     config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
     readiness: [],
@@ -60,8 +78,10 @@ export async function startDashboardHarness() {
     v1: authCapabilities(auth, rateLimited(limiter), analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 })),
     publicRoutes: [jwksRoutes(auth), dashboardRoutes],
   });
+  stops.push(() => app.close());
   const base = await app.listen({ host: '127.0.0.1', port: 0 });
   const profile = await mkdtemp(join(tmpdir(), 'eas-chromium-'));
+  stops.push(() => rm(profile, { recursive: true, force: true }));
   const browser = await puppeteer.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -77,6 +97,7 @@ export async function startDashboardHarness() {
       `--user-data-dir=${profile}`,
     ],
   });
+  stops.push(() => browser.close());
 
   /**
    * Seeds a tenant (Pro unless told): 3 customers (c3 cancelled 2 days ago), 4 users in the last
@@ -172,15 +193,7 @@ export async function startDashboardHarness() {
     signIn,
     recordingPage,
     starterSignedInWithEmptyBucket,
-    async close() {
-      await browser.close();
-      await rm(profile, { recursive: true, force: true });
-      await app.close();
-      await limiter.close();
-      await projector.stop();
-      await store.close();
-      await db.drop();
-    },
+    close,
   };
 }
 
