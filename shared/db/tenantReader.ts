@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { pgStatements, validatedRows } from './plainPg.ts';
+import { pgStatements, validatedRows } from './pgStatements.ts';
 import { TENANT_ROLE, pgTypeParsers, type Queryable } from './pool.ts';
 import { breaksConnection } from './plainConnection.ts';
 
