@@ -23,7 +23,7 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { createBenchDatabase } from '../support/database.ts';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { createKafkaClient, createKafkaSource } from '../../shared/metrics-bus/kafka.ts';
 import { storedBillingData, BILLING_STORED_TYPES } from '../../projections/kpi/billingEvents.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
