@@ -12,23 +12,25 @@ const snapshot = readFileSync(new URL('./migrations.sha256', import.meta.url), '
   .split('\n')
   .filter((line) => line !== '')
   .map((line) => {
-    const [sha256, id] = line.split('  ');
+    const [sha256 = '', id = ''] = line.split('  ');
     return { id, sha256 };
   });
 
 describe('the migrations', () => {
   const migrations = loadMigrations(allMigrations);
+  const byId = new Map(migrations.map((m) => [m.id, m]));
 
-  it('keep every recorded migration, in its place, unchanged', () => {
-    snapshot.forEach((expected, i) => {
-      const actual = migrations[i];
-      const problem = `migration ${i + 1} (${expected.id}) is no longer what was recorded: migrations are frozen (a deployed database applied it); restore the file and add a new migration file instead`;
+  it('keep every recorded migration unchanged', () => {
+    for (const expected of snapshot) {
+      const actual = byId.get(expected.id);
+      const problem = `${expected.id} is no longer what was recorded: migrations are frozen (a deployed database applied it); restore the file and add a new migration file instead`;
       expect({ id: actual?.id, sha256: actual?.sha256 }, problem).toEqual(expected);
-    });
+    }
   });
 
-  it('are all in the snapshot', () => {
-    const added = migrations.slice(snapshot.length).map((m) => `${m.sha256}  ${m.id}`);
-    expect(added, 'a new migration file: append these lines to test/services/migrations.sha256').toEqual([]);
+  it('apply in the recorded order, every one of them in the snapshot', () => {
+    const lines = migrations.map((m) => `${m.sha256}  ${m.id}`);
+    const recorded = snapshot.map((m) => `${m.sha256}  ${m.id}`);
+    expect(lines, 'a new migration file: add its line to test/services/migrations.sha256 where it applies').toEqual(recorded);
   });
 });
