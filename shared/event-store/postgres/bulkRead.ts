@@ -10,10 +10,10 @@ import { START, type BulkReadOptions, type GlobalPosition, type ReadAllPage, typ
  * The horizon is taken once: everything up to the last entry below it has committed (or
  * aborted), so the pages after it need neither the horizon query nor a scan window. Pages are
  * read on one plain pg connection in array row mode with every column as text (no per-row
- * async validation, no per-field type parsing beyond what the event needs): measured here, the
- * slonik path (per-row zod validation in an async interceptor) cost more than the query itself,
- * and letting PostgreSQL shape each page as one JSON document cost the server 3× a plain scan.
- * SQL fixes each column's shape, so a page is checked once, synchronously. The next page is
+ * async validation, no per-field type parsing beyond what the event needs): the slonik path
+ * (per-row zod validation in an async interceptor) costs more than the query itself, and
+ * letting PostgreSQL shape each page as one JSON document costs the server more than a plain
+ * scan. SQL fixes each column's shape, so a page is checked once, synchronously. The next page is
  * requested before the caller folds the current one, so PostgreSQL and Node work in parallel.
  */
 const DEFAULT_PAGE_SIZE = 10_000;
@@ -30,7 +30,7 @@ const COLUMNS = `e.event_id::text as id, e.stream_id, e.revision::text as rev, e
 
 /**
  * One row as an event. A rebuild's fold runs on this process's one thread while PostgreSQL
- * waits (CPU profile of the 1M replay, issue 14), so what PostgreSQL can shape it shapes (the
+ * waits, so what PostgreSQL can shape it shapes (the
  * ISO instant), and what most folds never read is parsed on first use: `metadata` is a getter
  * on the event itself (an own property, so spreading the event keeps it).
  */

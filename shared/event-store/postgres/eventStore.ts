@@ -27,7 +27,6 @@ export type PostgresEventStoreOptions = {
   readonly wakeIntervalMs?: number;
 };
 
-
 /**
  * PostgreSQL adapter of the event-store port.
  *
@@ -41,6 +40,15 @@ export type PostgresEventStoreOptions = {
  * Unlike `pg_snapshot_xmin(pg_current_snapshot())` (emmett's horizon), this only waits for
  * our own writers: that xmin is cluster-wide, so any long transaction in any database of the
  * cluster (an analyst's open psql session, a batch job) would stall every projection.
+ *
+ * Appends queue for group commit (groupCommit.ts): one flush (flush.ts) sends every queued
+ * request to `es_append_batch` in one statement and one transaction, on a connection of its own.
+ * A page of the log is one call of `es_read_page` (readPage.ts), which takes the horizon and
+ * reads below it; rebuilds read in bulk below one fixed horizon (bulkRead.ts). Live subscribers
+ * of one process share their reads at the head (sharedTail.ts) and wait on one LISTEN
+ * connection (wakeups.ts) for the NOTIFY that flushes carry (wakeupSchedule.ts). The SQL
+ * functions are in migrations/; why the horizon and the flush are built this way, with
+ * measurements: docs/decisions/001-read-horizon.md, 002-group-commit-and-batch-append.md.
  */
 export function createPostgresEventStore(pool: DatabasePool, options: PostgresEventStoreOptions = {}): EventStore {
   const scanWindow = options.scanWindow ?? 10_000;
@@ -52,7 +60,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
   // The group commit's flushes run on plain pg connections of their own, one per flush in
   // flight, with `es_append_batch` prepared: through slonik's pool each flush cost a connection
   // checkout, interceptors and statement parsing on both ends, work that a lone flush in flight
-  // does serially with PostgreSQL's (issue 11).
+  // does serially with PostgreSQL's.
   const flushConnections = Array.from({ length: maxConcurrentFlushes }, () => createPlainConnection(url, { applicationName: 'event-store-append' }));
   // Wake-ups need no durability: their own connection commits without waiting for the WAL
   // flush (pg_notify draws a transaction id, so its commit would otherwise wait for an fsync).

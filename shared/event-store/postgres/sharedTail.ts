@@ -1,7 +1,7 @@
 import { START, comparePositions, type GlobalPosition, type ReadAllOptions, type ReadAllPage, type SubscribeOptions } from '../port.ts';
 
 /**
- * Live subscriptions of one process that follow the head of the log share one reader (issue 14).
+ * Live subscriptions of one process that follow the head of the log share one reader.
  * `projector employees` runs three projections over the same event types: without this, each
  * read every page itself and, once caught up, each polled the head on its own after every page.
  *
@@ -96,7 +96,7 @@ export function createSharedTails(readAll: (opts: ReadAllOptions) => Promise<Rea
       while (tail.position && tail.waiters.size > 0 && !tail.stop.signal.aborted) {
         if (tail.headSeen !== undefined) {
           // The last page reached the head: wait for a commit instead of reading nothing (under
-          // load that empty read was every other read, issue 11). A commit after that read
+          // load that empty read was every other read). A commit after that read
           // began notifies after it. Events that committed before it but were below an older
           // writer still open (the horizon) come with that writer's notification; if it ends
           // without one (a failed flush, another transaction locking the tables), they wait

@@ -1,10 +1,10 @@
 /**
  * When an event store's commits wake live readers (a NOTIFY on `es_events`), for the PostgreSQL
- * adapter's group commit (issue 11).
+ * adapter's group commit.
  *
  * A flush carries the wake-up in its own transaction when the last one is at least `intervalMs`
- * old. A NOTIFY in a transaction of its own after every flush cost about a seventh of append
- * throughput, and NOTIFY holds a cluster-wide lock through its transaction's commit, so flushes of
+ * old. A NOTIFY in a transaction of its own after every flush costs a commit of its own (see
+ * docs/decisions/002-group-commit-and-batch-append.md), and NOTIFY holds a cluster-wide lock through its transaction's commit, so flushes of
  * several gateways that all carried one would commit one after another.
  *
  * A flush that appended without carrying one owes a wake-up: a NOTIFY sent on its own (`send`)

@@ -10,7 +10,7 @@ import { createTestDatabase, sqlAt, useTestEventStore } from '../../../support/d
 import { waitFor } from '../../../support/waitFor.ts';
 
 /**
- * Group commit in the PostgreSQL adapter (issue 11): appends that queue while a flush is in
+ * Group commit in the PostgreSQL adapter: appends that queue while a flush is in
  * flight go together in the next one, one statement and one transaction, with outcomes per
  * request. Requests of one flush share a transaction id, which is how these tests see a batch.
  */

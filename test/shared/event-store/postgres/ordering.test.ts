@@ -5,7 +5,7 @@ import { comparePositions, type RecordedEvent } from '../../../../shared/event-s
 import { useTestEventStore } from '../../../support/database.ts';
 
 /**
- * Regression for the "sequence committed out of order" gap (emmett PR #336, PITFALLS.md):
+ * Regression for the "sequence committed out of order" gap (emmett PR #336):
  * positions are drawn at insert and become visible at commit, so a reader that pages by
  * position alone skips events whose transaction commits late.
  */

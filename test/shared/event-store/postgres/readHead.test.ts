@@ -7,7 +7,7 @@ import { START, type EventStore, type GlobalPosition, type ReadAllPage } from '.
 import { createTestDatabase, type TestDatabase } from '../../../support/database.ts';
 
 /**
- * `atHead` on the PostgreSQL adapter's pages (issue 11): a live reader skips the read that
+ * `atHead` on the PostgreSQL adapter's pages: a live reader skips the read that
  * would find nothing only when the page really reached the horizon. A full page, or a filtered
  * page whose scan window was full, is not at the head even when it holds few events.
  */

@@ -4,7 +4,7 @@ import type { EventStore, ReadAllPage, RecordedEvent } from '../../../../shared/
 import { useTestEventStore } from '../../../support/database.ts';
 
 /**
- * Live subscriptions of one store (one process) share their page reads (issue 14): the
+ * Live subscriptions of one store (one process) share their page reads: the
  * projections of `projector employees` ask for the same pages, and each is read once. Sharing
  * must never cost an event, reorder one, or keep a subscriber from seeing later commits.
  */

@@ -4,7 +4,7 @@ import { comparePositions, START } from '../../../../shared/event-store/port.ts'
 import { createSharedTails } from '../../../../shared/event-store/postgres/sharedTail.ts';
 
 /**
- * The shared tail on its own (issue 14), over an in-memory log that counts its reads: the
+ * The shared tail on its own, over an in-memory log that counts its reads: the
  * PostgreSQL adapter's integration is covered by postgresSharedPages.test.ts. What matters here
  * is the count: subscribers at the head share one reader instead of each polling the head.
  */

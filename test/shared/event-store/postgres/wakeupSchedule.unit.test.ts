@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { createWakeupSchedule, type WakeupClock } from '../../../../shared/event-store/postgres/wakeupSchedule.ts';
 
 /**
- * When the PostgreSQL adapter's commits wake live readers (issue 11): a flush carries the NOTIFY
+ * When the PostgreSQL adapter's commits wake live readers: a flush carries the NOTIFY
  * when the last wake-up is old enough, and otherwise owes one that goes alone at most the
  * interval later. A manual clock, so every step is exact.
  */
