@@ -18,7 +18,7 @@
  *   - decode + merge of 1,440 per-minute sketches (a day's p95, what the KPI query does): ours
  *     438–525 ms vs 2,343–2,418 ms (×4.5);
  *   - adding 1M values: ours 392 ms vs 283 ms (it is faster here; ingest is not the bottleneck);
- *   - analysts call `kpi_sketch_quantile(bytea, q)` in SQL (projections/kpi/schema.ts), which
+ *   - analysts call `kpi_sketch_quantile(bytea, q)` in SQL (projections/kpi/migrations/002-sketch-quantile.sql), which
  *     reads this format (a protobuf decoder in PL/pgSQL would be slower and larger), and the
  *     library needs protobufjs at run time.
  * The format is documented in serializeSketch; the test suite holds it to the paper's guarantee.

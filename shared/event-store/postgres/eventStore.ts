@@ -112,7 +112,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
 
     readAll,
 
-    // On a plain pg connection of its own (see postgresBulkRead.ts).
+    // On a plain pg connection of its own (see bulkRead.ts).
     readAllBulk: (opts = {}) => readAllBulk(pool, url, horizonQuery, opts),
 
     async *subscribeToAll(opts: SubscribeOptions = {}) {

@@ -225,7 +225,7 @@ describe('group commit (PostgreSQL adapter)', () => {
   });
 
   describe('the wake-ups of live readers (NOTIFY es_events)', () => {
-    // The schedule's every rule is in wakeupSchedule.test.ts; this is the adapter on PostgreSQL,
+    // The schedule's every rule is in wakeupSchedule.unit.test.ts; this is the adapter on PostgreSQL,
     // with an interval long enough for a loaded machine.
     it('ride on a flush when the last is old enough, and otherwise come alone one interval later', async () => {
       const { db } = fixture;
