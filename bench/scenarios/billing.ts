@@ -1,5 +1,5 @@
 /**
- * Billing / KPI-correctness benchmarks (issue 10 defects 4, 5, 9), each `{name, ours, baseline, ratio}`:
+ * Billing / KPI-correctness benchmarks, each `{name, ours, baseline, ratio}`:
  *
  *   npm run bench -- billing
  *

@@ -1,5 +1,5 @@
 /**
- * Employees benchmarks (SPEC §3 at scale). Each exported scenario returns a metrics object;
+ * Employees benchmarks at scale. Each exported scenario returns a metrics object;
  * `bench/run.ts` collects them, and running this file directly runs them all in order:
  *
  *   node bench/scenarios/employees.ts            # 1,000,000 employees (BENCH_EMPLOYEES to change)

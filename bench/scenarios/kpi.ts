@@ -1,5 +1,5 @@
 /**
- * KPI pipeline benchmarks (SPEC §4), each an exported async function returning
+ * KPI pipeline benchmarks, each an exported async function returning
  * `{name, ours, baseline, ratio}`; running this file runs them all and prints JSON lines:
  *
  *   node bench/scenarios/kpi.ts

@@ -1,5 +1,5 @@
 /**
- * Replay of the employees projection as a bulk load (issue 14), against the page-by-page
+ * Replay of the employees projection as a bulk load, against the page-by-page
  * replay (`handle` per page, the path every projection without a `bulk` fold takes) in the same
  * run, on the same imported log:
  *
