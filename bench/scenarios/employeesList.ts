@@ -14,14 +14,15 @@ import Fastify from 'fastify';
 import pg from 'pg';
 import { z } from 'zod';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, listEmployeesStatement } from '../../projections/employees/queries.ts';
 import { createTenantReader } from '../../shared/db/tenantReader.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { importEmployees, listLatency, setUpEmployeesBench } from './employees.ts';
+import { importEmployees } from '../support/employeesImport.ts';
+import { listLatency, setUpEmployeesBench } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 

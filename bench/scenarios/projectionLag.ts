@@ -17,12 +17,13 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createDatabasePool } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { createThroughput, importEmployees, projectionLag, type EmployeesBenchEnv } from './employees.ts';
+import { importEmployees } from '../support/employeesImport.ts';
+import { createThroughput, projectionLag, type EmployeesBenchEnv } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 

@@ -13,12 +13,12 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { employeesModelChecksums } from '../../projections/employees/checksums.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { importEmployees } from './employees.ts';
+import { importEmployees } from '../support/employeesImport.ts';
 import { median } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench replay] ${message}\n`);

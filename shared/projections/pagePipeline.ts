@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { pgStatements, validatedRows } from '../db/plainPg.ts';
+import { pgStatements, validatedRows } from '../db/pgStatements.ts';
 import type { Queryable } from '../db/pool.ts';
 import { breaksConnection, connectionLostError, createPlainConnection } from '../db/plainConnection.ts';
 import { sqlStateOf } from '../db/sqlState.ts';

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { monotonicFactory } from 'ulid';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { sql, withTenant } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { replayProjection } from '../../../shared/projections/replay.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';

@@ -2,10 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { createInProcessBus } from '../../../shared/metrics-bus/inProcess.ts';
-import { createKafkaClient, createKafkaPublisher, createKafkaSource } from '../../../shared/metrics-bus/kafka.ts';
+import { createKafkaClient } from '../../../shared/metrics-bus/kafkaClient.ts';
+import { createKafkaPublisher } from '../../../shared/metrics-bus/kafkaPublisher.ts';
+import { createKafkaSource } from '../../../shared/metrics-bus/kafkaSource.ts';
 import type { UsageSample } from '../../../shared/metrics-bus/port.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
@@ -19,7 +21,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 import { provisionTenant } from '../../support/auth.ts';
 
 /**
- * Defect 9: the KPI `asOf` is the instant up to which every input has been applied, taken from
+ * The KPI `asOf` is the instant up to which every input has been applied, taken from
  * the pipelines' progress against the head of their logs — not from one tenant's last request,
  * and not from a bounded scan of the event log.
  */
@@ -76,7 +78,7 @@ async function until(condition: () => Promise<boolean>, timeoutMs = 30_000): Pro
 const tenantSamples = (tenantId: string) =>
   db.pool.maybeOneFirst(sql.type(z.object({ samples: z.number() }))`select samples from kpi_tenant_usage where tenant_id = ${tenantId}`);
 
-describe('defect 9: KPI asOf and watermarks', () => {
+describe('KPI asOf and watermarks', () => {
   describe('when the billing projector is far behind (more than one scan window of other events)', () => {
     it('holds asOf before the first unapplied billing event, and MRR/churn as of that asOf; catching up moves asOf to now', async () => {
       const { tenantId } = await provisionTenant(db.pool);

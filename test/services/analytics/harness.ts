@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';

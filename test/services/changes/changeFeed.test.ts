@@ -7,7 +7,8 @@ import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { readChanges } from '../../../projections/changes/queries.ts';
 import { parkEvent, resolveParkedEvents } from '../../../shared/projections/parking.ts';
-import { dueEndpoints, insertEndpoint } from '../../../services/webhooks/store.ts';
+import { insertEndpoint } from '../../../services/webhooks/endpoints.ts';
+import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { sqlAt } from '../../support/database.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { employeeStreamId } from '../../../services/employees/contract.ts';
@@ -181,7 +182,7 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     ]);
     const page = await readChanges(h.db.pool, tenant.tenantId, gone, 100);
     expect([page.known, page.changes]).toEqual([true, []]);
-    // A client that stored that cursor as `next` (SPEC §7) reads on: nothing yet, then each later change once.
+    // A client that stored that cursor as `next` reads on: nothing yet, then each later change once.
     const stored = await read(headers, `after=${cursors[3] ?? ''}`);
     expect([stored.data, stored.next]).toEqual([[], cursors[3]]);
     const endpoint = await insertEndpoint(h.db.pool, {
@@ -203,7 +204,7 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     const resumed = await read(headers, `after=${stored.next}`);
     expect(resumed.data.map((c) => c.employee.firstName)).toEqual(['gone-4']);
     expect((await read(headers, `after=${resumed.next}`)).data).toEqual([]);
-    // A cursor of another tenant's change, or one no change ever had, is still refused (SPEC §7: unknown cursor).
+    // A cursor of another tenant's change, or one no change ever had, is still refused (unknown cursor).
     const other = await h.tenant();
     expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${cursors[0] ?? ''}`, headers: other.headers }), 400);
     expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${encodeCursor({ commit: gone.commit, prepare: gone.prepare + 1_000_000n })}`, headers }), 400);

@@ -4,11 +4,12 @@ import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection } from '../../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
-import { inFeedOrder, readChanges } from '../../../projections/changes/queries.ts';
+import { inFeedOrder, latestChange, readChanges } from '../../../projections/changes/queries.ts';
 import { sql } from '../../../shared/db/pool.ts';
 import { z } from 'zod';
 import { START } from '../../../shared/event-store/port.ts';
-import { dueEndpoints, insertEndpoint, latestChange } from '../../../services/webhooks/store.ts';
+import { insertEndpoint } from '../../../services/webhooks/endpoints.ts';
+import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { sqlAt } from '../../support/database.ts';
 import { createChangesHarness, hire, logPositionsOf, waitFor, type ChangesHarness } from './harness.ts';
 

@@ -3,7 +3,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { RoleName } from '../../../services/auth/permissions.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';

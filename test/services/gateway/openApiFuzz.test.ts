@@ -10,7 +10,7 @@ import { tenantSlugSchema } from '../../../services/tenants/tenants.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { gatewayRoutes } from '../../../services/processes/gateway.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';

@@ -8,7 +8,7 @@ import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../cha
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
-import { dueEndpoints } from '../../../services/webhooks/store.ts';
+import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { listParkedEvents, retryParkedEvents } from '../../../shared/projections/parking.ts';
@@ -400,7 +400,7 @@ describe('when a target is loopback, private, link-local or metadata and not all
     }
   });
 
-  it('refuses a NUL or lone surrogate in the URL with a 400 naming it (SPEC §9), never a 500', async () => {
+  it('refuses a NUL or lone surrogate in the URL with a 400 naming it, never a 500', async () => {
     const { headers } = await admin();
     for (const url of ['http://127.0.0.1:9/a\u0000b', 'http://127.0.0.1:9/a\ud800']) {
       const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events: ['employee.hired'] } });
