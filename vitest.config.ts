@@ -13,6 +13,7 @@ export default defineConfig({
     pool: 'forks',
     maxWorkers: 3,
     testTimeout: 30_000,
+    teardownTimeout: 30_000,
     reporters: ['default'],
     projects: [
       { extends: true, test: { name: 'unit', include: [UNIT_TESTS] } },
@@ -24,7 +25,6 @@ export default defineConfig({
           exclude: [...configDefaults.exclude, UNIT_TESTS],
           globalSetup: ['test/support/globalSetup.ts'],
           hookTimeout: 120_000,
-          teardownTimeout: 30_000,
         },
       },
     ],

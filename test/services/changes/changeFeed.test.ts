@@ -8,6 +8,7 @@ import { readChanges } from '../../../projections/changes/queries.ts';
 import { parkEvent, resolveParkedEvents } from '../../../projections/runner/parking.ts';
 import { dueEndpoints, insertEndpoint } from '../../../services/webhooks/store.ts';
 import { sqlAt } from '../../support/database.ts';
+import { staysTrue } from '../../support/staysTrue.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { employeeStreamId } from '../../../services/employees/events.ts';
 import { expectProblem } from '../employees/harness.ts';
@@ -124,8 +125,10 @@ describe('when the client long-polls with wait', () => {
   it('answers as soon as a change commits, not at the end of the wait', async () => {
     const { tenant, headers } = await h.tenant();
     const started = Date.now();
-    const pending = read(headers, 'limit=5&wait=20');
-    await new Promise((r) => setTimeout(r, 300)); // let the request start waiting (the test asserts on what follows)
+    let answered = false;
+    const pending = read(headers, 'limit=5&wait=20').finally(() => (answered = true));
+    // The request is waiting, with nothing to answer yet, before the change commits.
+    expect(await staysTrue(() => !answered, 300)).toBe(true);
     await hire(h.store, tenant.tenantId, 'poll');
     const page = await pending;
     expect(page.data).toHaveLength(1);

@@ -5,6 +5,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
+import { staysTrue } from '../../support/staysTrue.ts';
 import { sqlAt } from '../../support/database.ts';
 import { stopProcess, untilPrinted } from '../../support/processes.ts';
 import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
@@ -109,8 +110,7 @@ describe('when a webhook worker is killed mid-delivery', () => {
       } finally {
         await queue.close();
       }
-      await new Promise((r) => setTimeout(r, 500));
-      expect(receiver.requests).toHaveLength(1);
+      expect(await staysTrue(() => receiver.requests.length === 1, 500)).toBe(true); // nobody delivers while the lease holds
       expect((await endpointRow())?.lease_token).toBe(deadToken);
 
       // The lease runs out (moved to its end rather than waited for: 90 s).
