@@ -19,7 +19,7 @@ import { provisionTenant } from '../../support/auth.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
- * Defect 9: the KPI `asOf` is the instant up to which every input has been applied, taken from
+ * The KPI `asOf` is the instant up to which every input has been applied, taken from
  * the pipelines' progress against the head of their logs — not from one tenant's last request,
  * and not from a bounded scan of the event log.
  */
@@ -68,7 +68,7 @@ const billing = (customerId: string, overrides: Partial<BillingEventInput> = {})
 const tenantSamples = (tenantId: string) =>
   db.pool.maybeOneFirst(sql.type(z.object({ samples: z.number() }))`select samples from kpi_tenant_usage where tenant_id = ${tenantId}`);
 
-describe('defect 9: KPI asOf and watermarks', () => {
+describe('KPI asOf and watermarks', () => {
   describe('when the billing projector is far behind (more than one scan window of other events)', () => {
     it('holds asOf before the first unapplied billing event, and MRR/churn as of that asOf; catching up moves asOf to now', async () => {
       const { tenantId } = await provisionTenant(db.pool);

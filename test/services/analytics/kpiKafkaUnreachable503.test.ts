@@ -17,7 +17,7 @@ import { freePort } from '../../support/processes.ts';
  * Regression: with the metrics bus unreachable, the KPI summary (and usage series) answered 500:
  * the usage watermark asks Kafka for the topic head and kafkajs's connection errors
  * (KafkaJSNumberOfRetriesExceeded ← KafkaJSConnectionError, code ENOTFOUND or none for a
- * connection timeout) were not recognised as a dependency being down. SPEC §6: 503 + Retry-After.
+ * connection timeout) were not recognised as a dependency being down; it must be 503 + Retry-After.
  */
 let db: TestDatabase;
 let store: EventStore;

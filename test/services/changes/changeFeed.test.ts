@@ -11,8 +11,9 @@ import { sqlAt } from '../../support/database.ts';
 import { staysTrue } from '../../support/staysTrue.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { employeeStreamId } from '../../../services/employees/events.ts';
-import { expectProblem } from '../employees/harness.ts';
-import { createChangesHarness, hire, logPositionsOf, waitFor, type ChangesHarness } from './harness.ts';
+import { expectProblem } from '../../support/harness/employees.ts';
+import { createChangesHarness, hire, logPositionsOf, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 type Change = { cursor: string; type: string; employeeId: string; occurredAt: string; employee: { id: string; firstName: string; status: string } };
 type Page = { data: Change[]; next: string; hasMore: boolean };
@@ -183,7 +184,7 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     ]);
     const page = await readChanges(h.db.pool, tenant.tenantId, gone, 100);
     expect([page.known, page.changes]).toEqual([true, []]);
-    // A client that stored that cursor as `next` (SPEC §7) reads on: nothing yet, then each later change once.
+    // A client that stored that cursor as `next` reads on: nothing yet, then each later change once.
     const stored = await read(headers, `after=${cursors[3] ?? ''}`);
     expect([stored.data, stored.next]).toEqual([[], cursors[3]]);
     const endpoint = await insertEndpoint(h.db.pool, {
@@ -205,7 +206,7 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     const resumed = await read(headers, `after=${stored.next}`);
     expect(resumed.data.map((c) => c.employee.firstName)).toEqual(['gone-4']);
     expect((await read(headers, `after=${resumed.next}`)).data).toEqual([]);
-    // A cursor of another tenant's change, or one no change ever had, is still refused (SPEC §7: unknown cursor).
+    // A cursor of another tenant's change, or one no change ever had, is still refused as an unknown cursor.
     const other = await h.tenant();
     expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${cursors[0] ?? ''}`, headers: other.headers }), 400);
     expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${encodeCursor({ commit: gone.commit, prepare: gone.prepare + 1_000_000n })}`, headers }), 400);

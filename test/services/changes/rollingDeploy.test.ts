@@ -8,7 +8,8 @@ import { z } from 'zod';
 import { START } from '../../../shared/event-store/port.ts';
 import { dueEndpoints, insertEndpoint, latestChange } from '../../../services/webhooks/store.ts';
 import { sqlAt } from '../../support/database.ts';
-import { createChangesHarness, hire, logPositionsOf, waitFor, type ChangesHarness } from './harness.ts';
+import { createChangesHarness, hire, logPositionsOf, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 let h: ChangesHarness;
 beforeAll(async () => {

@@ -8,7 +8,7 @@ import type { EventStore } from '../../../shared/event-store/port.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { employeeStreamId } from '../../../services/employees/events.ts';
 import type { Employee } from '../../../services/employees/decide.ts';
-import { expectProblem } from './harness.ts';
+import { expectProblem } from '../../support/harness/employees.ts';
 
 /**
  * Email uniqueness when two email changes of one employee interleave (real PostgreSQL). The

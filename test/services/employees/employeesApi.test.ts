@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { withTenant } from '../../../shared/db/pool.ts';
 import { listRoles } from '../../../services/auth/roles.ts';
 import { findUserByEmail } from '../../../services/auth/users.ts';
-import { createEmployeesHarness, expectProblem, waitFor, type EmployeesHarness } from './harness.ts';
+import { createEmployeesHarness, expectProblem, type EmployeesHarness } from '../../support/harness/employees.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 type Employee = { id: string; email: string; firstName: string; lastName: string; department: string | null; status: string; hiredAt: string };
 type Page = { data: Employee[]; meta: { page: number; limit: number; total: number } };

@@ -3,7 +3,7 @@ import { monotonicFactory } from 'ulid';
 import { emailReservationStreamId } from '../../../services/employees/emailReservation.ts';
 import { employeeStreamId } from '../../../services/employees/events.ts';
 import type { Employee } from '../../../services/employees/decide.ts';
-import { createEmployeesHarness, expectProblem, type EmployeesHarness } from './harness.ts';
+import { createEmployeesHarness, expectProblem, type EmployeesHarness } from '../../support/harness/employees.ts';
 
 /** PATCH /v1/employees/{id}: regressions pinned through the API on real PostgreSQL. */
 let h: EmployeesHarness;

@@ -21,7 +21,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 import { authHeaders, createTestAuth, createTestUser, provisionTenant, type TestTenant } from '../../support/auth.ts';
 
 /**
- * Issue 10's fuzz test: every operation of GET /v1/openapi.json (so routes added later are
+ * A fuzz test of every operation of GET /v1/openapi.json (so routes added later are
  * covered without touching this file) against the service's own capability list
  * (`gatewayRoutes`, as the gateway role mounts it) on a real database. Each field of each
  * operation — path, query, header and body, nested ones included — gets hostile values one at
@@ -456,7 +456,7 @@ function check(op: Op, label: string, response: LightMyRequestResponse, options:
     if (!op.documented.has(response.statusCode) && !ALWAYS_ALLOWED.has(response.statusCode)) problems.push(`status not documented (${[...op.documented].join(',')})`);
   }
   if (options.names !== undefined && response.statusCode === 400) {
-    // SPEC §9: the 400 names the field (`errors[].path` ends with it, e.g. body.events.0.amount).
+    // The 400 names the field (`errors[].path` ends with it, e.g. body.events.0.amount).
     const paths = (response.json<{ errors?: Array<{ path: string }> }>().errors ?? []).map((e) => e.path);
     if (!paths.some((p) => p === options.names || p.endsWith(`.${options.names}`))) problems.push(`400 does not name ${options.names}: ${JSON.stringify(paths)}`);
   }
@@ -516,7 +516,7 @@ describe('every operation of /v1/openapi.json, with hostile input', () => {
     expect(ops.filter((op) => op.operation.security?.length !== 0).every(usesTenantScheme)).toBe(true);
   });
 
-  it('documents a maximum for every input field (SPEC §9): maxLength on strings, a bound on numbers and lists', () => {
+  it('documents a maximum for every input field: maxLength on strings, a bound on numbers and lists', () => {
     const unbounded = ops.flatMap((op) =>
       fieldsOf(op)
         .filter((field) => {

@@ -4,7 +4,7 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { Plan } from '../../../services/gateway/requestContext.ts';
 import { authHeaders, createTestAuth, provisionTenant, TEST_AUDIENCE, TEST_ISSUER } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { createHttpClient, startServerProcess, type HttpResponse, type ServerProcess } from './fixtures/processes.ts';
+import { createHttpClient, startServerProcess, type HttpResponse, type ServerProcess } from '../../support/gateway/serverProcess.ts';
 
 /**
  * Two gateway processes share one Redis: a tenant's bucket is one bucket, whichever gateway a

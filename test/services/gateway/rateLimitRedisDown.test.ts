@@ -10,8 +10,8 @@ import { createRedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { freePort, startRedisServer, stopProcess } from '../../support/processes.ts';
-import { createHttpClient, type HttpResponse } from './fixtures/processes.ts';
-import { probeCapability } from './fixtures/probeCapability.ts';
+import { createHttpClient, type HttpResponse } from '../../support/gateway/serverProcess.ts';
+import { probeCapability } from '../../support/gateway/probeCapability.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 describe('when the Redis behind the rate limiter goes away and comes back', () => {

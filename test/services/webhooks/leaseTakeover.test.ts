@@ -8,12 +8,13 @@ import { authHeaders } from '../../support/auth.ts';
 import { staysTrue } from '../../support/staysTrue.ts';
 import { sqlAt } from '../../support/database.ts';
 import { stopProcess, untilPrinted } from '../../support/processes.ts';
-import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
+import { createChangesHarness, hire, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, WEBHOOK_QUEUE, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { acquireLease, recordAttempt, recordDelivered, releaseLease } from '../../../services/webhooks/store.ts';
-import { firstArrivals, startReceiver } from './receiver.ts';
+import { firstArrivals, startReceiver } from '../../support/webhooks/receiver.ts';
 
 /**
  * A worker killed mid-delivery (SIGKILL, so it releases nothing): its endpoint stays leased to
@@ -31,7 +32,7 @@ let survivor: WebhookDispatcher | undefined;
 let redis: Redis;
 
 async function startChildWorker(databaseUrl: string): Promise<ChildProcess> {
-  const worker = spawn(process.execPath, [resolve(import.meta.dirname, 'support/dispatcherChild.ts')], {
+  const worker = spawn(process.execPath, [resolve(import.meta.dirname, '../../support/webhooks/dispatcherChild.ts')], {
     env: { ...process.env, DATABASE_URL: databaseUrl, REDIS_URL: redisUrl, QUEUE_PREFIX: prefix, SECRETS_KEY: key.toString('hex') },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

@@ -3,13 +3,14 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
 import { staysTrue } from '../../support/staysTrue.ts';
-import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
+import { createChangesHarness, hire, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { START_CURSOR } from '../../../services/changes/cursor.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { sendWebhook } from '../../../services/webhooks/deliver.ts';
 import { startWebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox, generateSigningSecret } from '../../../services/webhooks/secrets.ts';
-import { startReceiver } from './receiver.ts';
+import { startReceiver } from '../../support/webhooks/receiver.ts';
 
 /**
  * Regression: a replay during an active delivery run. The run kept sending from the old cursor

@@ -3,8 +3,9 @@ import type { FastifyInstance } from 'fastify';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders, createTestApp } from '../../support/auth.ts';
-import { expectProblem } from '../employees/harness.ts';
-import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
+import { expectProblem } from '../../support/harness/employees.ts';
+import { createChangesHarness, hire, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
@@ -16,7 +17,7 @@ import { replayProjection } from '../../../projections/runner/runner.ts';
 import { sql } from '../../../shared/db/pool.ts';
 import { START, comparePositions } from '../../../shared/event-store/port.ts';
 import { sqlAt } from '../../support/database.ts';
-import { firstArrivals, startReceiver } from './receiver.ts';
+import { firstArrivals, startReceiver } from '../../support/webhooks/receiver.ts';
 
 const secrets = createSecretBox(randomBytes(32));
 const FAST_RETRIES = { scheduleMs: [100, 100, 100, 100, 100, 100], jitter: 0.2, maxRetryAfterMs: 5_000 };
@@ -400,7 +401,7 @@ describe('when a target is loopback, private, link-local or metadata and not all
     }
   });
 
-  it('refuses a NUL or lone surrogate in the URL with a 400 naming it (SPEC §9), never a 500', async () => {
+  it('refuses a NUL or lone surrogate in the URL with a 400 naming it, never a 500', async () => {
     const { headers } = await admin();
     for (const url of ['http://127.0.0.1:9/a\u0000b', 'http://127.0.0.1:9/a\ud800']) {
       const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events: ['employee.hired'] } });

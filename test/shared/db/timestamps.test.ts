@@ -8,7 +8,7 @@ import { createTenantReader } from '../../../shared/db/tenantReader.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 describe('parsePostgresTimestamp', () => {
-  it('defect 7: reads a year below 100 as that year, not 19xx or 20xx', () => {
+  it('reads a year below 100 as that year, not 19xx or 20xx', () => {
     expect(parsePostgresTimestamp('0045-03-01 00:00:00+00')).toBe('0045-03-01T00:00:00.000Z');
     expect(parsePostgresTimestamp('0001-01-01 00:00:00+00')).toBe('0001-01-01T00:00:00.000Z');
     expect(parsePostgresTimestamp('0099-12-31 23:59:59.999+00')).toBe('0099-12-31T23:59:59.999Z');
@@ -69,11 +69,11 @@ describe('timestamptz through the pool (real PostgreSQL)', () => {
     );
   });
 
-  it('defect 7: reads 0045-03-01 back as year 45', async () => {
+  it('reads 0045-03-01 back as year 45, not 1945 or 2045', async () => {
     expect(await readBack(['0045-03-01T00:00:00.000Z'])).toEqual(['0045-03-01T00:00:00.000Z']);
   });
 
-  it('defect 7: the tenant reader (the list path) reads timestamps exactly too', async () => {
+  it('the tenant reader (the list path) reads timestamps exactly too', async () => {
     const reader = await createTenantReader(db.url, { maximumPoolSize: 1 });
     try {
       const instants = ['0045-03-01T00:00:00.000Z', '1900-01-01T00:00:00.000Z', '1969-12-31T23:59:59.999Z', '9999-12-31T23:59:59.000Z'];

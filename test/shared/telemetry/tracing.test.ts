@@ -10,7 +10,7 @@ import { employeesProjection } from '../../../projections/employees/employeesPro
 import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authCapabilities, authHeaders, createTestAuth, provisionTenant } from '../../support/auth.ts';
-import { waitFor } from '../../services/employees/harness.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import type { FastifyInstance } from 'fastify';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 

@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../support/processes.ts';
-import { waitFor } from '../support/waitFor.ts';
+import { freePort } from './processes.ts';
+import { waitFor } from './waitFor.ts';
 
 /**
  * Runs roles of the service as real child processes, as `npm start -- <role>` does

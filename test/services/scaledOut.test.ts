@@ -9,7 +9,7 @@ import { provisionTenant } from '../../services/tenants/provision.ts';
 import { connectQueueRedis, createReplayQueue, enqueueReplay, waitForReplayJob, type ReplayJobProgress } from '../../services/worker/queue.ts';
 import { createKafkaClient } from '../../shared/metrics-bus/kafka.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { startRole, type RoleProcess } from './processes.ts';
+import { startRole, type RoleProcess } from '../support/roleProcesses.ts';
 
 /**
  * The scaled-out topology as separate processes against shared PostgreSQL, Redis and real
