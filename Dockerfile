@@ -28,7 +28,7 @@ COPY test ./test
 COPY bench ./bench
 COPY clients ./clients
 COPY vitest.config.ts ./
-RUN npx tsc --noEmit -p . && touch /app/.checked
+RUN npx tsc --noEmit -p . && npx tsc -p services/dashboard/public && touch /app/.checked
 
 # --- runtime
 FROM ${NODE_IMAGE} AS runtime

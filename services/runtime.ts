@@ -120,7 +120,7 @@ export async function createRuntime(config: Config, logger: Logger, options: Run
     const readiness: ReadinessCheck[] = [
       { name: 'postgres', check: async () => void (await pool.oneFirst(sql.type(z.object({ ok: z.number() }))`select 1 as ok`)) },
       ...(config.EVENTSTORE_URL ? [{ name: 'eventstore', check: () => eventStore.ping() }] : []),
-      // Kafka carries usage samples only: the publisher buffers and never blocks a request (SPEC §1),
+      // Kafka carries usage samples only: the publisher buffers and never blocks a request,
       // and the KPI reads that need the topic head answer 503 on their own. Taking every gateway out
       // of the load balancer for it would turn lost telemetry into an outage: reported, not fatal.
       ...(config.KAFKA_BROKERS ? [{ name: 'kafka', critical: false, check: () => usage.source.ping() }] : []),

@@ -33,9 +33,9 @@ export type ChildLogger = Pick<Logger, 'level' | LogLevel | 'silent' | 'isLevelE
 
 /**
  * `parent.child(bindings)`, made on the first line that is actually written. pino serialises a
- * child's bindings when the child is made; the gateway made two per request (the request id,
- * then tenant and user), which under the create load cost 5.8 % of its CPU at a level that
- * wrote nothing (issue 11). Lines that are written are the child's own, bindings and all.
+ * child's bindings when the child is made; the gateway makes two per request (the request id,
+ * then tenant and user), a cost that shows in its CPU profile under load even at a level that
+ * writes nothing. Lines that are written are the child's own, bindings and all.
  * Children of this one merge their bindings and stay lazy; options (a level, serializers) make
  * a real child at once.
  */
@@ -44,7 +44,7 @@ export function lazyChild(parent: Logger, bindings: Bindings): ChildLogger {
 }
 
 /**
- * One object per request, its methods on the prototype (closures per request cost 2 % again);
+ * One object per request, its methods on the prototype (closures per request would give back much of what the laziness saves);
  * `fatal` … `trace` are added to the prototype below.
  */
 class LazyChild {

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /**
- * The input limits of SPEC §9, as zod building blocks every route composes (body, query,
+ * The service's input limits, as zod building blocks every route composes (body, query,
  * params, headers). What PostgreSQL or the event store cannot hold — NUL, lone surrogates,
  * instants outside 1970–9999 — is refused here with a 400 naming the field, before it can
  * reach an event or a query. Each block sets `maxLength`/`maximum`, so the OpenAPI document

@@ -1,5 +1,5 @@
 /**
- * Billing / KPI-correctness benchmarks (issue 10 defects 4, 5, 9), each `{name, ours, baseline, ratio}`:
+ * Billing / KPI-correctness benchmarks, each `{name, ours, baseline, ratio}`:
  *
  *   npm run bench -- billing
  *
@@ -24,7 +24,8 @@ import { z } from 'zod';
 import { createBenchDatabase } from '../support/database.ts';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
-import { createKafkaClient, createKafkaSource } from '../../shared/metrics-bus/kafka.ts';
+import { createKafkaClient } from '../../shared/metrics-bus/kafkaClient.ts';
+import { createKafkaSource } from '../../shared/metrics-bus/kafkaSource.ts';
 import { storedBillingData, BILLING_STORED_TYPES } from '../../projections/kpi/billingEvents.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary } from '../../projections/kpi/query.ts';

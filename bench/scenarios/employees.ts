@@ -1,5 +1,5 @@
 /**
- * Employees benchmarks (SPEC §3 at scale). Each exported scenario returns a metrics object;
+ * Employees benchmarks at scale. Each exported scenario returns a metrics object;
  * `bench/run.ts` collects them, and running this file directly runs them all in order:
  *
  *   node bench/scenarios/employees.ts            # 1,000,000 employees (BENCH_EMPLOYEES to change)
@@ -8,33 +8,21 @@
  * tenants (1,000 and BENCH_EMPLOYEES employees) bulk-imported as events; the read model built by
  * a replay (measured); then the service itself (`services/main.ts`) started as a child process,
  * so client and server do not share one event loop, and driven over HTTP.
- *
- * Bulk import, documented: for each employee an `EmployeeHired` event on its own stream, an
- * `EmployeeEmailReserved` event on its email's reservation stream (so uniqueness holds for
- * imported staff too) and, for 20%, an `EmployeeStatusChanged` (10% on_leave, 10% inactive),
- * written with COPY into es_events in ONE transaction: the import is all or
- * nothing, and the events become visible to projectors at once, in one commit.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import autocannon from 'autocannon';
 import pg from 'pg';
-import { from as copyFrom } from 'pg-copy-streams';
-import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
 import { createDatabasePool, sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import { comparePositions, parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
-import { emailReservationStreamId } from '../../services/employees/emailReservation.ts';
-import { employeeStreamId } from '../../services/employees/events.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { readCheckpoint, replayProjection } from '../../projections/runner/runner.ts';
 import { freePort, percentile, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
+import { importEmployees } from '../support/employeesImport.ts';
 
 export type EmployeesBenchEnv = {
   readonly pool: DatabasePool;
@@ -47,67 +35,7 @@ export type EmployeesBenchEnv = {
 
 type BenchTenant = { readonly tenantId: string; readonly slug: string; readonly employees: number; readonly headers: Record<string, string> };
 
-const DEPARTMENTS = ['engineering', 'sales', 'marketing', 'support', 'finance', 'hr', 'legal', 'operations', 'research', 'design'];
 const say = (message: string) => process.stderr.write(`[bench employees] ${message}\n`);
-
-/** COPY text format: escape the characters COPY treats specially. */
-const copyField = (value: string) => value.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r');
-
-/**
- * Bulk import of `count` employees as events, in one transaction (see the file comment).
- * Returns the number of events written and how long it took.
- */
-export async function importEmployees(databaseUrl: string, tenantId: string, count: number) {
-  const started = Date.now();
-  const nextId = monotonicFactory();
-  const yearMs = 365 * 24 * 3600 * 1000;
-  const now = Date.now();
-  const employees = Array.from({ length: count }, (_, i) => {
-    const id = nextId();
-    const roll = i % 10;
-    return {
-      id,
-      email: `employee-${i}-${id.toLowerCase()}@bench.example`,
-      department: DEPARTMENTS[(i * 7) % DEPARTMENTS.length] ?? 'engineering',
-      hiredAt: new Date(now - Math.floor(((i * 7919) % count) / count * 10 * yearMs)).toISOString(),
-      status: roll === 0 ? 'on_leave' : roll === 1 ? 'inactive' : 'active',
-    };
-  });
-  const metadata = JSON.stringify({ tenantId, actor: 'bulk-import', occurredAt: new Date(now).toISOString() });
-  let events = 0;
-  function* eventRows() {
-    for (const e of employees) {
-      const stream = employeeStreamId(tenantId, e.id);
-      const hired = { employeeId: e.id, email: e.email, firstName: 'Bench', lastName: `Person ${e.id.slice(-6)}`, department: e.department, status: 'active', hiredAt: e.hiredAt };
-      yield `${stream}\t0\t${randomUUID()}\tEmployeeHired\t${copyField(JSON.stringify(hired))}\t${copyField(metadata)}\n`;
-      if (e.status !== 'active') {
-        const changed = { employeeId: e.id, from: 'active', to: e.status, reason: 'imported', changedAt: e.hiredAt };
-        yield `${stream}\t1\t${randomUUID()}\tEmployeeStatusChanged\t${copyField(JSON.stringify(changed))}\t${copyField(metadata)}\n`;
-        events++;
-      }
-      const reserved = { employeeId: e.id, email: e.email };
-      yield `${emailReservationStreamId(tenantId, e.email)}\t0\t${randomUUID()}\tEmployeeEmailReserved\t${copyField(JSON.stringify(reserved))}\t${copyField(metadata)}\n`;
-      events += 2;
-    }
-  }
-  const client = new pg.Client({ connectionString: databaseUrl });
-  await client.connect();
-  try {
-    await client.query('begin');
-    await pipeline(
-      Readable.from(eventRows(), { objectMode: false }),
-      client.query(copyFrom('copy es_events (stream_id, revision, event_id, type, data, metadata) from stdin')),
-    );
-    await client.query('commit');
-  } catch (error) {
-    await client.query('rollback').catch(() => undefined);
-    throw error;
-  } finally {
-    await client.end();
-  }
-  const ms = Date.now() - started;
-  return { employees: count, events, ms, eventsPerSecond: Math.round(events / (ms / 1000)) };
-}
 
 /** Replays the employees projection from the first event (shadow tables + swap), measured. */
 export async function replayThroughput(env: Pick<EmployeesBenchEnv, 'pool' | 'databaseUrl'>, batchSize = 5_000) {
@@ -119,8 +47,6 @@ export async function replayThroughput(env: Pick<EmployeesBenchEnv, 'pool' | 'da
   const eventsPerSecond = Math.round(result.processed / (ms / 1000));
   return { scenario: 'employees.replay', events: result.processed, ms, eventsPerSecond, goal: '≥ 50,000 events/s', met: eventsPerSecond >= 50_000 };
 }
-
-
 
 /** Waits until the employees projection has reached the head of the log (nothing left to catch up). */
 async function settled(pool: DatabasePool, timeoutMs: number): Promise<void> {

@@ -1,5 +1,5 @@
 /**
- * Cheap list reads (issue 14): `GET /v1/employees?limit=20` through the real gateway process
+ * Cheap list reads: `GET /v1/employees?limit=20` through the real gateway process
  * (auth, tenant scope, rate limiter, zod, row-level security) ÷ a bare Fastify + pg server
  * running the SAME SQL statement (`listEmployeesStatement`) on the same database, without any
  * of that. Both are child processes (the load generator never shares their event loop);
@@ -21,7 +21,8 @@ import { listEmployees, listEmployeesStatement } from '../../projections/employe
 import { createTenantReader } from '../../shared/db/tenantReader.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { importEmployees, listLatency, setUpEmployeesBench } from './employees.ts';
+import { importEmployees } from '../support/employeesImport.ts';
+import { listLatency, setUpEmployeesBench } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 
@@ -170,7 +171,7 @@ export async function runEmployeesListBench(options: { employees?: number; round
 if (process.env.LIST_BENCH_ROLE === 'server') await serveBare();
 
 /**
- * List p99 at scale (issue 14): the employees bench's setup (two tenants, 1,000 and
+ * List p99 at scale: the employees bench's setup (two tenants, 1,000 and
  * BENCH_EMPLOYEES employees imported as events, the read model built by a replay, gateway and
  * projector as child processes) and only its list-latency cases, so the 1-year hire-range total
  * (month/day counters) is measured without the write cases.

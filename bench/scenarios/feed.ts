@@ -1,5 +1,5 @@
 /**
- * Change feed and webhook deliveries (SPEC §7). `npm run bench -- feed`.
+ * Change feed and webhook deliveries. `npm run bench -- feed`.
  *
  * Setup: a fresh database, two tenants with BENCH_FEED_EMPLOYEES employees × 10 changes each
  * (hire + 9 renames; the second tenant is noise the feed must skip), the changes projection

@@ -2,7 +2,7 @@
  * The price of the edge's exactness, in-process and CPU-only (no I/O to blur it):
  * - reading `timestamptz` text with our field-by-field parser (exact for every year) against
  *   what it replaced, `new Date(text).toISOString()` (year 45 read as 2045);
- * - validating a create-employee body with the SPEC §9 schema (storable text, bounded, instants
+ * - validating a create-employee body with the input-limits schema (storable text, bounded, instants
  *   in range) against the schema it replaced (same shape, no NUL/surrogate/year checks).
  * Rounds alternate baseline/ours; medians of per-round throughput (operations per second).
  */
@@ -56,7 +56,7 @@ export async function runInputLimitsBench(options: { rounds?: number } = {}): Pr
     },
   );
 
-  // The schema as it was before SPEC §9 (commit cc39a53): bounded, but NUL, lone surrogates
+  // The schema before the input limits (commit cc39a53): bounded, but NUL, lone surrogates
   // and any year passed.
   const previousInstant = z.iso
     .datetime({ offset: true })
@@ -80,7 +80,7 @@ export async function runInputLimitsBench(options: { rounds?: number } = {}): Pr
     hiredAt: '2024-05-01T09:00:00+02:00',
   }));
   const validation = compare(
-    'create-employee body validation (ours: SPEC §9 schema; baseline: the schema before it)',
+    'create-employee body validation (ours: input-limits schema; baseline: the schema before it)',
     rounds,
     bodies.length,
     () => {

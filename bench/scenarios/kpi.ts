@@ -1,5 +1,5 @@
 /**
- * KPI pipeline benchmarks (SPEC §4), each an exported async function returning
+ * KPI pipeline benchmarks, each an exported async function returning
  * `{name, ours, baseline, ratio}`; running this file runs them all and prints JSON lines:
  *
  *   node bench/scenarios/kpi.ts
@@ -41,7 +41,9 @@ import { createBenchDatabase } from '../support/database.ts';
 import { createDatabasePool, sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
-import { createKafkaClient, createKafkaPublisher, createKafkaSource } from '../../shared/metrics-bus/kafka.ts';
+import { createKafkaClient } from '../../shared/metrics-bus/kafkaClient.ts';
+import { createKafkaPublisher } from '../../shared/metrics-bus/kafkaPublisher.ts';
+import { createKafkaSource } from '../../shared/metrics-bus/kafkaSource.ts';
 import type { UsageSample } from '../../shared/metrics-bus/port.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { startKpiConsumer } from '../../projections/kpi/consumer.ts';

@@ -1,5 +1,5 @@
 /**
- * Login under abuse (issue 10, defect 8): the latency of a real login from one address, quiet
+ * Login under abuse: the latency of a real login from one address, quiet
  * (baseline) and while 40 junk logins arrive at once — from one attacker address (what the
  * per-address verification gate is for) and from 40 addresses (a botnet, which per-address
  * bounds cannot tell from users; reported, no goal). Rounds alternate quiet/loaded; medians.

@@ -22,7 +22,8 @@ import { provisionTenant } from '../../services/tenants/provision.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { createThroughput, importEmployees, projectionLag, type EmployeesBenchEnv } from './employees.ts';
+import { importEmployees } from '../support/employeesImport.ts';
+import { createThroughput, projectionLag, type EmployeesBenchEnv } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 

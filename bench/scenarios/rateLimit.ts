@@ -15,7 +15,7 @@
  * limit no run reaches, so every request pays the full check and none is refused (a non-2xx
  * response fails the run).
  *
- * Two methods, because they once disagreed (docs/benchmarks.md, "Rate limits"):
+ * Two methods, because they can disagree (docs/benchmarks.md, rate-limit):
  *   two gateways:  limited process ÷ baseline process, same tenant, same route;
  *   one gateway:   the limited process, a tenant with a limit ÷ an Enterprise tenant without
  *                  one (its requests skip the store), same route.

@@ -1,5 +1,5 @@
 /**
- * Replay of the employees projection as a bulk load (issue 14), against the page-by-page
+ * Replay of the employees projection as a bulk load, against the page-by-page
  * replay (`handle` per page, the path every projection without a `bulk` fold takes) in the same
  * run, on the same imported log:
  *
@@ -18,7 +18,7 @@ import { employeesProjection } from '../../projections/employees/employeesProjec
 import { employeesModelChecksums } from '../../projections/employees/checksums.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { importEmployees } from './employees.ts';
+import { importEmployees } from '../support/employeesImport.ts';
 import { median } from '../support/measure.ts';
 
 const say = (message: string) => process.stderr.write(`[bench replay] ${message}\n`);

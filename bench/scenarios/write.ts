@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- write` (issue 11): the write path against two baselines, in one run,
+ * `npm run bench -- write`: the write path against two baselines, in one run,
  * alternating rounds (ours, baseline, ours, baseline, …), each figure the median of its rounds
  * and each ratio the median of the per-round ratios.
  *
@@ -175,12 +175,9 @@ async function createsBench(rounds: number, seconds: number, connections: number
     await waitForHttp(`http://127.0.0.1:${crudPort}/health/ready`, 60_000);
     const oursUrl = `http://127.0.0.1:${oursPort}/v1/employees`;
     const crudUrl = `http://127.0.0.1:${crudPort}/v1/employees`;
-    // Warm-up, not counted, as long for each side as a round. Measured second by second from a
-    // cold start (2026-11-26), both sides climbed for about 8 s before their steady rate (the
-    // first 8 s ÷ the next 16, two starts each: ours 0.71 and 0.93, CRUD 0.75 and 0.84), so a
-    // 2-s warm-up left round 1 partly in the climb: over the 81 runs tabled in
-    // docs/benchmarks.md on 2026-11-23/24, round 1 averaged 0.605 of CRUD, rounds 2 and 3 0.681
-    // and 0.652.
+    // Warm-up, not counted, as long for each side as a round: from a cold start both sides
+    // climb for several seconds before their steady rate, and a shorter warm-up left round 1
+    // partly in the climb (docs/benchmarks.md, write).
     await createRound(oursUrl, headers, warmupSeconds, connections);
     await createRound(crudUrl, {}, warmupSeconds, connections);
 

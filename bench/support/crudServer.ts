@@ -1,5 +1,5 @@
 /**
- * The state-stored CRUD baseline of the `write` bench (issue 11): what a team would write
+ * The state-stored CRUD baseline of the `write` bench: what a team would write
  * without event sourcing. Fastify + pg, the same create as `POST /v1/employees` (zod-validated
  * body, a ULID, 201 + Location + body) as ONE `INSERT` into a table with a unique index on
  * (tenant, lower(email)); a duplicate is a 409. No auth, no rate limit, no log: the fastest

@@ -9,7 +9,7 @@ import { EMPLOYEE_EVENT_TYPES, EMPLOYEE_STATUSES, parseEmployeeStreamId, type Em
 import { evolve, toEmployeeView, type EmployeeState } from '../../services/employees/decide.ts';
 
 /**
- * The change feed's read model (SPEC §7): one row per employee event, keyed by tenant and the
+ * The change feed's read model: one row per employee event, keyed by tenant and the
  * event's global log position, carrying the public change type and the employee's state after
  * it, and numbered in the order the rows were applied (`seq`, an identity). Rows commit one
  * batch at a time (every batch, and `projections retry`, first locks the projection's

@@ -107,6 +107,39 @@ const UNDEFINED_COLUMN = '42703';
 const APPLY_ORDER_VERSION = 2;
 
 /**
+ * SQL that holds when the tenant has a change of one of `types` after the cursor (commit,
+ * prepare) in the feed's `order`. The arguments are SQL values or the caller's columns (a
+ * webhook endpoint's tenant, cursor and subscribed types), so a query over other tables can ask
+ * the feed without knowing its table.
+ */
+export function changeAfter(
+  order: FeedOrder,
+  tenantId: ValueExpression,
+  commit: ValueExpression,
+  prepare: ValueExpression,
+  types: ValueExpression,
+): FragmentSqlToken {
+  return sql.fragment`exists (
+          select 1 from employee_changes c
+          where c.tenant_id = ${tenantId}
+            and ${order.after(tenantId, commit, prepare)}
+            and c.type = any(${types}))`;
+}
+
+/** The tenant's last change applied (where a new webhook endpoint starts), or null when it has none. */
+export async function latestChange(pool: DatabasePool, tenantId: string): Promise<GlobalPosition | null> {
+  const row = await inFeedOrder(pool, (order) =>
+    withTenant(pool, tenantId, (tx) =>
+      tx.maybeOne(sql.type(z.object({ commit: z.string(), prepare: z.string() }))`
+        select c.commit_position::text as commit, c.prepare_position::text as prepare from employee_changes c
+        where c.tenant_id = ${tenantId} order by ${order.last} limit 1
+      `),
+    ),
+  );
+  return row ? { commit: BigInt(row.commit), prepare: BigInt(row.prepare) } : null;
+}
+
+/**
  * The tenant's changes after `after`, in the order they were applied (log order, except a
  * change `projections retry` applied late: it comes after the ones already applied), at most
  * `limit`; and whether `after` is a position this tenant's feed ever handed out (`known`). Row-level

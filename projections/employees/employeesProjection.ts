@@ -11,7 +11,7 @@ import {
 } from '../../services/employees/events.ts';
 
 /**
- * The employees read model: one row per employee (SPEC fields + tenant + stream revision) and
+ * The employees read model: one row per employee (its API fields + tenant + stream revision) and
  * exact counters per (tenant, status, department), and per the same key and hire month / hire
  * day (UTC), so `meta.total` never counts a big tenant's rows: without a hire-date range it reads
  * the first; with one it sums whole months, then the whole days of the two edge months, and

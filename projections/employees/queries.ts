@@ -69,7 +69,7 @@ const instantRange = (from: string | null, to: string | null, toInclusive: boole
 const DAY_MS = 86_400_000;
 /**
  * ISO text PostgreSQL reads. Range edges can pass year 9999 (`hiredTo=9999-12-31` ends at
- * 10000-01-01), where JavaScript writes `+010000-…`, which PostgreSQL refuses (it was a 500);
+ * 10000-01-01), where JavaScript writes `+010000-…`, which PostgreSQL refuses (a 500 for the client);
  * PostgreSQL takes the plain five-digit year.
  */
 const pgIso = (ms: number) => new Date(ms).toISOString().replace(/^\+0*(\d{5,})/, '$1');

@@ -35,7 +35,7 @@ function toFact(event: RecordedEvent): Fact | undefined {
   const data = storedBillingData.safeParse(event.data);
   if (!type || typeof tenantId !== 'string' || !data.success) return undefined;
   const occurred = Date.parse(data.data.occurredAt);
-  // Events recorded before the edge checked instants (SPEC §9), or otherwise unstorable: an
+  // Events recorded before the edge checked instants (years 1970–9999), or otherwise unstorable: an
   // out-of-range instant or a malformed amount would fail its insert and stall the projection
   // for every tenant; they state nothing usable, so they are skipped (deterministically).
   if (!Number.isFinite(occurred) || occurred < 0 || occurred >= Date.UTC(10_000, 0, 1)) return undefined;

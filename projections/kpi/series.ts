@@ -8,7 +8,7 @@ import { divideRounded, unitsToNumber } from './money.ts';
 import { CHURN_WINDOW_MS, type CustomerHistory, type RevenueKpis } from './subscriptions.ts';
 
 /**
- * KPIs over time (SPEC §8): `GET /v1/analytics/kpi/series` and `GET /v1/analytics/kpi?at=`.
+ * KPIs over time: `GET /v1/analytics/kpi/series` and `GET /v1/analytics/kpi?at=`.
  *
  * Usage KPIs at an instant T are read from the hour and day rollups at hour resolution: the
  * windows are the whole hours ending at E = T rounded down to the hour (E = T on the hour, which

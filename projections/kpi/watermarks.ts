@@ -9,7 +9,7 @@ import { kpiBillingProjection } from './billingProjection.ts';
 import { DEFAULT_KPI_GROUP } from './consumer.ts';
 
 /**
- * The KPI watermarks: instants up to which every input has been applied (SPEC §4 `asOf`).
+ * The KPI watermarks: instants up to which every input has been applied (a KPI's `asOf`).
  * Both come from the pipelines' own progress against the head of their log, never from one
  * tenant's traffic: an idle tenant's KPI is as fresh as everyone's.
  */
@@ -83,7 +83,7 @@ export async function usageWatermark(pool: DatabasePool, progress: UsageProgress
 export type KpiReadDeps = { readonly pool: DatabasePool; readonly eventStore: EventStore; readonly usage?: UsageProgress };
 
 /**
- * The horizon up to which KPIs are answered (SPEC §4 `asOf`): now, or earlier while inputs are
+ * The horizon up to which KPIs are answered (their `asOf`): now, or earlier while inputs are
  * pending: billing events for the revenue KPIs, usage samples for the usage KPIs, both for a summary.
  */
 export async function kpiHorizon(deps: KpiReadDeps, now: number, inputs: 'billing' | 'usage' | 'both'): Promise<number> {

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { loadConfig } from '../../shared/config.ts';
 import { createDatabasePool } from '../../shared/db/pool.ts';
 import { createLogger } from '../../shared/logger.ts';
-import { createKafkaSource } from '../../shared/metrics-bus/kafka.ts';
+import { createKafkaSource } from '../../shared/metrics-bus/kafkaSource.ts';
 import type { UsageSampleSource } from '../../shared/metrics-bus/port.ts';
 import { DEFAULT_KPI_GROUP, startKpiConsumer } from './consumer.ts';
 

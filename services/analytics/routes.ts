@@ -36,7 +36,7 @@ export const kpiSummarySchema = z
   })
   .meta({ id: 'KpiSummary' });
 
-/** The shared SPEC §9 instant (bounded length, years 1970–9999 after normalising), as epoch ms. */
+/** The shared instant (bounded length, years 1970–9999 after normalising), as epoch ms. */
 const instant = (description: string) =>
   sharedInstant()
     .transform((iso) => Date.parse(iso))
@@ -74,7 +74,7 @@ const ingestResponse = z.object({
 
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } as const;
 
-/** The analytics capability (SPEC §4). Mount it inside the authenticated scope. */
+/** The analytics capability. Mount it inside the authenticated scope. */
 export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;

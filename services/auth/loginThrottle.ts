@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract } from 'rate-limiter-flexible';
 
 /**
- * Failed-attempt counters for login and refresh (issue 10, defect 8). Three of them, so that an
+ * Failed-attempt counters for login and refresh. Three of them, so that an
  * outsider cannot lock an account at will while a guesser is still bounded:
  * - per (account, client IP): `limit` failures in `windowSeconds` (5 a minute) refuse that
  *   account *from that address* with 429; the owner elsewhere is unaffected;

@@ -14,7 +14,7 @@ export const PERMISSIONS = [
   'session:end',
   /** Giving a person a role (`roleId` on POST /v1/employees): admin only, or an hr_manager could make anyone admin. */
   'roles:assign',
-  /** Registering, listing, deleting and replaying webhook endpoints (SPEC §7): admin only. */
+  /** Registering, listing, deleting and replaying webhook endpoints: admin only. */
   'webhooks:manage',
 ] as const;
 

@@ -6,7 +6,7 @@ import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from 
 import { normaliseEmail } from '../../shared/email.ts';
 
 /**
- * Role assignment as a reaction to the employee's events (issue 10, defect 11). An employee's
+ * Role assignment as a reaction to the employee's events. An employee's
  * `EmployeeRoleAssigned` (on hire with a `roleId`, or `PUT /v1/employees/{id}/role`) is the
  * decision; this reactor carries it to where roles are enforced, `users.role_id` (the one source
  * of truth for a person's role, docs/rbac.md). It runs on the projection runner, so the user

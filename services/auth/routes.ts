@@ -24,13 +24,13 @@ const tokenPairSchema = z
 
 // Request bodies are strict (docs/versioning.md): an unknown field is a 400, never silently dropped.
 const refreshBody = z.object({ refreshToken: safeText(200, { min: 1 }).describe('As returned by login or refresh') }).strict();
-// Any text a person may have typed, but storable and bounded (SPEC §9): NUL in an email was a 500 (defect 6).
+// Any text a person may have typed, but storable and bounded: a NUL in an email must be a 400, not a 500.
 const loginBody = z.object({ email: safeText(320, { min: 1 }), password: safeText(1024, { min: 1 }) }).strict();
 
 /**
  * POST /v1/auth/login and /refresh: public routes in their own encapsulated context (no bearer
- * token; the credentials are in the body). Logout is not among them: SPEC §2 exempts only login
- * and refresh from the bearer token, so it lives in `sessionRoutes`, inside the authenticated scope.
+ * token; the credentials are in the body). Logout is not among them: only login and refresh are
+ * exempt from the bearer token, so it lives in `sessionRoutes`, inside the authenticated scope.
  */
 export function authRoutes(deps: AuthDeps): V1Capability {
   return async (v1) => {

@@ -3,7 +3,7 @@ import { ServiceUnavailableError, TooManyRequestsError } from '../../shared/erro
 
 /**
  * A cap on concurrent password verifications (argon2id costs ~50 ms of a core and 19 MiB each),
- * fair between clients (issue 10, defect 8). At most `concurrency` run at once; the rest wait in
+ * fair between clients, so junk logins cannot starve real ones. At most `concurrency` run at once; the rest wait in
  * one queue per client key (the client's IP); a freed slot goes to the waiting key with the
  * fewest verifications running (ties: the key served longest ago, i.e. round-robin), so 40 junk
  * logins from one address queue behind each other, not in front of everyone else; and one

@@ -4,7 +4,7 @@ import { changesRoutes } from './routes.ts';
 import { createChangeWakeups } from './wakeups.ts';
 
 /**
- * The change feed capability (SPEC §7) with its ports bound: the pool for reads and a LISTEN
+ * The change feed capability with its ports bound: the pool for reads and a LISTEN
  * connection (opened on the first long-poll) that wakes waiting readers. Mount it inside
  * `authenticated(...)`; the LISTEN connection closes with the app.
  */

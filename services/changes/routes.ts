@@ -17,7 +17,7 @@ import { boundedInt, safeText } from '../../shared/validation.ts';
 export type ChangesRoutesDeps = {
   readonly pool: DatabasePool;
   readonly wakeups: ChangeWakeups;
-  /** Upper bound of `wait` (seconds); SPEC §7 says 30. */
+  /** Upper bound of `wait` (seconds): 30 by default. */
   readonly maxWaitSeconds?: number;
 };
 
@@ -59,7 +59,7 @@ export function parseAfter(after: string | undefined) {
 }
 
 /**
- * GET /v1/employees/changes (SPEC §7): the tenant's employee changes in global log order. A
+ * GET /v1/employees/changes: the tenant's employee changes in global log order. A
  * client that stores `next` and calls again gets every later change exactly once, in order; a
  * change applied late by `projections retry` comes after the ones already served (queries.ts).
  * The path is static, so the router matches it before `/employees/:id`.

@@ -112,7 +112,7 @@ export function changeEmployeeStatus(
 
 /**
  * One employee as its stream says, right now: the events folded with the decider's `evolve`.
- * Single reads answer from this (defect 3), so body and ETag reflect every acknowledged write;
+ * Single reads answer from this, so body and ETag reflect every acknowledged write;
  * the read model, which lags, serves only lists. Null when the tenant has no such employee
  * (the stream id carries the tenant, so another tenant's id is simply an empty stream).
  */

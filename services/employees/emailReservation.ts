@@ -20,21 +20,19 @@ import { employeeStreamId, normaliseEmail, type EmployeeEvent } from './events.t
  *   the revision the change was decided on (`planEmailChange`).
  * So no release can be decided on a stale view of the employee: if the employee moved back to the
  * address in between, its stream's revision moved and the whole append fails (and is planned
- * again); and there is nothing to undo when a command fails, since it appended nothing. (The
- * protocol before this one reserved, then appended to the employee, then released, each on its
- * own; whether to release was decided by who held the reservation, not by what the employee
- * still used, and two interleaved changes of one employee could free the address it had.)
+ * again); and there is nothing to undo when a command fails, since it appended nothing.
  *
- * A reservation held by an employee who does not have the address (left by that older protocol:
- * a crash between its appends, or one of its commands still in flight during a rolling deploy) is
- * orphaned once it is older than any command in flight (30 s), and is then taken over at its
- * exact revision. That takeover cannot race the holder moving back to the address: such a move
- * appends to this stream too, at the revision the takeover expects.
+ * A reservation held by an employee who does not have the address can still exist, written by an
+ * append that was not atomic with the employee's (a crash between two separate appends, or such a
+ * writer still in flight). It is orphaned once it is older than any command in flight (30 s), and
+ * is then taken over at its exact revision. That takeover cannot race the holder moving back to
+ * the address: such a move appends to this stream too, at the revision the takeover expects.
+ * The protocol's failure cases and the one it replaced: docs/decisions/003-email-reservations.md.
  */
 export type EmailReserved = { readonly type: 'EmployeeEmailReserved'; readonly data: { readonly employeeId: string; readonly email: string } };
 export type EmailReleased = { readonly type: 'EmployeeEmailReleased'; readonly data: { readonly employeeId: string } };
 
-/** Longer than any command of the older two-step protocol between its reservation and its append to the employee stream. */
+/** Longer than any writer takes between a reservation and its separate append to the employee stream. */
 const IN_FLIGHT_GRACE_MS = 30_000;
 
 export const emailReservationStreamId = (tenantId: string, email: string): string =>
@@ -56,8 +54,8 @@ async function employeeState(store: EventStore, tenantId: string, employeeId: st
 
 /**
  * Orphaned: held for longer than a command takes, by an employee who does not have this address.
- * A younger reservation may belong to a command of the older protocol still in flight (reserved,
- * not yet appended to the employee), so it is never taken over, whatever the owner's stream says yet.
+ * A younger reservation may belong to a writer still in flight (reserved, not yet appended to the
+ * employee), so it is never taken over, whatever the owner's stream says yet.
  */
 async function isOrphaned(store: EventStore, tenantId: string, email: string, holder: NonNullable<Holder>, now: string): Promise<boolean> {
   if (withinGrace(holder, now)) return false;
@@ -65,7 +63,7 @@ async function isOrphaned(store: EventStore, tenantId: string, email: string, ho
   return owner.kind !== 'hired' || normaliseEmail(owner.email) !== normaliseEmail(email);
 }
 
-/** Younger than any command of the older protocol in flight: never taken over, whatever its owner's stream says. */
+/** Younger than any writer in flight between its two appends: never taken over, whatever its owner's stream says. */
 const withinGrace = (holder: NonNullable<Holder>, now: string): boolean => Date.parse(now) - Date.parse(holder.since) <= IN_FLIGHT_GRACE_MS;
 
 export type ReservationInput = {
@@ -129,7 +127,7 @@ export async function planReservation(store: EventStore, input: ReservationInput
 
 /**
  * The part of an atomic append that gives `email` up, when `employeeId` holds it; null when it
- * does not (a state the older protocol could leave): then the address is not this employee's to
+ * does not (a state a non-atomic write can leave): then the address is not this employee's to
  * free, and its stream is left alone.
  */
 export async function planRelease(store: EventStore, input: ReservationInput): Promise<AppendRequest | null> {
@@ -151,7 +149,7 @@ export async function planEmailChange(store: EventStore, input: ReservationInput
 /**
  * Standalone appends, not atomic with any employee stream, so the commands never use them (see
  * the invariant above). They write a reservation stream directly, as tools and specs need to set
- * up the states the older two-step protocol left behind (orphans).
+ * up the states that non-atomic writes leave behind (orphans).
  *
  * Holds `email` for `employeeId`, or fails with 409 when another employee holds it (or takes it
  * meanwhile). Null when `employeeId` already held the address (nothing appended).
@@ -182,8 +180,8 @@ export async function releaseEmail(store: EventStore, input: ReservationInput): 
 /**
  * What `ops employees check-emails` finds for one employee's address:
  * - `ok`: reserved by the employee;
- * - `missing`: not reserved by it (free, or held by someone who no longer has it) — the state the
- *   older two-step protocol could leave; with `repair`, reserved for it now (`repaired`);
+ * - `missing`: not reserved by it (free, or held by someone who no longer has it) — a state only a
+ *   non-atomic write can leave; with `repair`, reserved for it now (`repaired`);
  * - `shared`: another employee has the same address and holds it (a duplicate to settle by hand:
  *   change one of the two addresses);
  * - `busy`: held by another employee for less than the in-flight grace, or changed while it was

@@ -67,7 +67,7 @@ function ifMatchOf(header: string | undefined): IfMatch | undefined {
 const etag = (revision: number) => `"${revision}"`;
 
 /**
- * The employees capability (SPEC §3): commands go through the generic command handler and are
+ * The employees capability: commands go through the generic command handler and are
  * answered from the events they decided; a single employee is read from its stream (strongly
  * consistent); lists come from the projection, optionally after waiting for a position the
  * client got from an earlier write (read-your-writes).
@@ -130,7 +130,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           { type: 'HireEmployee', data: { employeeId, ...rest, ...(roleId !== undefined && { roleId }) }, metadata },
         );
         // The role reaches the user (users.role_id) through the role reactor, not from here:
-        // a failure there is retried instead of failing an already-recorded hire (defect 11).
+        // a failure there is retried instead of failing an already-recorded hire.
         reply.code(201).header('location', `/v1/employees/${employeeId}`);
         return sendWrite(reply, result);
       },
@@ -172,7 +172,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       },
       async (request, reply) => {
         const auth = requireAuth(request);
-        // Strongly consistent (defect 3): folded from the stream, never from the lagging read
+        // Strongly consistent: folded from the stream, never from the lagging read
         // model, so a GET-then-PATCH with this ETag cannot get a spurious 412. A client's
         // minPosition (validated by the header schema) is therefore always met already.
         const found = await loadEmployee(deps.store, auth.tenantId, request.params.id);

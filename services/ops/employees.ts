@@ -8,9 +8,9 @@ import { opsAction, parseSlug, withConfiguredRuntime } from './tenants.ts';
 
 /**
  * `ops employees check-emails [--tenant <slug>] [--repair]`: every hired employee's address must
- * be reserved by that employee (services/employees/emailReservation.ts). Email changes of the
- * older two-step protocol (before the atomic reservations) could leave an address free while its
- * employee still had it, and a hire could then take it. This finds such addresses, reserves them
+ * be reserved by that employee (services/employees/emailReservation.ts). A reservation written
+ * apart from the employee's own append can leave an address free while its employee still has
+ * it, and a hire could then take it. This finds such addresses, reserves them
  * for their employee with `--repair`, and names any address two employees already share
  * (`shared`: change one of them by hand). Employees come from the employees read model (one
  * hired a moment ago and not yet projected is not looked at; hires reserve atomically anyway);

@@ -39,7 +39,7 @@ export const opsAction =
       if (!(error instanceof AppError || error instanceof InvalidArgumentError)) throw error;
       process.stderr.write(`error: ${error.message}\n`);
       // The runtime is closed by now (withConfiguredRuntime's finally). `exitCode` is kept: the
-      // embedded server's exit hooks no longer override it (shared/db/embedded.ts).
+      // embedded server leaves the exit code to the process (shared/db/embedded.ts).
       process.exitCode = 1;
     }
   };

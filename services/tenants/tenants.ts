@@ -10,7 +10,7 @@ export const tenantSlugSchema = z
   .max(63)
   .regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/, 'must be 1-63 lowercase letters, digits or inner hyphens');
 
-/** The `X-Tenant` header every /v1 request carries (SPEC §2), as a header schema. */
+/** The `X-Tenant` header every /v1 request carries, as a header schema. */
 export const tenantHeaders = z.object({ 'x-tenant': tenantSlugSchema.describe('Tenant slug') });
 
 export const rateLimitOverrideSchema = z.object({

@@ -4,21 +4,17 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
 import { CHANGES_PROJECTION } from '../../projections/changes/changesProjection.ts';
 import { readCheckpoint } from '../../projections/runner/runner.ts';
-import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
-import { encodeCursor } from '../changes/cursor.ts';
-import { toChange } from '../changes/change.ts';
 import { createChangeWakeups } from '../changes/wakeups.ts';
-import { sendWebhook } from './deliver.ts';
-import { DEFAULT_RETRY_POLICY, nextRetryDelay, type RetryPolicy } from './schedule.ts';
+import { createDeliveryRun } from './deliveryRun.ts';
+import { DEFAULT_RETRY_POLICY, type RetryPolicy } from './schedule.ts';
 import type { SecretBox } from './secrets.ts';
-import { acquireLease, dueEndpoints, leaseState, recordAttempt, recordDelivered, releaseLease, trimDeliveries, type EndpointRecord } from './store.ts';
+import { trimDeliveries } from './deliveryLog.ts';
+import { acquireLease, dueEndpoints, releaseLease } from './lease.ts';
 import type { TargetPolicy } from './targets.ts';
 import { bullmqTriggers, inProcessTriggers, type DrainJob, type DrainTriggers } from './triggers.ts';
 
 export const WEBHOOK_QUEUE = 'webhook-delivery';
 export const DEFAULT_DELIVERY_RETENTION_MS = 30 * 86_400_000;
-/** What a lease must have left beyond an attempt's time bound when the attempt starts (recording it, clock drift). */
-const LEASE_SLACK_MS = 5_000;
 
 export type WebhookDispatcherOptions = {
   readonly pool: DatabasePool;
@@ -31,7 +27,7 @@ export type WebhookDispatcherOptions = {
   readonly secrets: SecretBox;
   readonly targets: TargetPolicy;
   readonly retry?: RetryPolicy;
-  /** Per attempt (SPEC: 15 s). */
+  /** Per attempt (default 15 s). */
   readonly timeoutMs?: number;
   /** How often PostgreSQL is swept for endpoints with work and no job (e.g. after Redis lost its jobs). */
   readonly sweepEveryMs?: number;
@@ -56,7 +52,7 @@ export type WebhookDispatcher = {
 };
 
 /**
- * Delivers every endpoint's changes, in order, at least once (SPEC §7).
+ * Delivers every endpoint's changes, in order, at least once.
  *
  * PostgreSQL holds all delivery state: each endpoint's cursor (the last change it acknowledged),
  * its failed-attempt count and next-attempt time, and a lease that lets one worker at a time
@@ -79,82 +75,19 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   // Aborted by close: the sweep stops, and a drain stops after the delivery in flight.
   const stop = new AbortController();
 
-  /**
-   * Delivers the endpoint's next changes in order, up to `budget`, reading them a page at a
-   * time; successes are recorded (cursor moved) once per page, a failure ends the run after
-   * recording what succeeded before it. Returns how many were delivered and whether to go on.
-   *
-   * Before every send the run reads its lease (`leaseState`, a primary-key read, small beside an
-   * HTTP request): a replay revokes it (store.ts, rewindEndpoint) and the run stops there, so it
-   * sends nothing more from the old cursor; the revoked lease keeps every other run out until this
-   * one releases it, so its attempt in flight stays the only one. A lease with less than an
-   * attempt's time bound (plus slack) left is renewed first: an attempt, DNS lookup included, ends
-   * within `timeoutMs` (deliver.ts), so it never outlives the lease.
-   */
-  const deliverRun = async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
-    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes, { trusted: true });
-    if (page.changes.length === 0) return { delivered: 0, more: false };
-    const secret = secrets.open(endpoint.secretSealed);
-    const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date }> = [];
-    const flush = async () => {
-      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs);
-      const last = succeeded.at(-1);
-      if (kept && last) Object.assign(endpoint, { cursor: last.position, failedAttempts: 0, nextAttemptAt: null });
-      succeeded.length = 0;
-      return kept;
-    };
-    let sent = 0;
-    for (const change of page.changes) {
-      // Closing: record what succeeded and let go (the lease is released; the rest is delivered
-      // by the next one to take it, this process after a restart or another worker).
-      if (stop.signal.aborted) break;
-      const lease = await leaseState(pool, endpoint.tenantId, endpoint.id, token);
-      // Revoked by a replay, or lost: what succeeded cannot be recorded any more (the token
-      // matches nothing); whoever takes the endpoint next starts from its cursor.
-      if (!lease.ours) return { delivered: sent, more: false };
-      // The lease must outlive the next attempt: record what succeeded so far, which renews it.
-      if (lease.leftMs < timeoutMs + LEASE_SLACK_MS && !(await flush())) return { delivered: sent, more: false };
-      sent++;
-      const id = encodeCursor(change.position);
-      const outcome = await sendWebhook(endpoint.url, secret, { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) }, {
-        policy: targets,
-        timeoutMs,
-      });
-      if (outcome.kind === 'delivered') {
-        succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at: new Date() });
-        continue;
-      }
-      if (!(await flush())) return { delivered: sent - 1, more: false };
-      const base = { change: { position: change.position, type: change.type }, statusCode: outcome.status };
-      if (outcome.kind === 'gone') {
-        await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: 'HTTP 410', outcome: { kind: 'disable', reason: 'The receiver answered 410 Gone' } });
-        logger?.warn({ endpointId: endpoint.id }, 'webhook endpoint disabled: 410 Gone');
-        return { delivered: sent - 1, more: false };
-      }
-      const failedAttempts = endpoint.failedAttempts + 1;
-      // The first failure of this change is now; a later one counts from when that was recorded.
-      const sinceFirstFailure = failedAttempts === 1 || endpoint.retryingSince === null ? 0 : Math.max(0, Date.now() - Date.parse(endpoint.retryingSince));
-      const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs, sinceFirstFailure);
-      if (delay === null) {
-        await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
-          ...base,
-          error: outcome.error,
-          outcome: { kind: 'disable', reason: `Every retry failed (last: ${outcome.error}); replay to resume` },
-        });
-        return { delivered: sent - 1, more: false };
-      }
-      const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: outcome.error, outcome: { kind: 'retry', failedAttempts, delayMs: delay } });
-      if (kept) {
-        const jobId = `retry-${endpoint.id}-${failedAttempts}-${change.position.commit}-${change.position.prepare}`;
-        await triggers.add({ endpointId: endpoint.id, tenantId: endpoint.tenantId }, { delayMs: delay, jobId }).catch((error: unknown) =>
-          logger?.warn({ err: error, endpointId: endpoint.id }, 'could not schedule a webhook retry; the sweep will'),
-        );
-      }
-      return { delivered: sent - 1, more: false };
-    }
-    const kept = await flush();
-    return { delivered: sent, more: kept && !stop.signal.aborted };
-  };
+  const deliverRun = createDeliveryRun({
+    pool,
+    secrets,
+    targets,
+    retry,
+    timeoutMs,
+    leaseMs,
+    random,
+    ...(logger && { logger }),
+    stop: stop.signal,
+    // Read at call time: the triggers are created below, before any drain runs.
+    triggers: { add: (job, addOptions) => triggers.add(job, addOptions) },
+  });
 
   const drain = async (job: DrainJob) => {
     const token = randomUUID();

@@ -7,13 +7,15 @@ import { sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { BadRequestError, NotFoundError, UnprocessableError } from '../../shared/errors.ts';
 import { START } from '../../shared/event-store/port.ts';
 import { CHANGES_CHANNEL } from '../../projections/changes/changesProjection.ts';
-import { readChanges } from '../../projections/changes/queries.ts';
+import { latestChange, readChanges } from '../../projections/changes/queries.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { changeTypeSchema, cursorSchema, parseAfter } from '../changes/routes.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requestSignal, requireAuth } from '../gateway/requestContext.ts';
 import { generateSigningSecret, type SecretBox } from './secrets.ts';
-import { deleteEndpoint, findEndpoint, insertEndpoint, latestChange, leaseRevoked, listDeliveries, listEndpoints, rewindEndpoint, type EndpointRecord } from './store.ts';
+import { listDeliveries } from './deliveryLog.ts';
+import { deleteEndpoint, findEndpoint, insertEndpoint, listEndpoints, type EndpointRecord } from './endpoints.ts';
+import { leaseRevoked, rewindEndpoint } from './lease.ts';
 import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
 import { boundedInt, safeText, uuid } from '../../shared/validation.ts';
 
@@ -73,7 +75,7 @@ const toView = (e: EndpointRecord) => ({
 });
 
 /**
- * Webhook endpoints (SPEC §7), permission `webhooks:manage`. The signing secret is returned by
+ * Webhook endpoints, permission `webhooks:manage`. The signing secret is returned by
  * POST only; it is stored sealed (secrets.ts) and never shown again. Targets are checked here
  * (https, resolves to a public address) and again at every delivery.
  */
@@ -192,7 +194,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         const cursor = await startingPoint(tenantId, request.body.after);
         const endpoint = await rewindEndpoint(deps.pool, tenantId, request.params.id, cursor);
         if (!endpoint) throw new NotFoundError('No such webhook endpoint');
-        // A run was delivering: its lease is revoked (store.ts), it sends nothing more, and the
+        // A run was delivering: its lease is revoked (lease.ts), it sends nothing more, and the
         // replay's run starts once it has let go, after its attempt in flight. Waiting for that
         // here means that after the 202 the receiver's next delivery is the first change after
         // `after`. Bounded by the revoked lease itself, which leaseRevoked stops seeing once it runs

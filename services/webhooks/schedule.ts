@@ -1,5 +1,5 @@
 /**
- * When to try a failed delivery again (SPEC §7): after ≈ 5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
+ * When to try a failed delivery again: after ≈ 5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
  * then daily, for at most 3 days after the first attempt. Pure: the caller passes the random
  * draw and the clock, so the schedule is specified by tests.
  */
@@ -22,8 +22,8 @@ export type RetryPolicy = {
   /** A receiver's Retry-After is honoured up to this long. */
   readonly maxRetryAfterMs: number;
   /**
-   * No retry is scheduled later than this long after the change's first failed attempt (SPEC §7:
-   * "up to 3 days"), whatever jitter or a receiver's Retry-After would make of the schedule.
+   * No retry is scheduled later than this long after the change's first failed attempt (retries
+   * last up to 3 days), whatever jitter or a receiver's Retry-After would make of the schedule.
    * Absent: the schedule's length alone bounds the retries.
    */
   readonly windowMs?: number;

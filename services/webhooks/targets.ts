@@ -2,7 +2,7 @@ import { lookup } from 'node:dns/promises';
 import { BlockList, isIP } from 'node:net';
 
 /**
- * Where webhooks may be sent (SPEC §7): https only, never to loopback, private, link-local,
+ * Where webhooks may be sent: https only, never to loopback, private, link-local,
  * metadata or otherwise special addresses, judged on the addresses the name resolves to at
  * every delivery (a name that resolved to a public address at registration can point at
  * 169.254.169.254 tomorrow). The delivery then connects to the very address that was checked

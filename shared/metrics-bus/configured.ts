@@ -27,7 +27,7 @@ export async function createConfiguredUsageBus(
 ): Promise<UsageBus> {
   if (config.KAFKA_BROKERS) {
     // kafkajs is loaded only when Kafka is configured: the embedded default never pays for it.
-    const { createKafkaPublisher, createKafkaSource } = await import('./kafka.ts');
+    const [{ createKafkaPublisher }, { createKafkaSource }] = await Promise.all([import('./kafkaPublisher.ts'), import('./kafkaSource.ts')]);
     return {
       transport: 'kafka',
       publisher: createKafkaPublisher({

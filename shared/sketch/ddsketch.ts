@@ -11,13 +11,11 @@
  * The bucket count grows with log(max / min), not with the number of values: durations from
  * 1 µs to 1 h at α = 0.5 % need at most ~2,200 buckets.
  *
- * Why not @datadog/sketches-js (the reference implementation, protobuf serialisation): measured
- * on this machine (Node 24, α = 0.5 %, same inputs, both give the same p95 to 12 digits):
- *   - stored size of a 1M-value sketch: ours 2,442 bytes vs its protobuf 7,212 (×3; the rollup
- *     tables hold one sketch per tenant-minute);
- *   - decode + merge of 1,440 per-minute sketches (a day's p95, what the KPI query does): ours
- *     438–525 ms vs 2,343–2,418 ms (×4.5);
- *   - adding 1M values: ours 392 ms vs 283 ms (it is faster here; ingest is not the bottleneck);
+ * Why not @datadog/sketches-js (the reference implementation, protobuf serialisation): with the
+ * same answers, its stored form is several times larger (the rollup tables hold one sketch per
+ * tenant-minute) and several times slower to decode and merge (what every KPI query does); it
+ * adds values faster, but ingest is not the bottleneck (figures: docs/benchmarks.md, "Sketch
+ * library"). Also:
  *   - analysts call `kpi_sketch_quantile(bytea, q)` in SQL (projections/kpi/schema.ts), which
  *     reads this format (a protobuf decoder in PL/pgSQL would be slower and larger), and the
  *     library needs protobufjs at run time.

@@ -16,8 +16,8 @@ import { createHash } from 'node:crypto';
  * looked at offer a dense HLL only, with their own serialisation.
  */
 // 256: a set costs 8 bytes per user on the wire and a Set union per merge; above ~500 users the
-// 4 KB dense form is smaller and merges as a typed-array max. With 1,024 the 365-point mau series
-// of a 1,000-user tenant read 395 × 8 KB sets and spent its time in Set copies (bench: kpi series).
+// 4 KB dense form is smaller and merges as a typed-array max. A higher limit makes a long mau
+// series of a mid-sized tenant spend its time copying Sets (bench: kpi series).
 export const EXACT_LIMIT = 256;
 const P = 12;
 const M = 1 << P;

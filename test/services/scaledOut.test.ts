@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../shared/db/pool.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { connectQueueRedis, createReplayQueue, enqueueReplay, waitForReplayJob, type ReplayJobProgress } from '../../services/worker/queue.ts';
-import { createKafkaClient } from '../../shared/metrics-bus/kafka.ts';
+import { createKafkaClient } from '../../shared/metrics-bus/kafkaClient.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { startRole, type RoleProcess } from '../support/roleProcesses.ts';
 

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createKafkaPublisher } from '../../../shared/metrics-bus/kafka.ts';
+import { createKafkaPublisher } from '../../../shared/metrics-bus/kafkaPublisher.ts';
 import { createGateway, type V1Capability } from '../../../services/gateway/app.ts';
 import { usageSamples } from '../../../services/analytics/usageSamples.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { ServiceUnavailableError } from '../../../shared/errors.ts';
-import { createKafkaSource } from '../../../shared/metrics-bus/kafka.ts';
+import { createKafkaSource } from '../../../shared/metrics-bus/kafkaSource.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
@@ -17,7 +17,7 @@ import { freePort } from '../../support/processes.ts';
  * Regression: with the metrics bus unreachable, the KPI summary (and usage series) answered 500:
  * the usage watermark asks Kafka for the topic head and kafkajs's connection errors
  * (KafkaJSNumberOfRetriesExceeded ← KafkaJSConnectionError, code ENOTFOUND or none for a
- * connection timeout) were not recognised as a dependency being down; it must be 503 + Retry-After.
+ * connection timeout) were not recognised as a dependency being down. It must be a 503 with Retry-After.
  */
 let db: TestDatabase;
 let store: EventStore;

@@ -6,7 +6,8 @@ import { replayProjection, readCheckpoint } from '../../../projections/runner/ru
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { readChanges } from '../../../projections/changes/queries.ts';
 import { parkEvent, resolveParkedEvents } from '../../../projections/runner/parking.ts';
-import { dueEndpoints, insertEndpoint } from '../../../services/webhooks/store.ts';
+import { insertEndpoint } from '../../../services/webhooks/endpoints.ts';
+import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { sqlAt } from '../../support/database.ts';
 import { staysTrue } from '../../support/staysTrue.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
@@ -206,7 +207,7 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     const resumed = await read(headers, `after=${stored.next}`);
     expect(resumed.data.map((c) => c.employee.firstName)).toEqual(['gone-4']);
     expect((await read(headers, `after=${resumed.next}`)).data).toEqual([]);
-    // A cursor of another tenant's change, or one no change ever had, is still refused as an unknown cursor.
+    // A cursor of another tenant's change, or one no change ever had, is still refused (unknown cursor).
     const other = await h.tenant();
     expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${cursors[0] ?? ''}`, headers: other.headers }), 400);
     expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${encodeCursor({ commit: gone.commit, prepare: gone.prepare + 1_000_000n })}`, headers }), 400);

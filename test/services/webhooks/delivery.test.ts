@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { Webhook } from 'standardwebhooks';
 import { hire } from '../../support/harness/changes.ts';
 import { waitFor } from '../../support/waitFor.ts';
-import { dueEndpoints } from '../../../services/webhooks/store.ts';
+import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { firstArrivals, startReceiver } from '../../support/webhooks/receiver.ts';
 import { FAST_RETRIES, useWebhooks } from '../../support/harness/webhooks.ts';
 

@@ -13,7 +13,8 @@ import { waitFor } from '../../support/waitFor.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, WEBHOOK_QUEUE, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
-import { acquireLease, recordAttempt, recordDelivered, releaseLease } from '../../../services/webhooks/store.ts';
+import { recordAttempt, recordDelivered } from '../../../services/webhooks/deliveryLog.ts';
+import { acquireLease, releaseLease } from '../../../services/webhooks/lease.ts';
 import { firstArrivals, startReceiver } from '../../support/webhooks/receiver.ts';
 
 /**

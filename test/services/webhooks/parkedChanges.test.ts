@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { hire } from '../../support/harness/changes.ts';
 import { waitFor } from '../../support/waitFor.ts';
-import { dueEndpoints } from '../../../services/webhooks/store.ts';
+import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { listParkedEvents, retryParkedEvents } from '../../../projections/runner/parking.ts';

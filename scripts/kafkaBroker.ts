@@ -1,11 +1,11 @@
 // Starts (or reuses) the local single-node KRaft Kafka broker managed by scripts/kafka.sh and
-// returns its bootstrap address ("127.0.0.1:<port>"). Intended for vitest global setup.
+// returns its bootstrap address ("127.0.0.1:<port>"). Used by scripts/engines.ts.
 import { execFile } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const REPO_ROOT = resolve(fileURLToPath(new URL('.', import.meta.url)), '..', '..');
+const REPO_ROOT = resolve(fileURLToPath(new URL('.', import.meta.url)), '..');
 const KAFKA_SCRIPT = join(REPO_ROOT, 'scripts', 'kafka.sh');
 
 /** Cold first run resolves Kafka through Maven (~45 s) and then waits up to 90 s for readiness. */

@@ -1,15 +1,11 @@
-import kafkajs, { type Consumer, type EachBatchPayload, type Kafka, type Producer } from 'kafkajs';
-import type { Registry } from 'prom-client';
+import kafkajs, { type Consumer, type EachBatchPayload } from 'kafkajs';
 import { ServiceUnavailableError } from '../errors.ts';
-import { BoundedBuffer } from './boundedBuffer.ts';
-import { decodeSamples, packSamples } from './codec.ts';
-import { publisherMetrics } from './metrics.ts';
-import type { TransportHead, UsageSample, UsageSamplePublisher, UsageSampleSink, UsageSampleSource } from './port.ts';
+import { decodeSamples } from './codec.ts';
+import { createKafkaClient, silent, type Log } from './kafkaClient.ts';
+import type { TransportHead, UsageSample, UsageSampleSink, UsageSampleSource } from './port.ts';
 
 /** How long a fetched topic head is reused (KPI watermark reads). */
 const HEAD_REUSE_MS = 250;
-
-const { Kafka: KafkaClient, Partitioners, logLevel } = kafkajs;
 
 /**
  * kafkajs's ways of saying "the broker cannot be reached or did not answer in time": a refused or
@@ -30,7 +26,7 @@ const UNREACHABLE: ReadonlyArray<abstract new (...args: never[]) => Error> = [
 /**
  * The adapter's boundary for calls made on a request's behalf (the KPI watermark's topic head):
  * an unreachable broker becomes the service's ServiceUnavailableError (503 with
- * Retry-After, SPEC §6), so the gateway needs no knowledge of kafkajs's error classes. The
+ * Retry-After), so the gateway needs no knowledge of kafkajs's error classes. The
  * kafkajs error stays as `cause` for the logs; the broker address does not reach clients.
  */
 function unavailableIfUnreachable(error: unknown): unknown {
@@ -48,168 +44,6 @@ function unavailableIfUnreachable(error: unknown): unknown {
   const unavailable = new ServiceUnavailableError('Usage metrics are unavailable: the metrics bus cannot be reached; retry shortly', {}, { 'retry-after': '5' });
   unavailable.cause = error;
   return unavailable;
-}
-
-type Log = { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
-const silent: Log = { warn: () => undefined, error: () => undefined };
-
-export function createKafkaClient(brokers: readonly string[], clientId: string): Kafka {
-  return new KafkaClient({
-    clientId,
-    brokers: [...brokers],
-    logLevel: logLevel.NOTHING,
-    connectionTimeout: 1_000,
-    requestTimeout: 10_000,
-    retry: { retries: 2, initialRetryTime: 100, maxRetryTime: 1_000 },
-  });
-}
-
-export type KafkaPublisherOptions = {
-  readonly brokers: readonly string[];
-  readonly topic: string;
-  readonly registry?: Registry;
-  readonly logger?: Log;
-  /** Samples held while Kafka is unreachable; beyond it the oldest are dropped (and counted). */
-  readonly capacity?: number;
-  /** Most samples per produce request. */
-  readonly batchSize?: number;
-  /** How long a sample may wait for companions before a send. */
-  readonly lingerMs?: number;
-  readonly clientId?: string;
-};
-
-/**
- * Gateway side of the Kafka transport. `publish` appends to a bounded in-memory buffer and
- * returns; one background loop sends batches (keyed by tenant, so a tenant's samples stay in
- * order on one partition). When Kafka is down the loop backs off, the buffer fills, the oldest
- * samples are dropped and `usage_samples_dropped_total` counts them; requests never notice.
- * Delivery is at-least-once on a failed send that in fact reached the broker (the batch is
- * requeued); the idempotent producer removes duplicates from its own retries.
- */
-export function createKafkaPublisher(options: KafkaPublisherOptions): UsageSamplePublisher & { readonly bufferedCount: number } {
-  const capacity = options.capacity ?? 100_000;
-  const batchSize = options.batchSize ?? 5_000;
-  const lingerMs = options.lingerMs ?? 20;
-  const logger = options.logger ?? silent;
-  const metrics = options.registry ? publisherMetrics(options.registry) : undefined;
-  const buffer = new BoundedBuffer<UsageSample>(capacity);
-  const kafka = createKafkaClient(options.brokers, options.clientId ?? 'eas-gateway');
-  let producer: Producer | undefined;
-  let closed = false;
-  let failures = 0;
-  let wake: (() => void) | undefined;
-  let inFlight = 0;
-
-  const countDropped = (n: number) => {
-    if (n > 0) metrics?.dropped.inc({ reason: 'buffer_full' }, n);
-  };
-
-  const connected = async (): Promise<Producer> => {
-    if (producer) return producer;
-    const created = kafka.producer({
-      idempotent: true,
-      maxInFlightRequests: 1,
-      allowAutoTopicCreation: true,
-      createPartitioner: Partitioners.DefaultPartitioner,
-      retry: { retries: 2, initialRetryTime: 100, maxRetryTime: 1_000 },
-    });
-    try {
-      await created.connect();
-    } catch (error) {
-      await created.disconnect().catch(() => undefined);
-      throw error;
-    }
-    producer = created;
-    return created;
-  };
-
-  const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        wake = undefined;
-        resolve();
-      }, ms);
-      wake = () => {
-        clearTimeout(timer);
-        wake = undefined;
-        resolve();
-      };
-    });
-
-  const sendOnce = async (): Promise<void> => {
-    const samples = buffer.take(batchSize);
-    if (samples.length === 0) return;
-    inFlight = samples.length;
-    try {
-      const p = await connected();
-      await p.send({
-        topic: options.topic,
-        acks: -1,
-        messages: packSamples(samples),
-      });
-      failures = 0;
-      metrics?.published.inc(samples.length);
-    } catch (error) {
-      failures++;
-      if (failures === 1 || failures % 50 === 0) logger.warn({ err: error, buffered: buffer.size }, 'usage samples: Kafka send failed; buffering');
-      inFlight = 0;
-      countDropped(buffer.requeue(samples));
-      const old = producer;
-      producer = undefined;
-      void old?.disconnect().catch(() => undefined);
-    } finally {
-      inFlight = 0;
-      metrics?.buffered.set(buffer.size);
-    }
-  };
-
-  const loop = (async () => {
-    while (!closed || (buffer.size > 0 && failures === 0)) {
-      if (buffer.size === 0) {
-        if (closed) break;
-        await sleep(1_000);
-        continue;
-      }
-      if (buffer.size < batchSize && !closed) await sleep(lingerMs);
-      await sendOnce();
-      if (failures > 0) {
-        if (closed) break;
-        await sleep(Math.min(5_000, 100 * 2 ** Math.min(failures, 6)));
-      }
-    }
-  })().catch((error: unknown) => logger.error({ err: error }, 'usage sample publisher stopped'));
-
-  return {
-    get bufferedCount() {
-      return buffer.size + inFlight;
-    },
-    publish(sample) {
-      if (closed) return;
-      countDropped(buffer.push(sample));
-      // The batch out for sending counts against the bound too: it comes back if the send fails.
-      const excess = buffer.size + inFlight - capacity;
-      if (excess > 0) countDropped(buffer.take(excess).length);
-      if (buffer.size >= batchSize) wake?.();
-      else if (buffer.size === 1 && failures === 0) {
-        // First sample after a quiet spell: start the linger timer now rather than in 1 s.
-        wake?.();
-      }
-    },
-    async flush(timeoutMs = 10_000) {
-      const deadline = Date.now() + timeoutMs;
-      while (buffer.size + inFlight > 0 && Date.now() < deadline) {
-        wake?.();
-        await new Promise((r) => setTimeout(r, 5));
-      }
-    },
-    async close() {
-      closed = true;
-      wake?.();
-      await Promise.race([loop, new Promise((r) => setTimeout(r, 10_000).unref())]);
-      metrics?.dropped.inc({ reason: 'shutdown' }, buffer.size);
-      await producer?.disconnect().catch(() => undefined);
-    },
-  };
 }
 
 export type KafkaSourceOptions = {
@@ -291,12 +125,15 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
   let stopped = false;
   let running: Promise<void> | undefined;
 
-  const ensureTopic = async () => {
-    adminConnected ??= admin.connect().catch((error: unknown) => {
+  // One admin connection for the topic check, readiness and heads; a failed connect is forgotten, so the next call tries again.
+  const connectAdmin = () =>
+    (adminConnected ??= admin.connect().catch((error: unknown) => {
       adminConnected = undefined;
       throw error;
-    });
-    await adminConnected;
+    }));
+
+  const ensureTopic = async () => {
+    await connectAdmin();
     // Idempotent (false when it exists); the broker's default partition count applies.
     await admin.createTopics({ topics: [{ topic: options.topic }], waitForLeaders: true });
   };
@@ -361,11 +198,7 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
     },
     // Readiness only (not on a request's path): kafkajs's own error, whose message says why.
     async ping() {
-      adminConnected ??= admin.connect().catch((error: unknown) => {
-        adminConnected = undefined;
-        throw error;
-      });
-      await adminConnected;
+      await connectAdmin();
       await admin.describeCluster();
     },
     // One ListOffsets round trip, shared by concurrent callers and reused for HEAD_REUSE_MS: a
@@ -377,11 +210,7 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
       headInFlight ??= (async () => {
         try {
           const at = Date.now();
-          adminConnected ??= admin.connect().catch((error: unknown) => {
-            adminConnected = undefined;
-            throw error;
-          });
-          await adminConnected;
+          await connectAdmin();
           const offsets = await admin.fetchTopicOffsets(options.topic);
           lastHead = { topic: options.topic, at, partitions: new Map(offsets.map((o) => [o.partition, { low: o.low, high: o.high }])) };
           return lastHead;

@@ -1,0 +1,127 @@
+// @ts-check
+/* One uPlot chart per metric, each in its own <figure> (created once, reused across ranges):
+ * drawn from a series, or showing its own error with a "Try again". uPlot is the vendored
+ * browser build, loaded by index.html before the page's modules. */
+/* global document, uPlot */
+import { HttpError } from './api.js';
+import { compact, formatter } from './format.js';
+
+/**
+ * @typedef {{ id: string, title: string, kind: string }} Metric
+ * @typedef {{ points: Array<{ at: string, value: number }>, currency?: string | null }} Series
+ */
+
+/** @type {Map<string, uPlot>} Each metric's uPlot, destroyed before its figure is drawn again. */
+const charts = new Map();
+
+/**
+ * A figure's part that chartFigure always creates.
+ * @param {HTMLElement} figure
+ * @param {string} selector
+ */
+const part = (figure, selector) => /** @type {HTMLElement} */ (figure.querySelector(selector));
+
+/**
+ * The metric's figure, created (title, plot, caption) the first time.
+ * @param {Metric} metric
+ * @returns {HTMLElement}
+ */
+export function chartFigure(metric) {
+  /** @type {HTMLElement | null} */
+  let figure = document.querySelector(`figure[data-metric="${metric.id}"]`);
+  if (figure) return figure;
+  figure = document.createElement('figure');
+  figure.dataset.metric = metric.id;
+  figure.setAttribute('aria-labelledby', `chart-${metric.id}`);
+  const title = document.createElement('h3');
+  title.id = `chart-${metric.id}`;
+  title.textContent = metric.title;
+  const plot = document.createElement('div');
+  plot.className = 'plot';
+  const caption = document.createElement('figcaption');
+  figure.append(title, plot, caption);
+  /** @type {HTMLElement} */ (document.getElementById('charts')).append(figure);
+  return figure;
+}
+
+/**
+ * Empties a chart's plot (destroying its uPlot) and marks what it now shows.
+ * @param {Metric} metric
+ * @param {string} rangeKey
+ */
+function resetFigure(metric, rangeKey) {
+  const figure = chartFigure(metric);
+  const old = charts.get(metric.id);
+  if (old) old.destroy();
+  charts.delete(metric.id);
+  part(figure, '.plot').replaceChildren();
+  figure.dataset.range = rangeKey;
+  figure.removeAttribute('aria-busy');
+  delete figure.dataset.points;
+  delete figure.dataset.error;
+  return figure;
+}
+
+/**
+ * @param {Metric} metric
+ * @param {Series} series
+ * @param {string} rangeKey
+ */
+export function drawChart(metric, series, rangeKey) {
+  const figure = resetFigure(metric, rangeKey);
+  const plot = part(figure, '.plot');
+  const caption = part(figure, 'figcaption');
+  figure.dataset.points = String(series.points.length);
+  const format = formatter(metric.kind, series.currency);
+  const values = series.points.map((p) => p.value);
+  if (series.points.length === 0 || values.every((v) => v === 0)) {
+    const empty = document.createElement('p');
+    empty.className = 'empty';
+    empty.textContent = 'No data in this range.';
+    plot.append(empty);
+    caption.textContent = `${series.points.length} points, all empty`;
+    return;
+  }
+  const xs = series.points.map((p) => Date.parse(p.at) / 1000);
+  const last = values[values.length - 1];
+  caption.textContent = `${series.points.length} points · latest ${format(last)} · min ${format(Math.min(...values))} · max ${format(Math.max(...values))}`;
+  const width = Math.max(300, plot.clientWidth || 360);
+  const chart = new uPlot(
+    {
+      width,
+      height: 180,
+      legend: { show: false },
+      cursor: { drag: { x: false, y: false } },
+      axes: [{ stroke: '#374151' }, { stroke: '#374151', size: 80, values: (_u, ticks) => ticks.map(compact(metric.kind, series.currency)) }],
+      series: [{}, { label: metric.title, stroke: '#1d4ed8', width: 2, fill: 'rgba(29, 78, 216, 0.08)', points: { show: series.points.length < 60 } }],
+    },
+    [xs, values],
+    plot,
+  );
+  chart.root.querySelector('canvas')?.setAttribute('aria-hidden', 'true');
+  charts.set(metric.id, chart);
+}
+
+/**
+ * One chart's own error, in its figure; the other charts are not affected.
+ * @param {Metric} metric
+ * @param {Error} error
+ * @param {string} rangeKey
+ * @param {() => void} retry
+ */
+export function chartError(metric, error, rangeKey, retry) {
+  const figure = resetFigure(metric, rangeKey);
+  figure.dataset.error = error instanceof HttpError ? String(error.status) : 'failed';
+  const message = document.createElement('p');
+  message.className = 'error';
+  message.textContent =
+    error instanceof HttpError && error.status === 429
+      ? `Rate limited: this chart could not be loaded${error.retryAfter !== null ? ` (the API asks to wait ${Math.ceil(error.retryAfter)} s)` : ''}.`
+      : `Could not load this chart: ${error.message}`;
+  const again = document.createElement('button');
+  again.type = 'button';
+  again.textContent = 'Try again';
+  again.addEventListener('click', retry);
+  part(figure, '.plot').append(message, again);
+  part(figure, 'figcaption').textContent = '';
+}

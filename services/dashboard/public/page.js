@@ -1,0 +1,247 @@
+// @ts-check
+/* The analysts' KPI page, and its entry. Plain browser JavaScript, no build step, no framework:
+ * sign in → summary cards (GET /v1/analytics/kpi) → one chart per metric
+ * (GET /v1/analytics/kpi/series) over the chosen range. A 403 shows what is missing instead of an
+ * empty page. The status line says how long calls wait on the rate limit. Each chart loads and
+ * fails on its own, and a range change aborts the calls of the one before, waits included, so an
+ * old answer never replaces a newer chart. */
+/* global document, window, URLSearchParams, AbortController, setInterval, clearInterval */
+import { api, gate, HttpError, isAbort, onApiEvents, send, session } from './api.js';
+import { chartError, chartFigure, drawChart } from './charts.js';
+import { formatter } from './format.js';
+
+/** @type {import('./charts.js').Metric[]} */
+const METRICS = [
+  { id: 'mrr', title: 'MRR', kind: 'money' },
+  { id: 'arr', title: 'ARR', kind: 'money' },
+  { id: 'churnRate', title: 'Churn rate (30 days)', kind: 'percent' },
+  { id: 'dau', title: 'Daily active users', kind: 'count' },
+  { id: 'mau', title: 'Monthly active users', kind: 'count' },
+  { id: 'apiLatencyP95Ms', title: 'API latency p95', kind: 'ms' },
+  { id: 'requests', title: 'Requests', kind: 'count' },
+];
+const HOUR = 3600e3;
+const DAY = 24 * HOUR;
+/** @type {Record<string, { span: number, interval: 'hour' | 'day' | 'week' }>} */
+const RANGES = {
+  '24h': { span: DAY, interval: 'hour' },
+  '7d': { span: 7 * DAY, interval: 'hour' },
+  '30d': { span: 30 * DAY, interval: 'day' },
+  '90d': { span: 90 * DAY, interval: 'day' },
+  '365d': { span: 365 * DAY, interval: 'week' },
+};
+
+/**
+ * An element of index.html, which has them all.
+ * @param {string} id
+ */
+const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+/**
+ * An input of the sign-in form.
+ * @param {string} id
+ */
+const field = (id) => /** @type {HTMLInputElement} */ (document.getElementById(id));
+
+/**
+ * What a caught error says; what the page catches is an Error (fetch's, an HttpError, a fault).
+ * @param {unknown} error
+ */
+const messageOf = (error) => /** @type {Error} */ (error).message;
+
+/** @param {'signin' | 'forbidden' | 'dashboard'} view */
+function show(view) {
+  for (const id of ['signin', 'forbidden', 'dashboard']) $(id).hidden = id !== view;
+  const s = session.get();
+  $('signout').hidden = view === 'signin';
+  $('who').hidden = view === 'signin' || !s;
+  if (s) $('who').textContent = `${s.email} · ${s.tenant}`;
+}
+
+/** Each kind of load's latest AbortController: a newer load (or signing out) aborts the older, waits and retries included. */
+/** @type {Record<'summary' | 'charts', AbortController | null>} */
+const loads = { summary: null, charts: null };
+
+/** @param {keyof typeof loads} kind */
+function restart(kind) {
+  if (loads[kind]) loads[kind].abort();
+  const controller = new AbortController();
+  loads[kind] = controller;
+  return controller;
+}
+
+/** @param {string} [message] */
+function signOut(message) {
+  for (const kind of /** @type {Array<keyof typeof loads>} */ (Object.keys(loads))) {
+    if (loads[kind]) loads[kind].abort();
+    loads[kind] = null;
+  }
+  gate.notBefore = 0; // the next sign-in may be another tenant, with its own bucket
+  const s = session.get();
+  if (s && s.refreshToken) send('POST', '/v1/auth/logout', { body: { refreshToken: s.refreshToken } }).catch(() => undefined);
+  session.clear();
+  show('signin');
+  $('signin-error').textContent = message || '';
+  field('tenant').focus();
+}
+
+/** The status line: what the page is doing or, while calls wait on the rate limit, for how long. */
+let statusText = '';
+/** @type {ReturnType<typeof setInterval> | null} */
+let ticker = null;
+
+/** @param {string} text */
+function setStatus(text) {
+  statusText = text;
+  paintStatus();
+}
+
+function paintStatus() {
+  const wait = Math.ceil((gate.notBefore - Date.now()) / 1000);
+  const waiting = gate.queued > 0 && wait > 0;
+  const text = !waiting ? statusText : gate.refused ? `Rate limited — retrying in ${wait} s` : `At the rate limit — continuing in ${wait} s`;
+  if ($('status').textContent !== text) $('status').textContent = text;
+  if (waiting && !ticker) ticker = setInterval(paintStatus, 250);
+  if (!waiting && ticker) {
+    clearInterval(ticker);
+    ticker = null;
+  }
+}
+
+async function loadSummary() {
+  const { signal } = restart('summary');
+  const kpi = await api('/v1/analytics/kpi', signal);
+  for (const metric of METRICS) {
+    /** @type {HTMLElement | null} */
+    const el = document.querySelector(`.value[data-metric="${metric.id}"]`);
+    if (!el) continue;
+    el.dataset.value = String(kpi[metric.id]);
+    el.textContent = formatter(metric.kind, kpi.currency)(kpi[metric.id]);
+  }
+  $('asof').textContent = `As of ${new Date(kpi.asOf).toUTCString()}${kpi.currency ? ` · amounts in ${kpi.currency}` : ''}`;
+  return kpi;
+}
+
+const currentRange = () => /** @type {HTMLInputElement} */ (document.querySelector('input[name="range"]:checked')).value;
+
+/** @typedef {{ rangeKey: string, from: string, to: string, interval: 'hour' | 'day' | 'week' }} View */
+
+/**
+ * One metric's chart for a range's window: drawn from its series, or its own error with a "Try
+ * again" that asks for this series alone (one call, not the range's seven). `controller` is the
+ * range's: a newer range (or signing out) aborts it, retries included. Resolves to the error, or null.
+ * @param {import('./charts.js').Metric} metric
+ * @param {View} view
+ * @param {AbortController} controller
+ * @returns {Promise<Error | null>}
+ */
+async function loadChart(metric, view, controller) {
+  const { signal } = controller;
+  const query = new URLSearchParams({ metric: metric.id, from: view.from, to: view.to, interval: view.interval });
+  chartFigure(metric).setAttribute('aria-busy', 'true');
+  try {
+    const series = await api(`/v1/analytics/kpi/series?${query}`, signal);
+    if (!signal.aborted) drawChart(metric, series, view.rangeKey);
+    return null;
+  } catch (error) {
+    if (signal.aborted || isAbort(error)) return null; // superseded: the newer load draws this chart
+    if (error instanceof HttpError && error.status === 403) {
+      controller.abort();
+      show('forbidden');
+      return null;
+    }
+    chartError(metric, /** @type {Error} */ (error), view.rangeKey, () =>
+      loadChart(metric, view, controller)
+        .then(() => chartsStatus(view, signal))
+        .catch(() => undefined),
+    );
+    return /** @type {Error} */ (error);
+  }
+}
+
+/**
+ * The status line once a range's charts are settled: what it shows, and how many charts failed.
+ * @param {View} view
+ * @param {AbortSignal} signal
+ */
+function chartsStatus(view, signal) {
+  if (signal.aborted) return;
+  const failed = METRICS.filter((metric) => chartFigure(metric).dataset.error !== undefined).length;
+  const { rangeKey, interval } = view;
+  setStatus(
+    `Showing ${rangeKey === '365d' ? 'the last 12 months' : `the last ${rangeKey.replace('h', ' hours').replace('d', ' days')}`} (${{ hour: 'hourly', day: 'daily', week: 'weekly' }[interval]} points).` +
+      (failed ? ` ${failed} of ${METRICS.length} charts could not be loaded.` : ''),
+  );
+}
+
+/**
+ * Every chart over `rangeKey`, each drawn as its answer arrives. Aborts the load of the previous
+ * range first (its queued and waiting calls included); an answer of an aborted load is dropped.
+ * @param {string} rangeKey
+ */
+async function loadCharts(rangeKey) {
+  const controller = restart('charts');
+  const { signal } = controller;
+  const range = RANGES[rangeKey] || RANGES['7d'];
+  const to = new Date();
+  /** @type {View} */
+  const view = { rangeKey, from: new Date(to.getTime() - range.span).toISOString(), to: to.toISOString(), interval: range.interval };
+  setStatus('Loading charts…');
+  $('charts').setAttribute('aria-busy', 'true');
+  await Promise.all(METRICS.map((metric) => loadChart(metric, view, controller)));
+  if (signal.aborted) return;
+  $('charts').setAttribute('aria-busy', 'false');
+  $('charts').dataset.range = rangeKey;
+  chartsStatus(view, signal);
+}
+
+async function loadAll() {
+  show('dashboard');
+  try {
+    await loadSummary();
+  } catch (error) {
+    if (isAbort(error)) return;
+    if (error instanceof HttpError && error.status === 403) return show('forbidden');
+    if (error instanceof HttpError && error.status === 401) return; // signOut already showed the form
+    $('asof').textContent = `Could not load the summary: ${messageOf(error)}`;
+  }
+  try {
+    await loadCharts(currentRange());
+  } catch (error) {
+    setStatus(`Could not load the charts: ${messageOf(error)}`);
+  }
+}
+
+$('signin-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const tenant = field('tenant').value.trim();
+  const email = field('email').value.trim();
+  const password = field('password').value;
+  if (!tenant || !email || !password) {
+    $('signin-error').textContent = 'Enter your tenant, email and password.';
+    return;
+  }
+  $('signin-error').textContent = '';
+  session.set({ tenant, email });
+  try {
+    const tokens = await send('POST', '/v1/auth/login', { body: { email, password }, auth: false });
+    session.set({ tenant, email, accessToken: tokens.accessToken, refreshToken: tokens.refreshToken });
+    field('password').value = '';
+  } catch (error) {
+    session.clear();
+    $('signin-error').textContent =
+      error instanceof HttpError && error.status === 401 ? 'Wrong email or password.' : `Sign-in failed: ${messageOf(error)}`;
+    return;
+  }
+  await loadAll();
+  $('main').focus();
+});
+
+onApiEvents({ gateChanged: paintStatus, expired: signOut });
+$('signout').addEventListener('click', () => signOut('You are signed out.'));
+for (const input of document.querySelectorAll('input[name="range"]')) {
+  input.addEventListener('change', () => loadCharts(/** @type {HTMLInputElement} */ (input).value).catch((error) => setStatus(`Could not load the charts: ${messageOf(error)}`)));
+}
+
+if (session.get()?.accessToken) loadAll();
+else show('signin');
+window.kpiDashboard = { ready: true };

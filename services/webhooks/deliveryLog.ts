@@ -1,0 +1,175 @@
+import { z } from 'zod';
+import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import type { GlobalPosition } from '../../shared/event-store/port.ts';
+
+/**
+ * The delivery log: each attempt recorded with the endpoint's move (cursor, retry, disable) in
+ * one transaction under the lease, the log as the API lists it, and its retention.
+ */
+const deliveryRow = z.object({
+  commit: z.string(),
+  prepare: z.string(),
+  type: z.string(),
+  status: z.enum(['retrying', 'succeeded', 'failed']),
+  attempts: z.number(),
+  last_status_code: z.number().nullable(),
+  last_error: z.string().nullable(),
+  last_attempt_at: z.string(),
+  next_attempt_at: z.string().nullable(),
+});
+
+export type DeliveryRecord = {
+  readonly position: GlobalPosition;
+  readonly type: string;
+  readonly status: 'retrying' | 'succeeded' | 'failed';
+  readonly attempts: number;
+  readonly lastStatusCode: number | null;
+  readonly lastError: string | null;
+  readonly lastAttemptAt: string;
+  readonly nextAttemptAt: string | null;
+};
+
+export async function listDeliveries(pool: DatabasePool, tenantId: string, endpointId: string, limit: number): Promise<DeliveryRecord[]> {
+  const rows = await withTenant(pool, tenantId, (tx) =>
+    tx.any(sql.type(deliveryRow)`
+      select commit_position::text as commit, prepare_position::text as prepare, type, status, attempts,
+             last_status_code, last_error, last_attempt_at, next_attempt_at
+      from webhook_deliveries where tenant_id = ${tenantId} and endpoint_id = ${endpointId}
+      order by last_attempt_at desc, commit_position desc, prepare_position desc limit ${limit}
+    `),
+  );
+  return rows.map((r) => ({
+    position: { commit: BigInt(r.commit), prepare: BigInt(r.prepare) },
+    type: r.type,
+    status: r.status,
+    attempts: r.attempts,
+    lastStatusCode: r.last_status_code,
+    lastError: r.last_error,
+    lastAttemptAt: r.last_attempt_at,
+    nextAttemptAt: r.next_attempt_at,
+  }));
+}
+
+export type AttemptRecord = {
+  readonly change: { readonly position: GlobalPosition; readonly type: string };
+  readonly statusCode: number | null;
+  readonly error: string | null;
+  /**
+   * What the endpoint becomes: moved past the change, retrying it `delayMs` from now (the
+   * database's now, the clock that decides when it is due), or disabled.
+   */
+  readonly outcome:
+    | { readonly kind: 'delivered' }
+    | { readonly kind: 'retry'; readonly failedAttempts: number; readonly delayMs: number }
+    | { readonly kind: 'disable'; readonly reason: string };
+};
+
+/**
+ * Records one attempt and moves the endpoint accordingly, in one transaction, only while the
+ * lease is ours (false: it was lost, and whoever holds it now carries on).
+ */
+export async function recordAttempt(pool: DatabasePool, tenantId: string, id: string, token: string, attempt: AttemptRecord): Promise<boolean> {
+  const { change, outcome } = attempt;
+  const commit = change.position.commit.toString();
+  const prepare = change.position.prepare.toString();
+  return withTenant(pool, tenantId, async (tx) => {
+    const moved = await tx.maybeOne(sql.type(z.object({ id: z.string() }))`
+      update webhook_endpoints set
+        cursor_commit = case when ${outcome.kind} = 'delivered' then ${commit}::numeric else cursor_commit end,
+        cursor_prepare = case when ${outcome.kind} = 'delivered' then ${prepare}::numeric else cursor_prepare end,
+        failed_attempts = ${outcome.kind === 'retry' ? outcome.failedAttempts : 0},
+        next_attempt_at = ${outcome.kind === 'retry' ? sql.fragment`now() + make_interval(secs => ${outcome.delayMs / 1000})` : sql.fragment`null::timestamptz`},
+        retrying_since = ${outcome.kind === 'retry' ? sql.fragment`case when failed_attempts = 0 then now() else coalesce(retrying_since, now()) end` : sql.fragment`null`},
+        status = case when ${outcome.kind} = 'disable' then 'disabled' else status end,
+        disabled_reason = ${outcome.kind === 'disable' ? outcome.reason : null}
+      where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
+      returning id::text
+    `);
+    if (!moved) return false;
+    const status = outcome.kind === 'delivered' ? 'succeeded' : outcome.kind === 'retry' ? 'retrying' : 'failed';
+    await tx.query(sql.type(z.object({}))`
+      insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
+        last_status_code, last_error, last_attempt_at, next_attempt_at)
+      values (${id}, ${tenantId}, ${commit}, ${prepare}, ${change.type}, ${status}, 1, ${attempt.statusCode}, ${attempt.error}, now(),
+        ${outcome.kind === 'retry' ? sql.fragment`now() + make_interval(secs => ${outcome.delayMs / 1000})` : sql.fragment`null::timestamptz`})
+      on conflict (endpoint_id, commit_position, prepare_position) do update set
+        status = excluded.status, attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
+        last_error = excluded.last_error, last_attempt_at = excluded.last_attempt_at, next_attempt_at = excluded.next_attempt_at
+    `);
+    return true;
+  });
+}
+
+/**
+ * Records a run of successful deliveries and moves the cursor past the last, in one
+ * transaction, only while the lease is ours. Batching these is safe for at-least-once: a crash
+ * before this commits only means those changes are delivered again (same `webhook-id`).
+ */
+export async function recordDelivered(
+  pool: DatabasePool,
+  tenantId: string,
+  id: string,
+  token: string,
+  delivered: ReadonlyArray<{ readonly position: GlobalPosition; readonly type: string; readonly statusCode: number; readonly at: Date }>,
+  /** Extends the lease by this much from now (a long run of deliveries keeps it). */
+  leaseMs: number,
+): Promise<boolean> {
+  const last = delivered.at(-1);
+  return withTenant(pool, tenantId, async (tx) => {
+    const moved = await tx.maybeOne(sql.type(z.object({ id: z.string() }))`
+      update webhook_endpoints set
+        cursor_commit = ${last ? sql.fragment`${last.position.commit.toString()}::numeric` : sql.fragment`cursor_commit`},
+        cursor_prepare = ${last ? sql.fragment`${last.position.prepare.toString()}::numeric` : sql.fragment`cursor_prepare`},
+        failed_attempts = ${last ? sql.fragment`0` : sql.fragment`failed_attempts`},
+        next_attempt_at = ${last ? sql.fragment`null` : sql.fragment`next_attempt_at`},
+        retrying_since = ${last ? sql.fragment`null` : sql.fragment`retrying_since`},
+        lease_until = now() + make_interval(secs => ${leaseMs / 1000})
+      where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
+      returning id::text
+    `);
+    if (!moved) return false;
+    if (!last) return true;
+    await tx.query(sql.type(z.object({}))`
+      insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
+        last_status_code, last_error, last_attempt_at, next_attempt_at)
+      select ${id}, ${tenantId}, t.commit_position, t.prepare_position, t.type, 'succeeded', 1, t.status_code, null, t.at, null
+      from ${sql.unnest(
+        delivered.map((d) => [d.position.commit.toString(), d.position.prepare.toString(), d.type, d.statusCode, d.at.toISOString()]),
+        ['numeric', 'numeric', 'text', 'int4', 'timestamptz'],
+      )} as t(commit_position, prepare_position, type, status_code, at)
+      on conflict (endpoint_id, commit_position, prepare_position) do update set
+        status = 'succeeded', attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
+        last_error = null, last_attempt_at = excluded.last_attempt_at, next_attempt_at = null
+    `);
+    return true;
+  });
+}
+
+/**
+ * The delivery log's retention: deletes the entries whose last attempt is older than `before`,
+ * except a retry still to come (status `retrying`, next attempt not yet past), at most `batch`
+ * rows per statement, until none is left; returns how many went. Endpoint by endpoint through
+ * the log's (endpoint_id, last_attempt_at) index, so each statement reads only what it deletes.
+ * An entry attempted again meanwhile is a new row version (ctid), which the delete does not
+ * match: it is kept. Reads across tenants (the worker's role bypasses RLS); idempotent, so
+ * several workers may run it.
+ */
+export async function trimDeliveries(pool: DatabasePool, before: Date, batch = 5_000): Promise<number> {
+  let deleted = 0;
+  for (;;) {
+    const result = await pool.query(sql.type(z.object({}))`
+      delete from webhook_deliveries
+      where ctid = any(array(
+          select old.ctid from webhook_endpoints e
+          cross join lateral (
+            select x.ctid from webhook_deliveries x
+            where x.endpoint_id = e.id and x.last_attempt_at < ${before.toISOString()}::timestamptz
+              and not (x.status = 'retrying' and x.next_attempt_at >= now())
+            limit ${batch}
+          ) old
+          limit ${batch}))
+    `);
+    deleted += result.rowCount;
+    if (result.rowCount < batch) return deleted;
+  }
+}

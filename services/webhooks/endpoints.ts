@@ -1,0 +1,94 @@
+import { z } from 'zod';
+import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import type { GlobalPosition } from '../../shared/event-store/port.ts';
+
+/** Webhook endpoints as the tenant manages them: their rows, and create, list, find, delete. */
+export const endpointRow = z.object({
+  id: z.string(),
+  tenant_id: z.string(),
+  url: z.string(),
+  event_types: z.array(z.string()),
+  secret_sealed: z.string(),
+  status: z.enum(['active', 'disabled']),
+  disabled_reason: z.string().nullable(),
+  created_at: z.string(),
+  cursor_commit: z.string(),
+  cursor_prepare: z.string(),
+  failed_attempts: z.number(),
+  next_attempt_at: z.string().nullable(),
+  retrying_since: z.string().nullable(),
+});
+
+export type EndpointRecord = {
+  readonly id: string;
+  readonly tenantId: string;
+  readonly url: string;
+  readonly eventTypes: readonly string[];
+  readonly secretSealed: string;
+  readonly status: 'active' | 'disabled';
+  readonly disabledReason: string | null;
+  readonly createdAt: string;
+  /** The last change delivered (or the start position it was created/replayed at). */
+  readonly cursor: GlobalPosition;
+  readonly failedAttempts: number;
+  readonly nextAttemptAt: string | null;
+  /** When the change being retried first failed (null while nothing is retried). */
+  readonly retryingSince: string | null;
+};
+
+export const toEndpoint = (r: z.infer<typeof endpointRow>): EndpointRecord => ({
+  id: r.id,
+  tenantId: r.tenant_id,
+  url: r.url,
+  eventTypes: r.event_types,
+  secretSealed: r.secret_sealed,
+  status: r.status,
+  disabledReason: r.disabled_reason,
+  createdAt: r.created_at,
+  cursor: { commit: BigInt(r.cursor_commit), prepare: BigInt(r.cursor_prepare) },
+  failedAttempts: r.failed_attempts,
+  nextAttemptAt: r.next_attempt_at,
+  retryingSince: r.retrying_since,
+});
+
+export const endpointColumns = sql.fragment`
+  id::text, tenant_id::text, url, event_types, secret_sealed, status, disabled_reason, created_at,
+  cursor_commit::text, cursor_prepare::text, failed_attempts, next_attempt_at, retrying_since
+`;
+
+export async function insertEndpoint(
+  pool: DatabasePool,
+  e: { id: string; tenantId: string; url: string; eventTypes: readonly string[]; secretSealed: string; cursor: GlobalPosition },
+): Promise<EndpointRecord> {
+  return withTenant(pool, e.tenantId, async (tx) =>
+    toEndpoint(
+      await tx.one(sql.type(endpointRow)`
+        insert into webhook_endpoints (id, tenant_id, url, event_types, secret_sealed, cursor_commit, cursor_prepare)
+        values (${e.id}, ${e.tenantId}, ${e.url}, ${sql.array([...e.eventTypes], 'text')}, ${e.secretSealed},
+                ${e.cursor.commit.toString()}, ${e.cursor.prepare.toString()})
+        returning ${endpointColumns}
+      `),
+    ),
+  );
+}
+
+export async function listEndpoints(pool: DatabasePool, tenantId: string): Promise<EndpointRecord[]> {
+  const rows = await withTenant(pool, tenantId, (tx) =>
+    tx.any(sql.type(endpointRow)`select ${endpointColumns} from webhook_endpoints where tenant_id = ${tenantId} order by created_at, id`),
+  );
+  return rows.map(toEndpoint);
+}
+
+export async function findEndpoint(pool: DatabasePool, tenantId: string, id: string): Promise<EndpointRecord | null> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(endpointRow)`select ${endpointColumns} from webhook_endpoints where tenant_id = ${tenantId} and id = ${id}`),
+  );
+  return row ? toEndpoint(row) : null;
+}
+
+export async function deleteEndpoint(pool: DatabasePool, tenantId: string, id: string): Promise<boolean> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(z.object({ id: z.string() }))`delete from webhook_endpoints where tenant_id = ${tenantId} and id = ${id} returning id::text`),
+  );
+  return row !== null;
+}

@@ -1,0 +1,123 @@
+import { z } from 'zod';
+import type { ValueExpression } from 'slonik';
+import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import type { GlobalPosition } from '../../shared/event-store/port.ts';
+import { changeAfter, inFeedOrder } from '../../projections/changes/queries.ts';
+import { endpointColumns, endpointRow, toEndpoint, type EndpointRecord } from './endpoints.ts';
+
+/**
+ * The delivery lease: one delivery in flight per endpoint. Who has work and no holder, taking
+ * and letting go of the lease, and a replay's revocation of it.
+ */
+/**
+ * A lease revoked by a replay: the holder's token with its UUID version digit set to 0. Live
+ * tokens are random v4 UUIDs, so a revoked one never equals a live one, revoking twice gives the
+ * same value, and the holder, which knows its own token, can still release it (releaseLease).
+ */
+const revoked = (token: ValueExpression) => sql.fragment`overlay(${token}::text placing '0' from 15 for 1)::uuid`;
+
+/**
+ * Replay: move the endpoint back (or forward) to `cursor`, re-activate it, forget its retry state.
+ *
+ * A run delivering to the endpoint at this moment must neither move the cursor past the rewind
+ * nor go on sending from the old cursor, and no second run may start while its attempt is still
+ * in flight (one delivery in flight per endpoint). So the lease is not cleared but revoked: its
+ * token becomes the revoked form (the holder's recordDelivered/recordAttempt then match nothing,
+ * and the check it makes before every send, `leaseState`, says it is no longer its), while
+ * `lease_until` stays, so acquireLease refuses everyone else until the holder releases it
+ * (releaseLease matches the revoked form) after its attempt in flight, or the lease runs out if
+ * the holder died. `handingOver` tells the caller to wait for that (`leaseRevoked`). A lease
+ * already run out is cleared.
+ */
+export async function rewindEndpoint(
+  pool: DatabasePool,
+  tenantId: string,
+  id: string,
+  cursor: GlobalPosition,
+): Promise<(EndpointRecord & { readonly handingOver: boolean }) | null> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(endpointRow.extend({ handing_over: z.boolean() }))`
+      update webhook_endpoints set cursor_commit = ${cursor.commit.toString()}, cursor_prepare = ${cursor.prepare.toString()},
+        status = 'active', disabled_reason = null, failed_attempts = 0, next_attempt_at = null, retrying_since = null,
+        lease_token = case when lease_until >= now() then ${revoked(sql.fragment`lease_token`)} end,
+        lease_until = case when lease_until >= now() then lease_until end
+      where tenant_id = ${tenantId} and id = ${id}
+      returning ${endpointColumns}, lease_until is not null as handing_over
+    `),
+  );
+  return row ? { ...toEndpoint(row), handingOver: row.handing_over } : null;
+}
+
+/** Whether a replay's revoked lease is still held (its holder has not released it and it has not run out). */
+export async function leaseRevoked(pool: DatabasePool, tenantId: string, id: string): Promise<boolean> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(z.object({ revoked: z.boolean() }))`
+      select coalesce(lease_token = ${revoked(sql.fragment`lease_token`)} and lease_until >= now(), false) as revoked
+      from webhook_endpoints where tenant_id = ${tenantId} and id = ${id}
+    `),
+  );
+  return row?.revoked ?? false;
+}
+
+/**
+ * Endpoints that have something to deliver now and that nobody is delivering to: active, not
+ * waiting for a retry, not leased, with a change of a subscribed type after their cursor; with
+ * the state they were found in (the end of a lease that ran out, or `none`, and the cursor),
+ * which names the sweep's job (triggers.ts).
+ * Reads across tenants (the worker's role bypasses RLS).
+ */
+export async function dueEndpoints(pool: DatabasePool, limit: number, onlyId?: string): Promise<Array<{ id: string; tenantId: string; stateSeen: string }>> {
+  const rows = await inFeedOrder(pool, (order) =>
+    pool.any(sql.type(z.object({ id: z.string(), tenant_id: z.string(), state_seen: z.string() }))`
+      select e.id::text, e.tenant_id::text,
+             coalesce((extract(epoch from e.lease_until) * 1000)::bigint::text, 'none') || '-' || e.cursor_commit::text || '-' || e.cursor_prepare::text as state_seen
+      from webhook_endpoints e
+      where e.status = 'active' ${onlyId === undefined ? sql.fragment`` : sql.fragment`and e.id = ${onlyId}`}
+        and (e.next_attempt_at is null or e.next_attempt_at <= now())
+        and (e.lease_until is null or e.lease_until < now())
+        and ${changeAfter(order, sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`, sql.fragment`e.event_types`)}
+      limit ${limit}
+    `),
+  );
+  return rows.map((r) => ({ id: r.id, tenantId: r.tenant_id, stateSeen: r.state_seen }));
+}
+
+/** Takes the endpoint's delivery lease (one delivery in flight per endpoint), or null when someone holds it, or its retry is not due yet (its retry job or the sweep comes back then). */
+export async function acquireLease(pool: DatabasePool, tenantId: string, id: string, token: string, leaseMs: number): Promise<EndpointRecord | null> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(endpointRow)`
+      update webhook_endpoints set lease_token = ${token}, lease_until = now() + make_interval(secs => ${leaseMs / 1000})
+      where tenant_id = ${tenantId} and id = ${id} and status = 'active' and (lease_until is null or lease_until < now())
+        -- Not before its retry time, by the database's clock, as dueEndpoints decides it: a
+        -- worker whose clock disagreed took the lease, found the retry not due by its own clock,
+        -- let go, and its follow-up found the endpoint due again, over and over for the skew.
+        and (next_attempt_at is null or next_attempt_at <= now())
+      returning ${endpointColumns}
+    `),
+  );
+  return row ? toEndpoint(row) : null;
+}
+
+/**
+ * The lease as its holder sees it before each send: still its own (a replay revokes it, another
+ * worker takes it once it ran out), and how long it has left. One primary-key read; across
+ * tenants like the rest of the worker's side.
+ */
+export async function leaseState(pool: DatabasePool, tenantId: string, id: string, token: string): Promise<{ readonly ours: boolean; readonly leftMs: number }> {
+  const row = await pool.maybeOne(sql.type(z.object({ ours: z.boolean(), left_ms: z.number() }))`
+    select coalesce(lease_token = ${token}::uuid and lease_until > now(), false) as ours,
+           coalesce(extract(epoch from lease_until - now()) * 1000, 0)::float8 as left_ms
+    from webhook_endpoints where tenant_id = ${tenantId} and id = ${id}
+  `);
+  return { ours: row?.ours ?? false, leftMs: row?.left_ms ?? 0 };
+}
+
+/** Lets the lease go: the holder's own, or the revoked form a replay left it (rewindEndpoint). */
+export async function releaseLease(pool: DatabasePool, tenantId: string, id: string, token: string): Promise<void> {
+  await withTenant(pool, tenantId, (tx) =>
+    tx.query(sql.type(z.object({}))`
+      update webhook_endpoints set lease_token = null, lease_until = null
+      where tenant_id = ${tenantId} and id = ${id} and lease_token in (${token}::uuid, ${revoked(token)})
+    `),
+  );
+}
