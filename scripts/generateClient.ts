@@ -9,7 +9,7 @@ import { createGateway } from '../services/gateway/app.ts';
 import { gatewayRoutes } from '../services/roles/gateway.ts';
 import { createSecretBox } from '../services/webhooks/secrets.ts';
 import { createDatabasePool, type DatabasePool } from '../shared/db/pool.ts';
-import { createPostgresEventStore } from '../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../shared/event-store/postgres/eventStore.ts';
 import { createInProcessBus } from '../shared/metrics-bus/inProcess.ts';
 import { createRateLimiter } from '../shared/rate-limit/limiter.ts';
 import { createMemoryRateLimitStore } from '../shared/rate-limit/memory.ts';

@@ -5,7 +5,7 @@ import { createDatabasePool, sql, type DatabasePool } from '../shared/db/pool.ts
 import { createTenantReader, type TenantReader } from '../shared/db/tenantReader.ts';
 import { z } from 'zod';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../shared/db/embedded.ts';
-import { createPostgresEventStore } from '../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../shared/event-store/port.ts';
 import type { Logger } from '../shared/logger.ts';
 import { createConfiguredRateLimiter } from '../shared/rate-limit/configured.ts';
@@ -14,7 +14,7 @@ import { createConfiguredUsageBus, type UsageBus } from '../shared/metrics-bus/c
 import { DEFAULT_KPI_GROUP } from '../projections/kpi/consumer.ts';
 import type { ReadinessCheck } from './gateway/health.ts';
 import { activeTracing, traceEventStore } from '../shared/telemetry/tracing.ts';
-import { allMigrations } from './schema.ts';
+import { allMigrations } from './migrations.ts';
 import { parkedEventsReadiness, registerParkedEventsMetric } from '../projections/runner/monitoring.ts';
 import pg from 'pg';
 

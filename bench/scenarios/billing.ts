@@ -23,7 +23,7 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { createBenchDatabase } from '../support/database.ts';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { createKafkaClient } from '../../shared/metrics-bus/kafkaClient.ts';
 import { createKafkaSource } from '../../shared/metrics-bus/kafkaSource.ts';
 import { storedBillingData, BILLING_STORED_TYPES } from '../../projections/kpi/billingEvents.ts';

@@ -14,7 +14,7 @@ import autocannon from 'autocannon';
 import pg from 'pg';
 import { z } from 'zod';
 import { createDatabasePool, sql, type DatabasePool } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { comparePositions, parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';

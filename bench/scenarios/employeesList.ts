@@ -14,7 +14,7 @@ import Fastify from 'fastify';
 import pg from 'pg';
 import { z } from 'zod';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, listEmployeesStatement } from '../../projections/employees/queries.ts';

@@ -24,7 +24,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { Registry } from 'prom-client';
 import { monotonicFactory } from 'ulid';
 import { createDatabasePool } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { START, comparePositions, type EventStore } from '../../shared/event-store/port.ts';
 import { createGateway } from '../../services/gateway/app.ts';
 import { authenticated, createAuthDeps } from '../../services/auth/plugin.ts';

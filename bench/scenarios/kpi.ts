@@ -39,7 +39,7 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { createBenchDatabase } from '../support/database.ts';
 import { createDatabasePool, sql, type DatabasePool } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import { createKafkaClient } from '../../shared/metrics-bus/kafkaClient.ts';
 import { createKafkaPublisher } from '../../shared/metrics-bus/kafkaPublisher.ts';

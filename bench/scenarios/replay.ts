@@ -13,7 +13,7 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { createDatabasePool, sql } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { employeesModelChecksums } from '../../projections/employees/checksums.ts';
 import { replayProjection } from '../../projections/runner/runner.ts';

@@ -26,7 +26,7 @@ import { getPostgreSQLEventStore } from '@event-driven-io/emmett-postgresql';
 import { STREAM_DOES_NOT_EXIST } from '@event-driven-io/emmett';
 import autocannon from 'autocannon';
 import { createDatabasePool } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';

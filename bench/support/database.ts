@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { allMigrations } from '../../services/schema.ts';
+import { allMigrations } from '../../services/migrations.ts';
 import { migrate } from '../../shared/db/migrate.ts';
 
 /** A fresh, migrated database for one bench run, on DATABASE_URL's server (default: local PostgreSQL). */

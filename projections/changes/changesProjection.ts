@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../runner/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, EMPLOYEE_STATUSES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeEventType } from '../../services/employees/events.ts';
@@ -35,12 +36,7 @@ export const CHANGE_TYPES = {
 export type ChangeType = (typeof CHANGE_TYPES)[EmployeeEventType];
 export const PUBLIC_CHANGE_TYPES = Object.values(CHANGE_TYPES) as readonly ChangeType[];
 
-const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => [
-  sql.fragment`alter table ${table} enable row level security`,
-  sql.fragment`alter table ${table} force row level security`,
-  sql.fragment`create policy ${named('tenant')} on ${table} using (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid)`,
-  sql.fragment`grant select on ${table} to eas_tenant`,
-];
+const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => tenantScopedTable(table, named('tenant'), 'read');
 
 const lastStateRow = z.object({
   tenant_id: z.string(),

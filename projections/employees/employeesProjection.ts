@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../runner/projection.ts';
@@ -24,12 +25,7 @@ import {
  */
 export const EMPLOYEES_PROJECTION = 'employees';
 
-const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => [
-  sql.fragment`alter table ${table} enable row level security`,
-  sql.fragment`alter table ${table} force row level security`,
-  sql.fragment`create policy ${named('tenant')} on ${table} using (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid)`,
-  sql.fragment`grant select, insert, update, delete on ${table} to eas_tenant`,
-];
+const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => tenantScopedTable(table, named('tenant'), 'read-write');
 
 type Row = {
   tenant_id: string;

@@ -1,6 +1,7 @@
 import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../runner/projection.ts';
 import { apiTypeOf, BILLING_STORED_TYPES, storedBillingData } from './billingEvents.ts';
@@ -9,12 +10,7 @@ import { BILLING_EVENT_TYPES, foldCustomerHistory, type BillingFact } from './su
 
 const noRows = z.object({});
 
-const tenantScoped = (table: IdentifierSqlToken, policy: IdentifierSqlToken) => [
-  sql.fragment`alter table ${table} enable row level security`,
-  sql.fragment`alter table ${table} force row level security`,
-  sql.fragment`create policy ${policy} on ${table} using (tenant_id = current_setting('app.tenant_id', true)::uuid)`,
-  sql.fragment`grant select, insert, update, delete on ${table} to eas_tenant`,
-];
+const tenantScoped = (table: IdentifierSqlToken, policy: IdentifierSqlToken) => tenantScopedTable(table, policy, 'read-write');
 
 const factRow = z.object({
   customer_id: z.string(),

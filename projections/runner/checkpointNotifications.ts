@@ -1,6 +1,5 @@
 import { createListenConnection } from '../../shared/db/listen.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
-import type { Migration } from '../../shared/db/migrate.ts';
 import { comparePositions, parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
 
 /**
@@ -14,20 +13,6 @@ import { comparePositions, parsePosition, type GlobalPosition } from '../../shar
  * event store moved its NOTIFY out of appends; here it is one per applied page, not per write.
  */
 export const CHECKPOINT_CHANNEL = 'projection_checkpoints';
-
-export const checkpointNotifyMigration: Migration = {
-  id: 'projections/003-checkpoint-notify',
-  sql: `
-    create function projection_checkpoint_notify() returns trigger language plpgsql as $fn$
-    begin
-      perform pg_notify('${CHECKPOINT_CHANNEL}', new.name || ' ' || new.commit_position::text || '-' || new.prepare_position::text);
-      return null;
-    end
-    $fn$;
-    create trigger projection_checkpoints_notify after insert or update on projection_checkpoints
-      for each row execute function projection_checkpoint_notify();
-  `,
-};
 
 type Waiter = { readonly name: string; readonly position: GlobalPosition; readonly wake: (reached: boolean) => void };
 

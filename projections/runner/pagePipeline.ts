@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { pgStatements, validatedRows } from '../../shared/db/plainPg.ts';
+import { pgStatements, validatedRows } from '../../shared/db/pgStatements.ts';
 import type { Queryable } from '../../shared/db/pool.ts';
 import { breaksConnection, connectionLostError, createPlainConnection } from '../../shared/db/plainConnection.ts';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';

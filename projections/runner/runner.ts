@@ -4,7 +4,6 @@ import { z } from 'zod';
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
 import { connectionUrlOf, sql, type DatabasePool, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
 import { bulkLoad } from './bulkLoad.ts';
-import type { Migration } from '../../shared/db/migrate.ts';
 import {
   START,
   comparePositions,
@@ -14,35 +13,15 @@ import {
   type RecordedEvent,
 } from '../../shared/event-store/port.ts';
 import type { Projection } from './projection.ts';
-import { checkpointListenerFor, checkpointNotifyMigration } from './checkpointNotifications.ts';
+import { checkpointListenerFor } from './checkpointNotifications.ts';
 import { checkpointRow, readCheckpoint, toCheckpoint, type Checkpoint } from './checkpoints.ts';
 import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
-import { RebuildRaceError, hasParkedEvents, liveParkedEvents, parkedEventsMigration, parkedStreams, replayLockKey } from './parking.ts';
-import { createApplyOrder, lateAppliesMigration, readLateApplies, recordLateApplies } from './applyOrder.ts';
+import { RebuildRaceError, hasParkedEvents, liveParkedEvents, parkedStreams, replayLockKey } from './parking.ts';
+import { createApplyOrder, readLateApplies, recordLateApplies } from './applyOrder.ts';
 
 export { readCheckpoint, type Checkpoint } from './checkpoints.ts';
-
-export const projectionRunnerMigrations: readonly Migration[] = [
-  {
-    id: 'projections/001-checkpoints',
-    sql: `
-      create table projection_checkpoints (
-        name text primary key,
-        version integer not null,
-        commit_position numeric(20, 0) not null,
-        prepare_position numeric(20, 0) not null,
-        events_applied bigint not null default 0,
-        updated_at timestamptz not null default now()
-      );
-      grant select on projection_checkpoints to eas_tenant;
-    `,
-  },
-  parkedEventsMigration,
-  checkpointNotifyMigration,
-  lateAppliesMigration,
-];
 
 /**
  * Thrown when the stored model was built by a newer version of a projection than this code's:

@@ -36,7 +36,7 @@ export const roleAssignmentReactor = defineProjection({
   version: 1,
   // Every employee event, though only hires, address changes and assignments matter: the
   // projections beside it in `projector employees` read the same pages, so the store reads
-  // each page once for all three (shared subscription pages, event-store/postgres.ts).
+  // each page once for all three (shared subscription pages, event-store/postgres/sharedTail.ts).
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
     role_reactor_emails: (table) => [

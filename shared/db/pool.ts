@@ -19,7 +19,7 @@ export type Queryable = Pick<DatabasePool, 'any' | 'many' | 'maybeOne' | 'one' |
 
 /**
  * slonik only records the schema given to `sql.type`; this interceptor is what actually
- * validates each row at the read boundary (see PITFALLS: without it nothing is checked).
+ * validates each row at the read boundary (without it nothing is checked).
  */
 const validateRows: Interceptor = {
   name: 'validate-rows',
@@ -34,7 +34,7 @@ const validateRows: Interceptor = {
   },
 };
 
-// Exact for every year (issue 10 defect 7: `new Date('0045-03-01 00:00:00+00')` is 2045).
+// Exact for every year (`new Date('0045-03-01 00:00:00+00')` is 2045).
 const isoTimestamp = (value: string | null) => (value === null ? null : parsePostgresTimestamp(value));
 const isoTimestampWithoutZone = (value: string | null) => (value === null ? null : parsePostgresTimestamp(value, { assumeUtc: true }));
 
@@ -43,11 +43,11 @@ const isoTimestampWithoutZone = (value: string | null) => (value === null ? null
  * and the plain pg ones (`pgTypeParsers`, e.g. the tenant reader).
  */
 const TYPE_PARSERS = [
-  // Counts and revisions fit in a double; JSON cannot carry BigInt (PITFALLS).
+  // Counts and revisions fit in a double; JSON cannot carry BigInt.
   { name: 'int8', parse: (v: string) => Number(v) },
   // Money stays exact as text; callers decide how to do arithmetic on it.
   { name: 'numeric', parse: (v: string) => v },
-  // Our own parser: `new Date(text)` misreads years < 100 and some historic offsets (defect 7).
+  // Our own parser: `new Date(text)` misreads years < 100 and some historic offsets.
   { name: 'timestamptz', parse: isoTimestamp },
   { name: 'timestamp', parse: isoTimestampWithoutZone },
   createDateTypeParser(),

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { QuerySqlToken } from 'slonik';
-import { pgStatements, validatedRows } from './plainPg.ts';
+import { pgStatements, validatedRows } from './pgStatements.ts';
 import { TENANT_ROLE, pgTypeParsers, type Queryable } from './pool.ts';
 import { breaksConnection } from './plainConnection.ts';
 
@@ -9,7 +9,7 @@ import { breaksConnection } from './plainConnection.ts';
  *
  * `withTenant` wraps a read in BEGIN, set_config, the statement(s), COMMIT: four or more
  * sequential round trips through slonik, whose per-query work (interceptors, an async zod
- * validation per row) measured here at several times the cost of the statement itself. This
+ * validation per row) costs several times the statement itself. This
  * reader is a small plain pg pool whose connections are the tenant role from their first moment
  * (`-c role=eas_tenant` in the startup options) and read-only by default, so row-level security
  * applies to everything it runs.
@@ -26,9 +26,9 @@ import { breaksConnection } from './plainConnection.ts';
  *
  * Hand-written on pg's own Query (its submit prefixed with three protocol messages) because no
  * client API sends two statements under one Sync: pg's pipeline mode ends each query with its
- * own Sync (a failed setting would not stop the statement behind it, measured in
- * test/shared/db/tenantReader.test.ts), and a separate `set_config` round trip cost the list
- * route about a tenth of its throughput (docs/benchmarks.md, "Cheap reads").
+ * own Sync (a failed setting would not stop the statement behind it, as
+ * test/shared/db/tenantReader.test.ts shows), and a separate `set_config` round trip is one more
+ * round trip on every list page.
  *
  * Like `withTenant`, this is a wall against a query that forgets its tenant filter, not against
  * arbitrary SQL (connected as a superuser, SQL could `SET ROLE` back): nothing but our own

@@ -1,7 +1,7 @@
 /**
  * PostgreSQL's text output of `timestamptz` / `timestamp` (DateStyle ISO) read into ISO 8601 UTC
  * strings, exactly. `new Date(text)` is not exact: V8's fallback parser applies two-digit-year
- * heuristics, so `0045-03-01 00:00:00+00` read as 2045 (issue 10, defect 7). This parser takes
+ * heuristics, so `0045-03-01 00:00:00+00` read as 2045. This parser takes
  * the fields apart itself and builds the instant with `setUTCFullYear`, which has no such
  * heuristic (unlike `Date.UTC`, which maps years 0–99 to 1900–1999).
  *

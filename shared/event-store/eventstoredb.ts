@@ -116,7 +116,7 @@ const toEventData = (event: NewEvent): EventData => ({
   metadata: (event.metadata ?? {}) as JSONType,
 });
 
-/** multiStreamAppend carries metadata as string properties only (PITFALLS). */
+/** multiStreamAppend carries metadata as string properties only. */
 const toMultiAppendEventData = (event: NewEvent): EventData => {
   const metadata: Record<string, string> = {};
   for (const [key, value] of Object.entries(event.metadata ?? {})) {

@@ -16,7 +16,7 @@
  * tenant-minute) and several times slower to decode and merge (what every KPI query does); it
  * adds values faster, but ingest is not the bottleneck (figures: docs/benchmarks.md, "Sketch
  * library"). Also:
- *   - analysts call `kpi_sketch_quantile(bytea, q)` in SQL (projections/kpi/schema.ts), which
+ *   - analysts call `kpi_sketch_quantile(bytea, q)` in SQL (projections/kpi/migrations/002-sketch-quantile.sql), which
  *     reads this format (a protobuf decoder in PL/pgSQL would be slower and larger), and the
  *     library needs protobufjs at run time.
  * The format is documented in serializeSketch; the test suite holds it to the paper's guarantee.

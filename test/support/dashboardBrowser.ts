@@ -8,7 +8,7 @@ import pino from 'pino';
 import puppeteer, { type Page } from 'puppeteer-core';
 import { Registry } from 'prom-client';
 import { expect } from 'vitest';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { START } from '../../shared/event-store/port.ts';
 import type { UsageSample } from '../../shared/metrics-bus/port.ts';
 import { runProjection, waitForCheckpoint } from '../../projections/runner/runner.ts';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
-import { createPostgresEventStore } from '../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import { createDatabasePool, type DatabasePool } from '../../shared/db/pool.ts';
 

@@ -3,8 +3,8 @@ import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import pg from 'pg';
-import { allMigrations } from '../../services/schema.ts';
-import { migrate } from '../../shared/db/migrate.ts';
+import { allMigrations } from '../../services/migrations.ts';
+import { loadMigrations, migrate } from '../../shared/db/migrate.ts';
 import { providePostgres, provideKafka, provideRedis, type EngineContext } from '../../scripts/engines.ts';
 
 /**
@@ -39,7 +39,7 @@ function provideChromium(): void {
 
 /** A template database with every migration applied; test files clone it (fast, isolated). */
 async function prepareTemplate(adminUrl: string): Promise<string> {
-  const digest = createHash('sha256').update(JSON.stringify(allMigrations)).digest('hex').slice(0, 12);
+  const digest = createHash('sha256').update(JSON.stringify(loadMigrations(allMigrations).map(({ id, sha256 }) => [id, sha256]))).digest('hex').slice(0, 12);
   const template = `eas_tpl_${digest}`;
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();

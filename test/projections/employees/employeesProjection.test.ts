@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { monotonicFactory } from 'ulid';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { sql, withTenant } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { replayProjection, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';

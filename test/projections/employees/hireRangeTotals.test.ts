@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { sql, withTenant } from '../../../shared/db/pool.ts';
 import { createTenantReader, type TenantReader } from '../../../shared/db/tenantReader.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore, GlobalPosition } from '../../../shared/event-store/port.ts';
 import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';

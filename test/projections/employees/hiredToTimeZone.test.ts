@@ -5,7 +5,7 @@ import { createTestDatabase, sqlAt, type TestDatabase } from '../../support/data
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { waitFor } from '../../support/waitFor.ts';
 import { createDatabasePool, sql, type DatabasePool } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';

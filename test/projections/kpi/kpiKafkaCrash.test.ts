@@ -4,7 +4,7 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { createKafkaClient } from '../../../shared/metrics-bus/kafkaClient.ts';
 import { createKafkaPublisher } from '../../../shared/metrics-bus/kafkaPublisher.ts';

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { comparePositions, type EventStore, type ReadAllPage } from '../../../shared/event-store/port.ts';
 import { defineProjection } from '../../../projections/runner/projection.ts';
 import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';

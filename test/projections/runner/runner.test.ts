@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection, runProjection, waitForCheckpoint } from '../../../projections/runner/runner.ts';
 import { createTestDatabase, useTestEventStore, type TestDatabase } from '../../support/database.ts';

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { BUILT_IN_ROLES, PERMISSIONS, ROLE_PERMISSIONS, rolesAllow, type RoleName } from '../../../services/auth/permissions.ts';
 import { authenticated, type AuthDeps } from '../../../services/auth/plugin.ts';

@@ -3,7 +3,7 @@ import { decodeJwt } from 'jose';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, withTenant } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, replayProjection, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { retryParkedEvents } from '../../../projections/runner/parking.ts';

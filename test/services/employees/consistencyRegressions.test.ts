@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { parsePosition } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';

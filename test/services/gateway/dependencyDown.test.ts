@@ -7,7 +7,7 @@ import { createGateway } from '../../../services/gateway/app.ts';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { createDatabasePool, sql, type DatabasePool } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { waitFor } from '../../support/waitFor.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';

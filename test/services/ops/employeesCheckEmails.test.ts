@@ -5,7 +5,7 @@ import { auditReservation, emailReservationStreamId, releaseEmail } from '../../
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { replayProjection } from '../../../projections/runner/runner.ts';
 import { ConflictError } from '../../../shared/errors.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { runOps } from '../../support/processes.ts';

@@ -6,7 +6,7 @@ import { join, resolve } from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDatabasePool } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { hire } from '../../projections/runner/fixtures/employeeEvents.ts';
 import { freePort, runOpsWith } from '../../support/processes.ts';
 

@@ -5,7 +5,7 @@ import type { Redis } from 'ioredis';
 import type { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { defineProjection } from '../../../projections/runner/projection.ts';
 import { readCheckpoint } from '../../../projections/runner/runner.ts';

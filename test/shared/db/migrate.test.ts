@@ -1,19 +1,36 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { migrate, type Migration } from '../../../shared/db/migrate.ts';
+import { migrate, type MigrationFolder } from '../../../shared/db/migrate.ts';
 import { createEmptyTestDatabase, sqlAt, waitsForLock, type BareTestDatabase } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
- * The migration runner (real PostgreSQL): migrations that must run outside a transaction
- * (`create index concurrently`, issue 11's event-store/013), with several processes starting
- * together, and after a build that failed halfway; and a migration whose connection is lost.
+ * The migration runner (real PostgreSQL) on migration files in a temporary folder: files that
+ * must run outside a transaction (`create index concurrently`), with several processes starting
+ * together, and after a build that failed halfway; a migration whose connection is lost; and an
+ * applied migration whose file changed.
  */
-const table: Migration = { id: 'test/001-table', sql: 'create table t (k int not null)' };
-const uniqueIndex: Migration = {
-  id: 'test/002-unique-index',
-  concurrently: ['drop index concurrently if exists t_k_key', 'create unique index concurrently t_k_key on t (k)'],
+const TABLE = 'create table t (k int not null);\n';
+const UNIQUE_INDEX = [
+  '-- migrate: no-transaction',
+  '-- A unique index, built without blocking writes.',
+  'drop index concurrently if exists t_k_key;',
+  'create unique index concurrently t_k_key on t (k);',
+  '',
+].join('\n');
+
+let dir: string;
+/** The temporary folder with `files` (name → content) written into it, as the runner reads it. */
+const folderWith = (files: Record<string, string>): MigrationFolder[] => {
+  for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
+  return [{ prefix: 'test', folder: pathToFileURL(`${dir}/`) }];
 };
+const table = () => folderWith({ '001-table.sql': TABLE });
+const tableAndIndex = () => folderWith({ '001-table.sql': TABLE, '002-unique-index.sql': UNIQUE_INDEX });
 
 let db: BareTestDatabase;
 
@@ -24,34 +41,36 @@ const recorded = async () => (await query<{ id: string }>(`select id from schema
 
 beforeEach(async () => {
   db = await createEmptyTestDatabase();
+  dir = mkdtempSync(join(tmpdir(), 'migrations-'));
 });
 
 afterEach(async () => {
   await db.drop();
+  rmSync(dir, { recursive: true, force: true });
 });
 
 describe('migrate: statements that run outside a transaction', () => {
   it('builds the index concurrently and records the migration once', async () => {
-    expect(await migrate(db.url, [table, uniqueIndex])).toEqual(['test/001-table', 'test/002-unique-index']);
+    expect(await migrate(db.url, tableAndIndex())).toEqual(['test/001-table', 'test/002-unique-index']);
     expect(await indexState()).toEqual([{ valid: true, unique: true }]);
-    expect(await migrate(db.url, [table, uniqueIndex])).toEqual([]);
+    expect(await migrate(db.url, tableAndIndex())).toEqual([]);
     expect(await recorded()).toEqual(['test/001-table', 'test/002-unique-index']);
   });
 
   it('does not deadlock with a process that starts while the build waits for older snapshots', async () => {
-    await migrate(db.url, [table]);
+    await migrate(db.url, table());
     // A transaction writing to the table: the concurrent build waits for it before it starts.
     const writer = new pg.Client({ connectionString: db.url });
     await writer.connect();
     try {
       await writer.query('begin');
       await writer.query('insert into t values (1)');
-      const first = migrate(db.url, [table, uniqueIndex]);
+      const first = migrate(db.url, tableAndIndex());
       await waitFor(() => waitsForLock(db.url, 'create unique index concurrently%'));
       // A second process starts meanwhile and waits for the migration lock. Had it waited inside
       // pg_advisory_lock, its statement's snapshot would hold up the build, which holds the lock it
       // waits for: PostgreSQL would cancel one of the two as a deadlock after a second.
-      const second = migrate(db.url, [table, uniqueIndex]);
+      const second = migrate(db.url, tableAndIndex());
       await new Promise((resolve) => setTimeout(resolve, 300));
       await writer.query('commit');
       const [applied, appliedBySecond] = await Promise.all([first, second]);
@@ -64,14 +83,14 @@ describe('migrate: statements that run outside a transaction', () => {
   });
 
   it('after a build that failed, records nothing, and the next start builds the index again', async () => {
-    await migrate(db.url, [table]);
+    await migrate(db.url, table());
     await query('insert into t values (1), (1)');
-    await expect(migrate(db.url, [table, uniqueIndex])).rejects.toThrow(/test\/002-unique-index failed \(it runs again, whole, on the next start\).*could not create unique index/);
+    await expect(migrate(db.url, tableAndIndex())).rejects.toThrow(/test\/002-unique-index failed \(it runs again, whole, on the next start\).*could not create unique index/);
     // The interrupted build leaves an invalid index behind, which the migration drops first.
     expect(await indexState()).toEqual([{ valid: false, unique: true }]);
     expect(await recorded()).toEqual(['test/001-table']);
     await query(`delete from t where ctid = (select max(ctid) from t)`);
-    expect(await migrate(db.url, [table, uniqueIndex])).toEqual(['test/002-unique-index']);
+    expect(await migrate(db.url, tableAndIndex())).toEqual(['test/002-unique-index']);
     expect(await indexState()).toEqual([{ valid: true, unique: true }]);
   });
 });
@@ -79,10 +98,36 @@ describe('migrate: statements that run outside a transaction', () => {
 describe('migrate: a connection lost during a migration', () => {
   it('fails with the migration id and the cause, records nothing, and the next start applies it', async () => {
     // The statement ends its own backend: the statement fails, and so would the rollback after it.
-    const dies: Migration = { id: 'test/001-dies', sql: 'create table t (k int); select pg_terminate_backend(pg_backend_pid())' };
-    await expect(migrate(db.url, [dies])).rejects.toThrow(/^Migration test\/001-dies failed: /);
+    const dies = folderWith({ '001-dies.sql': 'create table t (k int); select pg_terminate_backend(pg_backend_pid())' });
+    await expect(migrate(db.url, dies)).rejects.toThrow(/^Migration test\/001-dies failed: /);
     expect(await query(`select to_regclass('t') as t`)).toEqual([{ t: null }]);
-    expect(await migrate(db.url, [table])).toEqual(['test/001-table']);
+    rmSync(join(dir, '001-dies.sql'));
+    expect(await migrate(db.url, table())).toEqual(['test/001-table']);
     expect(await recorded()).toEqual(['test/001-table']);
+  });
+});
+
+describe('migrate: an applied migration whose file changed', () => {
+  const hashes = async () => query<{ id: string; sha256: string | null }>(`select id, sha256 from schema_migrations where id like 'test/%' order by id`);
+
+  it('records each file\'s SHA-256, and refuses to start, naming the file and both hashes, once one changed', async () => {
+    await migrate(db.url, table());
+    const [applied] = await hashes();
+    expect(applied?.sha256).toMatch(/^[0-9a-f]{64}$/);
+    const edited = folderWith({ '001-table.sql': 'create table t (k bigint not null);\n', '002-unique-index.sql': UNIQUE_INDEX });
+    const refusal = migrate(db.url, edited);
+    await expect(refusal).rejects.toThrow(/^Migration test\/001-table was applied from a file that has changed since: .*\/001-table\.sql hashes to [0-9a-f]{64}, the database recorded [0-9a-f]{64}\. Applied migrations are frozen/);
+    await expect(refusal).rejects.toThrow(applied?.sha256 ?? 'no hash recorded');
+    // Refused before anything else ran: the new file is not applied.
+    expect(await recorded()).toEqual(['test/001-table']);
+    expect(await indexState()).toEqual([]);
+  });
+
+  it('adopts the file\'s hash for a migration applied before hashes were recorded', async () => {
+    await migrate(db.url, table());
+    const [before] = await hashes();
+    await query(`update schema_migrations set sha256 = null where id = 'test/001-table'`);
+    expect(await migrate(db.url, table())).toEqual([]);
+    expect(await hashes()).toEqual([before]);
   });
 });

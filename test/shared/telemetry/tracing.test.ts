@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-node';
 import { startTracing } from '../../../shared/telemetry/sdk.ts';
 import { traceEventStore, traceProjection, type Tracing } from '../../../shared/telemetry/tracing.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { createGateway } from '../../../services/gateway/app.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';

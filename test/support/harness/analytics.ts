@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { createTestDatabase, type TestDatabase } from '../database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../auth.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { START, type EventStore, type GlobalPosition } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';

@@ -4,7 +4,7 @@ import { createTestDatabase, type TestDatabase } from '../database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../auth.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { RoleName } from '../../../services/auth/permissions.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint, runProjection, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';

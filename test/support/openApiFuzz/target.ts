@@ -7,7 +7,7 @@ import { createGateway } from '../../../services/gateway/app.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { gatewayRoutes } from '../../../services/roles/gateway.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { runProjection, waitForCheckpoint, type ProjectorHandle } from '../../../projections/runner/runner.ts';
 import { allProjections } from '../../../projections/index.ts';
