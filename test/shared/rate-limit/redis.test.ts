@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { wholeTokens } from '../../../shared/rate-limit/bucket.ts';
 import { createRedisRateLimitStore, type RedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { waitFor } from '../../support/waitFor.ts';
-import { rateLimitStoreContract } from './contract.ts';
+import { rateLimitStoreContract } from '../../support/contracts/rateLimitStore.ts';
 
 rateLimitStoreContract('Redis', async () => {
   const store = await createRedisRateLimitStore({
