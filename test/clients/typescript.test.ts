@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEasClient } from '../../clients/typescript/index.ts';
 import { CLIENT_SCHEMA_PATH, generateClientSchema } from '../../scripts/generateClient.ts';
-import { createEmployeesHarness, type EmployeesHarness } from '../services/employees/harness.ts';
+import { createEmployeesHarness, type EmployeesHarness } from '../support/harness/employees.ts';
 import { createTestUser } from '../support/auth.ts';
 import { useTestEventStore } from '../support/database.ts';
 

@@ -16,6 +16,7 @@ import { kpiBillingProjection } from '../../../projections/kpi/billingProjection
 import { readKpiSummary } from '../../../projections/kpi/query.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { seededRandom as random } from '../../support/random.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 /**
  * The KPI projector as a real child process on the real broker, SIGKILLed mid-stream ten
@@ -76,14 +77,6 @@ const appliedSoFar = async () =>
     select coalesce(sum(samples_applied), 0)::int8 as n from kpi_kafka_offsets where consumer_group = ${group} and topic = ${topic}
   `);
 
-async function until(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 describe('KPI projector on Kafka', () => {
   describe('when the projector process is SIGKILLed mid-stream ten times', () => {
     it('still counts every sample exactly once: sample counts, dau, mau and p95 are exact', { timeout: 300_000 }, async () => {
@@ -120,6 +113,7 @@ describe('KPI projector on Kafka', () => {
             published.push(s);
             publisher.publish(s);
           }
+          // Paced so that the stream keeps flowing through every kill, not all sent up front.
           await new Promise((r) => setTimeout(r, 40));
         }
       })();
@@ -127,7 +121,8 @@ describe('KPI projector on Kafka', () => {
       for (let round = 0; round < 10; round++) {
         const worker = startWorker();
         const before = await appliedSoFar();
-        await until(async () => (await appliedSoFar()) > before, 60_000, `progress in round ${round}`);
+        await waitFor(async () => (await appliedSoFar()) > before, 60_000, `progress in round ${round}`);
+        // A random kill point (seeded): where the kill lands in a batch is what the test varies.
         await new Promise((r) => setTimeout(r, Math.floor(rnd() * 250)));
         worker.child.kill('SIGKILL');
         await worker.exited;
@@ -139,7 +134,7 @@ describe('KPI projector on Kafka', () => {
 
       const last = startWorker();
       try {
-        await until(async () => (await appliedSoFar()) >= published.length, 120_000, 'the last worker to catch up');
+        await waitFor(async () => (await appliedSoFar()) >= published.length, 120_000, 'the last worker to catch up');
       } finally {
         last.child.kill('SIGTERM');
         await last.exited;

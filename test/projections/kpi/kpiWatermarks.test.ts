@@ -19,6 +19,7 @@ import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { ingestBillingEvents, type BillingEventInput } from '../../../services/billing/ingest.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { provisionTenant } from '../../support/auth.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 /**
  * The KPI `asOf` is the instant up to which every input has been applied, taken from
@@ -67,14 +68,6 @@ const billing = (customerId: string, overrides: Partial<BillingEventInput> = {})
   ...overrides,
 });
 
-async function until(condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error('condition not reached in time');
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
 const tenantSamples = (tenantId: string) =>
   db.pool.maybeOneFirst(sql.type(z.object({ samples: z.number() }))`select samples from kpi_tenant_usage where tenant_id = ${tenantId}`);
 
@@ -117,7 +110,7 @@ describe('KPI asOf and watermarks', () => {
         bus.publisher.publish(sample(tenantId, 'u-recent', now - 2 * HOUR));
         bus.publisher.publish(sample(tenantId, 'u-old', now - 2 * DAY));
         await bus.publisher.flush();
-        await until(async () => (await tenantSamples(tenantId)) === 2);
+        await waitFor(async () => (await tenantSamples(tenantId)) === 2, 30_000);
         const before = Date.now();
         const kpi = await readKpiSummary({ pool: db.pool, eventStore: store, usage: { source: bus.source } }, tenantId);
         expect(Date.parse(kpi.asOf)).toBeGreaterThanOrEqual(before - 2_000);
@@ -159,7 +152,7 @@ describe('KPI asOf and watermarks', () => {
       publisher.publish(sample(idle.tenantId, 'u-1', now - 2 * HOUR));
       await publisher.flush();
       consumer = await startKpiConsumer(db.pool, createKafkaSource({ brokers, topic, groupId: group }), group);
-      await until(async () => (await tenantSamples(idle.tenantId)) === 1, 60_000);
+      await waitFor(async () => (await tenantSamples(idle.tenantId)) === 1, 60_000);
 
       const before = Date.now();
       const fresh = await readKpiSummary({ pool: db.pool, eventStore: store, usage }, idle.tenantId);
@@ -175,7 +168,7 @@ describe('KPI asOf and watermarks', () => {
       const end = await endOf();
       publisher.publish(sample(busy.tenantId, 'u-2', Date.now()));
       await publisher.flush();
-      await until(async () => (await endOf()) !== end); // the head (reused ≤ 250 ms) shows the new message
+      await waitFor(async () => (await endOf()) !== end, 30_000); // the head (reused ≤ 250 ms) shows the new message
       const held = await readKpiSummary({ pool: db.pool, eventStore: store, usage }, idle.tenantId);
       expect(Date.parse(held.asOf)).toBe(now - 2 * HOUR);
       // The same holds for the summary at an instant and for the usage series: they never claim

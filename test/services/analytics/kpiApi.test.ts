@@ -14,6 +14,7 @@ import { usageSamples } from '../../../services/analytics/usageSamples.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 let db: TestDatabase;
 let store: EventStore;
@@ -54,14 +55,12 @@ const billingEvent = (customerId: string, overrides: Record<string, unknown> = {
   ...overrides,
 });
 
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+/** The first value of `read` that is `done`; on timeout the last one, for the assertion to show. */
+const until = <T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 10_000): Promise<T> =>
+  waitFor(async () => {
     const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+    return done(value) && { value };
+  }, timeoutMs).then(({ value }) => value, read);
 
 describe('POST /v1/analytics/billing-events', () => {
   let tenant: TestTenant;

@@ -17,6 +17,7 @@ import { usageSamples } from '../../../services/analytics/usageSamples.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authCapabilities, authHeaders, createTestAuth, provisionTenant } from '../../support/auth.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 /**
  * End to end on the real broker: authenticated requests through the gateway → one usage
@@ -80,13 +81,10 @@ describe('usage samples through Kafka', () => {
       }
       const read = async (tenant: typeof a, user: string) =>
         (await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: await authHeaders(auth, tenant, 'analyst', user) })).json<Kpi>();
-      const deadline = Date.now() + 60_000;
-      let kpiA = await read(a, usersA[0]!);
-      let kpiB = await read(b, usersB[0]!);
-      while ((kpiA.dau < usersA.length || kpiB.dau < usersB.length) && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 50));
-        [kpiA, kpiB] = [await read(a, usersA[0]!), await read(b, usersB[0]!)];
-      }
+      const [kpiA, kpiB] = await waitFor(async () => {
+        const pair = [await read(a, usersA[0]!), await read(b, usersB[0]!)] as const;
+        return pair[0].dau >= usersA.length && pair[1].dau >= usersB.length && pair;
+      }, 60_000, 'both tenants’ samples to reach the KPI');
       expect(kpiA).toMatchObject({ dau: usersA.length, mau: usersA.length });
       expect(kpiB).toMatchObject({ dau: usersB.length, mau: usersB.length });
       expect(kpiA.apiLatencyP95Ms).toBeGreaterThan(0);

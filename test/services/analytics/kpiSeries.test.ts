@@ -6,7 +6,7 @@ import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { TestDatabase } from '../../support/database.ts';
 import { authHeaders, provisionTenant, type TestTenant } from '../../support/auth.ts';
-import { createAnalyticsHarness, type AnalyticsHarness } from './harness.ts';
+import { createAnalyticsHarness, type AnalyticsHarness } from '../../support/harness/analytics.ts';
 
 let db: TestDatabase;
 let auth: AuthDeps;

@@ -6,7 +6,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 import { createTestApp, createTestAuth, createTestUser, provisionTenant } from '../../support/auth.ts';
 
 /**
- * Issue 10, defect 8: login can be starved and accounts locked by anyone. Real PostgreSQL,
+ * Regression: login could be starved and accounts locked by anyone. Real PostgreSQL,
  * real argon2; client addresses are set per request (`remoteAddress`), the way the gateway sees them.
  */
 let db: TestDatabase;
@@ -39,7 +39,7 @@ const median = (values: readonly number[]) => {
   return sorted.length % 2 ? (sorted[mid] ?? 0) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
 };
 
-describe('defect 8: login can be starved and accounts locked by anyone', () => {
+describe('when anyone floods login to starve it or lock accounts', () => {
   describe('when 40 junk logins arrive at once from one address', () => {
     it("a real login from another address stays fast (median with load < 3 × median without, alternating rounds)", async () => {
       const app = await gateway();
@@ -69,7 +69,7 @@ describe('defect 8: login can be starved and accounts locked by anyone', () => {
       }
       const ratio = median(loaded) / median(quiet);
       process.stdout.write(
-        `defect 8: real login median ${median(quiet).toFixed(1)} ms quiet, ${median(loaded).toFixed(1)} ms beside 40 concurrent junk logins (ratio ${ratio.toFixed(2)}); ` +
+        `login abuse: real login median ${median(quiet).toFixed(1)} ms quiet, ${median(loaded).toFixed(1)} ms beside 40 concurrent junk logins (ratio ${ratio.toFixed(2)}); ` +
           `junk answers: ${junkStatuses.filter((s) => s === 401).length}×401, ${junkStatuses.filter((s) => s === 429).length}×429, ${junkStatuses.filter((s) => s === 503).length}×503\n`,
       );
       expect(junkStatuses.every((s) => s === 401 || s === 429 || s === 503)).toBe(true);

@@ -8,6 +8,7 @@ import { findTenantBySlug } from '../../../services/tenants/tenants.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { runOps } from '../../support/processes.ts';
 import { authHeaders, createTestApp, createTestAuth } from '../../support/auth.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 let db: TestDatabase;
 let auth: AuthDeps;
@@ -17,15 +18,6 @@ const ops = (...args: string[]) => runOps(db.url, ...args);
 
 const login = (slug: string, email: string, password: string) =>
   app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'x-tenant': slug }, payload: { email, password } });
-
-async function eventually<T>(probe: () => Promise<T>, done: (value: T) => boolean, deadlineMs: number): Promise<{ value: T; ms: number }> {
-  const started = Date.now();
-  for (;;) {
-    const value = await probe();
-    if (done(value) || Date.now() - started > deadlineMs) return { value, ms: Date.now() - started };
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -64,9 +56,12 @@ describe('when an operator provisions with the ops CLI while the service runs', 
     expect((await whoami()).plan).toBe('starter');
     const changed = await ops('tenants', 'set-plan', slug, '--plan', 'enterprise', '--rate-per-minute', '1200', '--rate-burst', '40');
     expect(changed, changed.stderr).toMatchObject({ code: 0 });
-    const seen = await eventually(whoami, (ctx) => ctx.plan === 'enterprise', 5_000);
-    expect(seen.value).toMatchObject({ plan: 'enterprise', rateLimitOverride: { perMinute: 1200, burst: 40 } });
-    expect(seen.ms).toBeLessThanOrEqual(5_000);
+    // Within seconds: waitFor fails the test if the new plan is not seen within 5 s.
+    const seen = await waitFor(async () => {
+      const ctx = await whoami();
+      return ctx.plan === 'enterprise' && ctx;
+    }, 5_000);
+    expect(seen).toMatchObject({ plan: 'enterprise', rateLimitOverride: { perMinute: 1200, burst: 40 } });
     const listed = await ops('tenants', 'list', '--json');
     expect(JSON.parse(listed.stdout)).toContainEqual(expect.objectContaining({ slug, plan: 'enterprise', rateLimitOverride: { perMinute: 1200, burst: 40 } }));
   });

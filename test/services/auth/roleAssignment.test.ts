@@ -16,10 +16,11 @@ import { findUserByEmail, setUserRole } from '../../../services/auth/users.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, createTestUser, provisionTenant, type TestTenant } from '../../support/auth.ts';
-import { expectProblem, waitFor } from '../employees/harness.ts';
+import { expectProblem } from '../../support/harness/employees.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 /**
- * Issue 10, defect 11: role assignment is a reaction to the employee's `EmployeeRoleAssigned`
+ * Role assignment is a reaction to the employee's `EmployeeRoleAssigned`
  * (the role reactor on the projection runner), not a call after the append. Real PostgreSQL; a
  * trigger makes writes to `users` fail on demand, so "the first attempt failed" is a fact.
  */
@@ -96,7 +97,7 @@ const countUsers = (tenant: TestTenant, email: string) =>
     tx.oneFirst(sql.type(z.object({ n: z.number() }))`select count(*)::int as n from users where email_key = ${email.toLowerCase()}`),
   );
 
-describe('defect 11: role assignment after append', () => {
+describe('role assignment after the append (regression: it was a call that could fail after the event was stored)', () => {
   describe('when applying the role fails for good (a deterministic failure)', () => {
     it('the event is parked, and `projections retry` applies it after the fix', async () => {
       const tenant = await provisionTenant(db.pool);

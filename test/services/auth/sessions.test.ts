@@ -165,7 +165,7 @@ describe('when logging out', () => {
     expect((await refresh(tenant.slug, second.refreshToken)).statusCode).toBe(401);
   });
 
-  it('needs the bearer token like every /v1 route but login and refresh (SPEC §2)', async () => {
+  it('needs the bearer token like every /v1 route but login and refresh', async () => {
     const { tenant, email, password } = await freshUser();
     const pair = tokenPair.parse((await login(tenant.slug, email, password)).json());
     const response = await logout(tenant.slug, undefined, pair.refreshToken);

@@ -9,7 +9,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 import { createTestUser, provisionTenant, type TestTenant } from '../../support/auth.ts';
 
 /**
- * The first wall (SPEC §2: "data is scoped to the tenant in every query"): the auth stores name
+ * The first wall (data is scoped to the tenant in every query): the auth stores name
  * the tenant in every query themselves, so they stay right on a connection that row-level
  * security does not filter. Here that connection is the test database's owner (a superuser),
  * outside `withTenant`: no `app.tenant_id`, no tenant role. Two tenants hold the same e-mail

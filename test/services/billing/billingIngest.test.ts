@@ -12,7 +12,7 @@ import { billingEventStoreId, uuidV5 } from '../../../services/billing/ingest.ts
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { TestDatabase } from '../../support/database.ts';
 import { authHeaders, provisionTenant, type TestTenant } from '../../support/auth.ts';
-import { createAnalyticsHarness, type AnalyticsHarness } from '../analytics/harness.ts';
+import { createAnalyticsHarness, type AnalyticsHarness } from '../../support/harness/analytics.ts';
 
 let db: TestDatabase;
 let store: EventStore;
@@ -77,7 +77,7 @@ describe('billing event store ids', () => {
   });
 });
 
-describe('billing ids', () => {
+describe('billing ids (regression: Stripe evt_… ids were refused)', () => {
   describe('when a tenant sends Stripe event ids', () => {
     it('accepts evt_… ids (202) and any printable id of up to 255 characters', async () => {
       const tenant = await provisionTenant(db.pool);
@@ -191,7 +191,7 @@ describe('billing ids', () => {
   });
 });
 
-describe('billing order', () => {
+describe('billing events out of order', () => {
   describe('when a cancellation arrives before the start it ends', () => {
     it('still ends the subscription: MRR counts only the other customer, churn counts it', async () => {
       const tenant = await provisionTenant(db.pool);
@@ -238,7 +238,7 @@ describe('revenue as of an instant, from the stored history', () => {
   });
 });
 
-describe('inputs that could stall the KPI billing projection', () => {
+describe('inputs that would stall the billing projection', () => {
   describe('when occurredAt is outside the years 1970–9999', () => {
     it('refuses year 0, 1969 and an offset that normalises to year 10000 with 400 naming occurredAt', async () => {
       const tenant = await provisionTenant(db.pool);

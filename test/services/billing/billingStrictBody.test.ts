@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders, provisionTenant } from '../../support/auth.ts';
-import { createAnalyticsHarness, type AnalyticsHarness } from '../analytics/harness.ts';
+import { createAnalyticsHarness, type AnalyticsHarness } from '../../support/harness/analytics.ts';
 
 /**
  * Regression: docs/versioning.md says request bodies are strict (an unknown field is a 400, so a

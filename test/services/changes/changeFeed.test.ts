@@ -10,10 +10,12 @@ import { parkEvent, resolveParkedEvents } from '../../../shared/projections/park
 import { insertEndpoint } from '../../../services/webhooks/endpoints.ts';
 import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { sqlAt } from '../../support/database.ts';
+import { staysTrue } from '../../support/staysTrue.ts';
 import { decodeCursor, encodeCursor } from '../../../services/changes/cursor.ts';
 import { employeeStreamId } from '../../../services/employees/contract.ts';
-import { expectProblem } from '../employees/harness.ts';
-import { createChangesHarness, hire, logPositionsOf, waitFor, type ChangesHarness } from './harness.ts';
+import { expectProblem } from '../../support/harness/employees.ts';
+import { createChangesHarness, hire, logPositionsOf, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 type Change = { cursor: string; type: string; employeeId: string; occurredAt: string; employee: { id: string; firstName: string; status: string } };
 type Page = { data: Change[]; next: string; hasMore: boolean };
@@ -126,8 +128,10 @@ describe('when the client long-polls with wait', () => {
   it('answers as soon as a change commits, not at the end of the wait', async () => {
     const { tenant, headers } = await h.tenant();
     const started = Date.now();
-    const pending = read(headers, 'limit=5&wait=20');
-    await new Promise((r) => setTimeout(r, 300)); // let the request start waiting (the test asserts on what follows)
+    let answered = false;
+    const pending = read(headers, 'limit=5&wait=20').finally(() => (answered = true));
+    // The request is waiting, with nothing to answer yet, before the change commits.
+    expect(await staysTrue(() => !answered, 300)).toBe(true);
     await hire(h.store, tenant.tenantId, 'poll');
     const page = await pending;
     expect(page.data).toHaveLength(1);

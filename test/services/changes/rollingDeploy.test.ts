@@ -11,7 +11,8 @@ import { START } from '../../../shared/event-store/port.ts';
 import { insertEndpoint } from '../../../services/webhooks/endpoints.ts';
 import { dueEndpoints } from '../../../services/webhooks/lease.ts';
 import { sqlAt } from '../../support/database.ts';
-import { createChangesHarness, hire, logPositionsOf, waitFor, type ChangesHarness } from './harness.ts';
+import { createChangesHarness, hire, logPositionsOf, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 let h: ChangesHarness;
 beforeAll(async () => {

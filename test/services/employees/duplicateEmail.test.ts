@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createEmployeesHarness, expectProblem, type EmployeesHarness } from './harness.ts';
+import { createEmployeesHarness, expectProblem, type EmployeesHarness } from '../../support/harness/employees.ts';
 
 /**
  * Email uniqueness under concurrency on the PostgreSQL adapter: the reservation stream is

@@ -7,7 +7,7 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres/e
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { employeeStreamId, type Employee } from '../../../services/employees/contract.ts';
-import { expectProblem } from './harness.ts';
+import { expectProblem } from '../../support/harness/employees.ts';
 
 /**
  * Email uniqueness when two email changes of one employee interleave (real PostgreSQL). The

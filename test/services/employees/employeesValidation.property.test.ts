@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { createEmployeesHarness, expectProblem, type EmployeesHarness } from './harness.ts';
+import { createEmployeesHarness, expectProblem, type EmployeesHarness } from '../../support/harness/employees.ts';
 
 /**
  * Properties of the input boundary: whatever a client sends that breaks the documented schema,

@@ -2,11 +2,11 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isStorableText } from '../../../shared/validation.ts';
 import { createTestUser } from '../../support/auth.ts';
-import { createEmployeesHarness, expectProblem, type EmployeesHarness } from './harness.ts';
+import { createEmployeesHarness, expectProblem, type EmployeesHarness } from '../../support/harness/employees.ts';
 
 /**
- * SPEC §9 at the employees and auth edge, and the regressions of issue 10 defects 6 (NUL and
- * lone surrogates became 500s) and 7 (dates read back wrong).
+ * Input limits at the employees and auth edge, and two regressions: NUL and lone surrogates
+ * became 500s, and dates read back wrong.
  */
 type Employee = { id: string; hiredAt: string };
 type Page = { data: Employee[]; meta: { total: number } };
@@ -48,8 +48,8 @@ function expectFieldError(response: Parameters<typeof expectProblem>[0], path: s
   expect(body.errors, response.body).toEqual(expect.arrayContaining([expect.objectContaining({ path })]));
 }
 
-describe('defect 6: NUL and lone surrogates are 400s naming the field, not 500s', () => {
-  it('defect 6: NUL in department query is a 400 not a 500', async () => {
+describe('NUL and lone surrogates are 400s naming the field, not 500s', () => {
+  it('NUL in department query is a 400 not a 500', async () => {
     const { headers } = await h.tenant();
     expectFieldError(await h.app.inject({ method: 'GET', url: '/v1/employees?department=%00', headers }), 'querystring.department');
     expectFieldError(await h.app.inject({ method: 'GET', url: `/v1/employees?department=${encodeURIComponent(NUL)}`, headers }), 'querystring.department');
@@ -57,7 +57,7 @@ describe('defect 6: NUL and lone surrogates are 400s naming the field, not 500s'
 
   for (const field of ['firstName', 'lastName', 'department'] as const) {
     for (const [what, value] of [['NUL', NUL], ['a lone high surrogate', LONE_HIGH], ['a lone low surrogate', LONE_LOW]] as const) {
-      it(`defect 6: ${what} in ${field} on POST and PATCH is a 400`, async () => {
+      it(`${what} in ${field} on POST and PATCH is a 400`, async () => {
         const { headers } = await h.tenant();
         expectFieldError(await hire(headers, { [field]: value }), `body.${field}`);
         const { employee } = await hired(headers);
@@ -72,7 +72,7 @@ describe('defect 6: NUL and lone surrogates are 400s naming the field, not 500s'
     }
   }
 
-  it('defect 6: NUL or a lone surrogate in a status reason is a 400', async () => {
+  it('NUL or a lone surrogate in a status reason is a 400', async () => {
     const { headers } = await h.tenant();
     const { employee } = await hired(headers);
     for (const reason of [NUL, LONE_HIGH]) {
@@ -86,7 +86,7 @@ describe('defect 6: NUL and lone surrogates are 400s naming the field, not 500s'
     }
   });
 
-  it('defect 6: NUL or a lone surrogate in the login email is a 400', async () => {
+  it('NUL or a lone surrogate in the login email is a 400', async () => {
     const { tenant } = await h.tenant();
     const user = await createTestUser(h.db.pool, tenant, 'employee');
     for (const email of [`${user.email}\u0000`, `\uD800${user.email}`]) {
@@ -150,7 +150,7 @@ describe('headers', () => {
 
 describe('instants outside the allowed years', () => {
   for (const hiredAt of ['0000-06-01T00:00:00Z', '0045-03-01T00:00:00Z', '9999-12-31T23:00:00-05:00', '1899-12-31T23:59:59.999Z', '1900-01-01T00:30:00+01:00']) {
-    it(`defect 1 (edge): hiredAt ${hiredAt} is a 400 before it reaches an event`, async () => {
+    it(`hiredAt ${hiredAt} is a 400 before it reaches an event`, async () => {
       const { headers } = await h.tenant();
       expectFieldError(await hire(headers, { hiredAt }), 'body.hiredAt');
     });
@@ -164,9 +164,9 @@ describe('instants outside the allowed years', () => {
   });
 });
 
-describe('defect 7: hire dates round-trip exactly', () => {
+describe('hire dates round-trip exactly (regression: years below 100 came back as 19xx)', () => {
   for (const hiredAt of ['1900-01-01T00:00:00.000Z', '1969-12-31T23:59:59.999Z', '9999-12-31T23:59:59.000Z']) {
-    it(`defect 7: hire date ${hiredAt}: POST, GET and the hire-date filters agree`, async () => {
+    it(`hire date ${hiredAt}: POST, GET and the hire-date filters agree`, async () => {
       const { headers } = await h.tenant();
       const { employee, position } = await hired(headers, { hiredAt });
       expect(employee.hiredAt).toBe(hiredAt);
@@ -184,7 +184,7 @@ describe('defect 7: hire dates round-trip exactly', () => {
     });
   }
 
-  it('defect 7: an offset hire date is answered and read back as the same UTC instant', async () => {
+  it('an offset hire date is answered and read back as the same UTC instant', async () => {
     const { headers } = await h.tenant();
     const { employee, position } = await hired(headers, { hiredAt: '1900-01-01T05:30:00+05:30' });
     expect(employee.hiredAt).toBe('1900-01-01T00:00:00.000Z');

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { monotonicFactory } from 'ulid';
 import { emailReservationStreamId } from '../../../services/employees/emailReservation.ts';
 import { employeeStreamId, type Employee } from '../../../services/employees/contract.ts';
-import { createEmployeesHarness, expectProblem, type EmployeesHarness } from './harness.ts';
+import { createEmployeesHarness, expectProblem, type EmployeesHarness } from '../../support/harness/employees.ts';
 
 /** PATCH /v1/employees/{id}: regressions pinned through the API on real PostgreSQL. */
 let h: EmployeesHarness;

@@ -9,7 +9,7 @@ import { handleClientError } from '../../../services/gateway/problems.ts';
  * Regression: requests that Node's HTTP parser refuses before Fastify sees them (headers over
  * 16 KiB → 431, a malformed request line → 400, a request not complete in time → 408) were
  * answered by Fastify's default client-error handler with `application/json` bodies of its own
- * shape, not RFC 9457 problems (SPEC §6). Raw sockets: these requests cannot be sent by a client
+ * shape, not RFC 9457 problems like every other error. Raw sockets: these requests cannot be sent by a client
  * library, nor through app.inject.
  */
 let app: FastifyInstance;

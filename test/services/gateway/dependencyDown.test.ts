@@ -13,7 +13,7 @@ import { waitFor } from '../../support/waitFor.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 /**
- * SPEC §6: "dependency down → 503 with Retry-After". The real PostgreSQL sits behind a TCP proxy
+ * A dependency that is down answers 503 with Retry-After. The real PostgreSQL sits behind a TCP proxy
  * this test owns; cutting the proxy takes the database away from the gateway mid-flight.
  */
 describe('when PostgreSQL goes away under a running gateway', () => {

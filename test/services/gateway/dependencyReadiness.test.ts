@@ -12,7 +12,7 @@ import { freePort } from '../../support/processes.ts';
 /**
  * Readiness when a dependency other than PostgreSQL is down (real runtime, unreachable addresses):
  * - Kafka: a Kafka outage made every gateway unready (503 on /health/ready, so a load balancer
- *   takes them all out), although usage samples never block a request (SPEC §1) and requests are
+ *   takes them all out), although usage samples never block a request and requests are
  *   unaffected while Kafka is down (docs/analytics.md). Reported, degraded, not fatal — except for
  *   the kpi projector, whose whole job is consuming it.
  * - Redis, as docs/rate-limits.md says: reported whenever REDIS_URL is set; not critical with

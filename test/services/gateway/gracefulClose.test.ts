@@ -1,8 +1,12 @@
+import { EventEmitter, once } from 'node:events';
 import { Agent, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { createGateway, type V1Capability } from '../../../services/gateway/app.ts';
+
+/** Emits a route's name when a request reaches it: the test closes the gateway only then. */
+const entered = new EventEmitter();
 
 /**
  * Closing the gateway (SIGTERM) drains what is in flight, bounded: a long-poll hears
@@ -13,6 +17,7 @@ import { createGateway, type V1Capability } from '../../../services/gateway/app.
  */
 const slow: V1Capability = async (v1) => {
   v1.get('/long-poll', async (req) => {
+    entered.emit('long-poll');
     const signal = req.server.shutdownSignal;
     await new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, 30_000);
@@ -21,6 +26,8 @@ const slow: V1Capability = async (v1) => {
     return { data: [], aborted: signal.aborted };
   });
   v1.get('/busy', async () => {
+    entered.emit('busy');
+    // A request that takes a while: the close must wait for it, which is what is tested.
     await new Promise((r) => setTimeout(r, 400));
     return { ok: true };
   });
@@ -56,8 +63,9 @@ describe('when the gateway closes with requests in flight', () => {
     const { app, base } = await listening();
     const agent = new Agent({ keepAlive: true });
     try {
+      const started = once(entered, 'long-poll');
       const answer = get(agent, `${base}/v1/long-poll`);
-      await new Promise((r) => setTimeout(r, 200));
+      await started;
       const closing = Date.now();
       await app.close();
       const closedAfter = Date.now() - closing;
@@ -78,8 +86,9 @@ describe('when the gateway closes with requests in flight', () => {
     try {
       // A warm keep-alive connection, then a slow request on it.
       expect((await get(agent, `${base}/health/live`)).status).toBe(200);
+      const started = once(entered, 'busy');
       const answer = get(agent, `${base}/v1/busy`);
-      await new Promise((r) => setTimeout(r, 100));
+      await started;
       const closing = Date.now();
       const closed = app.close().then(() => Date.now() - closing);
       const { status, connection } = await answer;

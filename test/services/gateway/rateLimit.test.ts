@@ -12,7 +12,7 @@ import { createRedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { freePort } from '../../support/processes.ts';
-import { probeCapability } from './fixtures/probeCapability.ts';
+import { probeCapability } from '../../support/gateway/probeCapability.ts';
 
 /** A pino logger that keeps its lines, to show an outage is logged once, not per request. */
 const recordingLogger = () => {

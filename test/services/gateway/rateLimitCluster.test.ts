@@ -4,7 +4,7 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { Plan } from '../../../services/gateway/requestContext.ts';
 import { authHeaders, createTestAuth, provisionTenant, TEST_AUDIENCE, TEST_ISSUER } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { createHttpClient, startServerProcess, type HttpResponse, type ServerProcess } from './fixtures/processes.ts';
+import { createHttpClient, startServerProcess, type HttpResponse, type ServerProcess } from '../../support/gateway/serverProcess.ts';
 
 /**
  * Two gateway processes share one Redis: a tenant's bucket is one bucket, whichever gateway a
@@ -53,6 +53,7 @@ describe('when two gateway processes share one Redis', () => {
     const get = await tenantOf(plan);
     const [a, b] = await Promise.all([get(0), get(1)]);
     const refillS = Math.max(Number(a.headers['ratelimit-reset'] ?? 0), Number(b.headers['ratelimit-reset'] ?? 0));
+    // The bucket refills over real time (Redis TIME): nothing to wait on but the clock.
     await new Promise((resolve) => setTimeout(resolve, refillS * 1000));
     return get;
   };
@@ -90,6 +91,7 @@ describe('when two gateway processes share one Redis', () => {
     const steadyFrom = Date.now();
     for (let i = 0; i < 40; i++) {
       steady.push(await get(i));
+      // The client's pace is the input under test.
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     const seconds = (Date.now() - steadyFrom) / 1000;

@@ -10,18 +10,9 @@ import { createRedisRateLimitStore } from '../../../shared/rate-limit/redis.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { freePort, startRedisServer, stopProcess } from '../../support/processes.ts';
-import { createHttpClient, type HttpResponse } from './fixtures/processes.ts';
-import { probeCapability } from './fixtures/probeCapability.ts';
-
-async function waitFor<T>(what: string, attempt: () => Promise<T | undefined>, deadlineMs = 15_000): Promise<T> {
-  const until = Date.now() + deadlineMs;
-  for (;;) {
-    const value = await attempt();
-    if (value !== undefined) return value;
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+import { createHttpClient, type HttpResponse } from '../../support/gateway/serverProcess.ts';
+import { probeCapability } from '../../support/gateway/probeCapability.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 describe('when the Redis behind the rate limiter goes away and comes back', () => {
   let db: TestDatabase;
@@ -75,6 +66,7 @@ describe('when the Redis behind the rate limiter goes away and comes back', () =
         const started = Date.now();
         const response = await http.get(`${base}/v1/probe`, steadyHeaders);
         background.push({ ...response, ms: Date.now() - started });
+        // Paced, not flat out: a steady client alongside the probes, not a load test.
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     })();
@@ -92,9 +84,9 @@ describe('when the Redis behind the rate limiter goes away and comes back', () =
 
       // 2. Redis appears: ioredis reconnects by itself and limits apply again.
       redis = await startRedisServer(port);
-      await waitFor('limits to apply again', async () => ((await probe()).headers['ratelimit'] ? true : undefined));
+      await waitFor(async () => (await probe()).headers['ratelimit'] !== undefined, 15_000); // limits apply again
       expect(recoveries()).toHaveLength(1);
-      await waitFor('the Starter bucket to run dry', async () => ((await probe()).status === 429 ? true : undefined));
+      await waitFor(async () => (await probe()).status === 429, 15_000); // the Starter bucket runs dry
 
       // 3. Redis is killed: fail open again, one more log line, not one per request. (A fresh
       // tenant: the dry one's refusal is still known locally for up to a second.)
@@ -107,7 +99,7 @@ describe('when the Redis behind the rate limiter goes away and comes back', () =
 
       // 4. Redis hangs (SIGSTOP): the command timeout answers for it, no request hangs.
       redis = await startRedisServer(port);
-      await waitFor('limits to apply again', async () => ((await probe()).headers['ratelimit'] ? true : undefined));
+      await waitFor(async () => (await probe()).headers['ratelimit'] !== undefined, 15_000); // limits apply again
       redis.kill('SIGSTOP');
       const hung = [];
       for (let i = 0; i < 3; i++) {
@@ -118,7 +110,7 @@ describe('when the Redis behind the rate limiter goes away and comes back', () =
       expect(hung.map((r) => r.status)).toEqual([200, 200, 200]);
       expect(Math.max(...hung.map((r) => r.ms))).toBeLessThan(1_500); // commandTimeout is 500 ms
       redis.kill('SIGCONT');
-      await waitFor('limits to apply again', async () => ((await probe()).headers['ratelimit'] ? true : undefined));
+      await waitFor(async () => (await probe()).headers['ratelimit'] !== undefined, 15_000); // limits apply again
       expect(warnings()).toHaveLength(3);
       expect(recoveries()).toHaveLength(3);
 

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
+import { staysTrue } from '../../support/staysTrue.ts';
 import { waitFor } from '../../support/waitFor.ts';
 import { bullmqTriggers, type DrainJob, type DrainTriggers, type SweptJob } from '../../../services/webhooks/triggers.ts';
 
@@ -41,7 +42,9 @@ describe('when the sweep queues a due endpoint again (BullMQ)', () => {
     open();
 
     await waitFor(() => (calls.get('due') ?? 0) >= 1 && (calls.get('busy') ?? 0) >= 2);
-    await new Promise((resolve) => setTimeout(resolve, 500)); // nothing more runs
+    const total = () => [...calls.values()].reduce((sum, n) => sum + n, 0);
+    const settled = total();
+    expect(await staysTrue(() => total() === settled, 500)).toBe(true); // nothing more runs
     expect(Object.fromEntries(calls)).toEqual({ busy: 2, due: 1 });
   });
 });

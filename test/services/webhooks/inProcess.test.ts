@@ -1,12 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
-import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
+import { staysTrue } from '../../support/staysTrue.ts';
+import { createChangesHarness, hire, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { inProcessTriggers, type DrainJob } from '../../../services/webhooks/triggers.ts';
-import { firstArrivals, startReceiver } from './receiver.ts';
+import { firstArrivals, startReceiver } from '../../support/webhooks/receiver.ts';
 
 /**
  * Webhooks without Redis (the all-in-one process on the embedded default): the same dispatcher,
@@ -97,8 +99,7 @@ describe('when the dispatcher closes in the middle of a backlog', () => {
       expect(Date.now() - closing).toBeLessThan(1_500);
       const delivered = receiver.acknowledged().length;
       expect(delivered).toBeLessThan(30);
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      expect(receiver.acknowledged()).toHaveLength(delivered); // nothing after close
+      expect(await staysTrue(() => receiver.acknowledged().length === delivered, 500)).toBe(true); // nothing after close
 
       // Its first sweep (at start) finds the endpoint's backlog.
       dispatcher = await startInProcessDispatcher();

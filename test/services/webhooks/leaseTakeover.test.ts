@@ -5,15 +5,17 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
+import { staysTrue } from '../../support/staysTrue.ts';
 import { sqlAt } from '../../support/database.ts';
 import { stopProcess, untilPrinted } from '../../support/processes.ts';
-import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
+import { createChangesHarness, hire, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, WEBHOOK_QUEUE, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { recordAttempt, recordDelivered } from '../../../services/webhooks/deliveryLog.ts';
 import { acquireLease, releaseLease } from '../../../services/webhooks/lease.ts';
-import { firstArrivals, startReceiver } from './receiver.ts';
+import { firstArrivals, startReceiver } from '../../support/webhooks/receiver.ts';
 
 /**
  * A worker killed mid-delivery (SIGKILL, so it releases nothing): its endpoint stays leased to
@@ -31,7 +33,7 @@ let survivor: WebhookDispatcher | undefined;
 let redis: Redis;
 
 async function startChildWorker(databaseUrl: string): Promise<ChildProcess> {
-  const worker = spawn(process.execPath, [resolve(import.meta.dirname, 'support/dispatcherChild.ts')], {
+  const worker = spawn(process.execPath, [resolve(import.meta.dirname, '../../support/webhooks/dispatcherChild.ts')], {
     env: { ...process.env, DATABASE_URL: databaseUrl, REDIS_URL: redisUrl, QUEUE_PREFIX: prefix, SECRETS_KEY: key.toString('hex') },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -110,8 +112,7 @@ describe('when a webhook worker is killed mid-delivery', () => {
       } finally {
         await queue.close();
       }
-      await new Promise((r) => setTimeout(r, 500));
-      expect(receiver.requests).toHaveLength(1);
+      expect(await staysTrue(() => receiver.requests.length === 1, 500)).toBe(true); // nobody delivers while the lease holds
       expect((await endpointRow())?.lease_token).toBe(deadToken);
 
       // The lease runs out (moved to its end rather than waited for: 90 s).

@@ -3,11 +3,12 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
 import { freePort, startRedisServer, stopProcess } from '../../support/processes.ts';
-import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
+import { createChangesHarness, hire, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
-import { firstArrivals, startReceiver } from './receiver.ts';
+import { firstArrivals, startReceiver } from '../../support/webhooks/receiver.ts';
 
 const secrets = createSecretBox(randomBytes(32));
 let h: ChangesHarness;

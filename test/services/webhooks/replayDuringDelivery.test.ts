@@ -2,13 +2,15 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
-import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
+import { staysTrue } from '../../support/staysTrue.ts';
+import { createChangesHarness, hire, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { START_CURSOR } from '../../../services/changes/cursor.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { sendWebhook } from '../../../services/webhooks/deliver.ts';
 import { startWebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox, generateSigningSecret } from '../../../services/webhooks/secrets.ts';
-import { startReceiver } from './receiver.ts';
+import { startReceiver } from '../../support/webhooks/receiver.ts';
 
 /**
  * Regression: a replay during an active delivery run. The run kept sending from the old cursor
@@ -71,7 +73,8 @@ describe.each([
         const switched = arrivals().indexOf(cursors[0] ?? '', 1);
         return switched >= 0 && arrivals().length >= switched + 50;
       }, 30_000);
-      await new Promise((resolve) => setTimeout(resolve, 300)); // nothing more comes
+      const settled = arrivals().length;
+      expect(await staysTrue(() => arrivals().length === settled, 300)).toBe(true); // nothing more comes
       expect(receiver.maxInFlight()).toBe(1);
       // The old run's deliveries from the old cursor, then the replay's from its cursor: the switch
       // came before the 202 (the replay's run may already have sent its first by then), and
@@ -96,6 +99,7 @@ describe.each([
 
 describe('when the target host resolves slowly', () => {
   it('counts the DNS lookup in the attempt’s time bound', async () => {
+    // The lookup's slowness is what the attempt's time bound must cover.
     const slowResolver = () => new Promise<Array<{ address: string; family: 4 }>>((resolve) => setTimeout(() => resolve([{ address: '127.0.0.1', family: 4 }]), 3_000));
     const started = Date.now();
     const outcome = await sendWebhook(

@@ -1,16 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders } from '../../support/auth.ts';
-import { createChangesHarness, hire, waitFor, type ChangesHarness } from '../changes/harness.ts';
+import { createChangesHarness, hire, type ChangesHarness } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
-import { startReceiver } from './receiver.ts';
+import { startReceiver } from '../../support/webhooks/receiver.ts';
 
 /**
- * SPEC §7: retries go on "daily up to 3 days" after the first failed attempt. They used to be
- * bounded by their count only, so a receiver that kept asking `Retry-After: 86400` stretched them
- * to about 8 days. Here the window is scaled down (2.5 s, eight retries 100 ms apart on the
+ * Retries go on daily for up to 3 days after the first failed attempt, bounded by that window and
+ * not only by their count: otherwise a receiver that kept asking `Retry-After: 86400` would stretch
+ * them to about 8 days. Here the window is scaled down (2.5 s, eight retries 100 ms apart on the
  * schedule, the receiver asking for 1 s every time): real PostgreSQL, a real HTTP receiver, the
  * in-process dispatcher.
  */

@@ -21,6 +21,7 @@ import {
 } from '../../../services/worker/queue.ts';
 import { startWorker, type WorkerHandle } from '../../../services/worker/worker.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 const totals = defineProjection({
   name: 'worker_totals',
@@ -111,8 +112,6 @@ describe('when the worker consumes its queues', () => {
   });
 
   it('runs the scheduled KPI rollup repeatedly', async () => {
-    const deadline = Date.now() + 10_000;
-    while (rollups.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    expect(rollups.length).toBeGreaterThanOrEqual(2);
+    await waitFor(() => rollups.length >= 2, 10_000, 'a second rollup');
   });
 });

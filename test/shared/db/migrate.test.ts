@@ -71,7 +71,9 @@ describe('migrate: statements that run outside a transaction', () => {
       // pg_advisory_lock, its statement's snapshot would hold up the build, which holds the lock it
       // waits for: PostgreSQL would cancel one of the two as a deadlock after a second.
       const second = migrate(db.url, tableAndIndex());
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      // It has found the lock taken once it polls for it (its last statement, between tries).
+      const polling = `select count(*)::int as n from pg_stat_activity where datname = current_database() and query like 'select pg_try_advisory_lock%'`;
+      await waitFor(async () => ((await sqlAt<{ n: number }>(db.url, polling))[0]?.n ?? 0) > 0);
       await writer.query('commit');
       const [applied, appliedBySecond] = await Promise.all([first, second]);
       expect(applied).toEqual(['test/002-unique-index']);

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import { createTenantReader, type TenantReader } from '../../../shared/db/tenantReader.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 /**
  * The transaction-free tenant reader (the list path) on real PostgreSQL: each statement goes out
@@ -93,14 +94,12 @@ describe('tenant reader (pipelined, real PostgreSQL)', () => {
         (error: { code?: string }) => error.code,
       );
       // Cancel the reader's backend once it waits on the lock (in Parse: analysis locks the table).
-      let cancelled = false;
-      for (let i = 0; i < 100 && !cancelled; i++) {
+      const cancelled = await waitFor(async () => {
         const rows = await db.pool.any(sql.type(z.object({ ok: z.boolean() }))`
           select pg_cancel_backend(pid) as ok from pg_stat_activity
           where application_name = 'employee-analytics-reader' and wait_event_type = 'Lock'`);
-        cancelled = rows.some((r) => r.ok);
-        if (!cancelled) await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+        return rows.some((r) => r.ok);
+      }, 5_000);
       expect(cancelled).toBe(true);
       const outcome = await read;
       await connection.query(sql.unsafe`rollback`);

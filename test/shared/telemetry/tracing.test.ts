@@ -11,7 +11,7 @@ import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authCapabilities, authHeaders, createTestAuth, provisionTenant } from '../../support/auth.ts';
-import { waitFor } from '../../services/employees/harness.ts';
+import { waitFor } from '../../support/waitFor.ts';
 import type { FastifyInstance } from 'fastify';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 

@@ -1,6 +1,6 @@
 import { createPostgresEventStore } from '../../../../shared/event-store/postgres/eventStore.ts';
 import { createTestDatabase } from '../../../support/database.ts';
-import { eventStoreContract } from '../contract.ts';
+import { eventStoreContract } from '../../../support/contracts/eventStore.ts';
 
 eventStoreContract('PostgreSQL', async () => {
   const db = await createTestDatabase();

@@ -255,7 +255,7 @@ describe('group commit (PostgreSQL adapter)', () => {
         await waitFor(() => heard.length >= 2);
         expect(heard[1]! - firstSettled).toBeGreaterThanOrEqual(900);
         expect(await notifiers()).toBe(notifiersBefore + 1);
-        // A commit after a quiet interval carries its own again.
+        // A commit after a quiet interval carries its own again: the interval passing is the input.
         await new Promise((r) => setTimeout(r, 1_100));
         const count = heard.length;
         await mine.append(`${run}-d`, [event('D')]);

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { EventStore, ReadAllPage, RecordedEvent } from '../../../../shared/event-store/port.ts';
 import { useTestEventStore } from '../../../support/database.ts';
+import { waitFor } from '../../../support/waitFor.ts';
 
 /**
  * Live subscriptions of one store (one process) share their page reads: the
@@ -78,8 +79,12 @@ describe('shared subscription pages (PostgreSQL adapter)', () => {
     await store.append(`${run}-early`, [{ id: randomUUID(), type: 'SharedA', data: {} }]);
     const controller = new AbortController();
     // The first subscriber reads (and keeps) the pages up to the early event and waits there.
-    const early = follow(store, controller.signal, (seen) => mineOf(seen).length >= 3);
-    await new Promise((r) => setTimeout(r, 300));
+    let earlyRead = false;
+    const early = follow(store, controller.signal, (seen) => {
+      earlyRead = mineOf(seen).length >= 1;
+      return mineOf(seen).length >= 3;
+    });
+    await waitFor(() => earlyRead);
     const later = [randomUUID(), randomUUID()];
     for (const id of later) await store.append(`${run}-late`, [{ id, type: 'SharedB', data: {} }]);
     // A second subscriber from the start gets the kept pages, then must read on to the new commits.

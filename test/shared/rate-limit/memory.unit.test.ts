@@ -1,5 +1,5 @@
 import { createMemoryRateLimitStore } from '../../../shared/rate-limit/memory.ts';
-import { rateLimitStoreContract } from './contract.ts';
+import { rateLimitStoreContract } from '../../support/contracts/rateLimitStore.ts';
 
 rateLimitStoreContract('memory', async () => {
   let clock = 1_700_000_000_000;

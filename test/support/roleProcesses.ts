@@ -1,7 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../support/processes.ts';
+import { freePort } from './processes.ts';
+import { waitFor } from './waitFor.ts';
 
 /**
  * Runs roles of the service as real child processes, as `npm start -- <role>` does
@@ -50,16 +51,14 @@ export async function startRole(name: string, args: readonly string[], env: Reco
 }
 
 async function waitForHealth(role: RoleProcess, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+  await waitFor(async () => {
     if (role.child.exitCode !== null) throw new Error(`${role.name} exited with ${role.child.exitCode}:\n${role.output()}`);
     try {
-      const response = await fetch(`${role.url}/health/live`, { signal: AbortSignal.timeout(1_000) });
-      if (response.ok) return;
+      return (await fetch(`${role.url}/health/live`, { signal: AbortSignal.timeout(1_000) })).ok;
     } catch {
-      // not listening yet
+      return false; // not listening yet
     }
-    if (Date.now() > deadline) throw new Error(`${role.name} not healthy within ${timeoutMs} ms:\n${role.output()}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  }, timeoutMs, `${role.name} healthy`).catch((error: Error) => {
+    throw new Error(`${error.message}:\n${role.output()}`, { cause: error });
+  });
 }

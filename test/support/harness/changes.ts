@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import { createTestDatabase, type TestDatabase } from '../database.ts';
+import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../auth.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { START, type EventStore, type GlobalPosition } from '../../../shared/event-store/port.ts';
@@ -12,9 +12,7 @@ import { changeEmployeeDetails, hireEmployee } from '../../../services/employees
 import { parseEmployeeStreamId, EMPLOYEE_EVENT_TYPES } from '../../../services/employees/contract.ts';
 import { monotonicFactory } from 'ulid';
 import type { V1Capability } from '../../../services/gateway/app.ts';
-import { waitFor } from '../../support/waitFor.ts';
-
-export { waitFor };
+import { waitFor } from '../waitFor.ts';
 
 export type ChangesHarness = {
   readonly db: TestDatabase;

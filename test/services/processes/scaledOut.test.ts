@@ -4,12 +4,12 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sql } from '../../shared/db/pool.ts';
-import { provisionTenant } from '../../services/tenants/provision.ts';
-import { connectQueueRedis, createReplayQueue, enqueueReplay, waitForReplayJob, type ReplayJobProgress } from '../../services/worker/queue.ts';
-import { createKafkaClient } from '../../shared/metrics-bus/kafkaClient.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
-import { startRole, type RoleProcess } from './processes.ts';
+import { sql } from '../../../shared/db/pool.ts';
+import { provisionTenant } from '../../../services/tenants/provision.ts';
+import { connectQueueRedis, createReplayQueue, enqueueReplay, waitForReplayJob, type ReplayJobProgress } from '../../../services/worker/queue.ts';
+import { createKafkaClient } from '../../../shared/metrics-bus/kafkaClient.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { startRole, type RoleProcess } from '../../support/roleProcesses.ts';
 
 /**
  * The scaled-out topology as separate processes against shared PostgreSQL, Redis and real

@@ -32,6 +32,7 @@ export async function startReceiver(
       requests.push({ id, headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), status, at: Date.now() });
       const send = () => res.writeHead(status, headers).end();
       const delay = typeof delayMs === 'function' ? delayMs(n) : delayMs;
+      // A slow receiver, when asked for: the delay is what the dispatcher is tested against.
       if (delay > 0) setTimeout(send, delay);
       else send();
     });

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ServiceUnavailableError, TooManyRequestsError } from '../../../shared/errors.ts';
 import { createVerificationGate } from '../../../services/auth/verificationGate.ts';
 
-/** The gate in front of argon2 (defect 8), with work the test finishes by hand. */
+/** The gate in front of argon2 (so junk logins cannot starve real ones), with work the test finishes by hand. */
 function manualWork() {
   const started: string[] = [];
   const finishers = new Map<string, () => void>();

@@ -1,6 +1,7 @@
-import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import type { FastifyInstance } from 'fastify';
+import type { LightMyRequestResponse } from 'fastify';
+import { createTestDatabase, type TestDatabase } from '../database.ts';
+import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../auth.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { RoleName } from '../../../services/auth/permissions.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
@@ -10,9 +11,7 @@ import { runProjection, type ProjectorHandle } from '../../../shared/projections
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { roleAssignmentReactor } from '../../../services/auth/roleAssignmentReactor.ts';
-import { waitFor } from '../../support/waitFor.ts';
-
-export { waitFor };
+import { waitFor } from '../waitFor.ts';
 
 /** A fresh database, the live employees projector and the gateway with real auth in front. */
 export type EmployeesHarness = {

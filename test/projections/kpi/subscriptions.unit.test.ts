@@ -162,7 +162,7 @@ describe('revenue KPIs (hand-computed vectors)', () => {
   });
 });
 
-describe('defect 5 (billing order): each customer folds in occurredAt order', () => {
+describe('each customer folds in occurredAt order, whatever order the events arrived in', () => {
   describe('when a cancellation arrives before its start', () => {
     it('still ends the subscription: MRR 0, one closed period, churn counted', () => {
       const { kpis, states } = given([cancelled('a', '2026-03-20T00:00:00Z'), started('a', '50', 'month', '2026-03-05T00:00:00Z')]);
@@ -200,7 +200,7 @@ describe('defect 5 (billing order): each customer folds in occurredAt order', ()
   });
 });
 
-describe('defect 1 (kpi-billing part): duplicate period key', () => {
+describe('a duplicate period key (regression: it stalled the billing projection)', () => {
   describe('when a batch says started(T1), cancelled(T2), started(T1) for one customer', () => {
     it('folds deterministically to one period [T1, T2): the second start at T1 is a plan change', () => {
       const T1 = '2026-03-05T00:00:00Z';
@@ -225,7 +225,7 @@ describe('defect 1 (kpi-billing part): duplicate period key', () => {
   });
 });
 
-describe('revenue as of an instant (defect 9: MRR and churn as of asOf, not now)', () => {
+describe('revenue as of an instant (MRR and churn as of asOf, not now)', () => {
   const history = [
     started('a', '10', 'month', '2026-01-01T00:00:00Z'),
     changed('a', '30', 'month', '2026-02-01T00:00:00Z'),

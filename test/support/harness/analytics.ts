@@ -6,8 +6,8 @@ import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { createTestApp, createTestAuth } from '../../support/auth.ts';
+import { createTestDatabase, type TestDatabase } from '../database.ts';
+import { createTestApp, createTestAuth } from '../auth.ts';
 
 export type AnalyticsHarness = {
   readonly db: TestDatabase;

@@ -1,0 +1,40 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, expect, it } from 'vitest';
+import type { Resolver } from '../../../services/webhooks/targets.ts';
+import { sendWebhook } from '../../../services/webhooks/deliver.ts';
+
+const resolvesTo =
+  (address: string): Resolver =>
+  async () => [{ address, family: address.includes(':') ? 6 : 4 }];
+
+describe('when a target name resolves to a special address', () => {
+  it('checks again at delivery: a name that now resolves to the metadata address is never connected to (DNS rebinding)', async () => {
+    let hits = 0;
+    const server = createServer((_req, res) => {
+      hits++;
+      res.writeHead(200).end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const message = { id: 'msg_1', type: 'employee.hired', timestamp: new Date().toISOString(), data: {} };
+      const secret = `whsec_${Buffer.alloc(24, 7).toString('base64')}`;
+      const refused = await sendWebhook(`https://rebind.example:${port}/x`, secret, message, {
+        policy: { allowHosts: [], resolver: resolvesTo('169.254.169.254') },
+        timeoutMs: 1_000,
+      });
+      expect(refused).toMatchObject({ kind: 'failed', status: null });
+      expect(refused.kind === 'failed' && refused.error).toMatch(/^refused/);
+      // The connection goes to the address that was checked: a name pinned to 127.0.0.1 (allow-listed) reaches our server.
+      const pinned = await sendWebhook(`http://receiver.test:${port}/x`, secret, message, {
+        policy: { allowHosts: ['receiver.test'], resolver: resolvesTo('127.0.0.1') },
+        timeoutMs: 1_000,
+      });
+      expect(pinned).toEqual({ kind: 'delivered', status: 200 });
+      expect(hits).toBe(1);
+    } finally {
+      server.close();
+    }
+  });
+});
