@@ -11,7 +11,6 @@ import { KPI_METRICS, MAX_SERIES_POINTS, readKpiSeries, readKpiSummaryAt, SERIES
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
-import { billingRoutes } from '../billing/routes.ts';
 
 export type AnalyticsRoutesDeps = {
   readonly pool: DatabasePool;
@@ -68,7 +67,7 @@ export const kpiSeriesSchema = z
 
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } as const;
 
-/** The analytics capability: KPI reads and, mounted with them, the billing ingest. Mount it inside the authenticated scope. */
+/** The analytics capability: the KPI reads. Mount it inside the authenticated scope. */
 export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;
@@ -125,7 +124,5 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         return readKpiSeries(kpiPorts, auth.tenantId, { metric, interval, instants }, now());
       },
     );
-
-    await billingRoutes({ store: deps.store })(scope);
   };
 }

@@ -19,8 +19,8 @@ const ingestResponse = z.object({
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } as const;
 
 /**
- * The billing ingest route. Its path lies under `/analytics` and the analytics capability mounts
- * it in its own scope, after the KPI reads: clients and the API document see one analytics API.
+ * The billing ingest route. Its path lies under `/analytics` and the gateway mounts it right after
+ * the KPI reads: clients and the API document see one analytics API.
  */
 export function billingRoutes(deps: BillingRoutesDeps) {
   return async (scope: FastifyInstance): Promise<void> => {

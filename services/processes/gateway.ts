@@ -14,6 +14,7 @@ import { changesCapability } from '../changes/capability.ts';
 import { webhooksCapability } from '../webhooks/capability.ts';
 import { loadSecretBox, type SecretBox } from '../webhooks/secrets.ts';
 import { analyticsRoutes } from '../analytics/routes.ts';
+import { billingRoutes } from '../billing/routes.ts';
 import { usageSamples } from '../analytics/usageSamples.ts';
 import { rateLimited } from '../gateway/rateLimit.ts';
 import { activeTracing } from '../../shared/telemetry/tracing.ts';
@@ -57,6 +58,8 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         webhooksCapability({ pool, secrets: ports.webhooks.secrets, targets: { allowHosts: ports.webhooks.allowHosts } }),
         employeesCapability({ pool, tenantReader: ports.tenantReader, eventStore }),
         analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
+        // After the KPI reads: its path lies under /analytics, and the API document lists it after them.
+        billingRoutes({ store: eventStore }),
       ),
     ],
     publicRoutes: [jwksRoutes(auth), dashboardRoutes],

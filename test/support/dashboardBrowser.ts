@@ -16,6 +16,7 @@ import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { createUsageRollupSink } from '../../projections/kpi/usageRollup.ts';
 import { analyticsRoutes } from '../../services/analytics/routes.ts';
+import { billingRoutes } from '../../services/billing/routes.ts';
 import { jwksRoutes } from '../../services/auth/plugin.ts';
 import { createGateway } from '../../services/gateway/app.ts';
 import { rateLimited } from '../../services/gateway/rateLimit.ts';
@@ -76,7 +77,7 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     readiness: [],
     registry: new Registry(),
     // As the gateway role wires it: the limiter first in the authenticated scope.
-    v1: authCapabilities(auth, rateLimited(limiter), analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 })),
+    v1: authCapabilities(auth, rateLimited(limiter), analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }), billingRoutes({ store })),
     publicRoutes: [jwksRoutes(auth), dashboardRoutes],
   });
   stops.push(() => app.close());

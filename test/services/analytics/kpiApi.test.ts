@@ -11,6 +11,7 @@ import { kpiBillingProjection } from '../../../projections/kpi/billingProjection
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import { usageSamples } from '../../../services/analytics/usageSamples.ts';
+import { billingRoutes } from '../../../services/billing/routes.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
@@ -31,7 +32,7 @@ beforeAll(async () => {
   await bus.source.start(createUsageRollupSink(db.pool, { group: 'test' }));
   projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
   await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
-  app = await createTestApp(auth, usageSamples(bus.publisher), analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }));
+  app = await createTestApp(auth, usageSamples(bus.publisher), analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }), billingRoutes({ store }));
 });
 
 afterAll(async () => {

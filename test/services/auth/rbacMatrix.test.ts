@@ -5,6 +5,7 @@ import type { EventStore } from '../../../shared/event-store/port.ts';
 import { BUILT_IN_ROLES, PERMISSIONS, ROLE_PERMISSIONS, rolesAllow, type RoleName } from '../../../services/auth/permissions.ts';
 import { authenticated, type AuthDeps } from '../../../services/auth/plugin.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
+import { billingRoutes } from '../../../services/billing/routes.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { changesCapability } from '../../../services/changes/capability.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
@@ -31,6 +32,7 @@ beforeAll(async () => {
     auth,
     employeesCapability({ pool: db.pool, eventStore: store }, { readWaitMs: 0 }),
     analyticsRoutes({ pool: db.pool, store, readWaitMs: 0 }),
+    billingRoutes({ store }),
     changesCapability({ pool: db.pool, databaseUrl: db.url }),
     webhooksCapability({ pool: db.pool, secrets: createSecretBox(Buffer.alloc(32, 1)), targets: { allowHosts: [] } }),
   );

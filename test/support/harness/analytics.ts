@@ -5,6 +5,7 @@ import { runProjection, type ProjectorHandle } from '../../../shared/projections
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
+import { billingRoutes } from '../../../services/billing/routes.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createTestDatabase, type TestDatabase } from '../database.ts';
 import { createTestApp, createTestAuth } from '../auth.ts';
@@ -19,7 +20,7 @@ export type AnalyticsHarness = {
 
 /**
  * A fresh database, the billing projector (built before it returns) and a gateway with the
- * analytics routes behind real auth. No usage hook: the only usage is what a test seeds.
+ * analytics and billing routes behind real auth. No usage hook: the only usage is what a test seeds.
  */
 export async function createAnalyticsHarness(): Promise<AnalyticsHarness> {
   const db = await createTestDatabase();
@@ -36,7 +37,7 @@ export async function createAnalyticsHarness(): Promise<AnalyticsHarness> {
     const auth = await createTestAuth(db.pool);
     projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
     await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
-    app = await createTestApp(auth, analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }));
+    app = await createTestApp(auth, analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }), billingRoutes({ store }));
     return { db, store, auth, app, close };
   } catch (error) {
     await close();
