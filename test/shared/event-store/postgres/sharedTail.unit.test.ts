@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { GlobalPosition, ReadAllOptions, ReadAllPage, RecordedEvent } from '../../../../shared/event-store/port.ts';
 import { comparePositions, START } from '../../../../shared/event-store/port.ts';
 import { createSharedTails } from '../../../../shared/event-store/postgres/sharedTail.ts';
+import { waitFor } from '../../../support/waitFor.ts';
 
 /**
  * The shared tail on its own, over an in-memory log that counts its reads: the
@@ -13,9 +14,13 @@ function memoryLog(options: { readonly reportsHead?: boolean; readonly listening
   let generation = 0;
   let waiters: Array<() => void> = [];
   const stats = { reads: 0, emptyReads: 0 };
+  let reading = 0;
+  let waiting = 0;
   const readAll = async (opts: ReadAllOptions): Promise<ReadAllPage> => {
     stats.reads++;
+    reading++;
     await new Promise((r) => setTimeout(r, 1)); // a read takes time, as a real one does
+    reading--;
     const after = opts.after ?? START;
     const maxCount = opts.maxCount ?? 1_000;
     const page = events.filter((e) => comparePositions(e.position, after) > 0).slice(0, maxCount);
@@ -30,11 +35,15 @@ function memoryLog(options: { readonly reportsHead?: boolean; readonly listening
       generation !== seen || signal?.aborted
         ? Promise.resolve()
         : new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, timeoutMs);
+            waiting++;
+            let pending = true;
             const done = () => {
               clearTimeout(timer);
+              if (pending) waiting--;
+              pending = false;
               resolve();
             };
+            const timer = setTimeout(done, timeoutMs);
             waiters.push(done);
             signal?.addEventListener('abort', done, { once: true });
           }),
@@ -50,11 +59,16 @@ function memoryLog(options: { readonly reportsHead?: boolean; readonly listening
     waiters = [];
     for (const wake of woken) wake();
   };
-  return { readAll, wakeups, append, stats };
+  /**
+   * No read in flight and someone waits for a commit: every reader has settled at the head, and
+   * nothing is read until the next append. (Seen between timer ticks, as `waitFor` polls.)
+   */
+  const idle = () => reading === 0 && waiting > 0;
+  return { readAll, wakeups, append, stats, idle };
 }
 
-async function follow(iterable: AsyncIterable<ReadAllPage>, total: number, delayMs: number) {
-  const ids: string[] = [];
+/** Takes pages until `total` events, pausing `delayMs` after each; `ids` shows the progress. */
+async function follow(iterable: AsyncIterable<ReadAllPage>, total: number, delayMs: number, ids: string[] = []) {
   let pages = 0;
   for await (const page of iterable) {
     pages++;
@@ -72,10 +86,12 @@ describe('shared tail', () => {
     const controller = new AbortController();
     const subscribe = () => tails.subscribe({ maxCount: 50, pollIntervalMs: 10_000, signal: controller.signal });
     const followers = [follow(subscribe(), 200, 2), follow(subscribe(), 200, 3), follow(subscribe(), 200, 5)];
-    await new Promise((r) => setTimeout(r, 20)); // all three at the (empty) head
+    await waitFor(() => log.idle(), 5_000, 'all three at the (empty) head');
     const readsAtHead = log.stats.reads;
     for (let batch = 0; batch < 40; batch++) {
       log.append(5);
+      // The writer's pace is the input here: a commit every 4 ms, faster than the slowest
+      // subscriber applies a page, so commits land while the others wait at the head.
       await new Promise((r) => setTimeout(r, 4));
     }
     const results = await Promise.all(followers);
@@ -94,11 +110,12 @@ describe('shared tail', () => {
       const controller = new AbortController();
       const subscribe = () => tails.subscribe({ maxCount: 50, pollIntervalMs: 10_000, signal: controller.signal });
       const followers = [follow(subscribe(), 200, 2), follow(subscribe(), 200, 3)];
-      await new Promise((r) => setTimeout(r, 20)); // both at the (empty) head
+      await waitFor(() => log.idle(), 5_000, 'both at the (empty) head');
       const emptyAtHead = log.stats.emptyReads;
       for (let batch = 0; batch < 40; batch++) {
+        // The subscribers keep up between commits: each commit finds both settled at the head.
+        if (batch > 0) await waitFor(() => log.idle(), 5_000, `both at the head after commit ${batch}`);
         log.append(5);
-        await new Promise((r) => setTimeout(r, 8)); // the subscribers keep up between commits
       }
       const results = await Promise.all(followers);
       controller.abort();
@@ -123,9 +140,11 @@ describe('shared tail', () => {
     const tails = createSharedTails(log.readAll, log.wakeups);
     const controller = new AbortController();
     const subscribe = (after?: GlobalPosition) => tails.subscribe({ after, maxCount: 50, pollIntervalMs: 10_000, signal: controller.signal });
-    const ahead = follow(subscribe({ commit: 450n, prepare: 450n }), 60, 1);
-    const behind = follow(subscribe(), 510, 1);
-    await new Promise((r) => setTimeout(r, 30));
+    const aheadIds: string[] = [];
+    const behindIds: string[] = [];
+    const ahead = follow(subscribe({ commit: 450n, prepare: 450n }), 60, 1, aheadIds);
+    const behind = follow(subscribe(), 510, 1, behindIds);
+    await waitFor(() => aheadIds.length === 50 && behindIds.length === 500 && log.idle(), 5_000, 'both at the head');
     log.append(10);
     const [a, b] = await Promise.all([ahead, behind]);
     controller.abort();
@@ -162,10 +181,10 @@ describe('shared tail', () => {
         }
       }
     })();
-    await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => log.idle(), 5_000, 'the subscriber at the (empty) head');
     failNext = true;
     log.append(5);
-    await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => seen.length === 5 && log.idle(), 5_000, 'the subscriber back at the head after the failure');
     log.append(5);
     await subscriber;
     controller.abort();
