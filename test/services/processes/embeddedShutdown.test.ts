@@ -96,6 +96,8 @@ describe('when the service runs on the embedded default', () => {
         async (r) => ({ status: r.status, body: (await r.json()) as { data: unknown[] } }),
         (error: unknown) => ({ status: 0, body: { data: [], error: String(error) } }),
       );
+      // Time for the request to reach its handler: from outside the process nothing tells that a
+      // long-poll waits (the process's LISTEN connection is already open for the webhook dispatcher).
       await new Promise((r) => setTimeout(r, 300));
       const signalled = Date.now();
       child.kill('SIGTERM');

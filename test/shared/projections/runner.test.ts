@@ -141,7 +141,7 @@ describe('when the projector process is killed at random points', () => {
         while (writing && written < 20_000) {
           await Promise.all(Array.from({ length: 10 }, (_, s) => store.append(`kill-${s}`, [tallied()])));
           written += 10;
-          await new Promise((r) => setTimeout(r, 10));
+          await new Promise((r) => setTimeout(r, 10)); // the trickle's pace: the input, not a wait
         }
       })();
     const killedAtBatches: number[] = [];
@@ -159,16 +159,16 @@ describe('when the projector process is killed at random points', () => {
       // random number of committed batches plus a random few milliseconds, i.e. mid-batch.
       const target = k === 0 ? 0 : 1 + Math.floor(Math.random() * 4);
       await new Promise<void>((r) => {
-        const deadline = setTimeout(r, 30_000);
+        const deadline = setTimeout(r, 30_000); // no batch for 30 s: kill it anyway
         onBatch = () => {
           if (batches >= target) {
             clearTimeout(deadline);
             r();
           }
         };
-        if (k === 0) setTimeout(r, Math.random() * 300);
+        if (k === 0) setTimeout(r, Math.random() * 300); // the first kill's random moment
       });
-      await new Promise((r) => setTimeout(r, Math.random() * 15));
+      await new Promise((r) => setTimeout(r, Math.random() * 15)); // into the next batch: the kill lands mid-batch
       killedAtBatches.push(batches);
       await kill(child);
     }

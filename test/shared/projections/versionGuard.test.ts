@@ -9,6 +9,7 @@ import { replayProjection } from '../../../shared/projections/replay.ts';
 import { runProjection } from '../../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { sqlAt, useTestEventStore } from '../../support/database.ts';
+import { staysTrue } from '../../support/staysTrue.ts';
 import { waitFor } from '../../support/waitFor.ts';
 import { allEvents, expectedTally, readTally, tallied, tallyProjection } from '../../support/projections/tallyProjection.ts';
 
@@ -69,14 +70,14 @@ describe('version guard', () => {
         while (watching) {
           const version = (await readCheckpoint(db.pool, 'tally'))?.version;
           if (version !== undefined && versions.at(-1) !== version) versions.push(version);
-          await new Promise((r) => setTimeout(r, 5));
+          await new Promise((r) => setTimeout(r, 5)); // the sampling rate: a flip back would show up
         }
       })();
       let writing = true;
       const writer = (async () => {
         for (let i = 0; writing && i < 300; i++) {
           await store.append(`both-${i % 5}`, [tallied()]);
-          await new Promise((r) => setTimeout(r, 5));
+          await new Promise((r) => setTimeout(r, 5)); // the writers' pace: writes continue during the switch
         }
       })();
 
@@ -115,10 +116,9 @@ describe('version guard', () => {
         expect(v2Table).not.toBe(v1Table);
         await store.append('copies-0', [tallied()]);
         // Every copy is past its start-up (it follows the log) once the new event is applied and a
-        // few polls have gone by; a second build would have swapped in another table by then.
+        // few polls have gone by; a second build would swap in another table within that second.
         expect(await waitForCheckpoint(db.pool, 'tally', await store.headPosition(), 20_000)).toBe(true);
-        await new Promise((r) => setTimeout(r, 1_000));
-        expect(await tableOid()).toBe(v2Table);
+        expect(await staysTrue(async () => (await tableOid()) === v2Table, 1_000)).toBe(true);
         expect(await readTally(db.pool)).toEqual(expectedTally(await allEvents(store), 10));
       } finally {
         await Promise.all(copies.map((c) => c.stop()));
@@ -133,6 +133,7 @@ describe('version guard', () => {
       try {
         await building.query('select pg_advisory_lock(hashtext($1))', [replayLockKey('tally')]);
         const waiting = replayProjection(pool, store, tallyProjection(3, 1));
+        // The other build holds the lock for 1 s, longer than the 300 ms statement timeout: the input.
         await new Promise((r) => setTimeout(r, 1_000));
         await building.query('select pg_advisory_unlock(hashtext($1))', [replayLockKey('tally')]);
         expect((await waiting).processed).toBeGreaterThan(0);
