@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../support/processes.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 /**
  * The README's run command, as a new user runs it: `npm start` with no URLs configured starts
@@ -36,18 +37,18 @@ describe('when the service starts on the embedded default', () => {
     const exited = new Promise<string>((r) => child.once('exit', (code, signal) => r(`${code ?? signal}`)));
 
     let readyAfter = -1;
-    while (Date.now() - started < 30_000 && child.exitCode === null) {
+    const readyOrExited = async () => {
+      if (child.exitCode !== null) return true;
       try {
         const response = await fetch(`http://127.0.0.1:${port}/health/ready`);
-        if (response.status === 200) {
-          readyAfter = Date.now() - started;
-          break;
-        }
+        if (response.status === 200) readyAfter = Date.now() - started;
       } catch {
         // not listening yet
       }
-      await new Promise((r) => setTimeout(r, 100));
-    }
+      return readyAfter > 0;
+    };
+    // On a timeout, the assertion below fails with the child's output.
+    await waitFor(readyOrExited, 30_000 - (Date.now() - started), 'ready').catch(() => undefined);
     expect(readyAfter, output).toBeGreaterThan(0);
     expect(output).toContain(`listening on http://127.0.0.1:${port}`);
     expect(postgresProcessesFor(dataDir).length).toBeGreaterThan(0);
