@@ -73,7 +73,10 @@ for (const name of names) {
   const started = Date.now();
   const result = await scenario.run();
   const record = { scenario: name, at: new Date().toISOString(), seconds: Math.round((Date.now() - started) / 1000), result };
-  await writeFile(resolve(outDir, `${name}.json`), `${JSON.stringify(record, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`);
+  await writeFile(
+    resolve(outDir, `${name}.json`),
+    `${JSON.stringify(record, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`,
+  );
   process.stdout.write(`${JSON.stringify(record)}\n`);
 }
 await stopAll(cleanups);

@@ -69,7 +69,10 @@ function canOpen(address: string): Promise<boolean> {
   });
 }
 
-export async function providePostgres(context: EngineContext, embedded: { readonly dataDir: string; readonly port: number }): Promise<string> {
+export async function providePostgres(
+  context: EngineContext,
+  embedded: { readonly dataDir: string; readonly port: number },
+): Promise<string> {
   const given = process.env.DATABASE_URL;
   if (given) {
     if (await canConnectPostgres(given)) return given;
@@ -111,13 +114,18 @@ export async function provideKafka(context: EngineContext): Promise<string> {
   if (given) {
     const answers = await Promise.all(given.split(',').map((broker) => canOpen(broker.trim())));
     if (answers.some(Boolean)) return given;
-    throw new Error(`Kafka: KAFKA_BROKERS is set but no broker answers at ${given}. Start one (npm run kafka -- start) or fix KAFKA_BROKERS.`);
+    throw new Error(
+      `Kafka: KAFKA_BROKERS is set but no broker answers at ${given}. Start one (npm run kafka -- start) or fix KAFKA_BROKERS.`,
+    );
   }
   try {
     return await ensureKafka();
   } catch (error) {
     if (!hasDocker()) {
-      throw new Error(`Kafka: set KAFKA_BROKERS, or install Java 17+ and Maven so scripts/kafka.sh can run a broker (${firstLine(error)}).`, { cause: error });
+      throw new Error(
+        `Kafka: set KAFKA_BROKERS, or install Java 17+ and Maven so scripts/kafka.sh can run a broker (${firstLine(error)}).`,
+        { cause: error },
+      );
     }
   }
   context.say('starting Kafka with testcontainers');

@@ -11,7 +11,12 @@ import { registerEmployeeCommands } from '../services/ops/employees.ts';
  */
 // A signal ends the command with the conventional code. `process.exit` runs the 'exit' listener
 // shared/db/embedded.ts adds, which sends SIGINT to an embedded server this command started.
-for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]] as const) process.once(signal, () => process.exit(code));
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+  ['SIGHUP', 129],
+] as const)
+  process.once(signal, () => process.exit(code));
 
 const program = new Command('ops').description('Employee & Analytics Service operations').showHelpAfterError();
 registerProjectionCommands(program);

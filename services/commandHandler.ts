@@ -1,6 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { PreconditionFailedError, WrongExpectedRevisionError } from '../shared/errors.ts';
-import type { AppendRequest, AppendResult, EventMetadata, EventStore, ExpectedRevision, GlobalPosition, NewEvent } from '../shared/event-store/port.ts';
+import type {
+  AppendRequest,
+  AppendResult,
+  EventMetadata,
+  EventStore,
+  ExpectedRevision,
+  GlobalPosition,
+  NewEvent,
+} from '../shared/event-store/port.ts';
 
 /** A pure decider (emmett style): fold events into state, decide events from a command. */
 export type Decider<State, Command, Event extends { readonly type: string; readonly data: unknown }> = {

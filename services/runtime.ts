@@ -113,7 +113,12 @@ export async function createRuntime(config: Config, logger: Logger, options: Run
     const rateLimiter = await createConfiguredRateLimiter(config, registry, logger);
     closers.push(() => rateLimiter.close());
 
-    const usage = await createConfiguredUsageBus(config, { registry, logger, groupId: DEFAULT_KPI_GROUP, consumedHere: options.usageConsumedHere });
+    const usage = await createConfiguredUsageBus(config, {
+      registry,
+      logger,
+      groupId: DEFAULT_KPI_GROUP,
+      consumedHere: options.usageConsumedHere,
+    });
     closers.push(() => usage.source.stop());
     closers.push(() => usage.publisher.close());
 

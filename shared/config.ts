@@ -10,21 +10,22 @@ const url = (protocols: readonly string[]) =>
     .string()
     .trim()
     .min(1)
-    .refine((v) => {
-      try {
-        return protocols.includes(new URL(v).protocol.replace(/:$/, ''));
-      } catch {
-        return false;
-      }
-    }, `must be a URL with scheme ${protocols.join(' or ')}`);
+    .refine(
+      (v) => {
+        try {
+          return protocols.includes(new URL(v).protocol.replace(/:$/, ''));
+        } catch {
+          return false;
+        }
+      },
+      `must be a URL with scheme ${protocols.join(' or ')}`,
+    );
 
 const emptyAsUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === '' ? undefined : v);
 
 const optional = <T extends z.ZodType>(schema: T) => z.preprocess(emptyAsUndefined, schema.optional());
 
-const boolish = z
-  .enum(['true', 'false', '1', '0', 'yes', 'no'])
-  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+const boolish = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => v === 'true' || v === '1' || v === 'yes');
 
 export const configSchema = z.object({
   NODE_ENV: z.enum(['development', 'test', 'production']).default('development'),
@@ -42,21 +43,28 @@ export const configSchema = z.object({
   KAFKA_BROKERS: optional(
     z
       .string()
-      .transform((v) => v.split(',').map((b) => b.trim()).filter(Boolean))
+      .transform((v) =>
+        v
+          .split(',')
+          .map((b) => b.trim())
+          .filter(Boolean),
+      )
       .pipe(z.array(z.string().regex(/^[^:\s]+:\d+$/, 'each broker must be host:port')).min(1)),
   ),
   KAFKA_METRICS_TOPIC: z.string().min(1).default('usage-samples'),
   REDIS_URL: optional(url(['redis', 'rediss'])),
   /** Key prefix of the BullMQ queues (replays, KPI rollups); one per deployment sharing a Redis. */
-  QUEUE_PREFIX: z.string().min(1).regex(/^[A-Za-z0-9_.-]+$/).default('eas'),
+  QUEUE_PREFIX: z
+    .string()
+    .min(1)
+    .regex(/^[A-Za-z0-9_.-]+$/)
+    .default('eas'),
   /**
    * Which proxies to believe about the client address (Fastify `trustProxy`): `true` (any), or
    * comma-separated addresses/CIDRs of the load balancers. Set it behind a load balancer: login and refresh bounds
    * are per client address, and without it every client looks like the balancer.
    */
-  TRUST_PROXY: optional(
-    z.string().transform((v): boolean | string => (v === 'true' ? true : v === 'false' ? false : v)),
-  ),
+  TRUST_PROXY: optional(z.string().transform((v): boolean | string => (v === 'true' ? true : v === 'false' ? false : v))),
   /** Largest accepted request body in bytes. */
   BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1_048_576),
   /** How long graceful shutdown may take before the process exits anyway. */
@@ -73,7 +81,12 @@ export const configSchema = z.object({
   WEBHOOK_ALLOW_HOSTS: z
     .string()
     .default('')
-    .transform((v) => v.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean))
+    .transform((v) =>
+      v
+        .split(',')
+        .map((h) => h.trim().toLowerCase())
+        .filter(Boolean),
+    )
     .pipe(z.array(z.string().refine(isAllowHostEntry, 'each entry must be a host name, an IP address or a CIDR range'))),
   /** Base64 of 32 random bytes sealing webhook signing secrets; unset: generated under DATA_DIR. */
   WEBHOOK_SECRETS_KEY: optional(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'must be base64 of 32 bytes')),
@@ -82,7 +95,18 @@ export const configSchema = z.object({
     z
       .string()
       .transform((v) => v.split(',').map((d) => (/^\s*\d+\s*$/.test(d) ? Number(d) : Number.NaN)))
-      .pipe(z.array(z.number().int().min(0).max(7 * 86_400_000)).min(1).max(50)),
+      .pipe(
+        z
+          .array(
+            z
+              .number()
+              .int()
+              .min(0)
+              .max(7 * 86_400_000),
+          )
+          .min(1)
+          .max(50),
+      ),
   ),
   /** How long the delivery log (`GET /v1/webhooks/{id}/deliveries`) keeps an entry after its last attempt. */
   WEBHOOK_DELIVERY_RETENTION_DAYS: z.coerce.number().int().min(1).max(3650).default(30),
@@ -108,16 +132,12 @@ export class ConfigError extends Error {
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const parsed = configSchema.safeParse(env);
   if (!parsed.success) {
-    throw new ConfigError(
-      parsed.error.issues.map((issue) => `${issue.path.join('.') || '(env)'}: ${issue.message}`),
-    );
+    throw new ConfigError(parsed.error.issues.map((issue) => `${issue.path.join('.') || '(env)'}: ${issue.message}`));
   }
   const config = parsed.data;
   const bootstrap = [config.BOOTSTRAP_TENANT, config.BOOTSTRAP_ADMIN_EMAIL, config.BOOTSTRAP_ADMIN_PASSWORD];
   if (bootstrap.some((v) => v !== undefined) && bootstrap.some((v) => v === undefined)) {
-    throw new ConfigError([
-      'BOOTSTRAP_TENANT, BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD must be set together',
-    ]);
+    throw new ConfigError(['BOOTSTRAP_TENANT, BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD must be set together']);
   }
   return config;
 }

@@ -18,7 +18,12 @@ export function createLogger(config: Partial<Pick<Config, 'LOG_LEVEL' | 'LOG_FOR
     // pino-pretty runs in pino's transport thread, so formatting never blocks a request; it is
     // loaded only on a terminal.
     ...(pretty
-      ? { transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true } } }
+      ? {
+          transport: {
+            target: 'pino-pretty',
+            options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true },
+          },
+        }
       : {}),
   });
 }

@@ -117,7 +117,9 @@ export function dateOrInstant(options: { readonly minYear?: number } = {}) {
     .max(INSTANT_MAX_LENGTH)
     .refine((v) => isCalendarDate(v) || isDateTime(v), 'must be an ISO 8601 date (2024-05-01) or date-time with offset')
     .refine((v) => isInstantInRange(DATE.test(v) ? `${v}T00:00:00Z` : v, minYear), rangeMessage(minYear))
-    .transform((v): DateBound => (DATE.test(v) ? { at: `${v}T00:00:00.000Z`, dateOnly: true } : { at: new Date(v).toISOString(), dateOnly: false }))
+    .transform((v): DateBound =>
+      DATE.test(v) ? { at: `${v}T00:00:00.000Z`, dateOnly: true } : { at: new Date(v).toISOString(), dateOnly: false },
+    )
     .describe(`ISO 8601 date or date-time with offset, years ${minYear}–${MAX_YEAR}`);
 }
 
@@ -129,7 +131,10 @@ const DECIMAL_DIGITS = /^\s*\d+(\.0*)?\s*$/;
  * and so is a string that is not written in decimal digits.
  */
 export function boundedInt(min: number, max: number) {
-  return z.preprocess((v) => (typeof v === 'string' && !DECIMAL_DIGITS.test(v) ? Number.NaN : v), z.coerce.number().int().min(min).max(max));
+  return z.preprocess(
+    (v) => (typeof v === 'string' && !DECIMAL_DIGITS.test(v) ? Number.NaN : v),
+    z.coerce.number().int().min(min).max(max),
+  );
 }
 
 /** A uuid (fixed length 36). */
@@ -149,7 +154,11 @@ const ETAG_CHARS = String.raw`[\x21\x23-\x7e]*`;
 const ENTITY_TAG = String.raw`(?:W\/)?"${ETAG_CHARS}"`;
 export const IF_MATCH_PATTERN = new RegExp(String.raw`^[ \t]*(?:\*|${ENTITY_TAG}(?:[ \t]*,[ \t]*${ENTITY_TAG})*)[ \t]*$`);
 export const ifMatchHeader = () =>
-  z.string().max(256).regex(IF_MATCH_PATTERN, 'must be * or entity tags such as "3" (RFC 9110)').describe('Expected revision, as a strong ETag ("3"), or a list of them ("3", "4"): any current one matches');
+  z
+    .string()
+    .max(256)
+    .regex(IF_MATCH_PATTERN, 'must be * or entity tags such as "3" (RFC 9110)')
+    .describe('Expected revision, as a strong ETag ("3"), or a list of them ("3", "4"): any current one matches');
 
 /**
  * The opaque values of a well-formed `If-Match`'s strong tags (`"3"` → `3`), or null for `*`.

@@ -74,7 +74,14 @@ async function serve(databaseUrl: string): Promise<void> {
       publicRoutes: [cpu],
     });
   const withAuth = await gateway(authenticated(auth, rolesRoutes(auth), ping));
-  const fixedContext = { tenantId: tenant.id, tenantSlug: tenant.slug, plan: tenant.plan, rateLimitOverride: null, userId: 'bench', roles: ['admin'] };
+  const fixedContext = {
+    tenantId: tenant.id,
+    tenantSlug: tenant.slug,
+    plan: tenant.plan,
+    rateLimitOverride: null,
+    userId: 'bench',
+    roles: ['admin'],
+  };
   const withoutAuth = await gateway(async (v1) => {
     await v1.register(async (scope) => {
       scope.addHook('onRequest', async (request) => {
@@ -84,7 +91,10 @@ async function serve(databaseUrl: string): Promise<void> {
       await ping(scope);
     });
   });
-  const [ours, baseline] = await Promise.all([withAuth.listen({ port: 0, host: '127.0.0.1' }), withoutAuth.listen({ port: 0, host: '127.0.0.1' })]);
+  const [ours, baseline] = await Promise.all([
+    withAuth.listen({ port: 0, host: '127.0.0.1' }),
+    withoutAuth.listen({ port: 0, host: '127.0.0.1' }),
+  ]);
   const { accessToken } = await auth.tokens.issue({ userId: 'bench', tenant: tenant.slug, roles: ['admin'] });
   process.stdout.write(`${JSON.stringify({ ours, baseline, slug: tenant.slug, accessToken })}\n`);
 }
@@ -129,7 +139,9 @@ export async function authBench(options: { databaseUrl?: string; seconds?: numbe
         const b = await load(`${ready.baseline}${path}`, headers, seconds);
         ours.push(a);
         baseline.push(b);
-        say(`${path} round ${round + 1}: with auth ${a.rps.toFixed(0)} req/s (${a.cpuUsPerRequest.toFixed(0)} µs CPU/req), without ${b.rps.toFixed(0)} req/s (${b.cpuUsPerRequest.toFixed(0)} µs CPU/req)`);
+        say(
+          `${path} round ${round + 1}: with auth ${a.rps.toFixed(0)} req/s (${a.cpuUsPerRequest.toFixed(0)} µs CPU/req), without ${b.rps.toFixed(0)} req/s (${b.cpuUsPerRequest.toFixed(0)} µs CPU/req)`,
+        );
       }
       // Best run of each: noise from the rest of the machine only ever makes a run worse.
       const most = (runs: typeof ours) => Math.max(...runs.map((r) => r.rps));

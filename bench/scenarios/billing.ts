@@ -61,7 +61,20 @@ const factsOnly = defineProjection({
       const tenantId = e.metadata.tenantId;
       if (!data.success || typeof tenantId !== 'string') return [];
       const d = data.data;
-      return [[tenantId, d.eventId ?? e.id, d.customerId, e.type, d.amount, d.interval, d.currency, d.occurredAt, e.position.commit.toString(), e.position.prepare.toString()]];
+      return [
+        [
+          tenantId,
+          d.eventId ?? e.id,
+          d.customerId,
+          e.type,
+          d.amount,
+          d.interval,
+          d.currency,
+          d.occurredAt,
+          e.position.commit.toString(),
+          e.position.prepare.toString(),
+        ],
+      ];
     });
     if (rows.length === 0) return;
     await tx.query(sql.type(z.object({}))`
@@ -109,7 +122,7 @@ export async function runBillingBench(): Promise<ScenarioResult[]> {
     await replayProjection(pool, store, kpiBillingProjection);
     const tenantId = randomUUID();
     let seed = 42;
-    const random = () => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
+    const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
     const customers = Math.ceil(total / 10);
     const start = Date.now() - 200 * DAY;
     let ingested = 0;
@@ -160,7 +173,9 @@ export async function runBillingBench(): Promise<ScenarioResult[]> {
       without.push(await read(false));
     }
     const kpi = await readKpiSummary({ pool, eventStore: store, usage: { source: head } }, tenantId);
-    say(`KPI read p50: with Kafka watermark ${median(withKafka).toFixed(2)} ms, without ${median(without).toFixed(2)} ms (mrr ${kpi.mrr}, ${customers} customers)`);
+    say(
+      `KPI read p50: with Kafka watermark ${median(withKafka).toFixed(2)} ms, without ${median(without).toFixed(2)} ms (mrr ${kpi.mrr}, ${customers} customers)`,
+    );
     const watermark: ScenarioResult = {
       name: `billing: KPI summary read p50 without ÷ with the Kafka usage watermark (${customers.toLocaleString('en')} customers), ms`,
       ours: Number(median(withKafka).toFixed(2)),

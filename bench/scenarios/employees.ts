@@ -34,7 +34,12 @@ export type EmployeesBenchEnv = {
   close(): Promise<void>;
 };
 
-type BenchTenant = { readonly tenantId: string; readonly slug: string; readonly employees: number; readonly headers: Record<string, string> };
+type BenchTenant = {
+  readonly tenantId: string;
+  readonly slug: string;
+  readonly employees: number;
+  readonly headers: Record<string, string>;
+};
 
 const say = (message: string) => process.stderr.write(`[bench employees] ${message}\n`);
 
@@ -46,7 +51,14 @@ export async function replayThroughput(env: Pick<EmployeesBenchEnv, 'pool' | 'da
   const ms = Date.now() - started;
   await store.close();
   const eventsPerSecond = Math.round(result.processed / (ms / 1000));
-  return { scenario: 'employees.replay', events: result.processed, ms, eventsPerSecond, goal: '≥ 50,000 events/s', met: eventsPerSecond >= 50_000 };
+  return {
+    scenario: 'employees.replay',
+    events: result.processed,
+    ms,
+    eventsPerSecond,
+    goal: '≥ 50,000 events/s',
+    met: eventsPerSecond >= 50_000,
+  };
 }
 
 /** Waits until the employees projection has reached the head of the log (nothing left to catch up). */
@@ -90,7 +102,10 @@ export async function setUpEmployeesBench(options: { employees?: number; port?: 
   const small = await tenant(1_000);
   const large = await tenant(employees);
   say(`importing ${small.employees} + ${large.employees} employees as events (COPY, one transaction each)`);
-  const imports = [await importEmployees(databaseUrl, small.tenantId, small.employees), await importEmployees(databaseUrl, large.tenantId, large.employees)];
+  const imports = [
+    await importEmployees(databaseUrl, small.tenantId, small.employees),
+    await importEmployees(databaseUrl, large.tenantId, large.employees),
+  ];
   say(`imported: ${JSON.stringify(imports)}`);
   await pool.query(sql.type(z.object({}))`analyze es_events`);
   say('replaying the employees projection');
@@ -208,7 +223,6 @@ export async function createThroughput(env: EmployeesBenchEnv, options: { durati
     met: perSecond >= 5_000 && r.latency.p99 <= 20,
   };
 }
-
 
 /**
  * Projection lag at a fixed write rate: creates are sent at `rate`/s (open loop, in 10 ms

@@ -93,9 +93,17 @@ export async function runEmployeesListBench(options: { employees?: number; round
     await pool.query(sql.type(z.object({}))`vacuum analyze employees`);
 
     const port = await freePort();
-    const gateway = startChild(['services/main.ts', 'gateway'], { ...serviceEnv(database.url, jwk), PORT: String(port) }, process.env.BENCH_GATEWAY_STDOUT === '1' ? 'inherit' : 'ignore');
+    const gateway = startChild(
+      ['services/main.ts', 'gateway'],
+      { ...serviceEnv(database.url, jwk), PORT: String(port) },
+      process.env.BENCH_GATEWAY_STDOUT === '1' ? 'inherit' : 'ignore',
+    );
     children.push(gateway);
-    const bare = startChild([fileURLToPath(import.meta.url)], { LIST_BENCH_ROLE: 'server', DATABASE_URL: database.url, LIST_BENCH_TENANT: tenant.id });
+    const bare = startChild([fileURLToPath(import.meta.url)], {
+      LIST_BENCH_ROLE: 'server',
+      DATABASE_URL: database.url,
+      LIST_BENCH_TENANT: tenant.id,
+    });
     children.push(bare);
     const bareUrl = await new Promise<string>((resolve, reject) => {
       bare.once('exit', (code) => reject(new Error(`bare server exited with ${code}`)));
@@ -106,7 +114,8 @@ export async function runEmployeesListBench(options: { employees?: number; round
     await waitForHttp(oursUrl, 60_000, { headers });
     // Same answer from both (what the bench compares is the same work).
     const [a, b] = await Promise.all([fetch(oursUrl, { headers }).then((r) => r.json()), fetch(baselineUrl).then((r) => r.json())]);
-    if (JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`baseline and gateway answer differently:\n${JSON.stringify(a).slice(0, 300)}\n${JSON.stringify(b).slice(0, 300)}`);
+    if (JSON.stringify(a) !== JSON.stringify(b))
+      throw new Error(`baseline and gateway answer differently:\n${JSON.stringify(a).slice(0, 300)}\n${JSON.stringify(b).slice(0, 300)}`);
 
     const measure = async (url: string, withHeaders: Record<string, string>, duration: number) => {
       const r = await autocannon({ url, headers: withHeaders, connections: 32, duration });
@@ -134,7 +143,8 @@ export async function runEmployeesListBench(options: { employees?: number; round
         [transaction, transactionUrl, {}],
       ];
       // Alternate the order (ABBA) so drift does not always hit the same side.
-      for (const [into, url, withHeaders] of round % 2 === 0 ? cases : [...cases].reverse()) into.push(await measure(url, withHeaders, seconds));
+      for (const [into, url, withHeaders] of round % 2 === 0 ? cases : [...cases].reverse())
+        into.push(await measure(url, withHeaders, seconds));
       say(
         `round ${round + 1}: gateway ${ours.at(-1)?.rps} req/s, bare ${baseline.at(-1)?.rps}, ` +
           `queries via reader ${reader.at(-1)?.rps}, via withTenant ${transaction.at(-1)?.rps}`,
@@ -152,7 +162,11 @@ export async function runEmployeesListBench(options: { employees?: number; round
       baseline: { rps: baselineRps, p99: median(baseline.map((r) => r.p99)), rounds: baseline },
       ratio,
       // Without the gateway, same bare Fastify: our query path through the reader and through withTenant.
-      queriesViaReader: { rps: median(reader.map((r) => r.rps)), ratioToBare: Number((median(reader.map((r) => r.rps)) / baselineRps).toFixed(2)), rounds: reader },
+      queriesViaReader: {
+        rps: median(reader.map((r) => r.rps)),
+        ratioToBare: Number((median(reader.map((r) => r.rps)) / baselineRps).toFixed(2)),
+        rounds: reader,
+      },
       queriesViaTransaction: {
         rps: median(transaction.map((r) => r.rps)),
         ratioToBare: Number((median(transaction.map((r) => r.rps)) / baselineRps).toFixed(2)),

@@ -54,8 +54,26 @@ async function writeChanges(store: EventStore, tenantId: string, employees: numb
       const id = nextId();
       const now = new Date().toISOString();
       const events = [
-        { id: randomUUID(), type: 'EmployeeHired', data: { employeeId: id, email: `${id.toLowerCase()}@bench.test`, firstName: 'B', lastName: 'Ench', department: null, status: 'active', hiredAt: now }, metadata: { tenantId, occurredAt: now } },
-        ...Array.from({ length: changesEach - 1 }, (_, i) => ({ id: randomUUID(), type: 'EmployeeDetailsChanged', data: { employeeId: id, firstName: `B${i}` }, metadata: { tenantId, occurredAt: now } })),
+        {
+          id: randomUUID(),
+          type: 'EmployeeHired',
+          data: {
+            employeeId: id,
+            email: `${id.toLowerCase()}@bench.test`,
+            firstName: 'B',
+            lastName: 'Ench',
+            department: null,
+            status: 'active',
+            hiredAt: now,
+          },
+          metadata: { tenantId, occurredAt: now },
+        },
+        ...Array.from({ length: changesEach - 1 }, (_, i) => ({
+          id: randomUUID(),
+          type: 'EmployeeDetailsChanged',
+          data: { employeeId: id, firstName: `B${i}` },
+          metadata: { tenantId, occurredAt: now },
+        })),
       ];
       await store.append(employeeStreamId(tenantId, id), events, { expectedRevision: 'no_stream' });
     }
@@ -72,8 +90,16 @@ export async function runFeedBench() {
   const store = createPostgresEventStore(pool, { listenUrl: db.url });
   const closers: Array<() => Promise<void>> = [];
   try {
-    const { tenant: a } = await provisionTenant(pool, { slug: `feed-a-${randomBytes(3).toString('hex')}`, plan: 'enterprise', rateLimitOverride: null });
-    const { tenant: b } = await provisionTenant(pool, { slug: `feed-b-${randomBytes(3).toString('hex')}`, plan: 'enterprise', rateLimitOverride: null });
+    const { tenant: a } = await provisionTenant(pool, {
+      slug: `feed-a-${randomBytes(3).toString('hex')}`,
+      plan: 'enterprise',
+      rateLimitOverride: null,
+    });
+    const { tenant: b } = await provisionTenant(pool, {
+      slug: `feed-b-${randomBytes(3).toString('hex')}`,
+      plan: 'enterprise',
+      rateLimitOverride: null,
+    });
     let t = Date.now();
     await Promise.all([writeChanges(store, a.id, employees, 10), writeChanges(store, b.id, employees, 10)]);
     const written = employees * 10 * 2;
@@ -168,7 +194,12 @@ export async function runFeedBench() {
     arrivals.length = 0;
     t = performance.now();
     for (let i = 0; i < deliveries; i++) {
-      await sendWebhook(receiverUrl, secret, { id: `msg_${i}`, type: 'employee.details_changed', timestamp: new Date().toISOString(), data: { i } }, { policy: targets, timeoutMs: 15_000 });
+      await sendWebhook(
+        receiverUrl,
+        secret,
+        { id: `msg_${i}`, type: 'employee.details_changed', timestamp: new Date().toISOString(), data: { i } },
+        { policy: targets, timeoutMs: 15_000 },
+      );
     }
     const baselinePerSecond = deliveries / ((performance.now() - t) / 1000);
     say(`direct sequential sender: ${Math.round(baselinePerSecond)}/s`);
@@ -223,11 +254,22 @@ export async function runFeedBench() {
     for (const x of arrivals) if (!first.has(x.id)) first.set(x.id, x.at - x.occurredAt);
     const lags = [...first.values()];
     const delivery = {
-      burst: { changes: deliveries, oursPerSecond: Math.round(burstPerSecond), baselineDirectSequentialPerSecond: Math.round(baselinePerSecond), ratio: Number((burstPerSecond / baselinePerSecond).toFixed(2)) },
+      burst: {
+        changes: deliveries,
+        oursPerSecond: Math.round(burstPerSecond),
+        baselineDirectSequentialPerSecond: Math.round(baselinePerSecond),
+        ratio: Number((burstPerSecond / baselinePerSecond).toFixed(2)),
+      },
       lag: { changes: paced, ratePerSecond: pace, p50Ms: percentile(lags, 50), p95Ms: percentile(lags, 95), maxMs: Math.max(...lags) },
     };
     say(`delivery: ${JSON.stringify(delivery)}`);
-    return { employeesPerTenant: employees, changesWritten: written, projectionBuild: { events: built.processed, ms: projectionMs }, feed, delivery };
+    return {
+      employeesPerTenant: employees,
+      changesWritten: written,
+      projectionBuild: { events: built.processed, ms: projectionMs },
+      feed,
+      delivery,
+    };
   } finally {
     for (const close of closers.reverse()) await close().catch(() => undefined);
     await store.close();

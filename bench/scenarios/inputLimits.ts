@@ -13,7 +13,6 @@ import { median } from '../support/measure.ts';
 
 type Comparison = { name: string; ours: number; baseline: number; ratio: number };
 
-
 function opsPerSecond(work: () => void, operations: number): number {
   const started = process.hrtime.bigint();
   work();

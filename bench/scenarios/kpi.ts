@@ -126,7 +126,14 @@ export async function kpiIngestThroughput(samples = Number(process.env.BENCH_KPI
   // publisher and the KPI projector do not share an event loop.
   const worker = spawn(process.execPath, ['projections/kpi/consumerProcess.ts'], {
     cwd: root,
-    env: { ...process.env, DATABASE_URL: env.url, KAFKA_BROKERS: brokers.join(','), KAFKA_METRICS_TOPIC: topic, KPI_CONSUMER_GROUP: group, LOG_LEVEL: 'error' },
+    env: {
+      ...process.env,
+      DATABASE_URL: env.url,
+      KAFKA_BROKERS: brokers.join(','),
+      KAFKA_METRICS_TOPIC: topic,
+      KPI_CONSUMER_GROUP: group,
+      LOG_LEVEL: 'error',
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   await new Promise<void>((ready, fail) => {
@@ -159,7 +166,13 @@ export async function kpiIngestThroughput(samples = Number(process.env.BENCH_KPI
     const seconds = (performance.now() - started) / 1000;
     const ours = Math.round(samples / seconds);
     say(`ingest: ${samples} samples in ${seconds.toFixed(2)} s (${ours}/s; publish loop ${((publishedAt - started) / 1000).toFixed(2)} s)`);
-    return { name: 'kpi: usage samples/s through Kafka into the PostgreSQL rollups ÷ 50,000/s goal', ours, baseline: 50_000, ratio: Number((ours / 50_000).toFixed(3)), details: { samples, seconds } };
+    return {
+      name: 'kpi: usage samples/s through Kafka into the PostgreSQL rollups ÷ 50,000/s goal',
+      ours,
+      baseline: 50_000,
+      ratio: Number((ours / 50_000).toFixed(3)),
+      details: { samples, seconds },
+    };
   } finally {
     await consumer.stop();
     await publisher.close();
@@ -200,7 +213,13 @@ export async function kpiFreshness(probes = 50): Promise<ScenarioResult> {
     const p95 = Math.round(latencies[Math.floor(0.95 * (latencies.length - 1))]!);
     const p50 = Math.round(latencies[Math.floor(0.5 * (latencies.length - 1))]!);
     say(`freshness under 5,000 samples/s: p50 ${p50} ms, p95 ${p95} ms, max ${Math.round(latencies.at(-1)!)} ms`);
-    return { name: 'kpi: freshness p95 (publish → KPI query shows it), ms ÷ 5,000 ms goal', ours: p95, baseline: 5_000, ratio: Number((p95 / 5_000).toFixed(4)), details: { p50, probes } };
+    return {
+      name: 'kpi: freshness p95 (publish → KPI query shows it), ms ÷ 5,000 ms goal',
+      ours: p95,
+      baseline: 5_000,
+      ratio: Number((p95 / 5_000).toFixed(4)),
+      details: { p50, probes },
+    };
   } finally {
     loading = false;
     await background;
@@ -278,7 +297,9 @@ export async function kpiQueryScaling(large = Number(process.env.BENCH_KPI_LARGE
     const largeP99 = median(largeRounds);
     const bestRatio = Math.min(...largeRounds) / Math.min(...smallRounds);
     const kpiLarge = await readKpiSummary(env, largeTenant, now);
-    say(`query p99 (median of ${rounds} rounds): ${small} samples ${smallP99.toFixed(2)} ms, ${seeded} samples ${largeP99.toFixed(2)} ms (dau ${kpiLarge.dau}, p95 ${kpiLarge.apiLatencyP95Ms} ms); best rounds ratio ${bestRatio.toFixed(3)}`);
+    say(
+      `query p99 (median of ${rounds} rounds): ${small} samples ${smallP99.toFixed(2)} ms, ${seeded} samples ${largeP99.toFixed(2)} ms (dau ${kpiLarge.dau}, p95 ${kpiLarge.apiLatencyP95Ms} ms); best rounds ratio ${bestRatio.toFixed(3)}`,
+    );
     const ratio = Number((largeP99 / smallP99).toFixed(3));
     return {
       name: `kpi: KPI query p99 at ${large.toLocaleString('en')} samples ÷ at ${small.toLocaleString('en')} (goal ≤ 1.5)`,
@@ -324,9 +345,23 @@ function billingYear(end: number): BillingEventInput[] {
   for (let c = 0; c < 200; c++) {
     const startedDaysAgo = 360 - c;
     const plan = { customerId: `cus-${c}`, currency: 'EUR', interval: c % 5 === 0 ? ('year' as const) : ('month' as const) };
-    events.push({ eventId: `evt-${c}-s`, type: 'subscription.started', amount: String(20 + (c % 7) * 10), occurredAt: at(startedDaysAgo), ...plan });
-    if (c % 3 === 0) events.push({ eventId: `evt-${c}-c`, type: 'subscription.changed', amount: String(40 + (c % 7) * 10), occurredAt: at(startedDaysAgo - 30), ...plan });
-    if (c % 4 === 0) events.push({ eventId: `evt-${c}-x`, type: 'subscription.cancelled', amount: '0', occurredAt: at(startedDaysAgo - 90), ...plan });
+    events.push({
+      eventId: `evt-${c}-s`,
+      type: 'subscription.started',
+      amount: String(20 + (c % 7) * 10),
+      occurredAt: at(startedDaysAgo),
+      ...plan,
+    });
+    if (c % 3 === 0)
+      events.push({
+        eventId: `evt-${c}-c`,
+        type: 'subscription.changed',
+        amount: String(40 + (c % 7) * 10),
+        occurredAt: at(startedDaysAgo - 30),
+        ...plan,
+      });
+    if (c % 4 === 0)
+      events.push({ eventId: `evt-${c}-x`, type: 'subscription.cancelled', amount: '0', occurredAt: at(startedDaysAgo - 90), ...plan });
   }
   return events.filter((e) => Date.parse(e.occurredAt) < end);
 }
@@ -344,7 +379,9 @@ export async function kpiSeriesQuery(large = Number(process.env.BENCH_KPI_LARGE 
     await replayProjection(env.pool, env.eventStore, kpiBillingProjection);
     await seedYear(env.pool, smallTenant, small, end, 365);
     await seedYear(env.pool, largeTenant, large, end, 365);
-    say(`series: seeded ${small} + ${large} samples over 365 days and 2 × 200 customers in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+    say(
+      `series: seeded ${small} + ${large} samples over 365 days and 2 × 200 customers in ${((performance.now() - started) / 1000).toFixed(1)} s`,
+    );
     const instants = seriesInstants(end - 364 * 86_400_000, end, 'day')!;
     const now = end + 60_000;
     const p99 = async (tenant: string, metric: KpiMetric, iterations: number) => {
@@ -370,7 +407,9 @@ export async function kpiSeriesQuery(large = Number(process.env.BENCH_KPI_LARGE 
     }
     const sample = await readKpiSeries(env, largeTenant, { metric: 'mau', interval: 'day', instants }, now);
     const worst = Math.max(...Object.values(perMetric).map((m) => m.largeP99Ms));
-    say(`series: measured in ${((performance.now() - started) / 1000).toFixed(1)} s; large tenant mau at the last point ${sample.points.at(-1)?.value}`);
+    say(
+      `series: measured in ${((performance.now() - started) / 1000).toFixed(1)} s; large tenant mau at the last point ${sample.points.at(-1)?.value}`,
+    );
     return {
       name: `kpi: series of 365 daily points, worst metric's p99 at ${large.toLocaleString('en')} samples, ms ÷ 50 ms goal`,
       ours: Number(worst.toFixed(2)),
@@ -391,7 +430,12 @@ export default runKpiBench;
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const only = process.argv[2];
-  const scenarios: Record<string, () => Promise<ScenarioResult>> = { ingest: () => kpiIngestThroughput(), freshness: () => kpiFreshness(), query: () => kpiQueryScaling(), series: () => kpiSeriesQuery() };
+  const scenarios: Record<string, () => Promise<ScenarioResult>> = {
+    ingest: () => kpiIngestThroughput(),
+    freshness: () => kpiFreshness(),
+    query: () => kpiQueryScaling(),
+    series: () => kpiSeriesQuery(),
+  };
   for (const [name, run] of Object.entries(scenarios)) {
     if (only && only !== name) continue;
     process.stdout.write(`${JSON.stringify(await run())}\n`);

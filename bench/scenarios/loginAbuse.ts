@@ -35,7 +35,6 @@ export type LoginAbuseResult = {
 
 const say = (message: string) => process.stderr.write(`[bench login-abuse] ${message}\n`);
 
-
 export async function runLoginAbuseBench(options: { rounds?: number } = {}): Promise<LoginAbuseResult> {
   const rounds = options.rounds ?? Number(process.env.BENCH_ROUNDS ?? 9);
   const database = await createBenchDatabase('bench_login');
@@ -58,7 +57,13 @@ export async function runLoginAbuseBench(options: { rounds?: number } = {}): Pro
     const password = `pw-${randomBytes(8).toString('hex')}`;
     await withTenant(pool, tenant.id, (tx) => createUser(tx, { tenantId: tenant.id, email, password, role: 'employee' }));
     const login = (ip: string, as: string, secret: string) =>
-      app.inject({ method: 'POST', url: '/v1/auth/login', remoteAddress: ip, headers: { 'x-tenant': tenant.slug }, payload: { email: as, password: secret } });
+      app.inject({
+        method: 'POST',
+        url: '/v1/auth/login',
+        remoteAddress: ip,
+        headers: { 'x-tenant': tenant.slug },
+        payload: { email: as, password: secret },
+      });
     const real = async () => {
       const started = performance.now();
       const response = await login('192.0.2.10', email, password);
@@ -71,7 +76,10 @@ export async function runLoginAbuseBench(options: { rounds?: number } = {}): Pro
     const beside = async (junkAddress: (i: number) => string, round: number, into: Record<string, number>) => {
       const junk = Array.from({ length: 40 }, (_, i) => login(junkAddress(i), `junk-${round}-${i}@example.test`, 'not-a-password'));
       const elapsed = await real();
-      statuses(into, (await Promise.all(junk)).map((r) => r.statusCode));
+      statuses(
+        into,
+        (await Promise.all(junk)).map((r) => r.statusCode),
+      );
       return elapsed;
     };
     await real(); // warm-up (dummy hash, JIT, pool)
@@ -87,7 +95,9 @@ export async function runLoginAbuseBench(options: { rounds?: number } = {}): Pro
       one.push(await beside(() => `198.51.${round}.1`, round, oneStatuses));
       quiet.push(await real());
       many.push(await beside((i) => `203.${round}.${i}.1`, round, manyStatuses));
-      say(`round ${round + 1}: quiet ${quiet.at(-1)?.toFixed(0)} ms, one-address junk ${one.at(-1)?.toFixed(0)} ms, 40-address junk ${many.at(-1)?.toFixed(0)} ms`);
+      say(
+        `round ${round + 1}: quiet ${quiet.at(-1)?.toFixed(0)} ms, one-address junk ${one.at(-1)?.toFixed(0)} ms, 40-address junk ${many.at(-1)?.toFixed(0)} ms`,
+      );
     }
     const quietMs = median(quiet);
     const result: LoginAbuseResult = {

@@ -30,8 +30,6 @@ import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 const say = (message: string) => process.stderr.write(`[bench lag] ${message}\n`);
 const repoRoot = resolve(import.meta.dirname, '../..');
 
-
-
 /** The baseline's sources at `rev`, exported once (no worktree), sharing our node_modules. */
 function baselineTree(rev: string): string {
   const dir = resolve(repoRoot, `.tmp/bench-baseline-${rev}`);
@@ -42,7 +40,6 @@ function baselineTree(rev: string): string {
   if (!existsSync(resolve(dir, 'node_modules'))) symlinkSync(resolve(repoRoot, 'node_modules'), resolve(dir, 'node_modules'));
   return dir;
 }
-
 
 export async function runProjectionLagBench() {
   const rounds = Number(process.env.BENCH_LAG_ROUNDS ?? 2);
@@ -84,7 +81,14 @@ export async function runProjectionLagBench() {
       const running = [spawnRole(port, 'gateway'), spawnRole(await freePort(), 'projector', 'employees')];
       const baseUrl = `http://127.0.0.1:${port}`;
       await waitForHttp(`${baseUrl}/health/ready`, 60_000);
-      const benchEnv: EmployeesBenchEnv = { pool, databaseUrl: database.url, baseUrl, small: benchTenant, large: benchTenant, close: async () => undefined };
+      const benchEnv: EmployeesBenchEnv = {
+        pool,
+        databaseUrl: database.url,
+        baseUrl,
+        small: benchTenant,
+        large: benchTenant,
+        close: async () => undefined,
+      };
       return {
         env: benchEnv,
         async stop() {

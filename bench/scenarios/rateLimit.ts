@@ -125,7 +125,16 @@ async function serve(): Promise<void> {
     logger,
     readiness: [],
     registry: new Registry(),
-    v1: [trivial, authenticated(auth, ...(limit ? [rateLimited(limiter)] : []), ...(deferred ? [deferOneTurn] : []), authenticatedProbe, rolesRoutes(auth))],
+    v1: [
+      trivial,
+      authenticated(
+        auth,
+        ...(limit ? [rateLimited(limiter)] : []),
+        ...(deferred ? [deferOneTurn] : []),
+        authenticatedProbe,
+        rolesRoutes(auth),
+      ),
+    ],
   });
   const address = await app.listen({ host: '127.0.0.1', port: 0 });
   process.stdout.write(`${JSON.stringify({ address })}\n`);
@@ -282,7 +291,9 @@ export async function runRateLimitBench(options: RateLimitBenchOptions = {}): Pr
             names
               .map((name) => {
                 const m = row[name];
-                return m ? `${name} ${Math.round(m.rps)} req/s, CPU ${m.cpuUs.toFixed(1)} µs/req, redis-server ${m.redisUs.toFixed(1)} µs/req` : '';
+                return m
+                  ? `${name} ${Math.round(m.rps)} req/s, CPU ${m.cpuUs.toFixed(1)} µs/req, redis-server ${m.redisUs.toFixed(1)} µs/req`
+                  : '';
               })
               .join('; '),
         );
@@ -294,7 +305,12 @@ export async function runRateLimitBench(options: RateLimitBenchOptions = {}): Pr
           against: 'deferred',
         },
         ...(oneGateway
-          ? [{ name: `rate limit: ${route}, one gateway, limited tenant ÷ unlimited Enterprise tenant (${store} store), req/s`, against: 'unlimitedTenant' as const }]
+          ? [
+              {
+                name: `rate limit: ${route}, one gateway, limited tenant ÷ unlimited Enterprise tenant (${store} store), req/s`,
+                against: 'unlimitedTenant' as const,
+              },
+            ]
           : []),
       ];
       for (const { name, against } of comparisons) {
@@ -304,7 +320,8 @@ export async function runRateLimitBench(options: RateLimitBenchOptions = {}): Pr
           return { limited: l, baseline: b };
         });
         // Medians: one round disturbed by a neighbour's load spike does not move the result.
-        const of = (pick: (p: { baseline: Measured; limited: Measured }) => number, digits = 1) => Number(median(pairs.map(pick)).toFixed(digits));
+        const of = (pick: (p: { baseline: Measured; limited: Measured }) => number, digits = 1) =>
+          Number(median(pairs.map(pick)).toFixed(digits));
         results.push({
           name,
           ours: Math.round(median(pairs.map((p) => p.limited.rps))),
@@ -342,7 +359,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     const stores = (process.env.RATE_LIMIT_BENCH_STORES ?? 'redis,memory').split(',').map((s) => z.enum(['redis', 'memory']).parse(s));
     const rounds = process.env.RATE_LIMIT_BENCH_ROUNDS ? Number(process.env.RATE_LIMIT_BENCH_ROUNDS) : undefined;
     for (const store of stores) {
-      for (const result of await runRateLimitBench({ store, ...(rounds && { rounds }) })) process.stdout.write(`${JSON.stringify(result)}\n`);
+      for (const result of await runRateLimitBench({ store, ...(rounds && { rounds }) }))
+        process.stdout.write(`${JSON.stringify(result)}\n`);
     }
   }
 }

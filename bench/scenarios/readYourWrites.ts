@@ -23,7 +23,13 @@ import { median, percentile } from '../support/measure.ts';
 const say = (message: string) => process.stderr.write(`[bench ryw] ${message}\n`);
 
 /** The implementation this replaced: poll the checkpoint row every `pollMs` per waiting request. */
-async function pollingWaitForCheckpoint(pool: DatabasePool, name: string, position: GlobalPosition, timeoutMs: number, pollMs = 10): Promise<boolean> {
+async function pollingWaitForCheckpoint(
+  pool: DatabasePool,
+  name: string,
+  position: GlobalPosition,
+  timeoutMs: number,
+  pollMs = 10,
+): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const checkpoint = await readCheckpoint(pool, name);
@@ -32,7 +38,6 @@ async function pollingWaitForCheckpoint(pool: DatabasePool, name: string, positi
     await new Promise((r) => setTimeout(r, Math.min(pollMs, Math.max(0, deadline - Date.now()))));
   }
 }
-
 
 export async function runReadYourWritesBench() {
   const waiters = Number(process.env.BENCH_RYW_WAITERS ?? 100);

@@ -31,7 +31,10 @@ export async function runReplayBench(options: { employees?: number; rounds?: num
   const store = createPostgresEventStore(pool);
   try {
     say(`importing 1,000 + ${employees} employees as events`);
-    const imports = [await importEmployees(database.url, randomUUID(), 1_000), await importEmployees(database.url, randomUUID(), employees)];
+    const imports = [
+      await importEmployees(database.url, randomUUID(), 1_000),
+      await importEmployees(database.url, randomUUID(), employees),
+    ];
     say(`imported: ${JSON.stringify(imports)}`);
     await pool.query(sql.type(z.object({}))`vacuum analyze es_events`);
 

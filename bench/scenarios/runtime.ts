@@ -54,7 +54,10 @@ const rssMb = async (pid: number) => {
 
 async function bareFastifyRss(): Promise<number> {
   const code = `const f = (await import('fastify')).default({ logger: false }); f.get('/', async () => ({ ok: true })); await f.listen({ port: 0, host: '127.0.0.1' }); process.stdout.write('up\\n');`;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', code], { cwd: resolve(import.meta.dirname, '../..'), stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code], {
+    cwd: resolve(import.meta.dirname, '../..'),
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   await new Promise((r) => child.stdout?.once('data', r));
   await new Promise((r) => setTimeout(r, 3_000));
   const rss = await rssMb(child.pid ?? 0);
@@ -107,12 +110,23 @@ export async function runRuntimeBench(): Promise<Record<string, unknown>> {
     });
     const { accessToken } = (await login.json()) as { accessToken: string };
     const headers = { authorization: `Bearer ${accessToken}`, 'x-tenant': 'bench', 'content-type': 'application/json' };
-    const first = await fetch(`${base}/v1/employees`, { method: 'POST', headers, body: JSON.stringify({ email: 'first@bench.test', firstName: 'F', lastName: 'L', department: 'eng' }) });
+    const first = await fetch(`${base}/v1/employees`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ email: 'first@bench.test', firstName: 'F', lastName: 'L', department: 'eng' }),
+    });
     const { id } = (await first.json()) as { id: string };
 
     const samples: Sample[] = [];
     const t0 = Date.now();
-    const sampler = setInterval(() => void rssMb(child.pid ?? 0).then((rss) => samples.push({ at: Date.now() - t0, rssMb: rss }), () => undefined), 1_000);
+    const sampler = setInterval(
+      () =>
+        void rssMb(child.pid ?? 0).then(
+          (rss) => samples.push({ at: Date.now() - t0, rssMb: rss }),
+          () => undefined,
+        ),
+      1_000,
+    );
     let n = 0;
     const result = await autocannon({
       url: base,
@@ -121,7 +135,19 @@ export async function runRuntimeBench(): Promise<Record<string, unknown>> {
       overallRate: rate,
       headers,
       requests: [
-        { method: 'POST', path: '/v1/employees', setupRequest: (req) => ({ ...req, body: JSON.stringify({ email: `e${n++}-${randomBytes(3).toString('hex')}@bench.test`, firstName: 'Soak', lastName: 'Test', department: `d${n % 20}` }) }) },
+        {
+          method: 'POST',
+          path: '/v1/employees',
+          setupRequest: (req) => ({
+            ...req,
+            body: JSON.stringify({
+              email: `e${n++}-${randomBytes(3).toString('hex')}@bench.test`,
+              firstName: 'Soak',
+              lastName: 'Test',
+              department: `d${n % 20}`,
+            }),
+          }),
+        },
         { method: 'GET', path: '/v1/employees?limit=20' },
         { method: 'GET', path: `/v1/employees/${id}` },
         { method: 'GET', path: '/v1/analytics/kpi' },
@@ -136,8 +162,21 @@ export async function runRuntimeBench(): Promise<Record<string, unknown>> {
       warmStartToReadyMs: warm.readyMs,
       idleRssColdStart: idleCold,
       idleRss: idle,
-      load: { seconds, targetRate: rate, requests: result.requests.total, non2xx: result.non2xx, errors: result.errors, p99Ms: result.latency.p99, averageRate: result.requests.average },
-      loadedRss: { first: loaded[0], peak: Math.max(...loaded), last: loaded.at(-1), atQuarterMarks: [0.25, 0.5, 0.75, 1].map((q) => loaded[Math.max(0, Math.round(loaded.length * q) - 1)]) },
+      load: {
+        seconds,
+        targetRate: rate,
+        requests: result.requests.total,
+        non2xx: result.non2xx,
+        errors: result.errors,
+        p99Ms: result.latency.p99,
+        averageRate: result.requests.average,
+      },
+      loadedRss: {
+        first: loaded[0],
+        peak: Math.max(...loaded),
+        last: loaded.at(-1),
+        atQuarterMarks: [0.25, 0.5, 0.75, 1].map((q) => loaded[Math.max(0, Math.round(loaded.length * q) - 1)]),
+      },
       baselineBareFastifyIdleRss: await bareFastifyRss(),
     };
     await stopChild(child);

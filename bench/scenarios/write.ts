@@ -35,15 +35,14 @@ import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 const say = (message: string) => process.stderr.write(`[bench write] ${message}\n`);
 const round2 = (n: number) => Number(n.toFixed(2));
 
-
-
-
 const STREAMS = 1_000;
 const APPENDS_PER_STREAM = 20;
 const WORKERS = 16;
 
 /** The append workload: worker w owns streams w, w+16, …; it walks revision by revision. */
-async function appendWorkload(appendOne: (stream: string, revision: number) => Promise<void>): Promise<{ appends: number; ms: number; perSecond: number }> {
+async function appendWorkload(
+  appendOne: (stream: string, revision: number) => Promise<void>,
+): Promise<{ appends: number; ms: number; perSecond: number }> {
   const prefix = randomUUID().slice(0, 8);
   const started = performance.now();
   await Promise.all(
@@ -126,7 +125,12 @@ async function createRound(url: string, headers: Record<string, string>, seconds
           {
             setupRequest: (request) => ({
               ...request,
-              body: JSON.stringify({ email: `w-${prefix}-${n++}@bench.example`, firstName: 'Write', lastName: 'Bench', department: 'sales' }),
+              body: JSON.stringify({
+                email: `w-${prefix}-${n++}@bench.example`,
+                firstName: 'Write',
+                lastName: 'Bench',
+                department: 'sales',
+              }),
             }),
           },
         ],
@@ -188,7 +192,9 @@ async function createsBench(rounds: number, seconds: number, connections: number
       const ratio = round2(ours.createsPerSecond / crud.createsPerSecond);
       const p99Ratio = round2(ours.p99 / Math.max(crud.p99, 1));
       results.push({ round, ours, crud, ratio, p99Ratio });
-      say(`creates round ${round}: ours ${ours.createsPerSecond}/s p99 ${ours.p99} ms (non2xx ${ours.non2xx}), crud ${crud.createsPerSecond}/s p99 ${crud.p99} ms`);
+      say(
+        `creates round ${round}: ours ${ours.createsPerSecond}/s p99 ${ours.p99} ms (non2xx ${ours.non2xx}), crud ${crud.createsPerSecond}/s p99 ${crud.p99} ms`,
+      );
     }
     const ratio = median(results.map((r) => r.ratio));
     const p99Ratio = median(results.map((r) => r.p99Ratio));
@@ -223,6 +229,9 @@ export async function runWriteBench() {
   const appends = only === 'creates' ? undefined : await appendsBench(rounds);
   if (appends) say(`appends: ours ${appends.oursPerSecond}/s vs emmett ${appends.emmettPerSecond}/s, ratio ${appends.ratio}`);
   const creates = only === 'appends' ? undefined : await createsBench(rounds, seconds, connections, warmupSeconds);
-  if (creates) say(`creates: ours ${creates.oursPerSecond}/s p99 ${creates.oursP99} ms vs CRUD ${creates.crudPerSecond}/s p99 ${creates.crudP99} ms, ratio ${creates.ratio}`);
+  if (creates)
+    say(
+      `creates: ours ${creates.oursPerSecond}/s p99 ${creates.oursP99} ms vs CRUD ${creates.crudPerSecond}/s p99 ${creates.crudP99} ms, ratio ${creates.ratio}`,
+    );
   return { scenario: 'write', note: '2 shared cores: absolute figures are noisy, ratios less so', appends, creates };
 }

@@ -35,7 +35,7 @@ export async function importEmployees(databaseUrl: string, tenantId: string, cou
       id,
       email: `employee-${i}-${id.toLowerCase()}@bench.example`,
       department: DEPARTMENTS[(i * 7) % DEPARTMENTS.length] ?? 'engineering',
-      hiredAt: new Date(now - Math.floor(((i * 7919) % count) / count * 10 * yearMs)).toISOString(),
+      hiredAt: new Date(now - Math.floor((((i * 7919) % count) / count) * 10 * yearMs)).toISOString(),
       status: roll === 0 ? 'on_leave' : roll === 1 ? 'inactive' : 'active',
     };
   });
@@ -44,7 +44,15 @@ export async function importEmployees(databaseUrl: string, tenantId: string, cou
   function* eventRows() {
     for (const e of employees) {
       const stream = employeeStreamId(tenantId, e.id);
-      const hired = { employeeId: e.id, email: e.email, firstName: 'Bench', lastName: `Person ${e.id.slice(-6)}`, department: e.department, status: 'active', hiredAt: e.hiredAt };
+      const hired = {
+        employeeId: e.id,
+        email: e.email,
+        firstName: 'Bench',
+        lastName: `Person ${e.id.slice(-6)}`,
+        department: e.department,
+        status: 'active',
+        hiredAt: e.hiredAt,
+      };
       yield `${stream}\t0\t${randomUUID()}\tEmployeeHired\t${copyField(JSON.stringify(hired))}\t${copyField(metadata)}\n`;
       if (e.status !== 'active') {
         const changed = { employeeId: e.id, from: 'active', to: e.status, reason: 'imported', changedAt: e.hiredAt };

@@ -26,12 +26,17 @@ export async function freePort(): Promise<number> {
 }
 
 /** Resolves once `url` answers 2xx (with `headers`), polling every `intervalMs`. */
-export async function waitForHttp(url: string, timeoutMs: number, options: { headers?: Record<string, string>; intervalMs?: number } = {}): Promise<void> {
+export async function waitForHttp(
+  url: string,
+  timeoutMs: number,
+  options: { headers?: Record<string, string>; intervalMs?: number } = {},
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const response = await fetch(url, { headers: options.headers ?? {} }).catch(() => null);
     if (response?.ok) return;
-    if (Date.now() > deadline) throw new Error(`${url} did not answer 2xx within ${timeoutMs} ms (last: ${response?.status ?? 'no connection'})`);
+    if (Date.now() > deadline)
+      throw new Error(`${url} did not answer 2xx within ${timeoutMs} ms (last: ${response?.status ?? 'no connection'})`);
     await new Promise((r) => setTimeout(r, options.intervalMs ?? 200));
   }
 }

@@ -58,13 +58,21 @@ export function createEasClient(options: EasClientOptions): EasClient {
     current = session;
     options.onSession?.(session);
   };
-  const toSession = (pair: TokenPair): Session => ({ accessToken: pair.accessToken, refreshToken: pair.refreshToken, expiresAt: Date.now() + pair.expiresIn * 1000 });
+  const toSession = (pair: TokenPair): Session => ({
+    accessToken: pair.accessToken,
+    refreshToken: pair.refreshToken,
+    expiresAt: Date.now() + pair.expiresIn * 1000,
+  });
 
   const authPost = async (path: string, body: unknown): Promise<Response> =>
     fetchImpl(
       new Request(new URL(path, options.baseUrl), {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-tenant': options.tenant, ...(current && path === '/v1/auth/logout' ? { authorization: `Bearer ${current.accessToken}` } : {}) },
+        headers: {
+          'content-type': 'application/json',
+          'x-tenant': options.tenant,
+          ...(current && path === '/v1/auth/logout' ? { authorization: `Bearer ${current.accessToken}` } : {}),
+        },
         body: JSON.stringify(body),
       }),
     );

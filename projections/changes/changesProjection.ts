@@ -4,7 +4,16 @@ import { sql, type Queryable } from '../../shared/db/pool.ts';
 import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, EMPLOYEE_STATUSES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeEventType, evolve, toEmployeeView, type EmployeeState } from '../../services/employees/contract.ts';
+import {
+  EMPLOYEE_EVENT_TYPES,
+  EMPLOYEE_STATUSES,
+  parseEmployeeStreamId,
+  type EmployeeEvent,
+  type EmployeeEventType,
+  evolve,
+  toEmployeeView,
+  type EmployeeState,
+} from '../../services/employees/contract.ts';
 // The feed's `employee` must be exactly the state the write side computes after the change, so
 // it folds with the aggregate's own `evolve` instead of a second copy that could drift.
 
@@ -35,7 +44,8 @@ export const CHANGE_TYPES = {
 export type ChangeType = (typeof CHANGE_TYPES)[EmployeeEventType];
 export const PUBLIC_CHANGE_TYPES = Object.values(CHANGE_TYPES) as readonly ChangeType[];
 
-const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => tenantScopedTable(table, named('tenant'), 'read');
+const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) =>
+  tenantScopedTable(table, named('tenant'), 'read');
 
 const lastStateRow = z.object({
   tenant_id: z.string(),
@@ -97,7 +107,13 @@ async function handle(
     const rows = await tx.any(sql.type(lastStateRow)`
       select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id
       from ${tables.employee_changes} c
-      join unnest(${sql.array(known.map((k) => k.tenantId), 'uuid')}, ${sql.array(known.map((k) => k.employeeId), 'text')}) as k(tenant_id, employee_id)
+      join unnest(${sql.array(
+        known.map((k) => k.tenantId),
+        'uuid',
+      )}, ${sql.array(
+        known.map((k) => k.employeeId),
+        'text',
+      )}) as k(tenant_id, employee_id)
         on c.tenant_id = k.tenant_id and c.employee_id = k.employee_id
       order by c.tenant_id, c.employee_id, c.revision desc
     `);

@@ -4,12 +4,7 @@ import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import {
-  EMPLOYEE_EVENT_TYPES,
-  parseEmployeeStreamId,
-  type EmployeeEvent,
-  type EmployeeStatus,
-} from '../../services/employees/contract.ts';
+import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeStatus } from '../../services/employees/contract.ts';
 
 /**
  * The employees read model: one row per employee (its API fields + tenant + stream revision) and
@@ -25,7 +20,8 @@ import {
  */
 export const EMPLOYEES_PROJECTION = 'employees';
 
-const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => tenantScopedTable(table, named('tenant'), 'read-write');
+const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) =>
+  tenantScopedTable(table, named('tenant'), 'read-write');
 
 type Row = {
   tenant_id: string;
@@ -61,17 +57,37 @@ type Tables = 'employees' | 'employee_counts' | 'employee_month_counts' | 'emplo
  * PostgreSQL are already `toISOString()` text, so slicing is enough; anything else is parsed.
  */
 export function utcDay(instant: string): string {
-  return instant.length === 24 && instant.endsWith('Z') && instant[10] === 'T' ? instant.slice(0, 10) : new Date(instant).toISOString().slice(0, 10);
+  return instant.length === 24 && instant.endsWith('Z') && instant[10] === 'T'
+    ? instant.slice(0, 10)
+    : new Date(instant).toISOString().slice(0, 10);
 }
 
 /** The counters a row adds to: whole tenant, its hire month and its hire day (missing department = ''). */
-type CounterKeys = { all: string; month: string; day: string; tenant_id: string; status: string; department: string; monthStart: string; dayStart: string };
+type CounterKeys = {
+  all: string;
+  month: string;
+  day: string;
+  tenant_id: string;
+  status: string;
+  department: string;
+  monthStart: string;
+  dayStart: string;
+};
 function counterKeys(row: Pick<Row, 'tenant_id' | 'status' | 'department' | 'hired_at'>): CounterKeys {
   const department = row.department ?? '';
   const day = utcDay(row.hired_at);
   const month = `${day.slice(0, 7)}-01`;
   const all = `${row.tenant_id}\u0000${row.status}\u0000${department}`;
-  return { all, month: `${all}\u0000${month}`, day: `${all}\u0000${day}`, tenant_id: row.tenant_id, status: row.status, department, monthStart: month, dayStart: day };
+  return {
+    all,
+    month: `${all}\u0000${month}`,
+    day: `${all}\u0000${day}`,
+    tenant_id: row.tenant_id,
+    status: row.status,
+    department,
+    monthStart: month,
+    dayStart: day,
+  };
 }
 
 /** Counter deltas of a set of row changes, per counter table. */
@@ -153,11 +169,37 @@ function fold(row: Row | undefined, recorded: RecordedEvent, tenantId: string): 
   return apply(row, { type: recorded.type, data: recorded.data } as EmployeeEvent, recorded, tenantId) ?? row;
 }
 
-const EMPLOYEE_COLUMNS = ['tenant_id', 'id', 'email', 'first_name', 'last_name', 'department', 'status', 'hired_at', 'revision', 'updated_at'] as const;
+const EMPLOYEE_COLUMNS = [
+  'tenant_id',
+  'id',
+  'email',
+  'first_name',
+  'last_name',
+  'department',
+  'status',
+  'hired_at',
+  'revision',
+  'updated_at',
+] as const;
 const EMPLOYEE_TYPES = ['uuid', 'text', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'int4', 'timestamptz'] as const;
-const employeeTuple = (r: Row) => [r.tenant_id, r.id, r.email, r.first_name, r.last_name, r.department, r.status, r.hired_at, r.revision, r.updated_at];
+const employeeTuple = (r: Row) => [
+  r.tenant_id,
+  r.id,
+  r.email,
+  r.first_name,
+  r.last_name,
+  r.department,
+  r.status,
+  r.hired_at,
+  r.revision,
+  r.updated_at,
+];
 
-async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: Readonly<Record<Tables, IdentifierSqlToken>>): Promise<void> {
+async function handle(
+  tx: Queryable,
+  events: readonly RecordedEvent[],
+  tables: Readonly<Record<Tables, IdentifierSqlToken>>,
+): Promise<void> {
   // Per employee, its events of this batch in order (the batch is in global order).
   const streams = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
   for (const event of events) {
@@ -178,7 +220,13 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
           select e.tenant_id::text, e.id, e.email, e.first_name, e.last_name, e.department, e.status, e.hired_at,
                  e.revision, e.updated_at
           from ${tables.employees} e
-          join unnest(${sql.array(known.map((k) => k.tenantId), 'uuid')}, ${sql.array(known.map((k) => k.id), 'text')}) as k(tenant_id, id)
+          join unnest(${sql.array(
+            known.map((k) => k.tenantId),
+            'uuid',
+          )}, ${sql.array(
+            known.map((k) => k.id),
+            'text',
+          )}) as k(tenant_id, id)
             on e.tenant_id = k.tenant_id and e.id = k.id
         `);
   const before = new Map<string, Row>(existing.map((r) => [keyOf(r.tenant_id, r.id), r]));
@@ -264,7 +312,11 @@ function bulkFold() {
       const counterColumns = ['tenant_id', 'status', 'department', 'count'];
       return {
         employees: { columns: EMPLOYEE_COLUMNS, types: EMPLOYEE_TYPES, rows: employees },
-        employee_counts: { columns: counterColumns, types: ['uuid', 'text', 'text', 'int8'], rows: all.map((d) => [d.tenant_id, d.status, d.department, d.delta]) },
+        employee_counts: {
+          columns: counterColumns,
+          types: ['uuid', 'text', 'text', 'int8'],
+          rows: all.map((d) => [d.tenant_id, d.status, d.department, d.delta]),
+        },
         employee_month_counts: {
           columns: ['tenant_id', 'month', 'status', 'department', 'count'],
           types: ['uuid', 'date', 'text', 'text', 'int8'],
@@ -281,22 +333,20 @@ function bulkFold() {
 }
 
 /** A counter table keyed by tenant, an optional date bucket, status and department. */
-const counterTable =
-  (bucket: 'month' | 'day' | null) =>
-  (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => ({
-    create: [
-      bucket === null
-        ? sql.fragment`create table ${table} (tenant_id uuid not null, status text not null, department text not null, count bigint not null)`
-        : sql.fragment`create table ${table} (tenant_id uuid not null, ${sql.identifier([bucket])} date not null, status text not null, department text not null, count bigint not null)`,
-      ...tenantPolicy(table, named),
-    ],
-    // Range scans by (tenant, bucket), filtering status/department inside the range.
-    afterLoad: [
-      bucket === null
-        ? sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, status, department)`
-        : sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, status, department)`,
-    ],
-  });
+const counterTable = (bucket: 'month' | 'day' | null) => (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => ({
+  create: [
+    bucket === null
+      ? sql.fragment`create table ${table} (tenant_id uuid not null, status text not null, department text not null, count bigint not null)`
+      : sql.fragment`create table ${table} (tenant_id uuid not null, ${sql.identifier([bucket])} date not null, status text not null, department text not null, count bigint not null)`,
+    ...tenantPolicy(table, named),
+  ],
+  // Range scans by (tenant, bucket), filtering status/department inside the range.
+  afterLoad: [
+    bucket === null
+      ? sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, status, department)`
+      : sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, status, department)`,
+  ],
+});
 
 export const employeesProjection = defineProjection<Tables>({
   name: EMPLOYEES_PROJECTION,

@@ -11,20 +11,16 @@ import { employeeRowSchema } from './employeesProjection.ts';
  */
 export type EmployeeRecord = Omit<Employee, 'roleId'> & { readonly revision: number };
 
-const recordRow = employeeRowSchema
-  .omit({ tenant_id: true, updated_at: true })
-  .transform(
-    (r): EmployeeRecord => ({
-      id: r.id,
-      email: r.email,
-      firstName: r.first_name,
-      lastName: r.last_name,
-      department: r.department,
-      status: r.status,
-      hiredAt: r.hired_at,
-      revision: r.revision,
-    }),
-  );
+const recordRow = employeeRowSchema.omit({ tenant_id: true, updated_at: true }).transform((r): EmployeeRecord => ({
+  id: r.id,
+  email: r.email,
+  firstName: r.first_name,
+  lastName: r.last_name,
+  department: r.department,
+  status: r.status,
+  hiredAt: r.hired_at,
+  revision: r.revision,
+}));
 
 const columns = sql.fragment`id, email, first_name, last_name, department, status, hired_at, revision`;
 
@@ -142,14 +138,24 @@ function totalExpression(tenantId: string, filter: EmployeeFilter) {
   const dayRange = (column: 'month' | 'day', from: string | null, to: string | null) => {
     const col = sql.identifier([column]);
     return sql.join(
-      [sql.fragment`true`, ...(from === null ? [] : [sql.fragment`${col} >= ${from}::date`]), ...(to === null ? [] : [sql.fragment`${col} < ${to}::date`])],
+      [
+        sql.fragment`true`,
+        ...(from === null ? [] : [sql.fragment`${col} >= ${from}::date`]),
+        ...(to === null ? [] : [sql.fragment`${col} < ${to}::date`]),
+      ],
       sql.fragment` and `,
     );
   };
   const iso = (ms: number | null) => (ms === null ? null : pgIso(ms));
   const terms = [
-    ...(plan.months ? [sql.fragment`(select coalesce(sum(count), 0) from employee_month_counts where ${key} and ${dayRange('month', plan.months.from, plan.months.to)})`] : []),
-    ...plan.days.map((d) => sql.fragment`(select coalesce(sum(count), 0) from employee_day_counts where ${key} and ${dayRange('day', d.from, d.to)})`),
+    ...(plan.months
+      ? [
+          sql.fragment`(select coalesce(sum(count), 0) from employee_month_counts where ${key} and ${dayRange('month', plan.months.from, plan.months.to)})`,
+        ]
+      : []),
+    ...plan.days.map(
+      (d) => sql.fragment`(select coalesce(sum(count), 0) from employee_day_counts where ${key} and ${dayRange('day', d.from, d.to)})`,
+    ),
     ...plan.rows.map((r) => {
       const inclusive = upperInclusive && r.to === upper;
       return sql.fragment`(select count(*) from employees where ${key} and ${instantRange(iso(r.from), iso(r.to), inclusive)})`;
@@ -207,12 +213,29 @@ const pageRow = z
     revision: z.number().nullable(),
   })
   .transform((r): { total: number; record: EmployeeRecord | null } => {
-    if (r.id === null || r.email === null || r.first_name === null || r.last_name === null || r.status === null || r.hired_at === null || r.revision === null) {
+    if (
+      r.id === null ||
+      r.email === null ||
+      r.first_name === null ||
+      r.last_name === null ||
+      r.status === null ||
+      r.hired_at === null ||
+      r.revision === null
+    ) {
       return { total: r.total, record: null };
     }
     return {
       total: r.total,
-      record: { id: r.id, email: r.email, firstName: r.first_name, lastName: r.last_name, department: r.department, status: r.status, hiredAt: r.hired_at, revision: r.revision },
+      record: {
+        id: r.id,
+        email: r.email,
+        firstName: r.first_name,
+        lastName: r.last_name,
+        department: r.department,
+        status: r.status,
+        hiredAt: r.hired_at,
+        revision: r.revision,
+      },
     };
   });
 

@@ -4,7 +4,13 @@ import { sql, type Queryable } from '../../shared/db/pool.ts';
 import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { apiTypeOf, BILLING_STORED_TYPES, storedBillingData, DECIMAL_AMOUNT, BILLING_EVENT_TYPES } from '../../services/billing/contract.ts';
+import {
+  apiTypeOf,
+  BILLING_STORED_TYPES,
+  storedBillingData,
+  DECIMAL_AMOUNT,
+  BILLING_EVENT_TYPES,
+} from '../../services/billing/contract.ts';
 import { formatUnits } from '../../shared/money.ts';
 import { foldCustomerHistory, type BillingFact } from './subscriptions.ts';
 
@@ -146,7 +152,16 @@ export const kpiBillingProjection = defineProjection({
         (tenant_id, event_id, customer_id, type, amount, interval, currency, occurred_at, log_commit, log_prepare)
       select * from ${sql.unnest(
         facts.map(({ tenantId, fact, commit, prepare }) => [
-          tenantId, fact.eventId, fact.customerId, fact.type, fact.amount, fact.interval, fact.currency, fact.occurredAt, commit, prepare,
+          tenantId,
+          fact.eventId,
+          fact.customerId,
+          fact.type,
+          fact.amount,
+          fact.interval,
+          fact.currency,
+          fact.occurredAt,
+          commit,
+          prepare,
         ]),
         ['uuid', 'text', 'text', 'text', 'numeric', 'text', 'text', 'timestamptz', 'numeric', 'numeric'],
       )}
@@ -155,7 +170,10 @@ export const kpiBillingProjection = defineProjection({
     await tx.query(sql.type(noRows)`
       insert into ${tables.kpi_billing_tenants} (tenant_id, currency)
       select distinct on (tenant_id) tenant_id, currency
-      from ${sql.unnest(facts.map((f) => [f.tenantId, f.fact.currency]), ['uuid', 'text'])} as f(tenant_id, currency)
+      from ${sql.unnest(
+        facts.map((f) => [f.tenantId, f.fact.currency]),
+        ['uuid', 'text'],
+      )} as f(tenant_id, currency)
       on conflict (tenant_id) do nothing
     `);
 
@@ -194,7 +212,16 @@ export const kpiBillingProjection = defineProjection({
       const state = folded.state;
       if (state) {
         const last = state.periods.at(-1);
-        subscriptions.push([tenantId, customerId, state.status, state.amount, state.interval, state.currency, last?.startedAt, last?.endedAt ?? null]);
+        subscriptions.push([
+          tenantId,
+          customerId,
+          state.status,
+          state.amount,
+          state.interval,
+          state.currency,
+          last?.startedAt,
+          last?.endedAt ?? null,
+        ]);
       }
       state?.periods.forEach((p, ordinal) => periods.push([tenantId, customerId, ordinal, p.startedAt, p.endedAt]));
       for (const m of folded.movements) {

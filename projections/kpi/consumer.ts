@@ -12,7 +12,11 @@ export type KpiConsumerHandle = {
 };
 
 /** Runs the KPI projector: usage samples from `source` folded into the PostgreSQL rollups. */
-export async function startKpiConsumer(pool: DatabasePool, source: UsageSampleSource, group = DEFAULT_KPI_GROUP): Promise<KpiConsumerHandle> {
+export async function startKpiConsumer(
+  pool: DatabasePool,
+  source: UsageSampleSource,
+  group = DEFAULT_KPI_GROUP,
+): Promise<KpiConsumerHandle> {
   const sink = createUsageRollupSink(pool, { group });
   await source.start(sink);
   return { applied: sink.applied, source, stop: () => source.stop() };

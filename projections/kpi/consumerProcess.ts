@@ -58,8 +58,9 @@ function kafkaKpiSource(options: {
     brokers: options.brokers,
     topic: options.topic,
     groupId: options.group ?? DEFAULT_KPI_GROUP,
-    ...(options.sessionTimeoutMs ? { sessionTimeoutMs: options.sessionTimeoutMs, heartbeatIntervalMs: Math.max(500, Math.floor(options.sessionTimeoutMs / 6)) } : {}),
+    ...(options.sessionTimeoutMs
+      ? { sessionTimeoutMs: options.sessionTimeoutMs, heartbeatIntervalMs: Math.max(500, Math.floor(options.sessionTimeoutMs / 6)) }
+      : {}),
     ...(options.logger ? { logger: options.logger } : {}),
   });
 }
-

@@ -56,11 +56,7 @@ export async function latencyP95(tx: DatabaseTransactionConnection, tenantId: st
  * asOf too (`readRevenueAsOf`). Every read is bounded by the tenant's users, customers and
  * ≤ 142 sketch rows; none grows with the number of requests. Runs under row-level security.
  */
-export async function readKpiSummary(
-  deps: KpiReadDeps,
-  tenantId: string,
-  now: number = Date.now(),
-): Promise<KpiSummary> {
+export async function readKpiSummary(deps: KpiReadDeps, tenantId: string, now: number = Date.now()): Promise<KpiSummary> {
   const asOf = await kpiHorizon(deps, now, 'both');
   return withTenant(deps.pool, tenantId, async (tx) => {
     const iso = (ms: number) => new Date(ms).toISOString();

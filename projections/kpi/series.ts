@@ -94,7 +94,12 @@ export function seriesInstants(from: number, to: number, interval: SeriesInterva
 // Each atom is merged O(1) times amortised, so 365 mau points cost ~3 × 395 merges, not 365 × 30.
 // ---------------------------------------------------------------------------------------------
 
-export function slidingMerge<S>(atoms: readonly S[], windows: readonly (readonly [number, number])[], empty: S, merge: (a: S, b: S) => S): S[] {
+export function slidingMerge<S>(
+  atoms: readonly S[],
+  windows: readonly (readonly [number, number])[],
+  empty: S,
+  merge: (a: S, b: S) => S,
+): S[] {
   const suffix = new Map<number, S>();
   let qlo = 0;
   let qhi = 0;
@@ -191,7 +196,10 @@ export function revenueSeries(customers: readonly CustomerHistory[], instants: r
 /** Revenue KPIs at each instant from the billing projection's histories, loaded once for the range. */
 async function revenueAt(tx: DatabaseTransactionConnection, tenantId: string, instants: readonly number[]): Promise<RevenueKpis[]> {
   if (instants.length === 0) return [];
-  const histories = await loadRevenueHistories(tx, tenantId, { from: new Date(Math.min(...instants)), to: new Date(Math.max(...instants)) });
+  const histories = await loadRevenueHistories(tx, tenantId, {
+    from: new Date(Math.min(...instants)),
+    to: new Date(Math.max(...instants)),
+  });
   return revenueSeries(histories, instants);
 }
 
@@ -199,7 +207,14 @@ async function revenueAt(tx: DatabaseTransactionConnection, tenantId: string, in
 // Reading the rollups
 // ---------------------------------------------------------------------------------------------
 
-type Atom = { start: number; samples: number; userCount: number; latencyBytes: Buffer | null; latency: () => DDSketch; users: DistinctSketch };
+type Atom = {
+  start: number;
+  samples: number;
+  userCount: number;
+  latencyBytes: Buffer | null;
+  latency: () => DDSketch;
+  users: DistinctSketch;
+};
 type Need = { latency: boolean; users: boolean };
 
 const atomRow = z.object({
@@ -211,7 +226,14 @@ const atomRow = z.object({
 });
 const iso = (ms: number) => new Date(ms).toISOString();
 
-async function loadAtoms(tx: DatabaseTransactionConnection, tenantId: string, level: 'hour' | 'day', start: number, end: number, need: Need): Promise<Atom[]> {
+async function loadAtoms(
+  tx: DatabaseTransactionConnection,
+  tenantId: string,
+  level: 'hour' | 'day',
+  start: number,
+  end: number,
+  need: Need,
+): Promise<Atom[]> {
   if (start >= end) return [];
   const table = sql.identifier([level === 'hour' ? 'kpi_usage_hours' : 'kpi_usage_days']);
   const column = sql.identifier([level]);
@@ -256,10 +278,13 @@ const lowerBound = (atoms: readonly Atom[], t: number) => {
 };
 
 /** The metrics read from the billing history (the rest from the usage rollups). */
-const isRevenueMetric = (metric: KpiMetric): metric is 'mrr' | 'arr' | 'churnRate' => metric === 'mrr' || metric === 'arr' || metric === 'churnRate';
+const isRevenueMetric = (metric: KpiMetric): metric is 'mrr' | 'arr' | 'churnRate' =>
+  metric === 'mrr' || metric === 'arr' || metric === 'churnRate';
 
 async function tenantCurrency(tx: DatabaseTransactionConnection, tenantId: string) {
-  return tx.maybeOneFirst(sql.type(z.object({ currency: z.string() }))`select currency from kpi_billing_tenants where tenant_id = ${tenantId}`);
+  return tx.maybeOneFirst(
+    sql.type(z.object({ currency: z.string() }))`select currency from kpi_billing_tenants where tenant_id = ${tenantId}`,
+  );
 }
 
 export type KpiSeries = {
@@ -338,12 +363,22 @@ export async function readKpiSeries(
             ),
           };
         }
-        const merged = slidingMerge(atoms.map((a) => a.latency()), ranges, EMPTY_LATENCY, mergeLatency);
+        const merged = slidingMerge(
+          atoms.map((a) => a.latency()),
+          ranges,
+          EMPTY_LATENCY,
+          mergeLatency,
+        );
         return { ...base, points: points(merged.map(p95Of)) };
       }
       default: {
         if (dauByDay) return { ...base, points: points(ranges.map(([lo, hi]) => (hi - lo === 1 ? atoms[lo]!.userCount : 0))) };
-        const merged = slidingMerge(atoms.map((a) => a.users), ranges, EMPTY_USERS, mergeDistinct);
+        const merged = slidingMerge(
+          atoms.map((a) => a.users),
+          ranges,
+          EMPTY_USERS,
+          mergeDistinct,
+        );
         return { ...base, points: points(merged.map(countDistinct)) };
       }
     }
@@ -357,12 +392,7 @@ export async function readKpiSeries(
  * things were at an instant must not count requests made after it (rounding up did, and left out
  * the first part of the hour 24 h earlier).
  */
-export async function readKpiSummaryAt(
-  deps: KpiReadDeps,
-  tenantId: string,
-  at: number,
-  now: number = Date.now(),
-): Promise<KpiSummary> {
+export async function readKpiSummaryAt(deps: KpiReadDeps, tenantId: string, at: number, now: number = Date.now()): Promise<KpiSummary> {
   const asOf = Math.min(at, await kpiHorizon(deps, now, 'both'));
   const end = floorTo('hour', asOf);
   return withTenant(deps.pool, tenantId, async (tx) => {

@@ -29,7 +29,15 @@ type Bucket = {
   userIds: Set<string>;
   users?: DistinctSketch;
 };
-const newBucket = (tenantId: string, start: number): Bucket => ({ tenantId, start, samples: 0, errors: 0, durationSum: 0, sketch: createSketch(), userIds: new Set() });
+const newBucket = (tenantId: string, start: number): Bucket => ({
+  tenantId,
+  start,
+  samples: 0,
+  errors: 0,
+  durationSum: 0,
+  sketch: createSketch(),
+  userIds: new Set(),
+});
 
 /** A batch folded in memory: what it adds to each rollup table. Pure. */
 export type BatchAggregate = {
@@ -42,7 +50,14 @@ export type BatchAggregate = {
 };
 
 export function aggregateSamples(samples: readonly UsageSample[]): BatchAggregate {
-  const agg: BatchAggregate = { minutes: new Map(), hours: new Map(), days: new Map(), users: new Map(), dailyUsers: new Map(), tenants: new Map() };
+  const agg: BatchAggregate = {
+    minutes: new Map(),
+    hours: new Map(),
+    days: new Map(),
+    users: new Map(),
+    dailyUsers: new Map(),
+    tenants: new Map(),
+  };
   // Hot loop: one map lookup per sample and level, no per-sample string building or Date.
   let lastTenant = '';
   let lastMinute = -1;
@@ -144,7 +159,10 @@ async function upsertBuckets(
     select t.tenant_id::text, t.${column} as start, t.samples, t.errors, t.duration_sum_ms, encode(t.latency_sketch, 'hex') as sketch,
            ${withUsers ? sql.fragment`encode(t.users_sketch, 'hex')` : sql.fragment`null::text`} as users
     from ${table} t
-    join ${sql.unnest(list.map((b) => [b.tenantId, iso(b.start)]), ['uuid', 'timestamptz'])} as k(tenant_id, start)
+    join ${sql.unnest(
+      list.map((b) => [b.tenantId, iso(b.start)]),
+      ['uuid', 'timestamptz'],
+    )} as k(tenant_id, start)
       on t.tenant_id = k.tenant_id and t.${column} = k.start
     for update of t
   `);
@@ -198,7 +216,10 @@ export async function applySamples(tx: DatabaseTransactionConnection, samples: r
   const users = [...agg.users.values()];
   await tx.query(sql.type(noRows)`
     insert into kpi_user_activity (tenant_id, user_id, first_seen, last_seen)
-    select * from ${sql.unnest(users.map((u) => [u.tenantId, u.userId, iso(u.first), iso(u.last)]), ['uuid', 'text', 'timestamptz', 'timestamptz'])}
+    select * from ${sql.unnest(
+      users.map((u) => [u.tenantId, u.userId, iso(u.first), iso(u.last)]),
+      ['uuid', 'text', 'timestamptz', 'timestamptz'],
+    )}
     on conflict (tenant_id, user_id) do update set
       first_seen = least(kpi_user_activity.first_seen, excluded.first_seen),
       last_seen = greatest(kpi_user_activity.last_seen, excluded.last_seen)
@@ -206,12 +227,18 @@ export async function applySamples(tx: DatabaseTransactionConnection, samples: r
   const daily = [...agg.dailyUsers.values()];
   await tx.query(sql.type(noRows)`
     insert into kpi_daily_users (tenant_id, day, user_id, samples)
-    select * from ${sql.unnest(daily.map((d) => [d.tenantId, d.day, d.userId, d.samples]), ['uuid', 'date', 'text', 'int8'])}
+    select * from ${sql.unnest(
+      daily.map((d) => [d.tenantId, d.day, d.userId, d.samples]),
+      ['uuid', 'date', 'text', 'int8'],
+    )}
     on conflict (tenant_id, day, user_id) do update set samples = kpi_daily_users.samples + excluded.samples
   `);
   await tx.query(sql.type(noRows)`
     insert into kpi_tenant_usage (tenant_id, samples, last_sample_at)
-    select * from ${sql.unnest(tenants.map((t) => [t, agg.tenants.get(t)!.samples, iso(agg.tenants.get(t)!.last)]), ['uuid', 'int8', 'timestamptz'])}
+    select * from ${sql.unnest(
+      tenants.map((t) => [t, agg.tenants.get(t)!.samples, iso(agg.tenants.get(t)!.last)]),
+      ['uuid', 'int8', 'timestamptz'],
+    )}
     on conflict (tenant_id) do update set
       samples = kpi_tenant_usage.samples + excluded.samples,
       last_sample_at = greatest(kpi_tenant_usage.last_sample_at, excluded.last_sample_at)
@@ -233,7 +260,10 @@ export type UsageRollupSinkOptions = {
  * would be lost), and the rollups and the new offset commit together. So a SIGKILL at any
  * instant, or two consumers briefly owning one partition, never double-counts or loses a sample.
  */
-export function createUsageRollupSink(pool: DatabasePool, options: UsageRollupSinkOptions): UsageSampleSink & {
+export function createUsageRollupSink(
+  pool: DatabasePool,
+  options: UsageRollupSinkOptions,
+): UsageSampleSink & {
   readonly applied: () => number;
 } {
   let applied = 0;
@@ -277,7 +307,12 @@ export function createUsageRollupSink(pool: DatabasePool, options: UsageRollupSi
               seekRequested.set(key, stored);
               return { kind: 'seek', offset: stored };
             }
-            options.onSkipped?.({ topic: origin.topic, partition: origin.partition, reason: 'log start moved past stored offset', offset: stored });
+            options.onSkipped?.({
+              topic: origin.topic,
+              partition: origin.partition,
+              reason: 'log start moved past stored offset',
+              offset: stored,
+            });
           }
           if (resume > from) from = resume;
         }

@@ -7,7 +7,14 @@ import { parsePosition, type EventStore } from '../../shared/event-store/port.ts
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../projections/kpi/query.ts';
-import { KPI_METRICS, MAX_SERIES_POINTS, readKpiSeries, readKpiSummaryAt, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/series.ts';
+import {
+  KPI_METRICS,
+  MAX_SERIES_POINTS,
+  readKpiSeries,
+  readKpiSummaryAt,
+  SERIES_INTERVALS,
+  seriesInstants,
+} from '../../projections/kpi/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
@@ -82,7 +89,9 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         schema: {
           tags: ['analytics'],
           summary: 'KPI summary of the tenant (now, or as it was at `at`)',
-          headers: z.object({ 'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position') }),
+          headers: z.object({
+            'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
+          }),
           querystring: kpiQuery,
           response: { 200: kpiSummarySchema, ...problems, 503: problemSchema },
         },
@@ -114,7 +123,8 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
       async (request) => {
         const auth = requireAuth(request);
         const { metric, interval, from, to } = request.query;
-        if (from > to) throw new BadRequestError('from must not be after to', { errors: [{ path: 'from', message: 'must not be after to' }] });
+        if (from > to)
+          throw new BadRequestError('from must not be after to', { errors: [{ path: 'from', message: 'must not be after to' }] });
         const instants = seriesInstants(from, to, interval);
         if (!instants) {
           throw new BadRequestError(`More than ${MAX_SERIES_POINTS} points; narrow the range or choose a longer interval`, {

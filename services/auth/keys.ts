@@ -27,7 +27,10 @@ const privateJwkSchema = z.object({
   d: z.string().min(1),
   kid: z.string().min(1),
 });
-const privateJwksSchema = z.union([z.array(privateJwkSchema).min(1), z.object({ keys: z.array(privateJwkSchema).min(1) }).transform((v) => v.keys)]);
+const privateJwksSchema = z.union([
+  z.array(privateJwkSchema).min(1),
+  z.object({ keys: z.array(privateJwkSchema).min(1) }).transform((v) => v.keys),
+]);
 
 export type PrivateJwk = z.infer<typeof privateJwkSchema>;
 
@@ -68,7 +71,10 @@ export function parsePrivateJwks(json: string): PrivateJwk[] {
     throw new Error('JWT_PRIVATE_JWKS is not valid JSON');
   }
   const parsed = privateJwksSchema.safeParse(value);
-  if (!parsed.success) throw new Error(`JWT_PRIVATE_JWKS must be a JSON array of Ed25519 private JWKs with kid (${parsed.error.issues[0]?.message ?? 'invalid'})`);
+  if (!parsed.success)
+    throw new Error(
+      `JWT_PRIVATE_JWKS must be a JSON array of Ed25519 private JWKs with kid (${parsed.error.issues[0]?.message ?? 'invalid'})`,
+    );
   return parsed.data;
 }
 

@@ -89,13 +89,21 @@ async function consume(c: Counter, key: string): Promise<void> {
 
 export function createLoginThrottle(redis: Redis | undefined, options: LoginThrottleOptions = {}): LoginThrottle {
   const prefix = options.keyPrefix ?? 'eas:login-failures';
-  const pair = counter(redis, { points: options.limit ?? LOGIN_FAILURE_LIMIT, duration: options.windowSeconds ?? LOGIN_FAILURE_WINDOW_SECONDS, keyPrefix: `${prefix}:pair` });
+  const pair = counter(redis, {
+    points: options.limit ?? LOGIN_FAILURE_LIMIT,
+    duration: options.windowSeconds ?? LOGIN_FAILURE_WINDOW_SECONDS,
+    keyPrefix: `${prefix}:pair`,
+  });
   const account = counter(redis, {
     points: options.accountLimit ?? ACCOUNT_FAILURE_LIMIT,
     duration: options.accountWindowSeconds ?? ACCOUNT_FAILURE_WINDOW_SECONDS,
     keyPrefix: `${prefix}:account`,
   });
-  const ip = counter(redis, { points: options.ipLimit ?? IP_FAILURE_LIMIT, duration: options.ipWindowSeconds ?? IP_FAILURE_WINDOW_SECONDS, keyPrefix: `${prefix}:ip` });
+  const ip = counter(redis, {
+    points: options.ipLimit ?? IP_FAILURE_LIMIT,
+    duration: options.ipWindowSeconds ?? IP_FAILURE_WINDOW_SECONDS,
+    keyPrefix: `${prefix}:ip`,
+  });
   return {
     async retryAfterSeconds(attempt) {
       const waits = await Promise.all([
@@ -106,7 +114,11 @@ export function createLoginThrottle(redis: Redis | undefined, options: LoginThro
       return Math.max(...waits);
     },
     async recordFailure(attempt) {
-      await Promise.all([consume(pair, hashed(attempt.account, attempt.ip)), consume(account, hashed(attempt.account)), consume(ip, hashed(attempt.ip))]);
+      await Promise.all([
+        consume(pair, hashed(attempt.account, attempt.ip)),
+        consume(account, hashed(attempt.account)),
+        consume(ip, hashed(attempt.ip)),
+      ]);
     },
     async reset(attempt) {
       await Promise.all([pair.limiter.delete(hashed(attempt.account, attempt.ip)), account.limiter.delete(hashed(attempt.account))]);

@@ -64,7 +64,15 @@ export async function createAuthDeps(options: CreateAuthDepsOptions): Promise<Au
   const throttle = createLoginThrottle(redis, options.loginThrottle);
   await warmUpPasswordHashing();
   const gate = createVerificationGate(options.loginGate);
-  const sessions = createSessions({ pool: options.pool, tenants, tokens, throttle, now, gate, ...(options.globalAuthLimit && { globalLimit: options.globalAuthLimit }) });
+  const sessions = createSessions({
+    pool: options.pool,
+    tenants,
+    tokens,
+    throttle,
+    now,
+    gate,
+    ...(options.globalAuthLimit && { globalLimit: options.globalAuthLimit }),
+  });
   return {
     pool: options.pool,
     keys,
@@ -95,7 +103,9 @@ const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
 export function tenantHeader(request: FastifyRequest): string {
   const value = request.headers['x-tenant'];
   if (value === undefined || value === '') {
-    throw new BadRequestError('The X-Tenant header is required: it names the tenant (its slug)', { errors: [{ path: 'headers.x-tenant', message: 'is required' }] });
+    throw new BadRequestError('The X-Tenant header is required: it names the tenant (its slug)', {
+      errors: [{ path: 'headers.x-tenant', message: 'is required' }],
+    });
   }
   const slug = tenantSlugSchema.safeParse(value);
   if (!slug.success) {
@@ -118,7 +128,10 @@ function createAuthHook(deps: AuthDeps) {
     const match = BEARER.exec(header);
     const token = match?.[1];
     if (token === undefined) {
-      throw unauthorized('The Authorization header must be "Bearer <access token>"', { code: 'invalid_token', description: 'Malformed Authorization header' });
+      throw unauthorized('The Authorization header must be "Bearer <access token>"', {
+        code: 'invalid_token',
+        description: 'Malformed Authorization header',
+      });
     }
     let claims;
     try {
@@ -130,7 +143,8 @@ function createAuthHook(deps: AuthDeps) {
     const slug = tenantHeader(request);
     if (slug !== claims.tenant) throw new ForbiddenError('The access token was issued for another tenant than X-Tenant names');
     const tenant = await deps.tenants.bySlug(slug);
-    if (!tenant) throw unauthorized('The tenant of this access token no longer exists', { code: 'invalid_token', description: 'Unknown tenant' });
+    if (!tenant)
+      throw unauthorized('The tenant of this access token no longer exists', { code: 'invalid_token', description: 'Unknown tenant' });
     request.auth = {
       tenantId: tenant.id,
       tenantSlug: tenant.slug,
@@ -144,7 +158,10 @@ function createAuthHook(deps: AuthDeps) {
     reply.log = request.log;
     const permission = request.routeOptions.config.permission;
     if (permission === undefined || !rolesAllow(claims.roles, permission)) {
-      reply.header('www-authenticate', challenge({ code: 'insufficient_scope', description: `Requires ${permission ?? 'a declared permission'}` }));
+      reply.header(
+        'www-authenticate',
+        challenge({ code: 'insufficient_scope', description: `Requires ${permission ?? 'a declared permission'}` }),
+      );
       throw new ForbiddenError(`Your role does not grant ${permission ?? 'this operation'}`);
     }
   };
@@ -162,7 +179,9 @@ export function authenticated(deps: AuthDeps, ...capabilities: readonly V1Capabi
       scope.addHook('onRoute', (route) => {
         const permission: unknown = route.config?.permission;
         if (!isPermission(permission)) {
-          throw new Error(`Route ${String(route.method)} ${route.url} is in the authenticated scope but declares no valid config.permission`);
+          throw new Error(
+            `Route ${String(route.method)} ${route.url} is in the authenticated scope but declares no valid config.permission`,
+          );
         }
         for (const method of [route.method].flat()) deps.routes.push({ method, url: route.url, permission });
         // The scope's own answers (bad X-Tenant, no token, other tenant or role) are documented on

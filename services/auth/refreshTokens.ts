@@ -74,8 +74,15 @@ export async function rotateRefreshToken(
     await revokeFamilyById(tx, input.tenantId, row.family_id);
     return { kind: 'invalid' };
   }
-  await tx.query(sql.type(z.object({}))`update refresh_tokens set rotated_at = now() where tenant_id = ${input.tenantId} and id = ${row.id}`);
-  const refreshToken = await issueRefreshToken(tx, { tenantId: input.tenantId, userId: row.user_id, familyId: row.family_id, now: input.now });
+  await tx.query(
+    sql.type(z.object({}))`update refresh_tokens set rotated_at = now() where tenant_id = ${input.tenantId} and id = ${row.id}`,
+  );
+  const refreshToken = await issueRefreshToken(tx, {
+    tenantId: input.tenantId,
+    userId: row.user_id,
+    familyId: row.family_id,
+    now: input.now,
+  });
   return { kind: 'rotated', userId: row.user_id, role: row.role, refreshToken };
 }
 

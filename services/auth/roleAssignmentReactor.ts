@@ -29,7 +29,9 @@ const keyOf = (tenantId: string, employeeId: string): Key => `${tenantId}/${empl
 const emailRow = z.object({ tenant_id: z.string(), employee_id: z.string(), email: z.string() });
 
 const decidedAt = (event: RecordedEvent): string =>
-  typeof event.metadata.occurredAt === 'string' && !Number.isNaN(Date.parse(event.metadata.occurredAt)) ? event.metadata.occurredAt : event.recordedAt;
+  typeof event.metadata.occurredAt === 'string' && !Number.isNaN(Date.parse(event.metadata.occurredAt))
+    ? event.metadata.occurredAt
+    : event.recordedAt;
 
 export const roleAssignmentReactor = defineProjection({
   name: ROLE_ASSIGNMENTS_PROJECTION,
@@ -71,10 +73,17 @@ export const roleAssignmentReactor = defineProjection({
       const rows = await tx.any(sql.type(emailRow)`
         select tenant_id::text, employee_id, email from ${tables.role_reactor_emails}
         where (tenant_id, employee_id) in (
-          select * from unnest(${sql.array(wanted.map(([t]) => t ?? ''), 'uuid')}::uuid[], ${sql.array(wanted.map(([, e]) => e ?? ''), 'text')}::text[])
+          select * from unnest(${sql.array(
+            wanted.map(([t]) => t ?? ''),
+            'uuid',
+          )}::uuid[], ${sql.array(
+            wanted.map(([, e]) => e ?? ''),
+            'text',
+          )}::text[])
         )
       `);
-      for (const row of rows) emails.set(keyOf(row.tenant_id, row.employee_id), { tenantId: row.tenant_id, employeeId: row.employee_id, email: row.email });
+      for (const row of rows)
+        emails.set(keyOf(row.tenant_id, row.employee_id), { tenantId: row.tenant_id, employeeId: row.employee_id, email: row.email });
     }
 
     const assignments: Array<{ tenantId: string; email: string; roleId: string; decidedAt: string }> = [];
@@ -111,9 +120,18 @@ export const roleAssignmentReactor = defineProjection({
       await tx.query(sql.type(z.object({}))`
         insert into ${tables.role_reactor_emails} (tenant_id, employee_id, email)
         select * from unnest(
-          ${sql.array(rows.map((r) => r.tenantId), 'uuid')}::uuid[],
-          ${sql.array(rows.map((r) => r.employeeId), 'text')}::text[],
-          ${sql.array(rows.map((r) => r.email), 'text')}::text[]
+          ${sql.array(
+            rows.map((r) => r.tenantId),
+            'uuid',
+          )}::uuid[],
+          ${sql.array(
+            rows.map((r) => r.employeeId),
+            'text',
+          )}::text[],
+          ${sql.array(
+            rows.map((r) => r.email),
+            'text',
+          )}::text[]
         )
         on conflict (tenant_id, employee_id) do update set email = excluded.email
       `);

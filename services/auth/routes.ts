@@ -11,7 +11,6 @@ import { safeText } from '../../shared/validation.ts';
 import { tenantHeader, type AuthDeps } from './plugin.ts';
 import { listRoles } from './roles.ts';
 
-
 const tokenPairSchema = z
   .object({
     accessToken: z.string(),
@@ -70,7 +69,6 @@ export function authRoutes(deps: AuthDeps): V1Capability {
         },
         async (request) => deps.sessions.refresh(tenantHeader(request), request.body.refreshToken, { ip: request.ip }),
       );
-
     });
   };
 }

@@ -30,7 +30,14 @@ const userRow = z
     disabled: z.boolean(),
     has_password: z.boolean(),
   })
-  .transform((r): User => ({ id: r.id, email: r.email, role: r.role, roleId: r.role_id, disabled: r.disabled, hasPassword: r.has_password }));
+  .transform((r): User => ({
+    id: r.id,
+    email: r.email,
+    role: r.role,
+    roleId: r.role_id,
+    disabled: r.disabled,
+    hasPassword: r.has_password,
+  }));
 
 const userColumns = sql.fragment`
   u.id, u.email, r.name as role, u.role_id, u.disabled_at is not null as disabled, u.password_hash is not null as has_password
@@ -72,7 +79,9 @@ export async function findLoginCredentials(
   tenantId: string,
   email: string,
 ): Promise<{ id: string; role: string; passwordHash: string | null; disabled: boolean } | null> {
-  const row = await tx.maybeOne(sql.type(z.object({ id: z.string(), role: z.string(), password_hash: z.string().nullable(), disabled: z.boolean() }))`
+  const row = await tx.maybeOne(sql.type(
+    z.object({ id: z.string(), role: z.string(), password_hash: z.string().nullable(), disabled: z.boolean() }),
+  )`
     select u.id, r.name as role, u.password_hash, u.disabled_at is not null as disabled
     from ${usersWithRoles(tenantId)} where u.tenant_id = ${tenantId} and u.email_key = ${normaliseEmail(email)}
   `);
@@ -83,10 +92,7 @@ export async function findLoginCredentials(
  * Creates a login. An account that exists without a password (made from an employee's
  * `roleId`) gets its password and, if given, role; any other existing email is a conflict.
  */
-export async function createUser(
-  tx: Queryable,
-  input: { tenantId: string; email: string; password: string; role: string },
-): Promise<User> {
+export async function createUser(tx: Queryable, input: { tenantId: string; email: string; password: string; role: string }): Promise<User> {
   const { tenantId } = input;
   const roleId = await roleIdByName(tx, tenantId, input.role);
   const passwordHash = await hashPassword(input.password);

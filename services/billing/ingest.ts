@@ -52,15 +52,23 @@ export const billingInstant = z.iso
     return Number.isFinite(t) && t >= MIN_INSTANT && t < MAX_INSTANT;
   }, 'an instant in the years 1970–9999 (UTC)');
 
-export const billingEventInput = z.object({
-  eventId: billingEventId,
-  type: z.enum(BILLING_EVENT_TYPES),
-  customerId: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:@-]+$/, 'letters, digits and . _ : @ -'),
-  amount: amount.describe('Decimal, major currency units (49.99); the plan price per interval'),
-  currency: z.string().max(3).regex(/^[A-Z]{3}$/, 'an ISO 4217 code such as EUR'),
-  interval: z.enum(['month', 'year']),
-  occurredAt: billingInstant,
-})
+export const billingEventInput = z
+  .object({
+    eventId: billingEventId,
+    type: z.enum(BILLING_EVENT_TYPES),
+    customerId: z
+      .string()
+      .min(1)
+      .max(128)
+      .regex(/^[A-Za-z0-9._:@-]+$/, 'letters, digits and . _ : @ -'),
+    amount: amount.describe('Decimal, major currency units (49.99); the plan price per interval'),
+    currency: z
+      .string()
+      .max(3)
+      .regex(/^[A-Z]{3}$/, 'an ISO 4217 code such as EUR'),
+    interval: z.enum(['month', 'year']),
+    occurredAt: billingInstant,
+  })
   // Strict like every request body (docs/versioning.md): a misspelt field is a 400, never dropped.
   .strict();
 export type BillingEventInput = z.infer<typeof billingEventInput>;
@@ -176,10 +184,12 @@ async function currencyCheck(store: EventStore, tenantId: string, currency: stri
 }
 
 const conflictError = (conflicts: readonly { index: number; eventId: string }[]) =>
-  new ConflictError(
-    `${conflicts.length} event id(s) of this batch were already recorded with a different payload; nothing was recorded`,
-    { errors: conflicts.map((c) => ({ path: `events.${c.index}.eventId`, message: `already recorded with a different payload: ${c.eventId}` })) },
-  );
+  new ConflictError(`${conflicts.length} event id(s) of this batch were already recorded with a different payload; nothing was recorded`, {
+    errors: conflicts.map((c) => ({
+      path: `events.${c.index}.eventId`,
+      message: `already recorded with a different payload: ${c.eventId}`,
+    })),
+  });
 
 /**
  * Records a batch of billing events, one stream per customer

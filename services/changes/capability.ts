@@ -8,7 +8,10 @@ import { createChangeWakeups } from './wakeups.ts';
  * connection (opened on the first long-poll) that wakes waiting readers. Mount it inside
  * `authenticated(...)`; the LISTEN connection closes with the app.
  */
-export function changesCapability(ports: { readonly pool: DatabasePool; readonly databaseUrl: string }, options: { maxWaitSeconds?: number } = {}): V1Capability {
+export function changesCapability(
+  ports: { readonly pool: DatabasePool; readonly databaseUrl: string },
+  options: { maxWaitSeconds?: number } = {},
+): V1Capability {
   return async (v1) => {
     const wakeups = createChangeWakeups(ports.databaseUrl);
     v1.addHook('onClose', () => wakeups.close());

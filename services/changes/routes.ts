@@ -23,8 +23,7 @@ export type ChangesRoutesDeps = {
 
 export const changeTypeSchema = z.enum(PUBLIC_CHANGE_TYPES as [ChangeType, ...ChangeType[]]).describe('What happened to the employee');
 
-export const cursorSchema = safeText(64)
-  .describe('Opaque cursor: a `cursor` or `next` value this feed returned');
+export const cursorSchema = safeText(64).describe('Opaque cursor: a `cursor` or `next` value this feed returned');
 
 export const changeSchema = z
   .object({
@@ -54,7 +53,8 @@ const changesResponse = z.object({
 export function parseAfter(after: string | undefined) {
   if (after === undefined) return START;
   const position = decodeCursor(after);
-  if (!position) throw new BadRequestError('after is not a cursor of this feed', { errors: [{ path: 'after', message: 'malformed cursor' }] });
+  if (!position)
+    throw new BadRequestError('after is not a cursor of this feed', { errors: [{ path: 'after', message: 'malformed cursor' }] });
   return position;
 }
 
@@ -74,7 +74,8 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
         config: { permission: 'employees:read' },
         schema: {
           tags: ['employees'],
-          summary: 'Change feed: every employee change, in log order (a change applied late by an operator comes next), with the state after it',
+          summary:
+            'Change feed: every employee change, in log order (a change applied late by an operator comes next), with the state after it',
           querystring: changesQuery,
           response: { 200: changesResponse, 400: problemSchema, 401: problemSchema, 403: problemSchema },
         },

@@ -29,7 +29,8 @@ const FILES: Record<string, { path: string; type: string }> = {
 };
 
 // Everything from our own origin; the page calls the API on the same origin.
-const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+const CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
 export const dashboardRoutes: FastifyPluginAsync = async (app) => {
   for (const [url, file] of Object.entries(FILES)) {

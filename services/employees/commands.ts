@@ -109,7 +109,6 @@ export function changeEmployeeStatus(
   return run(ports, employeeId, { type: 'ChangeEmployeeStatus', data, metadata }, ifMatch);
 }
 
-
 /**
  * One employee as its stream says, right now: the events folded with the decider's `evolve`.
  * Single reads answer from this, so body and ETag reflect every acknowledged write;
@@ -123,7 +122,9 @@ export async function loadEmployee(
 ): Promise<{ readonly state: Extract<EmployeeState, { kind: 'hired' }>; readonly revision: number } | null> {
   const recorded = await store.readStream(employeeStreamId(tenantId, employeeId));
   // The store hands back what the decider's own events serialised to; this is that boundary.
-  const state = recorded.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent).reduce(employeeDecider.evolve, employeeDecider.initialState);
+  const state = recorded
+    .map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent)
+    .reduce(employeeDecider.evolve, employeeDecider.initialState);
   return state.kind === 'hired' ? { state, revision: recorded.length - 1 } : null;
 }
 

@@ -54,12 +54,7 @@ export type EmployeeRoleAssigned = {
   readonly data: { readonly employeeId: string; readonly roleId: string };
 };
 
-export type EmployeeEvent =
-  | EmployeeHired
-  | EmployeeDetailsChanged
-  | EmployeeEmailChanged
-  | EmployeeStatusChanged
-  | EmployeeRoleAssigned;
+export type EmployeeEvent = EmployeeHired | EmployeeDetailsChanged | EmployeeEmailChanged | EmployeeStatusChanged | EmployeeRoleAssigned;
 
 export type EmployeeEventType = EmployeeEvent['type'];
 

@@ -132,4 +132,3 @@ export function decide(command: EmployeeCommand, state: EmployeeState): Employee
 }
 
 export const employeeDecider = { initialState, evolve, decide };
-

@@ -1,6 +1,14 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
-import type { AppendRequest, AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../../shared/event-store/port.ts';
+import type {
+  AppendRequest,
+  AppendResult,
+  EventMetadata,
+  EventStore,
+  ExpectedRevision,
+  NewEvent,
+  RecordedEvent,
+} from '../../shared/event-store/port.ts';
 import { employeeDecider } from './decide.ts';
 import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent } from './contract.ts';
 
@@ -29,7 +37,10 @@ import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEven
  * the address: such a move appends to this stream too, at the revision the takeover expects.
  * The protocol's failure cases and the one it replaced: docs/decisions/003-email-reservations.md.
  */
-export type EmailReserved = { readonly type: 'EmployeeEmailReserved'; readonly data: { readonly employeeId: string; readonly email: string } };
+export type EmailReserved = {
+  readonly type: 'EmployeeEmailReserved';
+  readonly data: { readonly employeeId: string; readonly email: string };
+};
 export type EmailReleased = { readonly type: 'EmployeeEmailReleased'; readonly data: { readonly employeeId: string } };
 
 /** Longer than any writer takes between a reservation and its separate append to the employee stream. */
@@ -75,11 +86,13 @@ export type ReservationInput = {
   readonly metadata: EventMetadata;
 };
 
-const duplicate = (email: string) =>
-  new ConflictError(`An employee with email ${email} already exists in this tenant`, { field: 'email' });
+const duplicate = (email: string) => new ConflictError(`An employee with email ${email} already exists in this tenant`, { field: 'email' });
 
 const reservedEvent = (input: ReservationInput): NewEvent => {
-  const reserved: EmailReserved = { type: 'EmployeeEmailReserved', data: { employeeId: input.employeeId, email: normaliseEmail(input.email) } };
+  const reserved: EmailReserved = {
+    type: 'EmployeeEmailReserved',
+    data: { employeeId: input.employeeId, email: normaliseEmail(input.email) },
+  };
   return { id: randomUUID(), ...reserved, metadata: input.metadata };
 };
 
@@ -223,11 +236,9 @@ export async function auditReservation(
   // not its own, so released nothing): then give it back, at the revision just written.
   const after = await employeeState(store, input.tenantId, input.employeeId);
   if (after.kind !== 'hired' || normaliseEmail(after.email) !== normaliseEmail(email)) {
-    await store
-      .append(streamId, [releasedEvent(input)], { expectedRevision: appended.nextRevision })
-      .catch((error: unknown) => {
-        if (!(error instanceof WrongExpectedRevisionError)) throw error;
-      });
+    await store.append(streamId, [releasedEvent(input)], { expectedRevision: appended.nextRevision }).catch((error: unknown) => {
+      if (!(error instanceof WrongExpectedRevisionError)) throw error;
+    });
     return { outcome: 'busy', email };
   }
   return { outcome: 'repaired', email };

@@ -16,7 +16,14 @@ import { rolesAllow } from '../auth/permissions.ts';
 import { ifMatchHeader, logPositionText, strongEntityTags } from '../../shared/validation.ts';
 import type { CommandMetadata } from './decide.ts';
 import { type EmployeeState, toEmployeeView, employeeStreamId } from './contract.ts';
-import { assignEmployeeRole, changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee, type EmployeeResult } from './commands.ts';
+import {
+  assignEmployeeRole,
+  changeEmployeeDetails,
+  changeEmployeeStatus,
+  hireEmployee,
+  loadEmployee,
+  type EmployeeResult,
+} from './commands.ts';
 import type { IfMatch } from '../commandHandler.ts';
 import {
   changeStatusBody,
@@ -46,7 +53,9 @@ export type EmployeesRoutesDeps = {
 
 const params = z.object({ id: employeeIdSchema });
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema } as const;
-const readHeaders = z.object({ 'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position') });
+const readHeaders = z.object({
+  'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
+});
 const writeHeaders = z.object({ 'if-match': ifMatchHeader().optional() });
 
 /**

@@ -1,6 +1,16 @@
 import { z } from 'zod';
 import { parsePosition } from '../../shared/event-store/port.ts';
-import { boundedInt, dateOrInstant, HIRE_MIN_YEAR, instant, logPositionText, rangeEnd, safeText, uuid, type DateBound } from '../../shared/validation.ts';
+import {
+  boundedInt,
+  dateOrInstant,
+  HIRE_MIN_YEAR,
+  instant,
+  logPositionText,
+  rangeEnd,
+  safeText,
+  uuid,
+  type DateBound,
+} from '../../shared/validation.ts';
 import { EMPLOYEE_STATUSES } from './contract.ts';
 
 /** The HTTP shapes of the employees capability; the OpenAPI document is generated from them. */
@@ -47,13 +57,9 @@ export const patchEmployeeBody = z
   .strict()
   .refine((body) => Object.keys(body).length > 0, 'name at least one of firstName, lastName, department, email');
 
-export const roleAssignmentBody = z
-  .object({ roleId: uuid().describe('RBAC role (GET /v1/roles lists them)') })
-  .strict();
+export const roleAssignmentBody = z.object({ roleId: uuid().describe('RBAC role (GET /v1/roles lists them)') }).strict();
 
-export const roleAssignmentSchema = z
-  .object({ employeeId: employeeIdSchema, roleId: z.uuid() })
-  .meta({ id: 'EmployeeRoleAssignment' });
+export const roleAssignmentSchema = z.object({ employeeId: employeeIdSchema, roleId: z.uuid() }).meta({ id: 'EmployeeRoleAssignment' });
 
 export const changeStatusBody = z
   .object({ status: z.enum(EMPLOYEE_STATUSES), reason: safeText(500, { trim: true, min: 1 }).optional() })
@@ -84,7 +90,10 @@ export const listEmployeesQuery = z
     minPosition: logPosition.optional().describe('Read-your-writes: wait (≤ 2 s) until the read model reached this position'),
   })
   .strict()
-  .refine((q) => !q.hiredFrom || !q.hiredTo || hiredRangeHolds(q.hiredFrom, q.hiredTo), { message: 'hiredFrom is after hiredTo', path: ['hiredFrom'] });
+  .refine((q) => !q.hiredFrom || !q.hiredTo || hiredRangeHolds(q.hiredFrom, q.hiredTo), {
+    message: 'hiredFrom is after hiredTo',
+    path: ['hiredFrom'],
+  });
 
 export const readQuery = z.object({ minPosition: logPosition.optional() }).strict();
 

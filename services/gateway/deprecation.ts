@@ -31,7 +31,12 @@ export const deprecationPlugin = fp(
       // After the sunset the endpoint is gone (docs/versioning.md): a 410 problem, headers still set.
       const goneAfterSunset = async (request: FastifyRequest, reply: FastifyReply) => {
         if (Date.now() < deprecation.sunset.getTime()) return;
-        return sendProblem(request, reply, 410, `This endpoint was retired on ${deprecation.sunset.toUTCString()}${deprecation.link ? `; see ${deprecation.link}` : ''}`);
+        return sendProblem(
+          request,
+          reply,
+          410,
+          `This endpoint was retired on ${deprecation.sunset.toUTCString()}${deprecation.link ? `; see ${deprecation.link}` : ''}`,
+        );
       };
       const existing = route.onSend;
       route.onSend = existing ? [...[existing].flat(), announce] : [announce];

@@ -32,24 +32,23 @@ export async function checkReadiness(readiness: readonly ReadinessCheck[], timeo
   const critical = new Set(readiness.filter((d) => d.critical !== false).map((d) => d.name));
   const down = results.filter(([name, r]) => r.status === 'down' && critical.has(name)).map(([name]) => name);
   const degraded = results.some(([, r]) => r.status !== 'up');
-  return { checks: Object.fromEntries(results), down, status: down.length > 0 ? ('down' as const) : degraded ? ('degraded' as const) : ('ready' as const) };
+  return {
+    checks: Object.fromEntries(results),
+    down,
+    status: down.length > 0 ? ('down' as const) : degraded ? ('degraded' as const) : ('ready' as const),
+  };
 }
 
 const CHECK_TIMEOUT_MS = 2_000;
 
 const withTimeout = <T>(promise: Promise<T>, ms: number) =>
-  Promise.race([
-    promise,
-    new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms).unref()),
-  ]);
+  Promise.race([promise, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms).unref())]);
 
 export const healthRoutes: FastifyPluginAsync<{ readiness: readonly ReadinessCheck[]; registry: Registry }> = async (app, opts) => {
   const typed = app.withTypeProvider<ZodTypeProvider>();
-  typed.get(
-    '/health/live',
-    { schema: { hide: true, response: { 200: z.object({ status: z.literal('ok') }) } } },
-    async () => ({ status: 'ok' as const }),
-  );
+  typed.get('/health/live', { schema: { hide: true, response: { 200: z.object({ status: z.literal('ok') }) } } }, async () => ({
+    status: 'ok' as const,
+  }));
 
   typed.get('/health/ready', { schema: { hide: true } }, async (request, reply) => {
     const { checks, down, status } = await checkReadiness(opts.readiness);

@@ -75,7 +75,8 @@ export const openApiPlugin = fp(
               type: 'apiKey',
               in: 'header',
               name: 'X-Tenant',
-              description: 'Tenant slug, 1–63 lowercase letters, digits or inner hyphens. Missing or malformed → 400; another tenant than the token’s → 403.',
+              description:
+                'Tenant slug, 1–63 lowercase letters, digits or inner hyphens. Missing or malformed → 400; another tenant than the token’s → 403.',
             },
           },
         },

@@ -50,7 +50,15 @@ const TITLES: Record<number, [code: string, title: string]> = {
 };
 
 /** The RFC 9457 body for `status` (its type and title from TITLES unless given). */
-function problemBody(status: number, detail: string, instance: string, requestId: string, extras: Record<string, unknown> = {}, code?: string, title?: string): Problem {
+function problemBody(
+  status: number,
+  detail: string,
+  instance: string,
+  requestId: string,
+  extras: Record<string, unknown> = {},
+  code?: string,
+  title?: string,
+): Problem {
   const [defaultCode, defaultTitle] = TITLES[status] ?? (status >= 500 ? TITLES[500] : TITLES[400]) ?? ['error', 'Error'];
   return { type: problemType(code ?? defaultCode), title: title ?? defaultTitle, status, detail, instance, requestId, ...extras };
 }
@@ -92,7 +100,14 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   }
   if (hasZodFastifySchemaValidationErrors(error)) {
     const errors = error.validation.map((v) => ({
-      path: [error.validationContext ?? '', ...String(v.instancePath ?? '').split('/').filter(Boolean)].filter(Boolean).join('.'),
+      path: [
+        error.validationContext ?? '',
+        ...String(v.instancePath ?? '')
+          .split('/')
+          .filter(Boolean),
+      ]
+        .filter(Boolean)
+        .join('.'),
       message: v.message ?? 'is invalid',
     }));
     return sendProblem(request, reply, 400, `The request ${error.validationContext ?? 'input'} is invalid`, { errors });

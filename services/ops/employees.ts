@@ -38,7 +38,11 @@ export function registerEmployeeCommands(program: Command): void {
           const now = new Date().toISOString();
           for (const row of rows) {
             const metadata = { tenantId: row.tenant_id, actor: 'ops:employees check-emails', occurredAt: now };
-            const { outcome, email } = await auditReservation(eventStore, { tenantId: row.tenant_id, employeeId: row.id, now, metadata }, { repair: options.repair === true });
+            const { outcome, email } = await auditReservation(
+              eventStore,
+              { tenantId: row.tenant_id, employeeId: row.id, now, metadata },
+              { repair: options.repair === true },
+            );
             counts.set(outcome, (counts.get(outcome) ?? 0) + 1);
             if (outcome !== 'ok' && outcome !== 'gone') process.stdout.write(`${outcome}\t${row.tenant_id}\t${row.id}\t${email ?? ''}\n`);
           }

@@ -4,7 +4,14 @@ import { loadConfig } from '../../shared/config.ts';
 import { comparePositions, formatPosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
-import { RebuildInProgressError, RebuildRaceError, countParkedEvents, listParkedEvents, resolveParkedEvents, retryParkedEvents } from '../../shared/projections/parking.ts';
+import {
+  RebuildInProgressError,
+  RebuildRaceError,
+  countParkedEvents,
+  listParkedEvents,
+  resolveParkedEvents,
+  retryParkedEvents,
+} from '../../shared/projections/parking.ts';
 import { sql } from '../../shared/db/pool.ts';
 import type { Projection } from '../../shared/projections/projection.ts';
 import { allProjections } from '../projectors.ts';
@@ -16,7 +23,11 @@ import { enqueueReplayFromCli, replayJobRow, replayJobsForStatus } from '../work
  * rebuild builds, exit code 2; a swap that raced the live projector, exit code 3), says why on
  * stderr and sets `exitCode` instead of failing with a stack trace.
  */
-async function unlessRefused<T>(work: () => Promise<T>, refusal: typeof RebuildInProgressError | typeof RebuildRaceError, exitCode: number): Promise<T | undefined> {
+async function unlessRefused<T>(
+  work: () => Promise<T>,
+  refusal: typeof RebuildInProgressError | typeof RebuildRaceError,
+  exitCode: number,
+): Promise<T | undefined> {
   try {
     return await work();
   } catch (error) {
@@ -34,7 +45,12 @@ function findProjection(name: string): Projection {
 }
 
 /** How many events of the projection's types lie after `from` (counted through the port, so on any adapter). */
-async function eventsBehind(store: EventStore, projection: Projection, from: GlobalPosition, cap: number): Promise<{ count: number; capped: boolean }> {
+async function eventsBehind(
+  store: EventStore,
+  projection: Projection,
+  from: GlobalPosition,
+  cap: number,
+): Promise<{ count: number; capped: boolean }> {
   let after = from;
   let count = 0;
   for (;;) {
@@ -217,7 +233,11 @@ export function registerProjectionCommands(program: Command): void {
     .argument('[eventIds...]', 'only these events')
     .action(async (projection: Projection, eventIds: string[]) => {
       await withConfiguredDatabase(async (pool) => {
-        const resolved = await unlessRefused(() => resolveParkedEvents(pool, projection.name, eventIds.length > 0 ? eventIds : undefined), RebuildInProgressError, 2);
+        const resolved = await unlessRefused(
+          () => resolveParkedEvents(pool, projection.name, eventIds.length > 0 ? eventIds : undefined),
+          RebuildInProgressError,
+          2,
+        );
         if (resolved === undefined) return;
         process.stdout.write(`${projection.name}: ${resolved} parked events marked resolved\n`);
       });

@@ -27,7 +27,8 @@ export async function withConfiguredRuntime(work: (runtime: Runtime) => Promise<
 }
 
 /** `withConfiguredRuntime` for commands that need only the database. */
-export const withConfiguredDatabase = (work: (pool: DatabasePool) => Promise<void>): Promise<void> => withConfiguredRuntime((runtime) => work(runtime.pool));
+export const withConfiguredDatabase = (work: (pool: DatabasePool) => Promise<void>): Promise<void> =>
+  withConfiguredRuntime((runtime) => work(runtime.pool));
 
 /** Wraps a command action: operator mistakes print one line and exit 1 instead of a stack trace. */
 export const opsAction =
@@ -87,36 +88,47 @@ export function registerTenantCommands(program: Command): void {
       .requiredOption('--admin-email <email>', "the first admin's e-mail")
       .requiredOption('--admin-password <password>', "the first admin's password (at least 8 characters)")
       .option('--name <name>', 'display name (default: the slug)'),
-  ).action(opsAction(async (slug: string, options: { plan: Plan; adminEmail: string; adminPassword: string; name?: string; ratePerMinute?: number; rateBurst?: number }) => {
-    const validSlug = parseSlug(slug);
-    if (options.adminPassword.length < 8) throw new InvalidArgumentError('--admin-password must have at least 8 characters');
-    const override = overrideFrom(options);
-    await withConfiguredDatabase(async (pool) => {
-      if (await findTenantBySlug(pool, validSlug)) {
-        throw new ConflictError(`tenant ${validSlug} already exists (see tenants list, tenants set-plan, users create)`);
-      }
-      const result = await provisionTenant(pool, {
-        slug: validSlug,
-        plan: options.plan,
-        rateLimitOverride: override ?? null,
-        admin: { email: options.adminEmail, password: options.adminPassword },
-        ...(options.name ? { name: options.name } : {}),
-      });
-      process.stdout.write(`created tenant ${result.tenant.slug} (${result.tenant.id}), plan ${result.tenant.plan}, admin ${options.adminEmail}\n`);
-    });
-  }));
+  ).action(
+    opsAction(
+      async (
+        slug: string,
+        options: { plan: Plan; adminEmail: string; adminPassword: string; name?: string; ratePerMinute?: number; rateBurst?: number },
+      ) => {
+        const validSlug = parseSlug(slug);
+        if (options.adminPassword.length < 8) throw new InvalidArgumentError('--admin-password must have at least 8 characters');
+        const override = overrideFrom(options);
+        await withConfiguredDatabase(async (pool) => {
+          if (await findTenantBySlug(pool, validSlug)) {
+            throw new ConflictError(`tenant ${validSlug} already exists (see tenants list, tenants set-plan, users create)`);
+          }
+          const result = await provisionTenant(pool, {
+            slug: validSlug,
+            plan: options.plan,
+            rateLimitOverride: override ?? null,
+            admin: { email: options.adminEmail, password: options.adminPassword },
+            ...(options.name ? { name: options.name } : {}),
+          });
+          process.stdout.write(
+            `created tenant ${result.tenant.slug} (${result.tenant.id}), plan ${result.tenant.plan}, admin ${options.adminEmail}\n`,
+          );
+        });
+      },
+    ),
+  );
 
   tenants
     .command('list')
     .description('list tenants: slug, plan, rate override, name, id')
     .option('--json', 'print JSON')
-    .action(opsAction(async (options: { json?: boolean }) => {
-      await withConfiguredDatabase(async (pool) => {
-        const all = await listTenants(pool);
-        if (options.json) process.stdout.write(`${JSON.stringify(all, null, 2)}\n`);
-        else process.stdout.write(['slug\tplan\toverride\tname\tid', ...all.map(describeTenant)].join('\n') + '\n');
-      });
-    }));
+    .action(
+      opsAction(async (options: { json?: boolean }) => {
+        await withConfiguredDatabase(async (pool) => {
+          const all = await listTenants(pool);
+          if (options.json) process.stdout.write(`${JSON.stringify(all, null, 2)}\n`);
+          else process.stdout.write(['slug\tplan\toverride\tname\tid', ...all.map(describeTenant)].join('\n') + '\n');
+        });
+      }),
+    );
 
   overrideOptions(
     tenants
@@ -124,18 +136,21 @@ export function registerTenantCommands(program: Command): void {
       .description(`change plan and/or rate override; running gateways apply it within ${TENANT_CACHE_TTL_MS / 1000} s, no restart`)
       .addOption(planOption())
       .option('--clear-override', 'remove the per-tenant rate override'),
-  ).action(opsAction(async (slug: string, options: { plan?: Plan; clearOverride?: boolean; ratePerMinute?: number; rateBurst?: number }) => {
-    const validSlug = parseSlug(slug);
-    const override = overrideFrom(options);
-    if (override && options.clearOverride) throw new InvalidArgumentError('--clear-override contradicts --rate-per-minute/--rate-burst');
-    if (!options.plan && !override && !options.clearOverride) throw new InvalidArgumentError('nothing to change: give --plan, a rate override or --clear-override');
-    await withConfiguredDatabase(async (pool) => {
-      const updated = await updateTenantPlan(pool, validSlug, {
-        ...(options.plan ? { plan: options.plan } : {}),
-        ...(override ? { rateLimitOverride: override } : options.clearOverride ? { rateLimitOverride: null } : {}),
+  ).action(
+    opsAction(async (slug: string, options: { plan?: Plan; clearOverride?: boolean; ratePerMinute?: number; rateBurst?: number }) => {
+      const validSlug = parseSlug(slug);
+      const override = overrideFrom(options);
+      if (override && options.clearOverride) throw new InvalidArgumentError('--clear-override contradicts --rate-per-minute/--rate-burst');
+      if (!options.plan && !override && !options.clearOverride)
+        throw new InvalidArgumentError('nothing to change: give --plan, a rate override or --clear-override');
+      await withConfiguredDatabase(async (pool) => {
+        const updated = await updateTenantPlan(pool, validSlug, {
+          ...(options.plan ? { plan: options.plan } : {}),
+          ...(override ? { rateLimitOverride: override } : options.clearOverride ? { rateLimitOverride: null } : {}),
+        });
+        if (!updated) throw new NotFoundError(`no tenant ${validSlug}`);
+        process.stdout.write(`${describeTenant(updated)}\n`);
       });
-      if (!updated) throw new NotFoundError(`no tenant ${validSlug}`);
-      process.stdout.write(`${describeTenant(updated)}\n`);
-    });
-  }));
+    }),
+  );
 }

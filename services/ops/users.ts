@@ -32,48 +32,57 @@ export function registerUserCommands(program: Command): void {
     .requiredOption('--email <email>')
     .requiredOption('--password <password>', `at least ${MIN_PASSWORD_LENGTH} characters`)
     .addOption(roleOption().makeOptionMandatory())
-    .action(opsAction(async (tenant: string, options: { email: string; password: string; role: string }) => {
-      const slug = parseSlug(tenant);
-      if (options.password.length < MIN_PASSWORD_LENGTH) throw new InvalidArgumentError(`--password must have at least ${MIN_PASSWORD_LENGTH} characters`);
-      await withConfiguredDatabase(async (pool) => {
-        const user = await inTenant(pool, slug, (tx, tenantId) => createUser(tx, { ...options, tenantId }));
-        process.stdout.write(`${describeUser(user)}\n`);
-      });
-    }));
+    .action(
+      opsAction(async (tenant: string, options: { email: string; password: string; role: string }) => {
+        const slug = parseSlug(tenant);
+        if (options.password.length < MIN_PASSWORD_LENGTH)
+          throw new InvalidArgumentError(`--password must have at least ${MIN_PASSWORD_LENGTH} characters`);
+        await withConfiguredDatabase(async (pool) => {
+          const user = await inTenant(pool, slug, (tx, tenantId) => createUser(tx, { ...options, tenantId }));
+          process.stdout.write(`${describeUser(user)}\n`);
+        });
+      }),
+    );
 
   users
     .command('set-role <tenant>')
     .description("change a user's role (effective at their next token refresh, at most 15 minutes)")
     .requiredOption('--email <email>')
     .addOption(roleOption().makeOptionMandatory())
-    .action(opsAction(async (tenant: string, options: { email: string; role: string }) => {
-      const slug = parseSlug(tenant);
-      await withConfiguredDatabase(async (pool) => {
-        const user = await inTenant(pool, slug, (tx, tenantId) => setUserRole(tx, tenantId, options.email, options.role));
-        process.stdout.write(`${describeUser(user)}\n`);
-      });
-    }));
+    .action(
+      opsAction(async (tenant: string, options: { email: string; role: string }) => {
+        const slug = parseSlug(tenant);
+        await withConfiguredDatabase(async (pool) => {
+          const user = await inTenant(pool, slug, (tx, tenantId) => setUserRole(tx, tenantId, options.email, options.role));
+          process.stdout.write(`${describeUser(user)}\n`);
+        });
+      }),
+    );
 
   users
     .command('disable <tenant>')
     .description('disable a login and revoke its refresh tokens (access tokens expire within 15 minutes)')
     .requiredOption('--email <email>')
-    .action(opsAction(async (tenant: string, options: { email: string }) => {
-      const slug = parseSlug(tenant);
-      await withConfiguredDatabase(async (pool) => {
-        const user = await inTenant(pool, slug, (tx, tenantId) => disableUser(tx, tenantId, options.email));
-        process.stdout.write(`${describeUser(user)}\n`);
-      });
-    }));
+    .action(
+      opsAction(async (tenant: string, options: { email: string }) => {
+        const slug = parseSlug(tenant);
+        await withConfiguredDatabase(async (pool) => {
+          const user = await inTenant(pool, slug, (tx, tenantId) => disableUser(tx, tenantId, options.email));
+          process.stdout.write(`${describeUser(user)}\n`);
+        });
+      }),
+    );
 
   users
     .command('list <tenant>')
     .description("list a tenant's users: email, role, state, id")
-    .action(opsAction(async (tenant: string) => {
-      const slug = parseSlug(tenant);
-      await withConfiguredDatabase(async (pool) => {
-        const all = await inTenant(pool, slug, (tx, tenantId) => listUsers(tx, tenantId));
-        process.stdout.write(['email\trole\tstate\tid', ...all.map(describeUser)].join('\n') + '\n');
-      });
-    }));
+    .action(
+      opsAction(async (tenant: string) => {
+        const slug = parseSlug(tenant);
+        await withConfiguredDatabase(async (pool) => {
+          const all = await inTenant(pool, slug, (tx, tenantId) => listUsers(tx, tenantId));
+          process.stdout.write(['email\trole\tstate\tid', ...all.map(describeUser)].join('\n') + '\n');
+        });
+      }),
+    );
 }

@@ -82,7 +82,17 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
     readiness: runtime.readiness,
     registry: runtime.registry,
     trustProxy: config.TRUST_PROXY,
-    ...gatewayRoutes({ auth, pool: runtime.pool, tenantReader: runtime.tenantReader, eventStore: runtime.eventStore, rateLimiter: runtime.rateLimiter, usagePublisher: runtime.usage.publisher, usageSource: runtime.usage.source, databaseUrl: runtime.databaseUrl, webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS } }),
+    ...gatewayRoutes({
+      auth,
+      pool: runtime.pool,
+      tenantReader: runtime.tenantReader,
+      eventStore: runtime.eventStore,
+      rateLimiter: runtime.rateLimiter,
+      usagePublisher: runtime.usage.publisher,
+      usageSource: runtime.usage.source,
+      databaseUrl: runtime.databaseUrl,
+      webhooks: { secrets: webhookSecrets, allowHosts: config.WEBHOOK_ALLOW_HOSTS },
+    }),
     ...(tracing && { tracing: tracing.fastifyPlugin }),
   });
   const address = await listen(app, config.HOST, config.PORT);

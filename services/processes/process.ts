@@ -14,7 +14,11 @@ export type RoleContext = { readonly config: Config; readonly logger: Logger; re
  * Runs one role as this process: config, runtime, the role itself, and graceful shutdown on
  * SIGINT/SIGTERM (bounded by SHUTDOWN_TIMEOUT_MS). A bad configuration exits with code 2.
  */
-export async function runRole(role: string, start: (context: RoleContext) => Promise<RoleHandle>, runtimeOptions: RuntimeOptions = {}): Promise<void> {
+export async function runRole(
+  role: string,
+  start: (context: RoleContext) => Promise<RoleHandle>,
+  runtimeOptions: RuntimeOptions = {},
+): Promise<void> {
   let config: Config;
   try {
     config = loadConfig();
@@ -91,7 +95,11 @@ export async function serveHealth(runtime: Runtime, host: string, port: number):
         case '/health/ready': {
           // Same rules as the gateway: a non-critical check (e.g. parked projection events) degrades, never fails.
           const { checks, status } = await checkReadiness(runtime.readiness);
-          return send(status === 'down' ? 503 : 200, { status: status === 'down' ? 'down' : 'up', ...(status === 'degraded' && { degraded: true }), checks });
+          return send(status === 'down' ? 503 : 200, {
+            status: status === 'down' ? 'down' : 'up',
+            ...(status === 'degraded' && { degraded: true }),
+            checks,
+          });
         }
         case '/metrics':
           return send(200, await runtime.registry.metrics(), runtime.registry.contentType);

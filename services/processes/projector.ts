@@ -33,11 +33,21 @@ export async function startProjectors({ logger, runtime }: RoleContext, selectio
     runProjection(runtime.pool, runtime.eventStore, activeTracing() ? traceProjection(projection) : projection, {
       onError: (error) =>
         error instanceof ProjectionSupersededError
-          ? logger.error({ err: error, projection: projection.name }, 'a newer version of this projection is live; this projector stops (rolling deploy)')
+          ? logger.error(
+              { err: error, projection: projection.name },
+              'a newer version of this projection is live; this projector stops (rolling deploy)',
+            )
           : logger.error({ err: error, projection: projection.name }, 'projector failed; retrying'),
       onParked: (event, error) =>
         logger.warn(
-          { projection: projection.name, eventId: event.id, streamId: event.streamId, type: event.type, tenantId: event.metadata.tenantId, error },
+          {
+            projection: projection.name,
+            eventId: event.id,
+            streamId: event.streamId,
+            type: event.type,
+            tenantId: event.metadata.tenantId,
+            error,
+          },
           'event parked (dead-letter); the projection goes on without it',
         ),
     }),
@@ -71,7 +81,12 @@ export async function startProjectorRole(context: RoleContext, name: string): Pr
   const projectors = await startProjectors(context, selection);
   const health = await serveHealth(context.runtime, context.config.HOST, context.config.PORT);
   context.logger.info(
-    { projector: name, projections: selection.projections.map((p) => p.name), usageConsumer: selection.usageConsumer, health: health.address },
+    {
+      projector: name,
+      projections: selection.projections.map((p) => p.name),
+      usageConsumer: selection.usageConsumer,
+      health: health.address,
+    },
     'projector running',
   );
   process.stdout.write(`projector ${name} running (health: ${health.address}/health/live)\n`);

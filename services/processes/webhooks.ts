@@ -15,7 +15,9 @@ export async function startWebhookDelivery({ config, logger, runtime }: RoleCont
     prefix: config.QUEUE_PREFIX,
     secrets: await loadSecretBox(config),
     targets: { allowHosts: config.WEBHOOK_ALLOW_HOSTS },
-    retry: config.WEBHOOK_RETRY_SCHEDULE_MS ? { ...DEFAULT_RETRY_POLICY, scheduleMs: config.WEBHOOK_RETRY_SCHEDULE_MS } : DEFAULT_RETRY_POLICY,
+    retry: config.WEBHOOK_RETRY_SCHEDULE_MS
+      ? { ...DEFAULT_RETRY_POLICY, scheduleMs: config.WEBHOOK_RETRY_SCHEDULE_MS }
+      : DEFAULT_RETRY_POLICY,
     timeoutMs: config.WEBHOOK_TIMEOUT_MS,
     deliveryRetentionMs: config.WEBHOOK_DELIVERY_RETENTION_DAYS * 86_400_000,
     logger,

@@ -15,10 +15,7 @@ export type TenantDirectory = {
 export const TENANT_CACHE_TTL_MS = 2_000;
 const MAX_ENTRIES = 10_000;
 
-export function createTenantDirectory(
-  pool: DatabasePool,
-  options: { ttlMs?: number; now?: () => number } = {},
-): TenantDirectory {
+export function createTenantDirectory(pool: DatabasePool, options: { ttlMs?: number; now?: () => number } = {}): TenantDirectory {
   const ttlMs = options.ttlMs ?? TENANT_CACHE_TTL_MS;
   const now = options.now ?? Date.now;
   const entries = new Map<string, { expiresAt: number; value: Promise<Tenant | null> }>();

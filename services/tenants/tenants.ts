@@ -35,16 +35,14 @@ const tenantRow = z
     rate_per_minute: z.number().nullable(),
     rate_burst: z.number().nullable(),
   })
-  .transform(
-    (row): Tenant => ({
-      id: row.id,
-      slug: row.slug,
-      name: row.name,
-      plan: row.plan,
-      rateLimitOverride:
-        row.rate_per_minute !== null && row.rate_burst !== null ? { perMinute: row.rate_per_minute, burst: row.rate_burst } : null,
-    }),
-  );
+  .transform((row): Tenant => ({
+    id: row.id,
+    slug: row.slug,
+    name: row.name,
+    plan: row.plan,
+    rateLimitOverride:
+      row.rate_per_minute !== null && row.rate_burst !== null ? { perMinute: row.rate_per_minute, burst: row.rate_burst } : null,
+  }));
 
 const columns = sql.fragment`id, slug, name, plan, rate_per_minute, rate_burst`;
 

@@ -5,6 +5,10 @@ import type { SecretBox } from './secrets.ts';
 import type { TargetPolicy } from './targets.ts';
 
 /** The webhooks capability with its ports bound; mount it inside `authenticated(...)`. */
-export function webhooksCapability(ports: { readonly pool: DatabasePool; readonly secrets: SecretBox; readonly targets: TargetPolicy }): V1Capability {
+export function webhooksCapability(ports: {
+  readonly pool: DatabasePool;
+  readonly secrets: SecretBox;
+  readonly targets: TargetPolicy;
+}): V1Capability {
   return webhooksRoutes(ports);
 }

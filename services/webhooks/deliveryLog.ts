@@ -68,7 +68,13 @@ export type AttemptRecord = {
  * Records one attempt and moves the endpoint accordingly, in one transaction, only while the
  * lease is ours (false: it was lost, and whoever holds it now carries on).
  */
-export async function recordAttempt(pool: DatabasePool, tenantId: string, id: string, token: string, attempt: AttemptRecord): Promise<boolean> {
+export async function recordAttempt(
+  pool: DatabasePool,
+  tenantId: string,
+  id: string,
+  token: string,
+  attempt: AttemptRecord,
+): Promise<boolean> {
   const { change, outcome } = attempt;
   const commit = change.position.commit.toString();
   const prepare = change.position.prepare.toString();

@@ -70,10 +70,15 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       if (lease.leftMs < timeoutMs + LEASE_SLACK_MS && !(await flush())) return { delivered: sent, more: false };
       sent++;
       const id = encodeCursor(change.position);
-      const outcome = await sendWebhook(endpoint.url, secret, { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) }, {
-        policy: targets,
-        timeoutMs,
-      });
+      const outcome = await sendWebhook(
+        endpoint.url,
+        secret,
+        { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) },
+        {
+          policy: targets,
+          timeoutMs,
+        },
+      );
       if (outcome.kind === 'delivered') {
         succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at: new Date() });
         continue;
@@ -81,13 +86,18 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       if (!(await flush())) return { delivered: sent - 1, more: false };
       const base = { change: { position: change.position, type: change.type }, statusCode: outcome.status };
       if (outcome.kind === 'gone') {
-        await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: 'HTTP 410', outcome: { kind: 'disable', reason: 'The receiver answered 410 Gone' } });
+        await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
+          ...base,
+          error: 'HTTP 410',
+          outcome: { kind: 'disable', reason: 'The receiver answered 410 Gone' },
+        });
         logger?.warn({ endpointId: endpoint.id }, 'webhook endpoint disabled: 410 Gone');
         return { delivered: sent - 1, more: false };
       }
       const failedAttempts = endpoint.failedAttempts + 1;
       // The first failure of this change is now; a later one counts from when that was recorded.
-      const sinceFirstFailure = failedAttempts === 1 || endpoint.retryingSince === null ? 0 : Math.max(0, Date.now() - Date.parse(endpoint.retryingSince));
+      const sinceFirstFailure =
+        failedAttempts === 1 || endpoint.retryingSince === null ? 0 : Math.max(0, Date.now() - Date.parse(endpoint.retryingSince));
       const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs, sinceFirstFailure);
       if (delay === null) {
         await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
@@ -97,12 +107,18 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         });
         return { delivered: sent - 1, more: false };
       }
-      const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, { ...base, error: outcome.error, outcome: { kind: 'retry', failedAttempts, delayMs: delay } });
+      const kept = await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
+        ...base,
+        error: outcome.error,
+        outcome: { kind: 'retry', failedAttempts, delayMs: delay },
+      });
       if (kept) {
         const jobId = `retry-${endpoint.id}-${failedAttempts}-${change.position.commit}-${change.position.prepare}`;
-        await triggers.add({ endpointId: endpoint.id, tenantId: endpoint.tenantId }, { delayMs: delay, jobId }).catch((error: unknown) =>
-          logger?.warn({ err: error, endpointId: endpoint.id }, 'could not schedule a webhook retry; the sweep will'),
-        );
+        await triggers
+          .add({ endpointId: endpoint.id, tenantId: endpoint.tenantId }, { delayMs: delay, jobId })
+          .catch((error: unknown) =>
+            logger?.warn({ err: error, endpointId: endpoint.id }, 'could not schedule a webhook retry; the sweep will'),
+          );
       }
       return { delivered: sent - 1, more: false };
     }

@@ -88,7 +88,9 @@ export async function findEndpoint(pool: DatabasePool, tenantId: string, id: str
 
 export async function deleteEndpoint(pool: DatabasePool, tenantId: string, id: string): Promise<boolean> {
   const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(z.object({ id: z.string() }))`delete from webhook_endpoints where tenant_id = ${tenantId} and id = ${id} returning id::text`),
+    tx.maybeOne(
+      sql.type(z.object({ id: z.string() }))`delete from webhook_endpoints where tenant_id = ${tenantId} and id = ${id} returning id::text`,
+    ),
   );
   return row !== null;
 }

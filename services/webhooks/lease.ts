@@ -66,7 +66,11 @@ export async function leaseRevoked(pool: DatabasePool, tenantId: string, id: str
  * which names the sweep's job (triggers.ts).
  * Reads across tenants (the worker's role bypasses RLS).
  */
-export async function dueEndpoints(pool: DatabasePool, limit: number, onlyId?: string): Promise<Array<{ id: string; tenantId: string; stateSeen: string }>> {
+export async function dueEndpoints(
+  pool: DatabasePool,
+  limit: number,
+  onlyId?: string,
+): Promise<Array<{ id: string; tenantId: string; stateSeen: string }>> {
   const rows = await inFeedOrder(pool, (order) =>
     pool.any(sql.type(z.object({ id: z.string(), tenant_id: z.string(), state_seen: z.string() }))`
       select e.id::text, e.tenant_id::text,
@@ -83,7 +87,13 @@ export async function dueEndpoints(pool: DatabasePool, limit: number, onlyId?: s
 }
 
 /** Takes the endpoint's delivery lease (one delivery in flight per endpoint), or null when someone holds it, or its retry is not due yet (its retry job or the sweep comes back then). */
-export async function acquireLease(pool: DatabasePool, tenantId: string, id: string, token: string, leaseMs: number): Promise<EndpointRecord | null> {
+export async function acquireLease(
+  pool: DatabasePool,
+  tenantId: string,
+  id: string,
+  token: string,
+  leaseMs: number,
+): Promise<EndpointRecord | null> {
   const row = await withTenant(pool, tenantId, (tx) =>
     tx.maybeOne(sql.type(endpointRow)`
       update webhook_endpoints set lease_token = ${token}, lease_until = now() + make_interval(secs => ${leaseMs / 1000})
@@ -103,7 +113,12 @@ export async function acquireLease(pool: DatabasePool, tenantId: string, id: str
  * worker takes it once it ran out), and how long it has left. One primary-key read; across
  * tenants like the rest of the worker's side.
  */
-export async function leaseState(pool: DatabasePool, tenantId: string, id: string, token: string): Promise<{ readonly ours: boolean; readonly leftMs: number }> {
+export async function leaseState(
+  pool: DatabasePool,
+  tenantId: string,
+  id: string,
+  token: string,
+): Promise<{ readonly ours: boolean; readonly leftMs: number }> {
   const row = await pool.maybeOne(sql.type(z.object({ ours: z.boolean(), left_ms: z.number() }))`
     select coalesce(lease_token = ${token}::uuid and lease_until > now(), false) as ours,
            coalesce(extract(epoch from lease_until - now()) * 1000, 0)::float8 as left_ms

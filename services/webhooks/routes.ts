@@ -85,7 +85,8 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
     if (after === undefined) return (await latestChange(deps.pool, tenantId)) ?? START;
     const position = parseAfter(after);
     const page = await readChanges(deps.pool, tenantId, position, 1);
-    if (!page.known) throw new BadRequestError('after names no change of this tenant', { errors: [{ path: 'after', message: 'unknown cursor' }] });
+    if (!page.known)
+      throw new BadRequestError('after names no change of this tenant', { errors: [{ path: 'after', message: 'unknown cursor' }] });
     return position;
   };
   // Wakes the delivery workers (they LISTEN on the feed's channel) instead of waiting for a sweep.
@@ -140,15 +141,31 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
 
     app.get(
       '/webhooks',
-      { config, schema: { tags, summary: 'List webhook endpoints (without secrets)', response: { 200: z.object({ data: z.array(endpointSchema) }), ...problems } } },
+      {
+        config,
+        schema: {
+          tags,
+          summary: 'List webhook endpoints (without secrets)',
+          response: { 200: z.object({ data: z.array(endpointSchema) }), ...problems },
+        },
+      },
       async (request) => ({ data: (await listEndpoints(deps.pool, requireAuth(request).tenantId)).map(toView) }),
     );
 
     app.delete(
       '/webhooks/:id',
-      { config, schema: { tags, summary: 'Delete a webhook endpoint and its delivery log', params, response: { 204: z.null(), ...problems, 404: problemSchema } } },
+      {
+        config,
+        schema: {
+          tags,
+          summary: 'Delete a webhook endpoint and its delivery log',
+          params,
+          response: { 204: z.null(), ...problems, 404: problemSchema },
+        },
+      },
       async (request, reply) => {
-        if (!(await deleteEndpoint(deps.pool, requireAuth(request).tenantId, request.params.id))) throw new NotFoundError('No such webhook endpoint');
+        if (!(await deleteEndpoint(deps.pool, requireAuth(request).tenantId, request.params.id)))
+          throw new NotFoundError('No such webhook endpoint');
         return reply.code(204).send(null);
       },
     );
@@ -183,7 +200,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
           tags,
           summary: 'Redeliver every change after a cursor (also re-enables a disabled endpoint)',
           description:
-            'Answers once a delivery in flight to the endpoint (if any) has finished (at most until that delivery run\'s lease runs out: the delivery timeout plus 30 s, 45 s by default); the next delivery the receiver gets is then the first change after `after`.',
+            "Answers once a delivery in flight to the endpoint (if any) has finished (at most until that delivery run's lease runs out: the delivery timeout plus 30 s, 45 s by default); the next delivery the receiver gets is then the first change after `after`.",
           params,
           body: z.object({ after: cursorSchema.describe('Redeliver changes after this cursor (the start cursor: all)') }).strict(),
           response: { 202: endpointSchema, ...problems, 404: problemSchema },
@@ -205,7 +222,10 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
           // The replay itself has committed: a failed look only ends the wait, never the 202.
           const stillRevoked = () =>
             leaseRevoked(deps.pool, tenantId, endpoint.id).catch((error: unknown) => {
-              request.log.warn({ err: error, endpointId: endpoint.id }, 'replay: could not look at the delivery lease; answering without waiting');
+              request.log.warn(
+                { err: error, endpointId: endpoint.id },
+                'replay: could not look at the delivery lease; answering without waiting',
+              );
               return false;
             });
           for (let attempt = 0; !signal.aborted && (await stillRevoked()); attempt++) {

@@ -29,7 +29,12 @@ export type RetryPolicy = {
   readonly windowMs?: number;
 };
 
-export const DEFAULT_RETRY_POLICY: RetryPolicy = { scheduleMs: DEFAULT_RETRY_SCHEDULE_MS, jitter: 0.2, maxRetryAfterMs: 24 * 3_600_000, windowMs: 3 * 86_400_000 };
+export const DEFAULT_RETRY_POLICY: RetryPolicy = {
+  scheduleMs: DEFAULT_RETRY_SCHEDULE_MS,
+  jitter: 0.2,
+  maxRetryAfterMs: 24 * 3_600_000,
+  windowMs: 3 * 86_400_000,
+};
 
 /**
  * The delay before the next attempt after `failedAttempts` failures (≥ 1), `sinceFirstFailureMs`
@@ -39,7 +44,13 @@ export const DEFAULT_RETRY_POLICY: RetryPolicy = { scheduleMs: DEFAULT_RETRY_SCH
  * to end at it (the last retry, at the window's end); a Retry-After that asks for longer than is
  * left ends the retries (retrying sooner than the receiver asked would not help it).
  */
-export function nextRetryDelay(policy: RetryPolicy, failedAttempts: number, random: number, retryAfterMs?: number, sinceFirstFailureMs = 0): number | null {
+export function nextRetryDelay(
+  policy: RetryPolicy,
+  failedAttempts: number,
+  random: number,
+  retryAfterMs?: number,
+  sinceFirstFailureMs = 0,
+): number | null {
   const base = policy.scheduleMs[failedAttempts - 1];
   if (base === undefined) return null;
   const jittered = Math.max(0, Math.round(base * (1 + policy.jitter * (2 * random - 1))));

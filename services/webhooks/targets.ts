@@ -99,7 +99,8 @@ export function checkTargetUrl(raw: string, policy: TargetPolicy): URL {
   if (url.username || url.password) throw new TargetRefusedError('url must not carry credentials');
   const allowed = allowList(policy.allowHosts);
   if (url.protocol === 'http:') {
-    if (!allowed.names.has(bare(url.hostname))) throw new TargetRefusedError('url must use https (plain http only for hosts in WEBHOOK_ALLOW_HOSTS)');
+    if (!allowed.names.has(bare(url.hostname)))
+      throw new TargetRefusedError('url must use https (plain http only for hosts in WEBHOOK_ALLOW_HOSTS)');
   } else if (url.protocol !== 'https:') {
     throw new TargetRefusedError('url must use https');
   }

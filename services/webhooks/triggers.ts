@@ -52,7 +52,9 @@ export function inProcessTriggers(drain: (job: DrainJob) => Promise<void>, optio
     const done = (async () => {
       do {
         run.again = false;
-        await drain(job).catch((error: unknown) => options.logger?.error({ err: error, endpointId: job.endpointId }, 'webhook drain failed'));
+        await drain(job).catch((error: unknown) =>
+          options.logger?.error({ err: error, endpointId: job.endpointId }, 'webhook drain failed'),
+        );
         // Owed another run: at once while nobody waits; else behind those who do (as BullMQ
         // queues a new job), so an endpoint with a long backlog does not keep its slot.
       } while (run.again && !closed && waiting.size === 0);
@@ -86,10 +88,13 @@ export function inProcessTriggers(drain: (job: DrainJob) => Promise<void>, optio
       const delayMs = addOptions.delayMs ?? 0;
       if (closed || delayMs <= 0) return trigger(job);
       // (A timer holds at most 2^31 - 1 ms, 24.8 days; a longer wait is the sweep's to find.)
-      const timer = setTimeout(() => {
-        timers.delete(timer);
-        trigger(job);
-      }, Math.min(delayMs, 2 ** 31 - 1));
+      const timer = setTimeout(
+        () => {
+          timers.delete(timer);
+          trigger(job);
+        },
+        Math.min(delayMs, 2 ** 31 - 1),
+      );
       timer.unref();
       timers.add(timer);
     },

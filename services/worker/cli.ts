@@ -1,15 +1,11 @@
 import type { Config } from '../../shared/config.ts';
-import {
-  connectQueueRedis,
-  createReplayQueue,
-  enqueueReplay,
-  listReplayJobs,
-  waitForReplayJob,
-  type ReplayJobView,
-} from './queue.ts';
+import { connectQueueRedis, createReplayQueue, enqueueReplay, listReplayJobs, waitForReplayJob, type ReplayJobView } from './queue.ts';
 
 /** The ops CLI's side of the replay queue: `projections replay <name> --queue [--wait]` and the job table of `projections status`. */
-async function withQueue<T>(config: Pick<Config, 'REDIS_URL' | 'QUEUE_PREFIX'>, work: (queue: ReturnType<typeof createReplayQueue>) => Promise<T>): Promise<T> {
+async function withQueue<T>(
+  config: Pick<Config, 'REDIS_URL' | 'QUEUE_PREFIX'>,
+  work: (queue: ReturnType<typeof createReplayQueue>) => Promise<T>,
+): Promise<T> {
   if (!config.REDIS_URL) throw new Error('queued replays need REDIS_URL (the worker consumes the queue from Redis)');
   const connection = connectQueueRedis(config.REDIS_URL);
   const queue = createReplayQueue(connection, { prefix: config.QUEUE_PREFIX });

@@ -5,14 +5,7 @@ import { comparePositions, formatPosition, type EventStore } from '../../shared/
 import type { Logger } from '../../shared/logger.ts';
 import type { Projection } from '../../shared/projections/projection.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
-import {
-  KPI_ROLLUP_QUEUE,
-  REPLAY_QUEUE,
-  replayProgress,
-  type QueueSettings,
-  type ReplayJobData,
-  type ReplayJobResult,
-} from './queue.ts';
+import { KPI_ROLLUP_QUEUE, REPLAY_QUEUE, replayProgress, type QueueSettings, type ReplayJobData, type ReplayJobResult } from './queue.ts';
 
 /** The scheduled KPI job: compacts old fine-grained rollups; returns what it did (logged). */
 export type KpiRollupJob = (now: Date) => Promise<Record<string, unknown>>;

@@ -174,7 +174,9 @@ async function stopStaleServer(databaseDir: string, log: (m: string) => void): P
   if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return;
   const parent = parentPid(pid);
   if (parent !== undefined && parent !== 1 && isAlive(parent) && commandOf(parent).includes('node')) {
-    throw new Error(`The embedded PostgreSQL in ${databaseDir} is in use by another running process (pid ${parent}); stop it or set DATA_DIR.`);
+    throw new Error(
+      `The embedded PostgreSQL in ${databaseDir} is in use by another running process (pid ${parent}); stop it or set DATA_DIR.`,
+    );
   }
   log(`stopping a stale embedded PostgreSQL (pid ${pid}) left by an earlier run`);
   process.kill(pid, 'SIGINT');

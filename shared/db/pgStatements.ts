@@ -21,7 +21,10 @@ export function pgStatements(prefix: string, max = 256): (query: QuerySqlToken) 
   return (query) => {
     let statement = statements.get(query.sql);
     if (statement === undefined) {
-      statement = { text: query.sql.replace(/\$slonik_(\d+)/g, '$$$1'), name: statements.size < max ? `${prefix}_${statements.size + 1}` : undefined };
+      statement = {
+        text: query.sql.replace(/\$slonik_(\d+)/g, '$$$1'),
+        name: statements.size < max ? `${prefix}_${statements.size + 1}` : undefined,
+      };
       if (statement.name !== undefined) statements.set(query.sql, statement);
     }
     return statement;

@@ -55,8 +55,14 @@ export function createPlainConnection(url: string, options: PlainConnectionOptio
   // A URL parameter would otherwise override the client's options.
   const connectionString = (() => {
     const parsed = new URL(url);
-    const settings = { statement_timeout: String(options.statementTimeoutMs ?? 30_000), idle_in_transaction_session_timeout: '60000', ...options.settings };
-    const ours = Object.entries(settings).map(([name, value]) => `-c ${name}=${value}`).join(' ');
+    const settings = {
+      statement_timeout: String(options.statementTimeoutMs ?? 30_000),
+      idle_in_transaction_session_timeout: '60000',
+      ...options.settings,
+    };
+    const ours = Object.entries(settings)
+      .map(([name, value]) => `-c ${name}=${value}`)
+      .join(' ');
     parsed.searchParams.set('options', [parsed.searchParams.get('options'), ours].filter(Boolean).join(' '));
     parsed.searchParams.set('application_name', options.applicationName);
     return parsed.toString();

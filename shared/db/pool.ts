@@ -15,7 +15,10 @@ import { parsePostgresTimestamp } from './timestamps.ts';
 export { sql };
 export type { DatabasePool, DatabaseTransactionConnection };
 /** Anything that can run a query: the pool, a pooled connection or a transaction. */
-export type Queryable = Pick<DatabasePool, 'any' | 'many' | 'maybeOne' | 'one' | 'oneFirst' | 'maybeOneFirst' | 'query' | 'exists' | 'anyFirst'>;
+export type Queryable = Pick<
+  DatabasePool,
+  'any' | 'many' | 'maybeOne' | 'one' | 'oneFirst' | 'maybeOneFirst' | 'query' | 'exists' | 'anyFirst'
+>;
 
 /**
  * slonik only records the schema given to `sql.type`; this interceptor is what actually
@@ -55,7 +58,14 @@ const TYPE_PARSERS = [
 ];
 
 /** The OIDs of those built-in types, for a plain pg pool. */
-const TYPE_OIDS: Readonly<Record<string, number>> = { int8: 20, numeric: 1700, timestamptz: 1184, timestamp: 1114, date: 1082, interval: 1186 };
+const TYPE_OIDS: Readonly<Record<string, number>> = {
+  int8: 20,
+  numeric: 1700,
+  timestamptz: 1184,
+  timestamp: 1114,
+  date: 1082,
+  interval: 1186,
+};
 
 /** The same parsing for a plain `pg.Pool` (its `types` option); other types keep pg's own parsers. */
 export function pgTypeParsers(builtins: { getTypeParser(oid: number, format?: 'text' | 'binary'): unknown }) {

@@ -9,7 +9,11 @@ import { sql, TENANT_ROLE } from './pool.ts';
  * `nullif(..., '')`: a setting that a session set and then reset reads as '' (not null), which
  * a bare `::uuid` cast would refuse with an error on every row; as null it matches nothing.
  */
-export function tenantScopedTable(table: IdentifierSqlToken, policy: IdentifierSqlToken, access: 'read' | 'read-write'): FragmentSqlToken[] {
+export function tenantScopedTable(
+  table: IdentifierSqlToken,
+  policy: IdentifierSqlToken,
+  access: 'read' | 'read-write',
+): FragmentSqlToken[] {
   const role = sql.identifier([TENANT_ROLE]);
   return [
     sql.fragment`alter table ${table} enable row level security`,

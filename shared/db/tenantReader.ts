@@ -43,7 +43,6 @@ export type TenantReader = {
   end(): Promise<void>;
 };
 
-
 /** Tenant ids are uuids: anything else is refused before it reaches PostgreSQL, with a clear error. */
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -64,12 +63,23 @@ type NamedStatements = { readonly parsedStatements: Record<string, string>; read
  * ParseComplete; sending the statement's Parse first makes that mark exact, whatever fails later
  * in the batch (a prepared statement outlives its transaction).
  */
-function scopedRows(client: pg.PoolClient, tenantId: string, text: string, values: readonly unknown[], name: string | undefined): Promise<Record<string, unknown>[]> {
+function scopedRows(
+  client: pg.PoolClient,
+  tenantId: string,
+  text: string,
+  values: readonly unknown[],
+  name: string | undefined,
+): Promise<Record<string, unknown>[]> {
   if (!UUID.test(tenantId)) return Promise.reject(new Error(`tenant reader: tenant id is not a uuid: ${JSON.stringify(tenantId)}`));
   return new Promise((resolve, reject) => {
     // `extended` even without values: a simple-protocol Query message may not follow the
     // setting's unsynced messages.
-    const config: pg.QueryConfig & { readonly queryMode: 'extended' } = { text, values: [...values], queryMode: 'extended', ...(name === undefined ? {} : { name }) };
+    const config: pg.QueryConfig & { readonly queryMode: 'extended' } = {
+      text,
+      values: [...values],
+      queryMode: 'extended',
+      ...(name === undefined ? {} : { name }),
+    };
     const query = new pg.Query(config, (error: Error | undefined, result: pg.ResultBuilder | pg.ResultBuilder[]) => {
       if (error) return reject(error);
       // Two results (the setting's, the statement's): the rows are the statement's.

@@ -19,7 +19,12 @@ export function parsePostgresTimestamp(text: string, options: { readonly assumeU
   if (sign === undefined && !options.assumeUtc) throw new Error(`timestamptz without an offset: ${JSON.stringify(text)}`);
   const millis = fraction ? fraction.slice(0, 3).padEnd(3, '0') : '000';
   // The common case (a UTC session, years 1000–9999): the text already holds the ISO fields.
-  if (!bc && y.length === 4 && y[0] !== '0' && (sign === undefined || (Number(oh) === 0 && Number(om ?? 0) === 0 && Number(os ?? 0) === 0))) {
+  if (
+    !bc &&
+    y.length === 4 &&
+    y[0] !== '0' &&
+    (sign === undefined || (Number(oh) === 0 && Number(om ?? 0) === 0 && Number(os ?? 0) === 0))
+  ) {
     return `${y}-${mo}-${d}T${h}:${mi}:${s}.${millis}Z`;
   }
   // 1 BC is year 0 in ISO 8601 (astronomical numbering).

@@ -69,7 +69,11 @@ export function toStreamState(expected: ExpectedRevision): AppendStreamState {
 }
 
 /** ESDB's WrongExpectedVersionError as ours (same HTTP meaning: 409 / 412 upstream). */
-export function toWrongExpectedRevision(error: WrongExpectedVersionError, streamId: string, expected: ExpectedRevision): WrongExpectedRevisionError {
+export function toWrongExpectedRevision(
+  error: WrongExpectedVersionError,
+  streamId: string,
+  expected: ExpectedRevision,
+): WrongExpectedRevisionError {
   const actual = error.actualState;
   // Deleted (-5) / tombstoned (-6) streams and an unknown state read as "no stream" to callers.
   const revision = typeof actual === 'bigint' && actual >= 0n ? Number(actual) : 'no_stream';
@@ -100,9 +104,10 @@ function toRecorded(event: EsdbRecorded): RecordedEvent | undefined {
     revision: Number(event.revision),
     type: event.type,
     data: event.isJson ? event.data : Buffer.from(event.data).toString('base64'),
-    metadata: metadata && typeof metadata === 'object' && !(metadata instanceof Uint8Array) && !Array.isArray(metadata)
-      ? (metadata as EventMetadata)
-      : {},
+    metadata:
+      metadata && typeof metadata === 'object' && !(metadata instanceof Uint8Array) && !Array.isArray(metadata)
+        ? (metadata as EventMetadata)
+        : {},
     position: { commit: event.position.commit, prepare: event.position.prepare },
     recordedAt: event.created.toISOString(),
   };
@@ -151,7 +156,11 @@ export function createEventStoreDbEventStore(client: KurrentDBClient, options: E
   async function readStream(streamId: string, { fromRevision = 0, maxCount = 1_000_000 } = {}): Promise<RecordedEvent[]> {
     const events: RecordedEvent[] = [];
     try {
-      for await (const resolved of client.readStream(streamId, { fromRevision: BigInt(fromRevision), maxCount: BigInt(maxCount), direction: FORWARDS })) {
+      for await (const resolved of client.readStream(streamId, {
+        fromRevision: BigInt(fromRevision),
+        maxCount: BigInt(maxCount),
+        direction: FORWARDS,
+      })) {
         const recorded = resolved.event && toRecorded(resolved.event);
         if (recorded) events.push(recorded);
       }
@@ -184,14 +193,17 @@ export function createEventStoreDbEventStore(client: KurrentDBClient, options: E
   async function readAll(opts: ReadAllOptions = {}): Promise<ReadAllPage> {
     const after = opts.after ?? START;
     const maxCount = opts.maxCount ?? 1_000;
-    const filter: Filter = opts.eventTypes
-      ? eventTypeFilter({ regex: eventTypesRegex(opts.eventTypes) })
-      : excludeSystemEvents();
+    const filter: Filter = opts.eventTypes ? eventTypeFilter({ regex: eventTypesRegex(opts.eventTypes) }) : excludeSystemEvents();
     // Taken before the read: every event up to it is readable now, so a short read saw them all.
     const head = await headPosition();
     const events: RecordedEvent[] = [];
     // One more than asked: the event at exactly `after` comes back first (inclusive read).
-    for await (const resolved of client.readAll({ fromPosition: toReadPosition(after), maxCount: maxCount + 1, filter, direction: FORWARDS })) {
+    for await (const resolved of client.readAll({
+      fromPosition: toReadPosition(after),
+      maxCount: maxCount + 1,
+      filter,
+      direction: FORWARDS,
+    })) {
       const recorded = resolved.event && toRecorded(resolved.event);
       if (!recorded || comparePositions(recorded.position, after) <= 0) continue;
       events.push(recorded);
@@ -235,7 +247,11 @@ export function createEventStoreDbEventStore(client: KurrentDBClient, options: E
       assertAppendManyRequests(requests);
       try {
         const result = await client.multiStreamAppend(
-          requests.map((r) => ({ streamName: r.streamId, events: r.events.map(toMultiAppendEventData), expectedState: toStreamState(r.expectedRevision ?? 'any') })),
+          requests.map((r) => ({
+            streamName: r.streamId,
+            events: r.events.map(toMultiAppendEventData),
+            expectedState: toStreamState(r.expectedRevision ?? 'any'),
+          })),
         );
         const revisions = new Map(result.responses.map((r) => [r.streamName, Number(r.revision)]));
         return await Promise.all(

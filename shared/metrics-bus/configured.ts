@@ -27,7 +27,10 @@ export async function createConfiguredUsageBus(
 ): Promise<UsageBus> {
   if (config.KAFKA_BROKERS) {
     // kafkajs is loaded only when Kafka is configured: the embedded default never pays for it.
-    const [{ createKafkaPublisher }, { createKafkaSource }] = await Promise.all([import('./kafkaPublisher.ts'), import('./kafkaSource.ts')]);
+    const [{ createKafkaPublisher }, { createKafkaSource }] = await Promise.all([
+      import('./kafkaPublisher.ts'),
+      import('./kafkaSource.ts'),
+    ]);
     return {
       transport: 'kafka',
       publisher: createKafkaPublisher({
@@ -51,5 +54,11 @@ export async function createConfiguredUsageBus(
     );
     return { transport: 'none', ...createDiscardingBus({ registry: options.registry }) };
   }
-  return { transport: 'in-process', ...createInProcessBus({ registry: options.registry, ...(options.logger ? { onError: (err: unknown) => options.logger?.error({ err }, 'kpi rollup failed; retrying') } : {}) }) };
+  return {
+    transport: 'in-process',
+    ...createInProcessBus({
+      registry: options.registry,
+      ...(options.logger ? { onError: (err: unknown) => options.logger?.error({ err }, 'kpi rollup failed; retrying') } : {}),
+    }),
+  };
 }

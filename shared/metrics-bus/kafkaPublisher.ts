@@ -95,7 +95,8 @@ export function createKafkaPublisher(options: KafkaPublisherOptions): UsageSampl
       metrics?.published.inc(samples.length);
     } catch (error) {
       failures++;
-      if (failures === 1 || failures % 50 === 0) logger.warn({ err: error, buffered: buffer.size }, 'usage samples: Kafka send failed; buffering');
+      if (failures === 1 || failures % 50 === 0)
+        logger.warn({ err: error, buffered: buffer.size }, 'usage samples: Kafka send failed; buffering');
       inFlight = 0;
       countDropped(buffer.requeue(samples));
       const old = producer;

@@ -41,7 +41,11 @@ function unavailableIfUnreachable(error: unknown): unknown {
     return error;
   }
   if (!UNREACHABLE.some((type) => error instanceof type)) return error;
-  const unavailable = new ServiceUnavailableError('Usage metrics are unavailable: the metrics bus cannot be reached; retry shortly', {}, { 'retry-after': '5' });
+  const unavailable = new ServiceUnavailableError(
+    'Usage metrics are unavailable: the metrics bus cannot be reached; retry shortly',
+    {},
+    { 'retry-after': '5' },
+  );
   unavailable.cause = error;
   return unavailable;
 }

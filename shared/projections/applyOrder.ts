@@ -32,10 +32,17 @@ export type LateApply = { readonly after: GlobalPosition; readonly ordinal: bigi
 
 /** Every recorded late apply of the projection, by event id. */
 export async function readLateApplies(db: Queryable, name: string): Promise<Map<string, LateApply>> {
-  const rows = await db.any(sql.type(z.object({ event_id: z.string(), after_commit: z.string(), after_prepare: z.string(), ordinal: z.string() }))`
+  const rows = await db.any(sql.type(
+    z.object({ event_id: z.string(), after_commit: z.string(), after_prepare: z.string(), ordinal: z.string() }),
+  )`
     select event_id, after_commit::text, after_prepare::text, ordinal::text from projection_late_applies where projection = ${name}
   `);
-  return new Map(rows.map((r) => [r.event_id, { after: { commit: BigInt(r.after_commit), prepare: BigInt(r.after_prepare) }, ordinal: BigInt(r.ordinal) }]));
+  return new Map(
+    rows.map((r) => [
+      r.event_id,
+      { after: { commit: BigInt(r.after_commit), prepare: BigInt(r.after_prepare) }, ordinal: BigInt(r.ordinal) },
+    ]),
+  );
 }
 
 /** Where a held event goes: a recorded late apply, or (`null`: parked in the live model) the very end. */

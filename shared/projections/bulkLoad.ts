@@ -72,7 +72,9 @@ export async function bulkLoad(
 ): Promise<void> {
   if (!connectionUrl) {
     await connection.transaction(async (tx) => {
-      await tx.query(sql.type(z.object({}))`select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
+      await tx.query(sql.type(
+        z.object({}),
+      )`select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
         set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)`);
       for (const { table, rows, afterLoad } of tables) {
         const columns = sql.join(

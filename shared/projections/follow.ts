@@ -125,9 +125,17 @@ export function runProjection<T extends string>(
   // The usual page (no isolation, no parked stream in sight) goes through the pipeline: the
   // same statements in the same transaction, in two socket writes (pagePipeline.ts).
   const pageUrl = connectionUrlOf(pool);
-  const pipeline = pageUrl ? createPagePipeline(pageUrl, { applicationName: `employee-analytics-projector-${projection.name}` }) : undefined;
+  const pipeline = pageUrl
+    ? createPagePipeline(pageUrl, { applicationName: `employee-analytics-projector-${projection.name}` })
+    : undefined;
 
-  const commitPage = async (events: readonly RecordedEvent[], expected: GlobalPosition, to: GlobalPosition, isolate: boolean, mayHaveParked: boolean) => {
+  const commitPage = async (
+    events: readonly RecordedEvent[],
+    expected: GlobalPosition,
+    to: GlobalPosition,
+    isolate: boolean,
+    mayHaveParked: boolean,
+  ) => {
     if (pipeline && !isolate && !mayHaveParked) {
       const moved = await pipeline.page(compareAndSet(events, expected, to), async (tx) => {
         if (events.length > 0) await projection.handle(tx, events, live);
@@ -145,7 +153,9 @@ export function runProjection<T extends string>(
         // A stream with a parked event has its later events parked behind it (never out of order).
         const first = events[0];
         const blocked =
-          mayHaveParked && first ? await parkedStreams(tx, projection, [...new Set(events.map((e) => e.streamId))], first.position) : new Map<string, string>();
+          mayHaveParked && first
+            ? await parkedStreams(tx, projection, [...new Set(events.map((e) => e.streamId))], first.position)
+            : new Map<string, string>();
         outcome = await applyWithParking(tx, projection, events, live, { isolate, blocked, policy });
       }
       const skipped = events.length - outcome.applied;

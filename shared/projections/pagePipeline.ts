@@ -68,7 +68,10 @@ const RETRIES_IN_PLACE = 5;
 /** Each statement's text and name as pages send it (one set per process, the same names on every connection). */
 const statementOf = pgStatements('projector_page');
 
-export function createPagePipeline(url: string, options: { readonly applicationName?: string; readonly statementTimeoutMs?: number } = {}): PagePipeline {
+export function createPagePipeline(
+  url: string,
+  options: { readonly applicationName?: string; readonly statementTimeoutMs?: number } = {},
+): PagePipeline {
   const plain = createPlainConnection(url, {
     applicationName: options.applicationName ?? 'employee-analytics-projector',
     ...(options.statementTimeoutMs !== undefined && { statementTimeoutMs: options.statementTimeoutMs }),
@@ -87,7 +90,12 @@ export function createPagePipeline(url: string, options: { readonly applicationN
     let failure: { readonly error: unknown } | undefined;
     let sound = true;
     const send = ({ text, name }: { readonly text: string; readonly name?: string | undefined }, values: readonly unknown[] = []): Sent => {
-      const config: pg.QueryConfig & { readonly queryMode: 'extended' } = { text, values: [...values], queryMode: 'extended', ...(name !== undefined && { name }) };
+      const config: pg.QueryConfig & { readonly queryMode: 'extended' } = {
+        text,
+        values: [...values],
+        queryMode: 'extended',
+        ...(name !== undefined && { name }),
+      };
       const sent = connection.query<Record<string, unknown>>(config);
       sent.catch((error: unknown) => {
         failure ??= { error };
@@ -97,7 +105,14 @@ export function createPagePipeline(url: string, options: { readonly applicationN
     };
     const tx = pageQueryable(async (query) => {
       const result = await send(statementOf(query), query.values);
-      return { rows: validatedRows(query, result.rows, 'page pipeline'), rowCount: result.rowCount ?? 0, command: result.command, fields: [], notices: [], type: 'QueryResult' };
+      return {
+        rows: validatedRows(query, result.rows, 'page pipeline'),
+        rowCount: result.rowCount ?? 0,
+        command: result.command,
+        fields: [],
+        notices: [],
+        type: 'QueryResult',
+      };
     });
 
     // BEGIN, the compare-and-set and what the handler sends before it first waits: one write.

@@ -31,7 +31,9 @@ export const replayLockKey = (name: string): string => `projection-replay:${name
  */
 export class RebuildRaceError extends Error {
   constructor(name: string, eventIds: readonly string[]) {
-    super(`projection ${name}: the live projector parked ${eventIds.length} event(s) this rebuild had already applied in place (${eventIds.slice(0, 5).join(', ')}); nothing was swapped, build again`);
+    super(
+      `projection ${name}: the live projector parked ${eventIds.length} event(s) this rebuild had already applied in place (${eventIds.slice(0, 5).join(', ')}); nothing was swapped, build again`,
+    );
     this.name = 'RebuildRaceError';
   }
 }
@@ -177,7 +179,10 @@ export async function hasParkedEvents(db: Queryable, projection: Pick<Projection
  * The events parked (not yet retried or resolved) in the projection's live version, of the
  * types `projection` reads: id → log position. (A build never meets the other types.)
  */
-export async function liveParkedEvents(db: Queryable, projection: Pick<Projection, 'name' | 'eventTypes'>): Promise<Map<string, GlobalPosition>> {
+export async function liveParkedEvents(
+  db: Queryable,
+  projection: Pick<Projection, 'name' | 'eventTypes'>,
+): Promise<Map<string, GlobalPosition>> {
   const rows = await db.any(sql.type(z.object({ event_id: z.string(), commit_position: z.string(), prepare_position: z.string() }))`
     select p.event_id, p.commit_position::text, p.prepare_position::text from projection_parked_events p
     join projection_checkpoints c on c.name = p.projection and c.version = p.version
@@ -201,7 +206,11 @@ export async function countParkedEvents(db: Queryable): Promise<Map<string, numb
 }
 
 /** The parked events of a projection's live version, in log order. */
-export async function listParkedEvents(db: Queryable, name: string, options: { status?: ParkedStatus; limit?: number } = {}): Promise<ParkedEvent[]> {
+export async function listParkedEvents(
+  db: Queryable,
+  name: string,
+  options: { status?: ParkedStatus; limit?: number } = {},
+): Promise<ParkedEvent[]> {
   const rows = await db.any(sql.type(parkedRow)`
     select ${parkedColumns} from projection_parked_events p
     where projection = ${name} and version = (select version from projection_checkpoints where name = ${name})

@@ -71,7 +71,12 @@ export async function buildAndSwap<T extends string>(
   // take a page's outcome once its transaction has committed.
   let blocked = new Map<string, string>();
   const parkedIds = new Set<string>();
-  const applyParking = async (tx: DatabaseTransactionConnection, events: readonly RecordedEvent[], isolate: boolean, maxAttempts = policy.maxAttempts) => {
+  const applyParking = async (
+    tx: DatabaseTransactionConnection,
+    events: readonly RecordedEvent[],
+    isolate: boolean,
+    maxAttempts = policy.maxAttempts,
+  ) => {
     const pageBlocked = new Map(blocked);
     const parked: { event: RecordedEvent; error: string }[] = [];
     const outcome = await applyWithParking(tx, projection, events, shadow, {
@@ -218,7 +223,10 @@ export async function buildAndSwap<T extends string>(
       // once each (they failed live already) since the live projector waits meanwhile, and
       // recorded as applied after the swap's position.
       const last = order.rest();
-      for (const [events, attempts] of [[last.late, policy.maxAttempts], [last.parked, 1]] as const) {
+      for (const [events, attempts] of [
+        [last.late, policy.maxAttempts],
+        [last.parked, 1],
+      ] as const) {
         if (events.length === 0) continue;
         const result = await applyParking(tx, events, true, attempts);
         blocked = result.blocked;

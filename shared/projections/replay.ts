@@ -2,7 +2,14 @@ import { AsyncResource } from 'node:async_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
-import { START, comparePositions, type EventStore, type GlobalPosition, type ReadAllPage, type RecordedEvent } from '../event-store/port.ts';
+import {
+  START,
+  comparePositions,
+  type EventStore,
+  type GlobalPosition,
+  type ReadAllPage,
+  type RecordedEvent,
+} from '../event-store/port.ts';
 import { readCheckpoint } from './checkpoints.ts';
 import type { IsolationPolicy } from './isolation.ts';
 import { replayLockKey } from './parking.ts';
@@ -63,7 +70,9 @@ export async function replayProjection<T extends string>(
     const lockKey = replayLockKey(projection.name);
     // Polled, not waited for inside pg_advisory_lock: behind another copy's build (a version bump
     // on several projectors) that wait would outlast the pool's statement timeout.
-    while (!(await connection.oneFirst(sql.type(z.object({ locked: z.boolean() }))`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) {
+    while (
+      !(await connection.oneFirst(sql.type(z.object({ locked: z.boolean() }))`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))
+    ) {
       if (options.signal?.aborted) throw new Error('replay aborted');
       await sleep(REPLAY_LOCK_POLL_MS, undefined, { signal: options.signal }).catch(() => undefined);
     }
@@ -72,7 +81,10 @@ export async function replayProjection<T extends string>(
       if (!options.allowDowngrade) assertNotSuperseded(stored, projection);
       if (options.onlyIfOutdated && stored?.version === projection.version) return { processed: 0, parked: 0, position: stored.position };
       await dropAbandonedShadows(connection, projection);
-      return await buildAndSwap(connection, { readPage, readHead, readBulk }, projection, { ...options, connectionUrl: connectionUrlOf(pool) });
+      return await buildAndSwap(connection, { readPage, readHead, readBulk }, projection, {
+        ...options,
+        connectionUrl: connectionUrlOf(pool),
+      });
     } finally {
       await connection.query(sql.type(z.object({}))`select pg_advisory_unlock(hashtext(${lockKey}))`);
     }

@@ -20,15 +20,15 @@ export function tableStatements<T extends string>(projection: Projection<T>, phy
   });
 }
 
-export async function runStatements(tx: Pick<DatabaseTransactionConnection, 'query'>, statements: readonly FragmentSqlToken[]): Promise<void> {
+export async function runStatements(
+  tx: Pick<DatabaseTransactionConnection, 'query'>,
+  statements: readonly FragmentSqlToken[],
+): Promise<void> {
   for (const statement of statements) await tx.query(sql.type(z.object({}))`${statement}`);
 }
 
 /** Shadow tables a killed replay left behind; safe to drop only under the replay lock. */
-export async function dropAbandonedShadows(
-  connection: Pick<DatabasePool, 'any' | 'query'>,
-  projection: Projection<string>,
-): Promise<void> {
+export async function dropAbandonedShadows(connection: Pick<DatabasePool, 'any' | 'query'>, projection: Projection<string>): Promise<void> {
   for (const logical of Object.keys(projection.tables)) {
     const stale = await connection.any(sql.type(z.object({ name: z.string() }))`
       select tablename as name from pg_tables

@@ -10,7 +10,9 @@ export class ProjectionSupersededError extends Error {
   readonly storedVersion: number;
   readonly codeVersion: number;
   constructor(projection: string, storedVersion: number, codeVersion: number) {
-    super(`projection ${projection} is built at version ${storedVersion}, newer than this code's version ${codeVersion}: not rebuilding it`);
+    super(
+      `projection ${projection} is built at version ${storedVersion}, newer than this code's version ${codeVersion}: not rebuilding it`,
+    );
     this.name = 'ProjectionSupersededError';
     this.projection = projection;
     this.storedVersion = storedVersion;
@@ -19,7 +21,10 @@ export class ProjectionSupersededError extends Error {
 }
 
 /** The version guard: never replace a model built by a newer version with an older one. */
-export function assertNotSuperseded(checkpoint: Pick<Checkpoint, 'version'> | null, projection: Pick<Projection, 'name' | 'version'>): void {
+export function assertNotSuperseded(
+  checkpoint: Pick<Checkpoint, 'version'> | null,
+  projection: Pick<Projection, 'name' | 'version'>,
+): void {
   if (checkpoint && checkpoint.version > projection.version) {
     throw new ProjectionSupersededError(projection.name, checkpoint.version, projection.version);
   }

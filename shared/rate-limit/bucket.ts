@@ -23,7 +23,10 @@ export function refill(state: BucketState | undefined, policy: BucketPolicy, now
   // A smaller policy (plan downgrade) caps what is held; a clock that steps back refills nothing.
   const units = Math.min(state.units, capacity);
   const elapsed = Math.max(0, nowUs - state.atUs);
-  return { units: elapsed * policy.perMinute >= capacity - units ? capacity : units + elapsed * policy.perMinute, atUs: Math.max(state.atUs, nowUs) };
+  return {
+    units: elapsed * policy.perMinute >= capacity - units ? capacity : units + elapsed * policy.perMinute,
+    atUs: Math.max(state.atUs, nowUs),
+  };
 }
 
 /** One request against a bucket holding `units` (already refilled): takes a token if there is one. */

@@ -23,8 +23,7 @@ export type RateLimiterOptions = {
   readonly logger: Pick<Logger, 'warn' | 'info'>;
 };
 
-const metric = <T>(registry: Registry, name: string, create: () => T): T =>
-  (registry.getSingleMetric(name) as T | undefined) ?? create();
+const metric = <T>(registry: Registry, name: string, create: () => T): T => (registry.getSingleMetric(name) as T | undefined) ?? create();
 
 /**
  * The store plus what to do when it fails. An outage is one incident: it is logged when it
@@ -33,22 +32,37 @@ const metric = <T>(registry: Registry, name: string, create: () => T): T =>
  */
 export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
   const { store, failOpen, registry, logger } = options;
-  const incidents = metric(registry, 'rate_limit_store_incidents_total', () =>
-    new Counter({ name: 'rate_limit_store_incidents_total', help: 'Times the rate-limit store became unreachable', registers: [registry] }),
+  const incidents = metric(
+    registry,
+    'rate_limit_store_incidents_total',
+    () =>
+      new Counter({
+        name: 'rate_limit_store_incidents_total',
+        help: 'Times the rate-limit store became unreachable',
+        registers: [registry],
+      }),
   );
-  const unguarded = metric(registry, 'rate_limit_store_unavailable_requests_total', () =>
-    new Counter({
-      name: 'rate_limit_store_unavailable_requests_total',
-      help: 'Requests decided without the rate-limit store, by outcome (fail open: allowed, fail closed: refused)',
-      labelNames: ['outcome'] as const,
-      registers: [registry],
-    }),
+  const unguarded = metric(
+    registry,
+    'rate_limit_store_unavailable_requests_total',
+    () =>
+      new Counter({
+        name: 'rate_limit_store_unavailable_requests_total',
+        help: 'Requests decided without the rate-limit store, by outcome (fail open: allowed, fail closed: refused)',
+        labelNames: ['outcome'] as const,
+        registers: [registry],
+      }),
   );
-  const up = metric(registry, 'rate_limit_store_up', () =>
-    new Gauge({ name: 'rate_limit_store_up', help: '1 while the rate-limit store answers, 0 during an incident', registers: [registry] }),
+  const up = metric(
+    registry,
+    'rate_limit_store_up',
+    () =>
+      new Gauge({ name: 'rate_limit_store_up', help: '1 while the rate-limit store answers, 0 during an incident', registers: [registry] }),
   );
-  const refused = metric(registry, 'rate_limit_refused_total', () =>
-    new Counter({ name: 'rate_limit_refused_total', help: 'Requests refused with 429 by the rate limiter', registers: [registry] }),
+  const refused = metric(
+    registry,
+    'rate_limit_refused_total',
+    () => new Counter({ name: 'rate_limit_refused_total', help: 'Requests refused with 429 by the rate limiter', registers: [registry] }),
   );
   up.set(1);
 

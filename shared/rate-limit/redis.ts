@@ -186,7 +186,8 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
   // it is never longer than Redis's own; a different policy (plan change) goes to Redis.
   const refusals = new Map<string, { readonly policy: BucketPolicy; readonly sentAt: number; readonly decision: BucketDecision }>();
   const forgetPassed = (now: number) => {
-    for (const [key, refusal] of refusals) if (now - refusal.sentAt >= refusalHoldMs(refusal.policy, refusal.decision)) refusals.delete(key);
+    for (const [key, refusal] of refusals)
+      if (now - refusal.sentAt >= refusalHoldMs(refusal.policy, refusal.decision)) refusals.delete(key);
   };
 
   // Requests leave in batches, one script call at a time, as in group commit: a request that
@@ -204,7 +205,13 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
     resolve(decision: BucketDecision): void;
     reject(error: unknown): void;
   };
-  type Entry = { readonly key: string; readonly policy: BucketPolicy; readonly requests: Pending[]; readonly giveBack: number; lease: number };
+  type Entry = {
+    readonly key: string;
+    readonly policy: BucketPolicy;
+    readonly requests: Pending[];
+    readonly giveBack: number;
+    lease: number;
+  };
   const pending: Pending[] = [];
   let inFlight = false;
   const enqueue = (request: Pending) => {
@@ -337,7 +344,14 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
       pending.push(...queued.filter((request) => request.giveBack !== undefined));
       for (const request of [...batch, ...queued]) request.reject(error); // no-op for those already settled and for give-backs
     };
-    run(entries.map(({ key, policy, requests, giveBack: returned, lease }) => ({ key, policy, count: returned > 0 ? -returned : requests.length, lease })))
+    run(
+      entries.map(({ key, policy, requests, giveBack: returned, lease }) => ({
+        key,
+        policy,
+        count: returned > 0 ? -returned : requests.length,
+        lease,
+      })),
+    )
       .then((held) => settle(entries, sentAt, held))
       .catch(fail)
       .finally(() => {
@@ -354,7 +368,12 @@ export async function createRedisRateLimitStore(options: RedisRateLimitStoreOpti
       if (refusal) {
         const elapsed = now - refusal.sentAt;
         if (samePolicy(refusal.policy, policy) && elapsed < refusalHoldMs(policy, refusal.decision)) {
-          return Promise.resolve({ allowed: false, remaining: 0, waitMs: refusal.decision.waitMs - elapsed, resetMs: refusal.decision.resetMs - elapsed });
+          return Promise.resolve({
+            allowed: false,
+            remaining: 0,
+            waitMs: refusal.decision.waitMs - elapsed,
+            resetMs: refusal.decision.resetMs - elapsed,
+          });
         }
         refusals.delete(key);
       }

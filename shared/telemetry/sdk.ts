@@ -20,7 +20,9 @@ export function startTracing(options: { serviceName?: string; exporter?: SpanExp
   if (already) return already;
   const exporter = options.exporter ?? new OTLPTraceExporter();
   const provider = new NodeTracerProvider({
-    resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: process.env.OTEL_SERVICE_NAME ?? options.serviceName ?? 'employee-analytics-service' }),
+    resource: resourceFromAttributes({
+      [ATTR_SERVICE_NAME]: process.env.OTEL_SERVICE_NAME ?? options.serviceName ?? 'employee-analytics-service',
+    }),
     // A test's in-memory exporter wants every span at once; production batches.
     spanProcessors: [options.exporter ? new SimpleSpanProcessor(exporter) : new BatchSpanProcessor(exporter)],
   });
@@ -29,7 +31,11 @@ export function startTracing(options: { serviceName?: string; exporter?: SpanExp
   fastify.setTracerProvider(provider);
   registerInstrumentations({
     tracerProvider: provider,
-    instrumentations: [new PgInstrumentation({ requireParentSpan: true }), new IORedisInstrumentation({ requireParentSpan: true }), new KafkaJsInstrumentation()],
+    instrumentations: [
+      new PgInstrumentation({ requireParentSpan: true }),
+      new IORedisInstrumentation({ requireParentSpan: true }),
+      new KafkaJsInstrumentation(),
+    ],
   });
   const tracing: Tracing = {
     fastifyPlugin: fastify.plugin(),

@@ -55,7 +55,10 @@ async function ended<T>(span: Span, work: () => Promise<T>): Promise<T> {
   }
 }
 
-const eventAttributes = (events: readonly NewEvent[]) => ({ 'eas.events.count': events.length, 'eas.events.types': [...new Set(events.map((e) => e.type))] });
+const eventAttributes = (events: readonly NewEvent[]) => ({
+  'eas.events.count': events.length,
+  'eas.events.types': [...new Set(events.map((e) => e.type))],
+});
 
 /** The store, with a span per append and the caller's trace context stamped on each event. */
 export function traceEventStore(store: EventStore, tracer: Tracer = trace.getTracer(TRACER_NAME)): EventStore {

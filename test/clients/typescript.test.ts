@@ -33,7 +33,9 @@ describe('when an integrator uses the typed client against a running service', (
     const eas = createEasClient({ baseUrl, tenant: tenant.slug, onSession: (s) => sessions.push(s?.accessToken ?? null) });
     await eas.login(user.email, user.password);
 
-    const created = await eas.api.POST('/v1/employees', { body: { email: 'ada@example.test', firstName: 'Ada', lastName: 'Lovelace', department: 'eng' } });
+    const created = await eas.api.POST('/v1/employees', {
+      body: { email: 'ada@example.test', firstName: 'Ada', lastName: 'Lovelace', department: 'eng' },
+    });
     expect(created.response.status).toBe(201);
     const id = created.data?.id;
     if (!id) throw new Error(`no id in ${JSON.stringify(created.error)}`);

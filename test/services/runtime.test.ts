@@ -17,12 +17,26 @@ describe('runtime readiness', () => {
 
   const check = async (runtime: Runtime) =>
     Object.fromEntries(
-      await Promise.all(runtime.readiness.map(async (r) => [r.name, await r.check().then(() => 'up', () => 'down')] as const)),
+      await Promise.all(
+        runtime.readiness.map(
+          async (r) =>
+            [
+              r.name,
+              await r.check().then(
+                () => 'up',
+                () => 'down',
+              ),
+            ] as const,
+        ),
+      ),
     );
 
   describe('when every configured dependency answers', () => {
     it('checks each of them', async () => {
-      const runtime = await createRuntime(loadConfig({ DATABASE_URL: db.url, REDIS_URL: process.env.REDIS_URL, LOG_LEVEL: 'silent' }), logger);
+      const runtime = await createRuntime(
+        loadConfig({ DATABASE_URL: db.url, REDIS_URL: process.env.REDIS_URL, LOG_LEVEL: 'silent' }),
+        logger,
+      );
       try {
         expect(await check(runtime)).toEqual({ postgres: 'up', projections: 'up', redis: 'up' });
       } finally {
@@ -33,7 +47,10 @@ describe('runtime readiness', () => {
 
   describe('when Redis is configured but unreachable', () => {
     it('reports it down at once instead of waiting', async () => {
-      const runtime = await createRuntime(loadConfig({ DATABASE_URL: db.url, REDIS_URL: 'redis://127.0.0.1:1', LOG_LEVEL: 'silent' }), logger);
+      const runtime = await createRuntime(
+        loadConfig({ DATABASE_URL: db.url, REDIS_URL: 'redis://127.0.0.1:1', LOG_LEVEL: 'silent' }),
+        logger,
+      );
       try {
         const started = Date.now();
         expect(await check(runtime)).toEqual({ postgres: 'up', projections: 'up', redis: 'down' });

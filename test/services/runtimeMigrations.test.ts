@@ -10,7 +10,7 @@ import { createTestDatabase, sqlAt, type TestDatabase } from '../support/databas
  */
 const logger = pino({ level: 'silent' });
 
-describe('when an applied migration\'s file changed', () => {
+describe("when an applied migration's file changed", () => {
   let db: TestDatabase;
   beforeAll(async () => {
     db = await createTestDatabase();

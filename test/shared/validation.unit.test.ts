@@ -21,11 +21,17 @@ describe('safeText', () => {
     fc.assert(
       // Full code-point range, plus strings built from the interesting pieces so NUL and
       // unpaired halves come up often.
-      fc.property(fc.oneof(fc.string({ unit: 'binary', maxLength: 30 }), fc.array(fc.constantFrom('\u0000', '\uD83D', '\uDE00', '😀', 'a', ' '), { maxLength: 25 }).map((parts) => parts.join(''))), (s) => {
-        const expected = !hasNul(s) && !hasLoneSurrogate(s) && s.length <= 20;
-        expect(schema.safeParse(s).success).toBe(expected);
-        expect(isStorableText(s)).toBe(!hasNul(s) && !hasLoneSurrogate(s));
-      }),
+      fc.property(
+        fc.oneof(
+          fc.string({ unit: 'binary', maxLength: 30 }),
+          fc.array(fc.constantFrom('\u0000', '\uD83D', '\uDE00', '😀', 'a', ' '), { maxLength: 25 }).map((parts) => parts.join('')),
+        ),
+        (s) => {
+          const expected = !hasNul(s) && !hasLoneSurrogate(s) && s.length <= 20;
+          expect(schema.safeParse(s).success).toBe(expected);
+          expect(isStorableText(s)).toBe(!hasNul(s) && !hasLoneSurrogate(s));
+        },
+      ),
       { seed: 9, numRuns: 2_000 },
     );
   });
@@ -40,7 +46,8 @@ describe('safeText', () => {
 describe('printableText', () => {
   it('accepts provider ids and refuses control characters', () => {
     expect(printableText(255).safeParse('evt_1NG8Du2eZvKYlo2CKhYsGfmN').success).toBe(true);
-    for (const bad of ['', 'a\u0007b', 'a\u007f', 'a\u0085', 'x'.repeat(256), 'a\u0000']) expect(printableText(255).safeParse(bad).success).toBe(false);
+    for (const bad of ['', 'a\u0007b', 'a\u007f', 'a\u0085', 'x'.repeat(256), 'a\u0000'])
+      expect(printableText(255).safeParse(bad).success).toBe(false);
   });
 });
 
@@ -50,23 +57,40 @@ describe('instant', () => {
     expect(schema.parse('1970-01-01T00:00:00Z')).toBe('1970-01-01T00:00:00.000Z');
     expect(schema.parse('9999-12-31T23:59:59.999Z')).toBe('9999-12-31T23:59:59.999Z');
     expect(schema.parse('1970-01-01T05:30:00+05:30')).toBe('1970-01-01T00:00:00.000Z');
-    for (const bad of ['1969-12-31T23:59:59.999Z', '9999-12-31T23:00:00-05:00', '0000-06-01T00:00:00Z', '1970-01-01T00:00:00+00:01', '2024-02-30T00:00:00Z', '2024-05-01T00:00:00', `2024-05-01T00:00:00.${'1'.repeat(40)}Z`]) {
+    for (const bad of [
+      '1969-12-31T23:59:59.999Z',
+      '9999-12-31T23:00:00-05:00',
+      '0000-06-01T00:00:00Z',
+      '1970-01-01T00:00:00+00:01',
+      '2024-02-30T00:00:00Z',
+      '2024-05-01T00:00:00',
+      `2024-05-01T00:00:00.${'1'.repeat(40)}Z`,
+    ]) {
       expect(schema.safeParse(bad).success, bad).toBe(false);
     }
   });
 
   it('answers every accepted instant as the same UTC millisecond, in range', () => {
     const schema = instant({ minYear: 1900 });
-    const offset = fc.oneof(fc.constant('Z'), fc.tuple(fc.constantFrom('+', '-'), fc.integer({ min: 0, max: 23 }), fc.integer({ min: 0, max: 59 })).map(([sign, h, m]) => `${sign}${String(h).padStart(2, '0')}:${String(m).padStart(2, '0')}`));
+    const offset = fc.oneof(
+      fc.constant('Z'),
+      fc
+        .tuple(fc.constantFrom('+', '-'), fc.integer({ min: 0, max: 23 }), fc.integer({ min: 0, max: 59 }))
+        .map(([sign, h, m]) => `${sign}${String(h).padStart(2, '0')}:${String(m).padStart(2, '0')}`),
+    );
     fc.assert(
-      fc.property(fc.date({ min: new Date('1899-12-30T00:00:00Z'), max: new Date('9999-12-31T23:59:59.999Z'), noInvalidDate: true }), offset, (date, off) => {
-        const text = `${date.toISOString().slice(0, 23)}${off}`;
-        const result = schema.safeParse(text);
-        const ms = Date.parse(text);
-        const year = new Date(ms).getUTCFullYear();
-        expect(result.success).toBe(year >= 1900 && year <= 9999);
-        if (result.success) expect(Date.parse(result.data)).toBe(ms);
-      }),
+      fc.property(
+        fc.date({ min: new Date('1899-12-30T00:00:00Z'), max: new Date('9999-12-31T23:59:59.999Z'), noInvalidDate: true }),
+        offset,
+        (date, off) => {
+          const text = `${date.toISOString().slice(0, 23)}${off}`;
+          const result = schema.safeParse(text);
+          const ms = Date.parse(text);
+          const year = new Date(ms).getUTCFullYear();
+          expect(result.success).toBe(year >= 1900 && year <= 9999);
+          if (result.success) expect(Date.parse(result.data)).toBe(ms);
+        },
+      ),
       { seed: 45, numRuns: 2_000 },
     );
   });
@@ -77,13 +101,15 @@ describe('dateOrInstant', () => {
     const schema = dateOrInstant({ minYear: 1900 });
     expect(schema.parse('1900-01-01')).toEqual({ at: '1900-01-01T00:00:00.000Z', dateOnly: true });
     expect(schema.parse('2024-05-01T09:00:00+02:00')).toEqual({ at: '2024-05-01T07:00:00.000Z', dateOnly: false });
-    for (const bad of ['1899-12-31', '2023-02-29', '0045-03-01', '10000-01-01', '2024-5-1', '']) expect(schema.safeParse(bad).success, bad).toBe(false);
+    for (const bad of ['1899-12-31', '2023-02-29', '0045-03-01', '10000-01-01', '2024-5-1', ''])
+      expect(schema.safeParse(bad).success, bad).toBe(false);
   });
 });
 
 describe('ifMatchHeader', () => {
   it('takes * and entity tags, refuses anything else', () => {
     for (const good of ['*', '"3"', 'W/"3"', '"1", "2"', ' "0" ']) expect(ifMatchHeader().safeParse(good).success, good).toBe(true);
-    for (const bad of ['3', '"3', 'W/3', '"a"b"', '"\u0000"', `"${'9'.repeat(300)}"`]) expect(ifMatchHeader().safeParse(bad).success, bad).toBe(false);
+    for (const bad of ['3', '"3', 'W/3', '"a"b"', '"\u0000"', `"${'9'.repeat(300)}"`])
+      expect(ifMatchHeader().safeParse(bad).success, bad).toBe(false);
   });
 });

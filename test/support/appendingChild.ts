@@ -20,7 +20,11 @@ const worker = async () => {
   for (;;) {
     const n = next++;
     await store.appendMany([
-      { streamId: `${runId}-reservation-${n}`, events: [{ id: randomUUID(), type: 'Reserved', data: { n } }], expectedRevision: 'no_stream' },
+      {
+        streamId: `${runId}-reservation-${n}`,
+        events: [{ id: randomUUID(), type: 'Reserved', data: { n } }],
+        expectedRevision: 'no_stream',
+      },
       { streamId: `${runId}-employee-${n}`, events: [{ id: randomUUID(), type: 'Hired', data: { n } }], expectedRevision: 'no_stream' },
     ]);
     process.stdout.write(`ack ${n}\n`);

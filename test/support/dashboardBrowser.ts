@@ -41,7 +41,9 @@ export type DashboardHarness = Awaited<ReturnType<typeof start>>;
 /** The gateway with the analytics routes and the page, the KPI projector, and chromium; `close` stops them all. */
 export async function startDashboardHarness(): Promise<DashboardHarness> {
   if (!existsSync(CHROMIUM)) {
-    throw new Error(`chromium not found at ${CHROMIUM}: install Debian's package (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`);
+    throw new Error(
+      `chromium not found at ${CHROMIUM}: install Debian's package (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`,
+    );
   }
   // What is started, stopped in reverse order by `close`, or at once if a later step fails.
   const stops: Array<() => Promise<unknown>> = [];
@@ -77,7 +79,12 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     readiness: [],
     registry: new Registry(),
     // As the gateway role wires it: the limiter first in the authenticated scope.
-    v1: authCapabilities(auth, rateLimited(limiter), analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }), billingRoutes({ store })),
+    v1: authCapabilities(
+      auth,
+      rateLimited(limiter),
+      analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }),
+      billingRoutes({ store }),
+    ),
     publicRoutes: [jwksRoutes(auth), dashboardRoutes],
   });
   stops.push(() => app.close());
@@ -108,23 +115,67 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
   async function seededTenant(now: number, plan: { plan?: Plan; rateLimitOverride?: RateLimitOverride } = {}): Promise<TestTenant> {
     const tenant = await provisionTenant(db.pool, plan);
     const events = [
-      { customerId: 'c1', type: 'subscription.started', amount: '100', interval: 'month', occurredAt: new Date(now - 10 * DAY).toISOString() },
-      { customerId: 'c2', type: 'subscription.started', amount: '1200', interval: 'year', occurredAt: new Date(now - 10 * DAY).toISOString() },
-      { customerId: 'c3', type: 'subscription.started', amount: '50', interval: 'month', occurredAt: new Date(now - 5 * DAY).toISOString() },
-      { customerId: 'c3', type: 'subscription.cancelled', amount: '50', interval: 'month', occurredAt: new Date(now - 2 * DAY).toISOString() },
+      {
+        customerId: 'c1',
+        type: 'subscription.started',
+        amount: '100',
+        interval: 'month',
+        occurredAt: new Date(now - 10 * DAY).toISOString(),
+      },
+      {
+        customerId: 'c2',
+        type: 'subscription.started',
+        amount: '1200',
+        interval: 'year',
+        occurredAt: new Date(now - 10 * DAY).toISOString(),
+      },
+      {
+        customerId: 'c3',
+        type: 'subscription.started',
+        amount: '50',
+        interval: 'month',
+        occurredAt: new Date(now - 5 * DAY).toISOString(),
+      },
+      {
+        customerId: 'c3',
+        type: 'subscription.cancelled',
+        amount: '50',
+        interval: 'month',
+        occurredAt: new Date(now - 2 * DAY).toISOString(),
+      },
     ].map((e) => ({ eventId: randomUUID(), currency: 'EUR', ...e }));
     const admin = await authHeaders(auth, tenant, 'admin');
     const ingest = await app.inject({ method: 'POST', url: '/v1/analytics/billing-events', headers: admin, payload: { events } });
     expect(ingest.statusCode).toBe(202);
-    const read = await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: { ...admin, 'x-min-position': ingest.json<{ position: string }>().position } });
+    const read = await app.inject({
+      method: 'GET',
+      url: '/v1/analytics/kpi',
+      headers: { ...admin, 'x-min-position': ingest.json<{ position: string }>().position },
+    });
     expect(read.statusCode).toBe(200);
     // 100 requests of 1 … 100 ms by u1 … u4 two hours ago; u5, u6 five days ago.
     const samples: UsageSample[] = [];
     for (let i = 1; i <= 100; i++) {
-      samples.push({ tenantId: tenant.tenantId, userId: `u${1 + (i % 4)}`, route: '/v1/employees', method: 'GET', status: 200, durationMs: i, timestamp: now - 2 * HOUR + i * 1_000 });
+      samples.push({
+        tenantId: tenant.tenantId,
+        userId: `u${1 + (i % 4)}`,
+        route: '/v1/employees',
+        method: 'GET',
+        status: 200,
+        durationMs: i,
+        timestamp: now - 2 * HOUR + i * 1_000,
+      });
     }
     for (const user of ['u5', 'u6']) {
-      samples.push({ tenantId: tenant.tenantId, userId: user, route: '/v1/employees', method: 'GET', status: 200, durationMs: 5, timestamp: now - 5 * DAY });
+      samples.push({
+        tenantId: tenant.tenantId,
+        userId: user,
+        route: '/v1/employees',
+        method: 'GET',
+        status: 200,
+        durationMs: 5,
+        timestamp: now - 5 * DAY,
+      });
     }
     await createUsageRollupSink(db.pool, { group: `g-${randomUUID()}` }).apply({ origin: null, samples });
     return tenant;
@@ -157,7 +208,8 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     const analytics = (url: string) => new URL(url).pathname.startsWith('/v1/analytics/');
     page.on('request', (request) => void (analytics(request.url()) && requests.push({ url: request.url(), at: Date.now() })));
     page.on('response', (response) => {
-      if (analytics(response.url())) answers.push({ url: response.url(), status: response.status(), at: Date.now(), retryAfter: response.headers()['retry-after'] });
+      if (analytics(response.url()))
+        answers.push({ url: response.url(), status: response.status(), at: Date.now(), retryAfter: response.headers()['retry-after'] });
     });
     page.on('pageerror', (error) => pageErrors.push(String(error)));
     await page.evaluateOnNewDocument(`document.addEventListener('DOMContentLoaded', () => {

@@ -33,7 +33,11 @@ export async function sqlAt<T extends pg.QueryResultRow>(databaseUrl: string, te
 
 /** Whether a statement whose text matches `like` (SQL LIKE) waits for a lock in PostgreSQL now; for `waitFor`. */
 export async function waitsForLock(databaseUrl: string, like: string): Promise<boolean> {
-  const rows = await sqlAt<{ n: string }>(databaseUrl, `select count(*) as n from pg_stat_activity where wait_event_type = 'Lock' and query like $1`, [like]);
+  const rows = await sqlAt<{ n: string }>(
+    databaseUrl,
+    `select count(*) as n from pg_stat_activity where wait_event_type = 'Lock' and query like $1`,
+    [like],
+  );
   return Number(rows[0]?.n) > 0;
 }
 

@@ -31,7 +31,11 @@ function provideChromium(): void {
   say('installing Debian chromium for the dashboard browser test (apt-get)');
   try {
     execFileSync('apt-get', ['update', '-qq'], { stdio: 'ignore', timeout: 300_000 });
-    execFileSync('apt-get', ['install', '-y', '-qq', 'chromium'], { stdio: 'ignore', timeout: 600_000, env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+    execFileSync('apt-get', ['install', '-y', '-qq', 'chromium'], {
+      stdio: 'ignore',
+      timeout: 600_000,
+      env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+    });
   } catch (error) {
     say(`chromium could not be installed (${(error as Error).message.split('\n')[0]}); the dashboard browser test will fail`);
   }
@@ -39,7 +43,10 @@ function provideChromium(): void {
 
 /** A template database with every migration applied; test files clone it (fast, isolated). */
 async function prepareTemplate(adminUrl: string): Promise<string> {
-  const digest = createHash('sha256').update(JSON.stringify(loadMigrations(allMigrations).map(({ id, sha256 }) => [id, sha256]))).digest('hex').slice(0, 12);
+  const digest = createHash('sha256')
+    .update(JSON.stringify(loadMigrations(allMigrations).map(({ id, sha256 }) => [id, sha256])))
+    .digest('hex')
+    .slice(0, 12);
   const template = `eas_tpl_${digest}`;
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
@@ -80,7 +87,9 @@ export default async function setup(): Promise<() => Promise<void>> {
     REDIS_URL: redisUrl,
     KAFKA_BROKERS: kafkaBrokers,
   });
-  say(`PostgreSQL ${new URL(postgresUrl).host} (template ${template}), Redis ${new URL(redisUrl).host}, Kafka ${kafkaBrokers} — ready in ${Date.now() - started} ms`);
+  say(
+    `PostgreSQL ${new URL(postgresUrl).host} (template ${template}), Redis ${new URL(redisUrl).host}, Kafka ${kafkaBrokers} — ready in ${Date.now() - started} ms`,
+  );
 
   return async () => {
     const admin = new pg.Client({ connectionString: postgresUrl });

@@ -60,7 +60,8 @@ export async function startRedisServer(port: number): Promise<ChildProcess> {
 const OPS_SCRIPT = resolve(import.meta.dirname, '../../scripts/ops.ts');
 
 /** The ops CLI (`scripts/ops.ts`) as an operator runs it, against `databaseUrl`: its exit code and output. */
-export const runOps = (databaseUrl: string, ...args: string[]) => runOpsWith({ ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, ...args);
+export const runOps = (databaseUrl: string, ...args: string[]) =>
+  runOpsWith({ ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, ...args);
 
 /** `runOps` with exactly this environment (e.g. the embedded default's, without DATABASE_URL). */
 export async function runOpsWith(env: NodeJS.ProcessEnv, ...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

@@ -51,14 +51,18 @@ export async function startRole(name: string, args: readonly string[], env: Reco
 }
 
 async function waitForHealth(role: RoleProcess, timeoutMs: number): Promise<void> {
-  await waitFor(async () => {
-    if (role.child.exitCode !== null) throw new Error(`${role.name} exited with ${role.child.exitCode}:\n${role.output()}`);
-    try {
-      return (await fetch(`${role.url}/health/live`, { signal: AbortSignal.timeout(1_000) })).ok;
-    } catch {
-      return false; // not listening yet
-    }
-  }, timeoutMs, `${role.name} healthy`).catch((error: Error) => {
+  await waitFor(
+    async () => {
+      if (role.child.exitCode !== null) throw new Error(`${role.name} exited with ${role.child.exitCode}:\n${role.output()}`);
+      try {
+        return (await fetch(`${role.url}/health/live`, { signal: AbortSignal.timeout(1_000) })).ok;
+      } catch {
+        return false; // not listening yet
+      }
+    },
+    timeoutMs,
+    `${role.name} healthy`,
+  ).catch((error: Error) => {
     throw new Error(`${error.message}:\n${role.output()}`, { cause: error });
   });
 }

@@ -209,7 +209,12 @@ export async function api(path, signal) {
       if (error.status === 401 && !refreshed) {
         refreshed = true;
         if (!(await refreshSession())) throw error;
-      } else if ((error.status === 429 || error.status === 503) && error.retryAfter !== null && error.retryAfter <= MAX_WAIT_S && retries < MAX_RETRIES) {
+      } else if (
+        (error.status === 429 || error.status === 503) &&
+        error.retryAfter !== null &&
+        error.retryAfter <= MAX_WAIT_S &&
+        retries < MAX_RETRIES
+      ) {
         retries += 1;
       } else {
         throw error;

@@ -92,8 +92,14 @@ export function drawChart(metric, series, rangeKey) {
       height: 180,
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
-      axes: [{ stroke: '#374151' }, { stroke: '#374151', size: 80, values: (_u, ticks) => ticks.map(compact(metric.kind, series.currency)) }],
-      series: [{}, { label: metric.title, stroke: '#1d4ed8', width: 2, fill: 'rgba(29, 78, 216, 0.08)', points: { show: series.points.length < 60 } }],
+      axes: [
+        { stroke: '#374151' },
+        { stroke: '#374151', size: 80, values: (_u, ticks) => ticks.map(compact(metric.kind, series.currency)) },
+      ],
+      series: [
+        {},
+        { label: metric.title, stroke: '#1d4ed8', width: 2, fill: 'rgba(29, 78, 216, 0.08)', points: { show: series.points.length < 60 } },
+      ],
     },
     [xs, values],
     plot,

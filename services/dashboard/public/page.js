@@ -98,7 +98,11 @@ function setStatus(text) {
 function paintStatus() {
   const wait = Math.ceil((gate.notBefore - Date.now()) / 1000);
   const waiting = gate.queued > 0 && wait > 0;
-  const text = !waiting ? statusText : gate.refused ? `Rate limited — retrying in ${wait} s` : `At the rate limit — continuing in ${wait} s`;
+  const text = !waiting
+    ? statusText
+    : gate.refused
+      ? `Rate limited — retrying in ${wait} s`
+      : `At the rate limit — continuing in ${wait} s`;
   if ($('status').textContent !== text) $('status').textContent = text;
   if (waiting && !ticker) ticker = setInterval(paintStatus, 250);
   if (!waiting && ticker) {
@@ -239,7 +243,9 @@ $('signin-form').addEventListener('submit', async (event) => {
 onApiEvents({ gateChanged: paintStatus, expired: signOut });
 $('signout').addEventListener('click', () => signOut('You are signed out.'));
 for (const input of document.querySelectorAll('input[name="range"]')) {
-  input.addEventListener('change', () => loadCharts(/** @type {HTMLInputElement} */ (input).value).catch((error) => setStatus(`Could not load the charts: ${messageOf(error)}`)));
+  input.addEventListener('change', () =>
+    loadCharts(/** @type {HTMLInputElement} */ (input).value).catch((error) => setStatus(`Could not load the charts: ${messageOf(error)}`)),
+  );
 }
 
 if (session.get()?.accessToken) loadAll();

@@ -38,10 +38,21 @@ function toEvent(row: unknown, index: number): RecordedEvent {
   if (!Array.isArray(row) || row.length !== 9) throw new Error(`bulk read: malformed event row at index ${index} of the page`);
   for (let i = 0; i < 9; i++) {
     const value: unknown = row[i];
-    if (typeof value !== 'string' && !(i === 4 && value === null)) throw new Error(`bulk read: malformed event row at index ${index} of the page`);
+    if (typeof value !== 'string' && !(i === 4 && value === null))
+      throw new Error(`bulk read: malformed event row at index ${index} of the page`);
   }
   // Checked above: nine strings, only the data may be null.
-  const [id, streamId, revision, type, data, metadataText, commit, prepare, recordedAt] = row as [string, string, string, string, string | null, string, string, string, string];
+  const [id, streamId, revision, type, data, metadataText, commit, prepare, recordedAt] = row as [
+    string,
+    string,
+    string,
+    string,
+    string | null,
+    string,
+    string,
+    string,
+    string,
+  ];
   let metadata: Record<string, unknown> | undefined;
   return {
     id,
@@ -91,7 +102,14 @@ export async function* readAllBulk(
     const fetchPage = (from: GlobalPosition) =>
       client.query<unknown[]>({
         text,
-        values: [from.commit.toString(), from.prepare.toString(), end.commit.toString(), end.prepare.toString(), pageSize, ...(types ? [types] : [])],
+        values: [
+          from.commit.toString(),
+          from.prepare.toString(),
+          end.commit.toString(),
+          end.prepare.toString(),
+          pageSize,
+          ...(types ? [types] : []),
+        ],
         rowMode: 'array',
         types: asText,
       });

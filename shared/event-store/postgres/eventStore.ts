@@ -53,7 +53,8 @@ export type PostgresEventStoreOptions = {
 export function createPostgresEventStore(pool: DatabasePool, options: PostgresEventStoreOptions = {}): EventStore {
   const scanWindow = options.scanWindow ?? 10_000;
   const url = connectionUrlOf(pool);
-  if (url === undefined) throw new Error('createPostgresEventStore: the pool must come from createDatabasePool (its URL opens the append connections)');
+  if (url === undefined)
+    throw new Error('createPostgresEventStore: the pool must come from createDatabasePool (its URL opens the append connections)');
   const wakeups = createWakeups(options.listenUrl);
   const maxConcurrentFlushes = options.maxConcurrentFlushes ?? 1;
 
@@ -61,7 +62,9 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
   // flight, with `es_append_batch` prepared: through slonik's pool each flush cost a connection
   // checkout, interceptors and statement parsing on both ends, work that a lone flush in flight
   // does serially with PostgreSQL's.
-  const flushConnections = Array.from({ length: maxConcurrentFlushes }, () => createPlainConnection(url, { applicationName: 'event-store-append' }));
+  const flushConnections = Array.from({ length: maxConcurrentFlushes }, () =>
+    createPlainConnection(url, { applicationName: 'event-store-append' }),
+  );
   // Wake-ups need no durability: their own connection commits without waiting for the WAL
   // flush (pg_notify draws a transaction id, so its commit would otherwise wait for an fsync).
   const notifyConnection = createPlainConnection(url, { applicationName: 'event-store-notify', settings: { synchronous_commit: 'off' } });
@@ -80,7 +83,6 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
         .then(() => undefined),
     options.wakeIntervalMs ?? 5,
   );
-
 
   const flush = createFlush(flushConnections, wakeSchedule);
   const readAll = createReadPage(pool, scanWindow);

@@ -81,7 +81,11 @@ export function createFlush(flushConnections: readonly PlainConnection[], wakeSc
           if (revision === null || commit === null || prepare === null) throw new Error('es_append_batch returned no position');
           results.push({ nextRevision: Number(revision), position: { commit: BigInt(commit), prepare: BigInt(prepare) } });
         } else if (outcome === 'wrong_expected_revision') {
-          failure ??= new WrongExpectedRevisionError(streamId, String(expectedRevision ?? 'any'), revision === null ? 'no_stream' : Number(revision));
+          failure ??= new WrongExpectedRevisionError(
+            streamId,
+            String(expectedRevision ?? 'any'),
+            revision === null ? 'no_stream' : Number(revision),
+          );
         } else if (outcome === 'event_id_conflict') {
           failure ??= new ConflictError('Some of these event ids were already used by other events');
         } else if (outcome !== 'not_attempted') {

@@ -9,7 +9,6 @@ export type QueuedAppend = {
   reject(error: unknown): void;
 };
 
-
 /**
  * Group commit (what KurrentDB's single writer does with its flush): append requests queue
  * while a flush is in flight; the next flush takes everything queued (up to `maxBatchEvents`)

@@ -37,6 +37,5 @@ export function createReadPage(pool: DatabasePool, scanWindow: number) {
     return { events, checkpoint, atHead };
   }
 
-
   return readAll;
 }

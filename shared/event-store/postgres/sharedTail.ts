@@ -138,7 +138,15 @@ export function createSharedTails(readAll: (opts: ReadAllOptions) => Promise<Rea
       const key = `${maxCount}/${pollIntervalMs}/${readOptions.eventTypes ? [...readOptions.eventTypes].sort().join(',') : '*'}`;
       let tail = tails.get(key);
       if (!tail) {
-        tail = { position: undefined, kept: [], subscribers: 0, running: false, waiters: new Set(), headSeen: undefined, stop: new AbortController() };
+        tail = {
+          position: undefined,
+          kept: [],
+          subscribers: 0,
+          running: false,
+          waiters: new Set(),
+          headSeen: undefined,
+          stop: new AbortController(),
+        };
         tails.set(key, tail);
       }
       const mine = tail;

@@ -22,7 +22,9 @@ export function createWakeups(listenUrl: string | undefined) {
     waiters.clear();
   };
   // A lost connection wakes every waiter too: what was notified meanwhile is unknown, so re-read.
-  const listen = listenUrl ? createListenConnection({ url: listenUrl, channel: NOTIFY_CHANNEL, onNotification: wakeAll, onLost: wakeAll }) : undefined;
+  const listen = listenUrl
+    ? createListenConnection({ url: listenUrl, channel: NOTIFY_CHANNEL, onNotification: wakeAll, onLost: wakeAll })
+    : undefined;
   const connect = () => (listen && !closed ? listen.open() : Promise.resolve(false));
 
   return {

@@ -26,7 +26,10 @@ const pageByPage = { ...employeesProjection, bulk: undefined };
 beforeAll(async () => {
   db = await createTestDatabase();
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
-  projector = runProjection(db.pool, store, employeesProjection, { pollIntervalMs: 50, onError: (error) => console.error('projector', error) });
+  projector = runProjection(db.pool, store, employeesProjection, {
+    pollIntervalMs: 50,
+    onError: (error) => console.error('projector', error),
+  });
 });
 afterAll(async () => {
   await projector?.stop();
@@ -52,18 +55,40 @@ async function givenAHistory(tenants: readonly string[], perTenant: number): Pro
       const hiredAt = new Date(Date.UTC(2020 + (i % 5), (i * 7) % 12, 1 + ((i * 13) % 28), i % 24, (i * 17) % 60)).toISOString();
       last = (
         await append(tenantId, id, [
-          { type: 'EmployeeHired', data: { employeeId: id, email: `${id.toLowerCase()}@example.test`, firstName: `F${i}`, lastName: i % 6 === 5 ? `L\t${i}\\x\n\r` : `L${i}`, department: i % 4 === 0 ? null : `d${i % 3}`, status: 'active', hiredAt } },
+          {
+            type: 'EmployeeHired',
+            data: {
+              employeeId: id,
+              email: `${id.toLowerCase()}@example.test`,
+              firstName: `F${i}`,
+              lastName: i % 6 === 5 ? `L\t${i}\\x\n\r` : `L${i}`,
+              department: i % 4 === 0 ? null : `d${i % 3}`,
+              status: 'active',
+              hiredAt,
+            },
+          },
         ])
       ).position;
     }
   }
   for (const [i, { tenantId, id }] of people.entries()) {
     const events: EmployeeEvent[] = [];
-    if (i % 3 === 0) events.push({ type: 'EmployeeDetailsChanged', data: { employeeId: id, firstName: `G${i}`, department: i % 2 ? 'moved' : null } });
-    if (i % 4 === 1) events.push({ type: 'EmployeeEmailChanged', data: { employeeId: id, email: `new-${id.toLowerCase()}@example.test`, previousEmail: 'x' } });
+    if (i % 3 === 0)
+      events.push({ type: 'EmployeeDetailsChanged', data: { employeeId: id, firstName: `G${i}`, department: i % 2 ? 'moved' : null } });
+    if (i % 4 === 1)
+      events.push({
+        type: 'EmployeeEmailChanged',
+        data: { employeeId: id, email: `new-${id.toLowerCase()}@example.test`, previousEmail: 'x' },
+      });
     if (i % 5 === 2) {
-      events.push({ type: 'EmployeeStatusChanged', data: { employeeId: id, from: 'active', to: 'on_leave', reason: 'r', changedAt: '2025-01-01T00:00:00.000Z' } });
-      events.push({ type: 'EmployeeStatusChanged', data: { employeeId: id, from: 'on_leave', to: 'inactive', reason: null, changedAt: '2025-02-01T00:00:00.000Z' } });
+      events.push({
+        type: 'EmployeeStatusChanged',
+        data: { employeeId: id, from: 'active', to: 'on_leave', reason: 'r', changedAt: '2025-01-01T00:00:00.000Z' },
+      });
+      events.push({
+        type: 'EmployeeStatusChanged',
+        data: { employeeId: id, from: 'on_leave', to: 'inactive', reason: null, changedAt: '2025-02-01T00:00:00.000Z' },
+      });
     }
     if (i % 7 === 3) events.push({ type: 'EmployeeRoleAssigned', data: { employeeId: id, roleId: randomUUID() } });
     if (events.length > 0) last = (await append(tenantId, id, events)).position;
@@ -104,7 +129,18 @@ describe('when the employees projection is rebuilt as a bulk load', () => {
         const id = nextId();
         position = (
           await append(tenantId, id, [
-            { type: 'EmployeeHired', data: { employeeId: id, email: `${id.toLowerCase()}@example.test`, firstName: 'W', lastName: 'W', department: 'w', status: 'active', hiredAt: '2024-06-01T00:00:00.000Z' } },
+            {
+              type: 'EmployeeHired',
+              data: {
+                employeeId: id,
+                email: `${id.toLowerCase()}@example.test`,
+                firstName: 'W',
+                lastName: 'W',
+                department: 'w',
+                status: 'active',
+                hiredAt: '2024-06-01T00:00:00.000Z',
+              },
+            },
           ])
         ).position;
       }

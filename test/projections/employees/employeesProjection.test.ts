@@ -21,7 +21,10 @@ const nextId = monotonicFactory();
 beforeAll(async () => {
   db = await createTestDatabase();
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
-  projector = runProjection(db.pool, store, employeesProjection, { pollIntervalMs: 50, onError: (error) => console.error('projector', error) });
+  projector = runProjection(db.pool, store, employeesProjection, {
+    pollIntervalMs: 50,
+    onError: (error) => console.error('projector', error),
+  });
 });
 afterAll(async () => {
   await projector?.stop();
@@ -69,7 +72,16 @@ describe('when an employee is hired', () => {
     await given(tenantId, id, [hiredEvent(id), { type: 'EmployeeRoleAssigned', data: { employeeId: id, roleId: randomUUID() } }]);
     const page = await listEmployees(db.pool, tenantId, { page: 1, limit: 10 });
     expect(page.data).toEqual([
-      { id, email: `${id.toLowerCase()}@example.test`, firstName: 'F', lastName: 'L', department: 'sales', status: 'active', hiredAt: '2024-01-01T00:00:00.000Z', revision: 1 },
+      {
+        id,
+        email: `${id.toLowerCase()}@example.test`,
+        firstName: 'F',
+        lastName: 'L',
+        department: 'sales',
+        status: 'active',
+        hiredAt: '2024-01-01T00:00:00.000Z',
+        revision: 1,
+      },
     ]);
     expect(page.total).toBe(1);
     expect(await counters(tenantId)).toEqual([{ status: 'active', department: 'sales', count: 1 }]);
@@ -84,10 +96,19 @@ describe('when details, email and status change', () => {
     await given(tenantId, id, [
       { type: 'EmployeeDetailsChanged', data: { employeeId: id, firstName: 'G', department: 'research' } },
       { type: 'EmployeeEmailChanged', data: { employeeId: id, email: 'new@example.test', previousEmail: 'x' } },
-      { type: 'EmployeeStatusChanged', data: { employeeId: id, from: 'active', to: 'on_leave', reason: null, changedAt: '2025-01-01T00:00:00.000Z' } },
+      {
+        type: 'EmployeeStatusChanged',
+        data: { employeeId: id, from: 'active', to: 'on_leave', reason: null, changedAt: '2025-01-01T00:00:00.000Z' },
+      },
     ]);
     const page = await listEmployees(db.pool, tenantId, { page: 1, limit: 10 });
-    expect(page.data[0]).toMatchObject({ firstName: 'G', department: 'research', email: 'new@example.test', status: 'on_leave', revision: 3 });
+    expect(page.data[0]).toMatchObject({
+      firstName: 'G',
+      department: 'research',
+      email: 'new@example.test',
+      status: 'on_leave',
+      revision: 3,
+    });
     expect(await counters(tenantId)).toEqual([{ status: 'on_leave', department: 'research', count: 1 }]);
     expect((await listEmployees(db.pool, tenantId, { page: 1, limit: 10, status: 'on_leave', department: 'research' })).total).toBe(1);
     expect((await listEmployees(db.pool, tenantId, { page: 1, limit: 10, status: 'active' })).total).toBe(0);
@@ -131,8 +152,14 @@ describe('when the projection is replayed', () => {
     const tenantId = randomUUID();
     for (let i = 0; i < 30; i++) {
       const id = nextId();
-      const events: EmployeeEvent[] = [hiredEvent(id, { department: i % 2 ? 'sales' : 'ops', hiredAt: new Date(Date.UTC(2024, 0, 1 + i)).toISOString() })];
-      if (i % 3 === 0) events.push({ type: 'EmployeeStatusChanged', data: { employeeId: id, from: 'active', to: 'inactive', reason: null, changedAt: '2025-01-01T00:00:00.000Z' } });
+      const events: EmployeeEvent[] = [
+        hiredEvent(id, { department: i % 2 ? 'sales' : 'ops', hiredAt: new Date(Date.UTC(2024, 0, 1 + i)).toISOString() }),
+      ];
+      if (i % 3 === 0)
+        events.push({
+          type: 'EmployeeStatusChanged',
+          data: { employeeId: id, from: 'active', to: 'inactive', reason: null, changedAt: '2025-01-01T00:00:00.000Z' },
+        });
       await given(tenantId, id, events);
     }
     const before = await listEmployees(db.pool, tenantId, { page: 1, limit: 100 });

@@ -30,7 +30,10 @@ beforeAll(async () => {
   db = await createTestDatabase();
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
   reader = await createTenantReader(db.url, { maximumPoolSize: 2 });
-  projector = runProjection(db.pool, store, employeesProjection, { pollIntervalMs: 50, onError: (error) => console.error('projector', error) });
+  projector = runProjection(db.pool, store, employeesProjection, {
+    pollIntervalMs: 50,
+    onError: (error) => console.error('projector', error),
+  });
 });
 afterAll(async () => {
   await projector?.stop();
@@ -60,7 +63,18 @@ async function givenStaff(hiredAt: readonly string[]): Promise<{ tenantId: strin
     const id = nextId();
     const department = i % 3 === 0 ? null : i % 3 === 1 ? 'sales' : 'ops';
     last = await append(tenantId, id, [
-      { type: 'EmployeeHired', data: { employeeId: id, email: `${id.toLowerCase()}@example.test`, firstName: 'F', lastName: 'L', department, status: 'active', hiredAt: at } },
+      {
+        type: 'EmployeeHired',
+        data: {
+          employeeId: id,
+          email: `${id.toLowerCase()}@example.test`,
+          firstName: 'F',
+          lastName: 'L',
+          department,
+          status: 'active',
+          hiredAt: at,
+        },
+      },
     ]);
     people.push({ id, hiredAt: at, department, status: 'active' });
   }
@@ -68,12 +82,17 @@ async function givenStaff(hiredAt: readonly string[]): Promise<{ tenantId: strin
   for (const [i, person] of people.entries()) {
     if (i % 4 === 1) {
       last = await append(tenantId, person.id, [
-        { type: 'EmployeeStatusChanged', data: { employeeId: person.id, from: 'active', to: 'on_leave', reason: null, changedAt: '2025-02-01T00:00:00.000Z' } },
+        {
+          type: 'EmployeeStatusChanged',
+          data: { employeeId: person.id, from: 'active', to: 'on_leave', reason: null, changedAt: '2025-02-01T00:00:00.000Z' },
+        },
       ]);
       person.status = 'on_leave';
     }
     if (i % 5 === 2) {
-      last = await append(tenantId, person.id, [{ type: 'EmployeeDetailsChanged', data: { employeeId: person.id, department: 'research' } }]);
+      last = await append(tenantId, person.id, [
+        { type: 'EmployeeDetailsChanged', data: { employeeId: person.id, department: 'research' } },
+      ]);
       person.department = 'research';
     }
   }
@@ -98,12 +117,30 @@ const instant = (t: string): DateBound => ({ at: new Date(t).toISOString(), date
 
 // Spread over three years, several per month and per day, some exactly at midnight / month starts.
 const HIRES = [
-  '2023-01-01T00:00:00.000Z', '2023-01-15T10:00:00.000Z', '2023-01-31T23:59:59.999Z', '2023-02-01T00:00:00.000Z',
-  '2023-02-14T08:30:00.000Z', '2023-02-14T17:45:00.000Z', '2023-03-31T12:00:00.000Z', '2023-06-30T23:00:00.000Z',
-  '2023-07-01T00:00:00.001Z', '2023-12-31T23:59:59.000Z', '2024-01-01T00:00:00.000Z', '2024-02-29T12:00:00.000Z',
-  '2024-03-01T09:00:00.000Z', '2024-05-15T00:00:00.000Z', '2024-05-15T13:13:13.000Z', '2024-05-16T00:00:00.000Z',
-  '2024-08-08T08:08:08.000Z', '2024-11-30T22:00:00.000Z', '2024-12-01T01:00:00.000Z', '2025-01-10T10:10:10.000Z',
-  '2025-03-03T03:03:03.000Z', '2025-03-31T23:59:59.999Z', '2025-04-01T00:00:00.000Z', '1999-12-31T23:59:59.999Z',
+  '2023-01-01T00:00:00.000Z',
+  '2023-01-15T10:00:00.000Z',
+  '2023-01-31T23:59:59.999Z',
+  '2023-02-01T00:00:00.000Z',
+  '2023-02-14T08:30:00.000Z',
+  '2023-02-14T17:45:00.000Z',
+  '2023-03-31T12:00:00.000Z',
+  '2023-06-30T23:00:00.000Z',
+  '2023-07-01T00:00:00.001Z',
+  '2023-12-31T23:59:59.000Z',
+  '2024-01-01T00:00:00.000Z',
+  '2024-02-29T12:00:00.000Z',
+  '2024-03-01T09:00:00.000Z',
+  '2024-05-15T00:00:00.000Z',
+  '2024-05-15T13:13:13.000Z',
+  '2024-05-16T00:00:00.000Z',
+  '2024-08-08T08:08:08.000Z',
+  '2024-11-30T22:00:00.000Z',
+  '2024-12-01T01:00:00.000Z',
+  '2025-01-10T10:10:10.000Z',
+  '2025-03-03T03:03:03.000Z',
+  '2025-03-31T23:59:59.999Z',
+  '2025-04-01T00:00:00.000Z',
+  '1999-12-31T23:59:59.999Z',
 ];
 
 describe('when totals are asked for a hire-date range', () => {
@@ -123,9 +160,15 @@ describe('when totals are asked for a hire-date range', () => {
     ['an end one millisecond before a month', { hiredTo: instant('2023-01-31T23:59:59.999Z') }],
     ['from only', { hiredFrom: date('2024-03-01') }],
     ['to only, mid-month', { hiredTo: date('2024-05-14') }],
-    ['with an offset (normalised to UTC)', { hiredFrom: instant('2023-07-01T01:00:00+01:00'), hiredTo: instant('2025-03-31T20:00:00-04:00') }],
+    [
+      'with an offset (normalised to UTC)',
+      { hiredFrom: instant('2023-07-01T01:00:00+01:00'), hiredTo: instant('2025-03-31T20:00:00-04:00') },
+    ],
     ['status filter after status changes', { status: 'on_leave', hiredFrom: date('2023-01-20'), hiredTo: date('2025-03-31') }],
-    ['department filter after moves', { department: 'research', hiredFrom: date('2023-01-20'), hiredTo: instant('2025-03-31T23:59:59.998Z') }],
+    [
+      'department filter after moves',
+      { department: 'research', hiredFrom: date('2023-01-20'), hiredTo: instant('2025-03-31T23:59:59.998Z') },
+    ],
     ['department and status', { department: 'sales', status: 'active', hiredFrom: date('2023-02-14'), hiredTo: date('2024-12-01') }],
   ];
 
@@ -133,7 +176,12 @@ describe('when totals are asked for a hire-date range', () => {
     const expected = staff.people.filter((p) => inRange(p, filter)).length;
     const page = await listEmployees(db.pool, staff.tenantId, { page: 1, limit: 100, ...filter });
     expect(page.total).toBe(expected);
-    expect(page.data.map((e) => e.id).sort()).toEqual(staff.people.filter((p) => inRange(p, filter)).map((p) => p.id).sort());
+    expect(page.data.map((e) => e.id).sort()).toEqual(
+      staff.people
+        .filter((p) => inRange(p, filter))
+        .map((p) => p.id)
+        .sort(),
+    );
     // The transaction-free reader answers the same.
     expect(await listEmployees(reader, staff.tenantId, { page: 1, limit: 100, ...filter })).toEqual(page);
   });
@@ -183,12 +231,20 @@ describe('when the transaction-free reader is used', () => {
     const a = await givenStaff(['2024-01-01T00:00:00.000Z', '2024-01-02T00:00:00.000Z']);
     const b = await givenStaff(['2024-01-03T00:00:00.000Z']);
     const whoAndHowMany = z.object({ who: z.string(), n: z.number() });
-    const seenByA = (await reader.read(a.tenantId, (q) => q.any(sql.type(whoAndHowMany)`select current_user as who, count(*)::int as n from employees`)))[0];
-    const seenByB = (await reader.read(b.tenantId, (q) => q.any(sql.type(whoAndHowMany)`select current_user as who, count(*)::int as n from employees`)))[0];
+    const seenByA = (
+      await reader.read(a.tenantId, (q) => q.any(sql.type(whoAndHowMany)`select current_user as who, count(*)::int as n from employees`))
+    )[0];
+    const seenByB = (
+      await reader.read(b.tenantId, (q) => q.any(sql.type(whoAndHowMany)`select current_user as who, count(*)::int as n from employees`))
+    )[0];
     expect(seenByA).toEqual({ who: 'eas_tenant', n: 2 });
     expect(seenByB).toEqual({ who: 'eas_tenant', n: 1 });
     // Same counts as the transaction path, which is what the RLS suite checks.
-    expect(await withTenant(db.pool, a.tenantId, (tx) => tx.oneFirst(sql.type(z.object({ n: z.number() }))`select count(*)::int as n from employees`))).toBe(2);
+    expect(
+      await withTenant(db.pool, a.tenantId, (tx) =>
+        tx.oneFirst(sql.type(z.object({ n: z.number() }))`select count(*)::int as n from employees`),
+      ),
+    ).toBe(2);
     await expect(
       reader.read(a.tenantId, (q) => q.any(sql.type(z.object({}))`delete from employees where tenant_id = ${b.tenantId}::uuid`)),
     ).rejects.toThrow(/read-only/);

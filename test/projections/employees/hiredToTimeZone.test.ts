@@ -51,13 +51,27 @@ describe('when the database session is in Europe/Berlin and a hiredTo date spans
   it('rows and total agree on the UTC day, for the 23-hour and the 25-hour day', async () => {
     expect(await pool.oneFirst(sql.type(z.object({ tz: z.string() }))`select current_setting('TimeZone') as tz`)).toBe('Europe/Berlin');
     let position = '';
-    for (const hiredAt of ['2024-03-31T23:30:00.000Z', '2024-04-01T00:00:00.000Z', '2024-10-27T23:30:00.000Z', '2024-10-28T00:30:00.000Z']) {
-      const created = await app.inject({ method: 'POST', url: '/v1/employees', headers, payload: { email: `${hiredAt.slice(0, 13)}@example.test`, firstName: 'A', lastName: 'B', hiredAt } });
+    for (const hiredAt of [
+      '2024-03-31T23:30:00.000Z',
+      '2024-04-01T00:00:00.000Z',
+      '2024-10-27T23:30:00.000Z',
+      '2024-10-28T00:30:00.000Z',
+    ]) {
+      const created = await app.inject({
+        method: 'POST',
+        url: '/v1/employees',
+        headers,
+        payload: { email: `${hiredAt.slice(0, 13)}@example.test`, firstName: 'A', lastName: 'B', hiredAt },
+      });
       expect(created.statusCode, created.body).toBe(201);
       position = String(created.headers['x-log-position']);
     }
     const list = async (query: string) => {
-      const response = await app.inject({ method: 'GET', url: `/v1/employees?${query}`, headers: { ...headers, 'x-min-position': position } });
+      const response = await app.inject({
+        method: 'GET',
+        url: `/v1/employees?${query}`,
+        headers: { ...headers, 'x-min-position': position },
+      });
       expect(response.headers['x-consistency']).toBe('consistent');
       const page = response.json<Page>();
       return { hiredAt: page.data.map((e) => e.hiredAt), total: page.meta.total };
@@ -67,6 +81,9 @@ describe('when the database session is in Europe/Berlin and a hiredTo date spans
     expect(await list('hiredTo=2024-03-31')).toEqual({ hiredAt: ['2024-03-31T23:30:00.000Z'], total: 1 });
     // 2024-10-27 has 25 hours in Berlin: the hire at 00:30Z on the 28th is not on the UTC day.
     expect(await list('hiredFrom=2024-10-27&hiredTo=2024-10-27')).toEqual({ hiredAt: ['2024-10-27T23:30:00.000Z'], total: 1 });
-    expect(await list('hiredFrom=2024-04-01&hiredTo=2024-10-27')).toEqual({ hiredAt: ['2024-10-27T23:30:00.000Z', '2024-04-01T00:00:00.000Z'], total: 2 });
+    expect(await list('hiredFrom=2024-04-01&hiredTo=2024-10-27')).toEqual({
+      hiredAt: ['2024-10-27T23:30:00.000Z', '2024-04-01T00:00:00.000Z'],
+      total: 2,
+    });
   });
 });

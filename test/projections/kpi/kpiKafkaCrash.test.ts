@@ -166,7 +166,10 @@ describe('KPI projector on Kafka', () => {
         expect(kpi.mau).toBe(new Set(mine.filter((s) => s.timestamp > asOf - 30 * DAY).map((s) => s.userId)).size);
         // p95 over the 1,440 minute buckets ending with asOf's minute, exact vs sketch.
         const firstMinute = asOf - (asOf % 60_000) - 1_439 * 60_000;
-        const window = mine.filter((s) => s.timestamp >= firstMinute).map((s) => s.durationMs).sort((a, b) => a - b);
+        const window = mine
+          .filter((s) => s.timestamp >= firstMinute)
+          .map((s) => s.durationMs)
+          .sort((a, b) => a - b);
         const exact = window[Math.floor(0.95 * (window.length - 1))]!;
         expect(Math.abs(kpi.apiLatencyP95Ms - exact) / exact).toBeLessThanOrEqual(0.01);
       }

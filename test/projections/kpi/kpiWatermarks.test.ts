@@ -82,7 +82,10 @@ describe('KPI asOf and watermarks', () => {
 
       // 200 events of other types (4 scan windows), then a billing event the projector has not seen.
       for (let i = 0; i < 20; i++) {
-        await store.append(`noise-${randomUUID()}`, Array.from({ length: 10 }, () => ({ id: randomUUID(), type: 'NoiseRecorded', data: {} })));
+        await store.append(
+          `noise-${randomUUID()}`,
+          Array.from({ length: 10 }, () => ({ id: randomUUID(), type: 'NoiseRecorded', data: {} })),
+        );
       }
       const late = await ingestBillingEvents(store, tenantId, 'test', [billing('cus-2', { amount: '60' })]);
       const [lateEvent] = await store.readStream(`billing-${tenantId}-cus-2`);
@@ -145,42 +148,54 @@ describe('KPI asOf and watermarks', () => {
       await admin.disconnect();
     });
 
-    it('gives an idle tenant asOf ≈ now when the consumer has applied the whole topic, and holds asOf back while it has not', { timeout: 90_000 }, async () => {
-      const [idle, busy] = [await provisionTenant(db.pool), await provisionTenant(db.pool)];
-      const usage = { source: head, group };
-      const now = Date.now();
-      publisher.publish(sample(idle.tenantId, 'u-1', now - 2 * HOUR));
-      await publisher.flush();
-      consumer = await startKpiConsumer(db.pool, createKafkaSource({ brokers, topic, groupId: group }), group);
-      await waitFor(async () => (await tenantSamples(idle.tenantId)) === 1, 60_000);
+    it(
+      'gives an idle tenant asOf ≈ now when the consumer has applied the whole topic, and holds asOf back while it has not',
+      { timeout: 90_000 },
+      async () => {
+        const [idle, busy] = [await provisionTenant(db.pool), await provisionTenant(db.pool)];
+        const usage = { source: head, group };
+        const now = Date.now();
+        publisher.publish(sample(idle.tenantId, 'u-1', now - 2 * HOUR));
+        await publisher.flush();
+        consumer = await startKpiConsumer(db.pool, createKafkaSource({ brokers, topic, groupId: group }), group);
+        await waitFor(async () => (await tenantSamples(idle.tenantId)) === 1, 60_000);
 
-      const before = Date.now();
-      const fresh = await readKpiSummary({ pool: db.pool, eventStore: store, usage }, idle.tenantId);
-      expect(Date.parse(fresh.asOf)).toBeGreaterThanOrEqual(before - 2_000);
-      expect(fresh).toMatchObject({ dau: 1, mau: 1 });
-      expect(fresh.apiLatencyP95Ms).toBeGreaterThan(0);
+        const before = Date.now();
+        const fresh = await readKpiSummary({ pool: db.pool, eventStore: store, usage }, idle.tenantId);
+        expect(Date.parse(fresh.asOf)).toBeGreaterThanOrEqual(before - 2_000);
+        expect(fresh).toMatchObject({ dau: 1, mau: 1 });
+        expect(fresh.apiLatencyP95Ms).toBeGreaterThan(0);
 
-      // The consumer stops; another tenant's sample reaches the topic unapplied: every tenant's
-      // asOf falls back to what the partition has applied (the idle tenant's sample, 2 h ago).
-      await consumer.stop();
-      consumer = undefined;
-      const endOf = async () => [...(await head.head()).partitions.values()][0]?.high;
-      const end = await endOf();
-      publisher.publish(sample(busy.tenantId, 'u-2', Date.now()));
-      await publisher.flush();
-      await waitFor(async () => (await endOf()) !== end, 30_000); // the head (reused ≤ 250 ms) shows the new message
-      const held = await readKpiSummary({ pool: db.pool, eventStore: store, usage }, idle.tenantId);
-      expect(Date.parse(held.asOf)).toBe(now - 2 * HOUR);
-      // The same holds for the summary at an instant and for the usage series: they never claim
-      // an instant whose samples are not all applied. The revenue series waits for billing only.
-      const heldAt = await readKpiSummaryAt({ pool: db.pool, eventStore: store, usage }, idle.tenantId, Date.now());
-      expect(Date.parse(heldAt.asOf)).toBe(now - 2 * HOUR);
-      const instants = seriesInstants(Date.now() - 5 * HOUR, Date.now(), 'hour') ?? [];
-      const dau = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, { metric: 'dau', interval: 'hour', instants });
-      expect(Date.parse(dau.asOf)).toBe(now - 2 * HOUR);
-      expect(dau.points.map((p) => p.at)).toEqual(instants.filter((t) => t <= now - 2 * HOUR).map((t) => new Date(t).toISOString()));
-      const mrr = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, { metric: 'mrr', interval: 'hour', instants });
-      expect(mrr.points).toHaveLength(instants.length);
-    });
+        // The consumer stops; another tenant's sample reaches the topic unapplied: every tenant's
+        // asOf falls back to what the partition has applied (the idle tenant's sample, 2 h ago).
+        await consumer.stop();
+        consumer = undefined;
+        const endOf = async () => [...(await head.head()).partitions.values()][0]?.high;
+        const end = await endOf();
+        publisher.publish(sample(busy.tenantId, 'u-2', Date.now()));
+        await publisher.flush();
+        await waitFor(async () => (await endOf()) !== end, 30_000); // the head (reused ≤ 250 ms) shows the new message
+        const held = await readKpiSummary({ pool: db.pool, eventStore: store, usage }, idle.tenantId);
+        expect(Date.parse(held.asOf)).toBe(now - 2 * HOUR);
+        // The same holds for the summary at an instant and for the usage series: they never claim
+        // an instant whose samples are not all applied. The revenue series waits for billing only.
+        const heldAt = await readKpiSummaryAt({ pool: db.pool, eventStore: store, usage }, idle.tenantId, Date.now());
+        expect(Date.parse(heldAt.asOf)).toBe(now - 2 * HOUR);
+        const instants = seriesInstants(Date.now() - 5 * HOUR, Date.now(), 'hour') ?? [];
+        const dau = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, {
+          metric: 'dau',
+          interval: 'hour',
+          instants,
+        });
+        expect(Date.parse(dau.asOf)).toBe(now - 2 * HOUR);
+        expect(dau.points.map((p) => p.at)).toEqual(instants.filter((t) => t <= now - 2 * HOUR).map((t) => new Date(t).toISOString()));
+        const mrr = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, {
+          metric: 'mrr',
+          interval: 'hour',
+          instants,
+        });
+        expect(mrr.points).toHaveLength(instants.length);
+      },
+    );
   });
 });

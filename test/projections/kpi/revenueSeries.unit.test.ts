@@ -17,23 +17,27 @@ describe('revenueSeries (the series fast path)', () => {
   describe('when customers start, change and cancel at random', () => {
     it('equals revenueAsOf (the snapshot definition) at every instant', () => {
       fc.assert(
-        fc.property(fc.array(fc.array(fact, { maxLength: 8 }), { maxLength: 12 }), fc.array(fc.integer({ min: 0, max: 150 * 24 }), { minLength: 1, maxLength: 20 }), (customers, hours) => {
-          const histories = customers.map((facts, c) => {
-            const billing: BillingFact[] = facts.map((f, k) => ({
-              eventId: `e-${c}-${k}`,
-              type: f.type,
-              customerId: `c${c}`,
-              amount: String(f.amount),
-              currency: 'EUR',
-              interval: f.interval,
-              occurredAt: new Date(T0 + f.day * DAY).toISOString(),
-            }));
-            return foldCustomerHistory(`c${c}`, billing).history;
-          });
-          const instants = hours.map((h) => T0 + h * 3_600_000);
-          const fast = revenueSeries(histories, instants);
-          instants.forEach((t, i) => expect(fast[i]).toEqual(revenueAsOf(histories, new Date(t))));
-        }),
+        fc.property(
+          fc.array(fc.array(fact, { maxLength: 8 }), { maxLength: 12 }),
+          fc.array(fc.integer({ min: 0, max: 150 * 24 }), { minLength: 1, maxLength: 20 }),
+          (customers, hours) => {
+            const histories = customers.map((facts, c) => {
+              const billing: BillingFact[] = facts.map((f, k) => ({
+                eventId: `e-${c}-${k}`,
+                type: f.type,
+                customerId: `c${c}`,
+                amount: String(f.amount),
+                currency: 'EUR',
+                interval: f.interval,
+                occurredAt: new Date(T0 + f.day * DAY).toISOString(),
+              }));
+              return foldCustomerHistory(`c${c}`, billing).history;
+            });
+            const instants = hours.map((h) => T0 + h * 3_600_000);
+            const fast = revenueSeries(histories, instants);
+            instants.forEach((t, i) => expect(fast[i]).toEqual(revenueAsOf(histories, new Date(t))));
+          },
+        ),
         { numRuns: 200 },
       );
     });

@@ -1,6 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { foldCustomerHistory, revenueAsOf, type BillingFact, type CustomerSubscription, type MrrMovement } from '../../../projections/kpi/subscriptions.ts';
+import {
+  foldCustomerHistory,
+  revenueAsOf,
+  type BillingFact,
+  type CustomerSubscription,
+  type MrrMovement,
+} from '../../../projections/kpi/subscriptions.ts';
 
 // Window of every vector: the 30 days ending at ASOF, i.e. (2026-03-01T00:00Z, 2026-03-31T00:00Z].
 const ASOF = new Date('2026-03-31T00:00:00Z');
@@ -21,7 +27,14 @@ function given(events: readonly BillingFact[], at: Date = ASOF) {
   const folded = [...byCustomer].map(([customerId, facts]) => foldCustomerHistory(customerId, facts));
   const movements: MrrMovement[] = folded.flatMap((f) => f.movements);
   const states = folded.map((f) => f.state).filter((c): c is CustomerSubscription => c !== undefined);
-  return { kpis: revenueAsOf(folded.map((f) => f.history), at), movements, states };
+  return {
+    kpis: revenueAsOf(
+      folded.map((f) => f.history),
+      at,
+    ),
+    movements,
+    states,
+  };
 }
 
 describe('revenue KPIs (hand-computed vectors)', () => {
@@ -49,10 +62,7 @@ describe('revenue KPIs (hand-computed vectors)', () => {
     });
 
     it('adds monthly and yearly plans: 49.99/month + 120/year → MRR 59.99, ARR 719.88', () => {
-      const { kpis } = given([
-        started('a', '49.99', 'month', '2026-01-10T00:00:00Z'),
-        started('b', '120', 'year', '2026-02-01T00:00:00Z'),
-      ]);
+      const { kpis } = given([started('a', '49.99', 'month', '2026-01-10T00:00:00Z'), started('b', '120', 'year', '2026-02-01T00:00:00Z')]);
       expect(kpis).toMatchObject({ mrr: 59.99, arr: 719.88, activeCustomers: 2 });
     });
 
@@ -166,7 +176,10 @@ describe('each customer folds in occurredAt order, whatever order the events arr
   describe('when a cancellation arrives before its start', () => {
     it('still ends the subscription: MRR 0, one closed period, churn counted', () => {
       const { kpis, states } = given([cancelled('a', '2026-03-20T00:00:00Z'), started('a', '50', 'month', '2026-03-05T00:00:00Z')]);
-      expect(states[0]).toMatchObject({ status: 'cancelled', periods: [{ startedAt: '2026-03-05T00:00:00Z', endedAt: '2026-03-20T00:00:00Z' }] });
+      expect(states[0]).toMatchObject({
+        status: 'cancelled',
+        periods: [{ startedAt: '2026-03-05T00:00:00Z', endedAt: '2026-03-20T00:00:00Z' }],
+      });
       expect(kpis).toMatchObject({ mrr: 0, arr: 0, churnRate: 1 });
     });
   });
@@ -189,8 +202,14 @@ describe('each customer folds in occurredAt order, whatever order the events arr
     );
     fc.assert(
       fc.property(events, fc.integer(), (raw, seed) => {
-        const facts = raw.map((e, i) => fact({ ...e, customerId: 'a', occurredAt: new Date(Date.UTC(2026, 1, 1) + i * 3_600_000).toISOString() }));
-        const shuffled = [...facts].sort((x, y) => (((x.occurredAt.length * 31 + seed) ^ Date.parse(x.occurredAt)) % 7) - (((y.occurredAt.length * 31 + seed) ^ Date.parse(y.occurredAt)) % 7));
+        const facts = raw.map((e, i) =>
+          fact({ ...e, customerId: 'a', occurredAt: new Date(Date.UTC(2026, 1, 1) + i * 3_600_000).toISOString() }),
+        );
+        const shuffled = [...facts].sort(
+          (x, y) =>
+            (((x.occurredAt.length * 31 + seed) ^ Date.parse(x.occurredAt)) % 7) -
+            (((y.occurredAt.length * 31 + seed) ^ Date.parse(y.occurredAt)) % 7),
+        );
         const inOrder = foldCustomerHistory('a', facts);
         const arrived = foldCustomerHistory('a', shuffled);
         expect(arrived.history).toEqual(inOrder.history);
@@ -268,7 +287,9 @@ describe('revenue KPI properties', () => {
         expect(kpis.churnRate).toBeGreaterThanOrEqual(0);
         expect(kpis.churnRate).toBeLessThanOrEqual(1);
         expect(Math.abs(kpis.arr - 12 * kpis.mrr)).toBeLessThanOrEqual(0.0006);
-        const movedUnits = movements.filter((m) => Date.parse(m.occurredAt) <= ASOF.getTime()).reduce((sum, m) => sum + m.arrDeltaUnits, 0n);
+        const movedUnits = movements
+          .filter((m) => Date.parse(m.occurredAt) <= ASOF.getTime())
+          .reduce((sum, m) => sum + m.arrDeltaUnits, 0n);
         expect(Number(movedUnits) / 10_000).toBeCloseTo(kpis.arr, 4);
       }),
     );

@@ -21,7 +21,15 @@ function batch(tenantId: string, from: number, to: number, partition = 0): Sampl
   const samples: UsageSample[] = [];
   const offsets: string[] = [];
   for (let o = from; o < to; o++) {
-    samples.push({ tenantId, userId: `u${o % 3}`, route: '/r', method: 'GET', status: 200, durationMs: 10, timestamp: 1_763_769_600_000 + o * 1_000 });
+    samples.push({
+      tenantId,
+      userId: `u${o % 3}`,
+      route: '/r',
+      method: 'GET',
+      status: 200,
+      durationMs: 10,
+      timestamp: 1_763_769_600_000 + o * 1_000,
+    });
     offsets.push(String(o));
   }
   return { origin: { topic: 'usage', partition, firstOffset: String(from), nextOffset: String(to), offsets }, samples };
@@ -90,7 +98,9 @@ describe('scheduled KPI rollup job', () => {
     const sink = createUsageRollupSink(db.pool, { group: `g-${randomUUID()}` });
     await sink.apply(batch(tenant, 0, 120)); // 2 minutes of samples, one per second
     const count = (table: 'kpi_usage_minutes' | 'kpi_usage_hours') =>
-      db.pool.oneFirst(sql.type(z.object({ n: z.number() }))`select count(*) as n from ${sql.identifier([table])} where tenant_id = ${tenant}`);
+      db.pool.oneFirst(
+        sql.type(z.object({ n: z.number() }))`select count(*) as n from ${sql.identifier([table])} where tenant_id = ${tenant}`,
+      );
     expect(await count('kpi_usage_minutes')).toBe(2);
     const job = createKpiRollupJob(db.pool, { minuteRetentionHours: 1 });
     await job(new Date(1_763_769_600_000 + 30 * 60_000)); // 30 min later: kept

@@ -32,7 +32,12 @@ beforeAll(async () => {
   await bus.source.start(createUsageRollupSink(db.pool, { group: 'test' }));
   projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
   await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
-  app = await createTestApp(auth, usageSamples(bus.publisher), analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }), billingRoutes({ store }));
+  app = await createTestApp(
+    auth,
+    usageSamples(bus.publisher),
+    analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }),
+    billingRoutes({ store }),
+  );
 });
 
 afterAll(async () => {
@@ -43,7 +48,16 @@ afterAll(async () => {
   await db?.drop();
 });
 
-type Kpi = { mrr: number; arr: number; churnRate: number; dau: number; mau: number; apiLatencyP95Ms: number; asOf: string; currency: string | null };
+type Kpi = {
+  mrr: number;
+  arr: number;
+  churnRate: number;
+  dau: number;
+  mau: number;
+  apiLatencyP95Ms: number;
+  asOf: string;
+  currency: string | null;
+};
 
 const billingEvent = (customerId: string, overrides: Record<string, unknown> = {}) => ({
   eventId: randomUUID(),
@@ -72,7 +86,11 @@ describe('POST /v1/analytics/billing-events', () => {
   describe('when an admin sends a valid batch', () => {
     it('accepts it (202), and a retry of the same batch is all duplicates', async () => {
       const headers = await authHeaders(auth, tenant, 'admin');
-      const events = [billingEvent('cus-1'), billingEvent('cus-2', { amount: 120, interval: 'year' }), billingEvent('cus-1', { type: 'subscription.changed', amount: '59.99' })];
+      const events = [
+        billingEvent('cus-1'),
+        billingEvent('cus-2', { amount: 120, interval: 'year' }),
+        billingEvent('cus-1', { type: 'subscription.changed', amount: '59.99' }),
+      ];
       const first = await app.inject({ method: 'POST', url: '/v1/analytics/billing-events', headers, payload: { events } });
       expect(first.statusCode).toBe(202);
       expect(first.json()).toMatchObject({ accepted: 3, duplicates: 0 });
@@ -106,7 +124,13 @@ describe('POST /v1/analytics/billing-events', () => {
     it('refuses more than 1,000 events, bad amounts and unknown types (400)', async () => {
       const headers = await authHeaders(auth, tenant, 'admin');
       const tooMany = Array.from({ length: 1_001 }, (_, i) => billingEvent(`c${i}`));
-      for (const events of [tooMany, [billingEvent('c', { amount: '-1' })], [billingEvent('c', { amount: '1.23456' })], [billingEvent('c', { type: 'subscription.paused' })], [billingEvent('c', { eventId: '' })]]) {
+      for (const events of [
+        tooMany,
+        [billingEvent('c', { amount: '-1' })],
+        [billingEvent('c', { amount: '1.23456' })],
+        [billingEvent('c', { type: 'subscription.paused' })],
+        [billingEvent('c', { eventId: '' })],
+      ]) {
         const response = await app.inject({ method: 'POST', url: '/v1/analytics/billing-events', headers, payload: { events } });
         expect(response.statusCode).toBe(400);
       }
@@ -114,7 +138,12 @@ describe('POST /v1/analytics/billing-events', () => {
 
     it('is for admins only (analyst → 403)', async () => {
       const headers = await authHeaders(auth, tenant, 'analyst');
-      const response = await app.inject({ method: 'POST', url: '/v1/analytics/billing-events', headers, payload: { events: [billingEvent('c')] } });
+      const response = await app.inject({
+        method: 'POST',
+        url: '/v1/analytics/billing-events',
+        headers,
+        payload: { events: [billingEvent('c')] },
+      });
       expect(response.statusCode).toBe(403);
     });
   });
@@ -151,7 +180,10 @@ describe('GET /v1/analytics/kpi', () => {
       const [a, b] = [await provisionTenant(db.pool), await provisionTenant(db.pool)];
       const ha = await authHeaders(auth, a, 'admin');
       await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: ha });
-      await until(async () => (await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: ha })).json<Kpi>(), (k) => k.dau === 1);
+      await until(
+        async () => (await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: ha })).json<Kpi>(),
+        (k) => k.dau === 1,
+      );
       const kb = (await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: await authHeaders(auth, b, 'admin') })).json<Kpi>();
       expect(kb.dau).toBe(0);
     });

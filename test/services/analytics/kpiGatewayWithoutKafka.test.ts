@@ -86,7 +86,8 @@ describe('when a gateway runs on its own without Kafka', () => {
     const firstAnswered = Date.now();
     // More requests until the clock has moved past the first answer (a few ms; the old code's
     // asOf stayed at the first request's sample however long this went on).
-    while (Date.now() <= firstAnswered + 5) expect((await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers })).statusCode).toBe(200);
+    while (Date.now() <= firstAnswered + 5)
+      expect((await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers })).statusCode).toBe(200);
     const lastAsked = Date.now();
     const last = await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers });
     expect(last.statusCode).toBe(200);
@@ -100,7 +101,15 @@ describe('when every part runs in one process without Kafka (the embedded defaul
     try {
       expect(other.usage.transport).toBe('in-process');
       const timestamp = Date.now();
-      other.usage.publisher.publish({ tenantId: randomUUID(), userId: randomUUID(), route: '/v1/employees', method: 'GET', status: 200, durationMs: 3, timestamp });
+      other.usage.publisher.publish({
+        tenantId: randomUUID(),
+        userId: randomUUID(),
+        route: '/v1/employees',
+        method: 'GET',
+        status: 200,
+        durationMs: 3,
+        timestamp,
+      });
       // Pending until the consumer (started by the all role's projectors) applies it.
       expect(other.usage.source.oldestPending?.()).toBe(timestamp);
     } finally {

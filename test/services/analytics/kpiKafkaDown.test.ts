@@ -22,14 +22,19 @@ const REQUESTS = 3_000;
 let db: TestDatabase;
 let auth: AuthDeps;
 
-
 const ping: V1Capability = async (scope) => {
   scope.get('/ping', { config: { permission: 'roles:read' } }, async () => ({ ok: true }));
 };
 
 async function gatewayWith(kafkaBrokers: readonly string[], capacity?: number) {
   const registry = new Registry();
-  const publisher = createKafkaPublisher({ brokers: kafkaBrokers, topic: `usage-down-${randomUUID()}`, registry, batchSize: 200, ...(capacity ? { capacity } : {}) });
+  const publisher = createKafkaPublisher({
+    brokers: kafkaBrokers,
+    topic: `usage-down-${randomUUID()}`,
+    registry,
+    batchSize: 200,
+    ...(capacity ? { capacity } : {}),
+  });
   const app = await createGateway({
     config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
     readiness: [],

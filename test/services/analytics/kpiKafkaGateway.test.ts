@@ -73,18 +73,27 @@ describe('usage samples through Kafka', () => {
       const usersA = Array.from({ length: 7 }, () => randomUUID());
       const usersB = Array.from({ length: 3 }, () => randomUUID());
       const started = Date.now();
-      for (const [tenant, users] of [[a, usersA], [b, usersB]] as const) {
+      for (const [tenant, users] of [
+        [a, usersA],
+        [b, usersB],
+      ] as const) {
         for (const user of users) {
           const headers = await authHeaders(auth, tenant, 'analyst', user);
           for (let i = 0; i < 5; i++) expect((await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers })).statusCode).toBe(200);
         }
       }
       const read = async (tenant: typeof a, user: string) =>
-        (await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: await authHeaders(auth, tenant, 'analyst', user) })).json<Kpi>();
-      const [kpiA, kpiB] = await waitFor(async () => {
-        const pair = [await read(a, usersA[0]!), await read(b, usersB[0]!)] as const;
-        return pair[0].dau >= usersA.length && pair[1].dau >= usersB.length && pair;
-      }, 60_000, 'both tenants’ samples to reach the KPI');
+        (
+          await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: await authHeaders(auth, tenant, 'analyst', user) })
+        ).json<Kpi>();
+      const [kpiA, kpiB] = await waitFor(
+        async () => {
+          const pair = [await read(a, usersA[0]!), await read(b, usersB[0]!)] as const;
+          return pair[0].dau >= usersA.length && pair[1].dau >= usersB.length && pair;
+        },
+        60_000,
+        'both tenants’ samples to reach the KPI',
+      );
       expect(kpiA).toMatchObject({ dau: usersA.length, mau: usersA.length });
       expect(kpiB).toMatchObject({ dau: usersB.length, mau: usersB.length });
       expect(kpiA.apiLatencyP95Ms).toBeGreaterThan(0);

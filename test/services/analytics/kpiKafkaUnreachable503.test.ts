@@ -25,7 +25,6 @@ let store: EventStore;
 let auth: AuthDeps;
 let projector: ProjectorHandle;
 
-
 beforeAll(async () => {
   db = await createTestDatabase();
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
@@ -40,17 +39,21 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const unreachable = async () => [
-  ['a closed port', `127.0.0.1:${await freePort()}`],
-  ['an unresolvable host', `kafka-${randomUUID().slice(0, 8)}.invalid:9092`],
-] as const;
+const unreachable = async () =>
+  [
+    ['a closed port', `127.0.0.1:${await freePort()}`],
+    ['an unresolvable host', `kafka-${randomUUID().slice(0, 8)}.invalid:9092`],
+  ] as const;
 
 describe('when the Kafka broker is unreachable', () => {
   it('the source says so with a ServiceUnavailableError when asked for the topic head', async () => {
     for (const [, broker] of await unreachable()) {
       const source = createKafkaSource({ brokers: [broker], topic: `usage-${randomUUID()}`, groupId: `g-${randomUUID()}` });
       try {
-        const head = await source.head().then(() => undefined, (error: unknown) => error);
+        const head = await source.head().then(
+          () => undefined,
+          (error: unknown) => error,
+        );
         expect(head).toBeInstanceOf(ServiceUnavailableError);
         expect((head as ServiceUnavailableError).headers['retry-after']).toBeDefined();
       } finally {
@@ -81,7 +84,11 @@ describe('when the Kafka broker is unreachable', () => {
           expect(response.body).not.toMatch(/KafkaJS/);
         }
         // The revenue KPIs do not read Kafka: they still answer.
-        const mrr = await app.inject({ method: 'GET', url: `/v1/analytics/kpi/series?metric=mrr&interval=hour&from=${from}&to=${to}`, headers });
+        const mrr = await app.inject({
+          method: 'GET',
+          url: `/v1/analytics/kpi/series?metric=mrr&interval=hour&from=${from}&to=${to}`,
+          headers,
+        });
         expect(mrr.statusCode).toBe(200);
       } finally {
         await app?.close();

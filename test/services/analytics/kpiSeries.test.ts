@@ -22,7 +22,16 @@ afterAll(async () => {
   await harness?.close();
 });
 
-type Kpi = { mrr: number; arr: number; churnRate: number; dau: number; mau: number; apiLatencyP95Ms: number; asOf: string; currency: string | null };
+type Kpi = {
+  mrr: number;
+  arr: number;
+  churnRate: number;
+  dau: number;
+  mau: number;
+  apiLatencyP95Ms: number;
+  asOf: string;
+  currency: string | null;
+};
 type Series = { metric: string; interval: string; currency?: string | null; asOf: string; points: { at: string; value: number }[] };
 
 const DAY = 86_400_000;
@@ -40,7 +49,15 @@ function usageVector(tenantId: string): UsageSample[] {
     const n = d % 2 === 0 ? 2 : 3;
     for (let k = d; k < d + n; k++) {
       for (let i = 0; i < 10; i++) {
-        samples.push({ tenantId, userId: `u${k}`, route: '/v1/employees', method: 'GET', status: 200, durationMs: 10 * k + i, timestamp: OCT1 + d * DAY + 12 * 3_600_000 + i * 60_000 });
+        samples.push({
+          tenantId,
+          userId: `u${k}`,
+          route: '/v1/employees',
+          method: 'GET',
+          status: 200,
+          durationMs: 10 * k + i,
+          timestamp: OCT1 + d * DAY + 12 * 3_600_000 + i * 60_000,
+        });
       }
     }
   }
@@ -48,15 +65,16 @@ function usageVector(tenantId: string): UsageSample[] {
 }
 
 /** Billing vector over a month, in occurredAt order (all at 12:00 UTC). */
-const billingVector = () => [
-  { customerId: 'c1', type: 'subscription.started', amount: '100', interval: 'month', occurredAt: day(0, 12) },
-  { customerId: 'c2', type: 'subscription.started', amount: '1200', interval: 'year', occurredAt: day(0, 12) },
-  { customerId: 'c3', type: 'subscription.started', amount: '50', interval: 'month', occurredAt: day(4, 12) },
-  { customerId: 'c1', type: 'subscription.changed', amount: '150', interval: 'month', occurredAt: day(9, 12) },
-  { customerId: 'c2', type: 'subscription.cancelled', amount: '1200', interval: 'year', occurredAt: day(14, 12) },
-  { customerId: 'c4', type: 'subscription.started', amount: '30', interval: 'month', occurredAt: day(19, 12) },
-  { customerId: 'c3', type: 'subscription.cancelled', amount: '50', interval: 'month', occurredAt: day(24, 12) },
-].map((e) => ({ eventId: randomUUID(), currency: 'EUR', ...e }));
+const billingVector = () =>
+  [
+    { customerId: 'c1', type: 'subscription.started', amount: '100', interval: 'month', occurredAt: day(0, 12) },
+    { customerId: 'c2', type: 'subscription.started', amount: '1200', interval: 'year', occurredAt: day(0, 12) },
+    { customerId: 'c3', type: 'subscription.started', amount: '50', interval: 'month', occurredAt: day(4, 12) },
+    { customerId: 'c1', type: 'subscription.changed', amount: '150', interval: 'month', occurredAt: day(9, 12) },
+    { customerId: 'c2', type: 'subscription.cancelled', amount: '1200', interval: 'year', occurredAt: day(14, 12) },
+    { customerId: 'c4', type: 'subscription.started', amount: '30', interval: 'month', occurredAt: day(19, 12) },
+    { customerId: 'c3', type: 'subscription.cancelled', amount: '50', interval: 'month', occurredAt: day(24, 12) },
+  ].map((e) => ({ eventId: randomUUID(), currency: 'EUR', ...e }));
 
 let tenant: TestTenant;
 let analyst: Record<string, string>;
@@ -65,7 +83,12 @@ beforeAll(async () => {
   tenant = await provisionTenant(db.pool);
   await createUsageRollupSink(db.pool, { group: `g-${randomUUID()}` }).apply({ origin: null, samples: usageVector(tenant.tenantId) });
   const admin = await authHeaders(auth, tenant, 'admin');
-  const ingest = await app.inject({ method: 'POST', url: '/v1/analytics/billing-events', headers: admin, payload: { events: billingVector() } });
+  const ingest = await app.inject({
+    method: 'POST',
+    url: '/v1/analytics/billing-events',
+    headers: admin,
+    payload: { events: billingVector() },
+  });
   expect(ingest.statusCode).toBe(202);
   const position = ingest.json<{ position: string }>().position;
   const ready = await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: { ...admin, 'x-min-position': position } });
@@ -74,7 +97,12 @@ beforeAll(async () => {
 });
 
 async function series(metric: string, from: string, to: string, interval: string): Promise<Series> {
-  const response = await app.inject({ method: 'GET', url: '/v1/analytics/kpi/series', query: { metric, from, to, interval }, headers: analyst });
+  const response = await app.inject({
+    method: 'GET',
+    url: '/v1/analytics/kpi/series',
+    query: { metric, from, to, interval },
+    headers: analyst,
+  });
   expect(response.statusCode, response.body).toBe(200);
   return response.json<Series>();
 }
@@ -159,7 +187,10 @@ describe('GET /v1/analytics/kpi/series', () => {
       const kpi = await kpiAt(at);
       expect(kpi.asOf).toBe(at);
       // The hour 12:00–13:00 holds a third user's requests (dau 3 at 13:00); up to 12:00, 2.
-      const [dau, p95] = [values(await series('dau', day(1, 11), day(1, 13), 'hour')), values(await series('apiLatencyP95Ms', day(1, 11), day(1, 13), 'hour'))];
+      const [dau, p95] = [
+        values(await series('dau', day(1, 11), day(1, 13), 'hour')),
+        values(await series('apiLatencyP95Ms', day(1, 11), day(1, 13), 'hour')),
+      ];
       expect(dau[day(1, 13)]).toBe(3);
       expect({ dau: kpi.dau, apiLatencyP95Ms: kpi.apiLatencyP95Ms }).toEqual({ dau: dau[day(1, 12)], apiLatencyP95Ms: p95[day(1, 12)] });
     });
@@ -199,7 +230,12 @@ describe('GET /v1/analytics/kpi/series', () => {
         expect(response.statusCode, JSON.stringify(query)).toBe(400);
         expect(response.headers['content-type']).toContain('application/problem+json');
       }
-      const ok = await app.inject({ method: 'GET', url: '/v1/analytics/kpi/series', query: { metric: 'dau', from: day(0), to: day(41, 15), interval: 'hour' }, headers: analyst });
+      const ok = await app.inject({
+        method: 'GET',
+        url: '/v1/analytics/kpi/series',
+        query: { metric: 'dau', from: day(0), to: day(41, 15), interval: 'hour' },
+        headers: analyst,
+      });
       expect(ok.json<Series>().points).toHaveLength(1_000);
     });
 
@@ -216,9 +252,17 @@ describe('GET /v1/analytics/kpi/series', () => {
 
   describe('when a client reads the OpenAPI document', () => {
     it('finds the series route with its query parameters and response schema, and kpi?at=', async () => {
-      const doc = (await app.inject({ url: '/v1/openapi.json' })).json<{ paths: Record<string, { get: { parameters: { name: string; in: string }[] } }>; components: { schemas: Record<string, unknown> } }>();
+      const doc = (await app.inject({ url: '/v1/openapi.json' })).json<{
+        paths: Record<string, { get: { parameters: { name: string; in: string }[] } }>;
+        components: { schemas: Record<string, unknown> };
+      }>();
       const series = doc.paths['/v1/analytics/kpi/series']!.get;
-      expect(series.parameters.filter((p) => p.in === 'query').map((p) => p.name).sort()).toEqual(['from', 'interval', 'metric', 'to']);
+      expect(
+        series.parameters
+          .filter((p) => p.in === 'query')
+          .map((p) => p.name)
+          .sort(),
+      ).toEqual(['from', 'interval', 'metric', 'to']);
       expect(doc.components.schemas).toHaveProperty('KpiSeries');
       expect(doc.paths['/v1/analytics/kpi']!.get.parameters.map((p) => p.name)).toContain('at');
     });

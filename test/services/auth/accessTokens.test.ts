@@ -55,7 +55,9 @@ function validClaims<T extends SignJWT | UnsecuredJWT>(builder: T, options: { is
 }
 
 /** A token signed by our key with any header and claims (to build near-valid forgeries). */
-async function craft(options: { header?: Record<string, unknown>; claims?: Record<string, unknown>; issuer?: string; audience?: string } = {}) {
+async function craft(
+  options: { header?: Record<string, unknown>; claims?: Record<string, unknown>; issuer?: string; audience?: string } = {},
+) {
   const builder = new SignJWT({ tenant: tenant.slug, roles: ['admin'], ...options.claims }).setProtectedHeader({
     alg: 'EdDSA',
     kid: jwk.kid,
@@ -124,7 +126,11 @@ describe('when the request is refused', () => {
     const jwks = JSON.stringify((await app.inject({ method: 'GET', url: '/.well-known/jwks.json' })).json());
     const secrets = [new TextEncoder().encode(String(pem)), base64url.decode(jwk.x), new TextEncoder().encode(jwks)];
     for (const secret of secrets) {
-      const builder = new SignJWT({ tenant: tenant.slug, roles: ['admin'] }).setProtectedHeader({ alg: 'HS256', kid: jwk.kid, typ: 'at+jwt' });
+      const builder = new SignJWT({ tenant: tenant.slug, roles: ['admin'] }).setProtectedHeader({
+        alg: 'HS256',
+        kid: jwk.kid,
+        typ: 'at+jwt',
+      });
       const token = await validClaims(builder).sign(secret);
       expectInvalidToken(await getRoles(bearer(token)));
     }
@@ -192,7 +198,9 @@ describe('when keys rotate', () => {
       for (const token of [oldToken, newToken]) {
         expect((await rotatedApp.inject({ method: 'GET', url: '/v1/roles', headers: bearer(token) })).statusCode).toBe(200);
       }
-      const jwks = (await rotatedApp.inject({ method: 'GET', url: '/.well-known/jwks.json' })).json<{ keys: Array<Record<string, unknown>> }>();
+      const jwks = (await rotatedApp.inject({ method: 'GET', url: '/.well-known/jwks.json' })).json<{
+        keys: Array<Record<string, unknown>>;
+      }>();
       expect(jwks.keys.map((k) => k.kid)).toEqual([newer.kid, jwk.kid]);
       for (const key of jwks.keys) {
         expect(key).not.toHaveProperty('d');

@@ -38,17 +38,37 @@ describe('when an auth body carries a field the API does not define', () => {
     const user = await loginAs(app, db.pool, tenant, 'employee');
     const publicHeaders = { 'x-tenant': tenant.slug };
 
-    const login = await app.inject({ method: 'POST', url: '/v1/auth/login', headers: publicHeaders, payload: { email: user.email, password: user.password, rememberMe: true } });
+    const login = await app.inject({
+      method: 'POST',
+      url: '/v1/auth/login',
+      headers: publicHeaders,
+      payload: { email: user.email, password: user.password, rememberMe: true },
+    });
     expect400Naming(login, 'rememberMe');
 
-    const refresh = await app.inject({ method: 'POST', url: '/v1/auth/refresh', headers: publicHeaders, payload: { refreshToken: user.refreshToken, scope: 'all' } });
+    const refresh = await app.inject({
+      method: 'POST',
+      url: '/v1/auth/refresh',
+      headers: publicHeaders,
+      payload: { refreshToken: user.refreshToken, scope: 'all' },
+    });
     expect400Naming(refresh, 'scope');
 
-    const logout = await app.inject({ method: 'POST', url: '/v1/auth/logout', headers: user.headers, payload: { refreshToken: user.refreshToken, everywhere: true } });
+    const logout = await app.inject({
+      method: 'POST',
+      url: '/v1/auth/logout',
+      headers: user.headers,
+      payload: { refreshToken: user.refreshToken, everywhere: true },
+    });
     expect400Naming(logout, 'everywhere');
 
     // The refused calls changed nothing: the refresh token is still good, once.
-    const refreshed = await app.inject({ method: 'POST', url: '/v1/auth/refresh', headers: publicHeaders, payload: { refreshToken: user.refreshToken } });
+    const refreshed = await app.inject({
+      method: 'POST',
+      url: '/v1/auth/refresh',
+      headers: publicHeaders,
+      payload: { refreshToken: user.refreshToken },
+    });
     expect(refreshed.statusCode).toBe(200);
     const { refreshToken } = refreshed.json<{ refreshToken: string }>();
     const loggedOut = await app.inject({ method: 'POST', url: '/v1/auth/logout', headers: user.headers, payload: { refreshToken } });

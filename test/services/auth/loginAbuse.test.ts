@@ -41,7 +41,7 @@ const median = (values: readonly number[]) => {
 
 describe('when anyone floods login to starve it or lock accounts', () => {
   describe('when 40 junk logins arrive at once from one address', () => {
-    it("a real login from another address stays fast (median with load < 3 × median without, alternating rounds)", async () => {
+    it('a real login from another address stays fast (median with load < 3 × median without, alternating rounds)', async () => {
       const app = await gateway();
       const tenant = await provisionTenant(db.pool);
       const user = await createTestUser(db.pool, tenant, 'employee');
@@ -102,7 +102,7 @@ describe('when anyone floods login to starve it or lock accounts', () => {
   });
 
   describe('when an address is written differently', () => {
-    it('an NFKC-equivalent form (full-width letters) shares the account\'s budget', async () => {
+    it("an NFKC-equivalent form (full-width letters) shares the account's budget", async () => {
       const app = await gateway();
       const tenant = await provisionTenant(db.pool);
       const user = await createTestUser(db.pool, tenant, 'admin', { email: `admin-${Date.now().toString(36)}@example.test` });
@@ -128,7 +128,13 @@ describe('when anyone floods login to starve it or lock accounts', () => {
       const app = await gateway();
       const tenant = await provisionTenant(db.pool);
       const refresh = (ip: string, token: string) =>
-        app.inject({ method: 'POST', url: '/v1/auth/refresh', remoteAddress: ip, headers: { 'x-tenant': tenant.slug }, payload: { refreshToken: token } });
+        app.inject({
+          method: 'POST',
+          url: '/v1/auth/refresh',
+          remoteAddress: ip,
+          headers: { 'x-tenant': tenant.slug },
+          payload: { refreshToken: token },
+        });
       for (let i = 0; i < 40; i++) expect((await refresh('203.0.113.9', `guess-${i}`)).statusCode).toBe(401);
       const refused = await refresh('203.0.113.9', 'guess-41');
       expect(refused.statusCode).toBe(429);
@@ -143,7 +149,9 @@ describe('when anyone floods login to starve it or lock accounts', () => {
       const app = await gateway({ loginGate: { concurrency: 1, maxQueued: 2, maxWaitMs: 60_000 } });
       const tenant = await provisionTenant(db.pool);
       const answers = await Promise.all(
-        Array.from({ length: 10 }, (_, i) => loginFrom(app, `203.0.113.${20 + i}`, tenant.slug, `nobody-${i}@example.test`, 'not-a-password')),
+        Array.from({ length: 10 }, (_, i) =>
+          loginFrom(app, `203.0.113.${20 + i}`, tenant.slug, `nobody-${i}@example.test`, 'not-a-password'),
+        ),
       );
       const statuses = answers.map((r) => r.statusCode);
       expect(statuses.filter((s) => s === 401).length).toBeGreaterThanOrEqual(3);
@@ -159,9 +167,15 @@ describe('when anyone floods login to starve it or lock accounts', () => {
       const app = await gateway({ globalAuthLimit: { burst: 3, perMinute: 1 } });
       const tenant = await provisionTenant(db.pool);
       const statuses: number[] = [];
-      for (let i = 0; i < 5; i++) statuses.push((await loginFrom(app, `192.0.2.${60 + i}`, tenant.slug, `n${i}@example.test`, 'not-a-password')).statusCode);
+      for (let i = 0; i < 5; i++)
+        statuses.push((await loginFrom(app, `192.0.2.${60 + i}`, tenant.slug, `n${i}@example.test`, 'not-a-password')).statusCode);
       expect(statuses).toEqual([401, 401, 401, 503, 503]);
-      const refresh = await app.inject({ method: 'POST', url: '/v1/auth/refresh', headers: { 'x-tenant': tenant.slug }, payload: { refreshToken: 'x' } });
+      const refresh = await app.inject({
+        method: 'POST',
+        url: '/v1/auth/refresh',
+        headers: { 'x-tenant': tenant.slug },
+        payload: { refreshToken: 'x' },
+      });
       expect(refresh.statusCode).toBe(503);
       expect(Number(refresh.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     });

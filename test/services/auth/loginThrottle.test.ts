@@ -46,7 +46,10 @@ describe.each([
 
   it('does not affect other accounts, of the same tenant or another', async () => {
     const tenant = await provisionTenant(db.pool);
-    const [victim, bystander] = await Promise.all([createTestUser(db.pool, tenant, 'employee'), createTestUser(db.pool, tenant, 'employee')]);
+    const [victim, bystander] = await Promise.all([
+      createTestUser(db.pool, tenant, 'employee'),
+      createTestUser(db.pool, tenant, 'employee'),
+    ]);
     const elsewhere = await provisionTenant(db.pool);
     const sameEmailElsewhere = await createTestUser(db.pool, elsewhere, 'employee', { email: victim.email });
     for (let i = 0; i <= LOGIN_FAILURE_LIMIT; i++) await login(tenant.slug, victim.email, 'wrong-password');
@@ -57,7 +60,8 @@ describe.each([
 
   it('throttles unknown accounts the same way (no enumeration through the throttle)', async () => {
     const tenant = await provisionTenant(db.pool);
-    for (let i = 0; i < LOGIN_FAILURE_LIMIT; i++) expect((await login(tenant.slug, 'ghost@example.test', 'x-password')).statusCode).toBe(401);
+    for (let i = 0; i < LOGIN_FAILURE_LIMIT; i++)
+      expect((await login(tenant.slug, 'ghost@example.test', 'x-password')).statusCode).toBe(401);
     expect((await login(tenant.slug, 'ghost@example.test', 'x-password')).statusCode).toBe(429);
   });
 
@@ -84,7 +88,12 @@ describe('when several gateways share Redis', () => {
       const tenant = await provisionTenant(db.pool);
       const user = await createTestUser(db.pool, tenant, 'employee');
       const login = (app: FastifyInstance, password: string) =>
-        app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'x-tenant': tenant.slug }, payload: { email: user.email, password } });
+        app.inject({
+          method: 'POST',
+          url: '/v1/auth/login',
+          headers: { 'x-tenant': tenant.slug },
+          payload: { email: user.email, password },
+        });
       for (let i = 0; i < LOGIN_FAILURE_LIMIT; i++) expect((await login(i % 2 ? appA : appB, 'wrong-password')).statusCode).toBe(401);
       expect((await login(appA, user.password)).statusCode).toBe(429);
       expect((await login(appB, user.password)).statusCode).toBe(429);

@@ -52,7 +52,9 @@ describe('when a login fails', () => {
       wrongPassword.push(await timed(user.email));
     }
     const ratio = median(unknown) / median(wrongPassword);
-    process.stdout.write(`login timing: unknown e-mail median ${median(unknown).toFixed(1)} ms, wrong password ${median(wrongPassword).toFixed(1)} ms, ratio ${ratio.toFixed(3)}\n`);
+    process.stdout.write(
+      `login timing: unknown e-mail median ${median(unknown).toFixed(1)} ms, wrong password ${median(wrongPassword).toFixed(1)} ms, ratio ${ratio.toFixed(3)}\n`,
+    );
     expect(ratio).toBeGreaterThanOrEqual(0.75);
     expect(ratio).toBeLessThanOrEqual(1.25);
   }, 180_000); // 82 argon2 verifications: seconds alone, much longer beside other suites

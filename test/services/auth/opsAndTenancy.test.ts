@@ -40,14 +40,26 @@ describe('when an operator provisions with the ops CLI while the service runs', 
   const slug = `ops-${randomBytes(4).toString('hex')}`;
 
   it('tenants create makes a tenant whose admin can log in; a second create fails with exit 1', async () => {
-    const created = await ops('tenants', 'create', slug, '--plan', 'starter', '--admin-email', 'boss@ops.test', '--admin-password', 'boss-password');
+    const created = await ops(
+      'tenants',
+      'create',
+      slug,
+      '--plan',
+      'starter',
+      '--admin-email',
+      'boss@ops.test',
+      '--admin-password',
+      'boss-password',
+    );
     expect(created, created.stderr).toMatchObject({ code: 0 });
     expect(created.stdout).toContain(`created tenant ${slug}`);
     expect((await login(slug, 'boss@ops.test', 'boss-password')).statusCode).toBe(200);
     const again = await ops('tenants', 'create', slug, '--plan', 'pro', '--admin-email', 'x@ops.test', '--admin-password', 'x-password');
     expect(again.code).toBe(1);
     expect(again.stderr).toContain('already exists');
-    expect((await ops('tenants', 'create', 'Not_A_Slug', '--plan', 'pro', '--admin-email', 'x@ops.test', '--admin-password', 'x-password')).code).toBe(1);
+    expect(
+      (await ops('tenants', 'create', 'Not_A_Slug', '--plan', 'pro', '--admin-email', 'x@ops.test', '--admin-password', 'x-password')).code,
+    ).toBe(1);
   });
 
   it('tenants set-plan reaches request.auth of the running service within seconds, without restart', async () => {
@@ -63,7 +75,9 @@ describe('when an operator provisions with the ops CLI while the service runs', 
     }, 5_000);
     expect(seen).toMatchObject({ plan: 'enterprise', rateLimitOverride: { perMinute: 1200, burst: 40 } });
     const listed = await ops('tenants', 'list', '--json');
-    expect(JSON.parse(listed.stdout)).toContainEqual(expect.objectContaining({ slug, plan: 'enterprise', rateLimitOverride: { perMinute: 1200, burst: 40 } }));
+    expect(JSON.parse(listed.stdout)).toContainEqual(
+      expect.objectContaining({ slug, plan: 'enterprise', rateLimitOverride: { perMinute: 1200, burst: 40 } }),
+    );
   });
 
   it('users create, set-role and disable take effect at login', async () => {
@@ -71,11 +85,15 @@ describe('when an operator provisions with the ops CLI while the service runs', 
     expect(created, created.stderr).toMatchObject({ code: 0 });
     const first = await login(slug, 'ann@ops.test', 'ann-password');
     expect(first.statusCode).toBe(200);
-    expect(JSON.parse(Buffer.from(first.json<{ accessToken: string }>().accessToken.split('.')[1] ?? '', 'base64url').toString()).roles).toEqual(['analyst']);
+    expect(
+      JSON.parse(Buffer.from(first.json<{ accessToken: string }>().accessToken.split('.')[1] ?? '', 'base64url').toString()).roles,
+    ).toEqual(['analyst']);
 
     expect((await ops('users', 'set-role', slug, '--email', 'ANN@ops.test', '--role', 'hr_manager')).code).toBe(0);
     const second = await login(slug, 'ann@ops.test', 'ann-password');
-    expect(JSON.parse(Buffer.from(second.json<{ accessToken: string }>().accessToken.split('.')[1] ?? '', 'base64url').toString()).roles).toEqual(['hr_manager']);
+    expect(
+      JSON.parse(Buffer.from(second.json<{ accessToken: string }>().accessToken.split('.')[1] ?? '', 'base64url').toString()).roles,
+    ).toEqual(['hr_manager']);
 
     expect((await ops('users', 'disable', slug, '--email', 'ann@ops.test')).code).toBe(0);
     expect((await login(slug, 'ann@ops.test', 'ann-password')).statusCode).toBe(401);
@@ -86,7 +104,12 @@ describe('when an operator provisions with the ops CLI while the service runs', 
 describe('when the service starts with BOOTSTRAP_*', () => {
   it('creates the tenant and admin once; later starts change nothing', async () => {
     const slug = `boot-${randomBytes(4).toString('hex')}`;
-    const config = { BOOTSTRAP_TENANT: slug, BOOTSTRAP_PLAN: 'pro' as const, BOOTSTRAP_ADMIN_EMAIL: 'root@boot.test', BOOTSTRAP_ADMIN_PASSWORD: 'root-password' };
+    const config = {
+      BOOTSTRAP_TENANT: slug,
+      BOOTSTRAP_PLAN: 'pro' as const,
+      BOOTSTRAP_ADMIN_EMAIL: 'root@boot.test',
+      BOOTSTRAP_ADMIN_PASSWORD: 'root-password',
+    };
     const starts: Array<{ tenantCreated?: boolean; adminCreated?: boolean }> = [];
     const logger = { info: (context: object) => void starts.push(context) };
     // Two gateways starting at once, then a restart with a different password and plan.

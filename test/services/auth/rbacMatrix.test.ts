@@ -56,7 +56,15 @@ describe('the permission matrix', () => {
 
   it('covers the routes of every mounted capability (the matrix below is not empty)', () => {
     const urls = new Set(auth.routes.map((r) => r.url));
-    for (const url of ['/v1/roles', '/v1/employees', '/v1/analytics/kpi', '/v1/analytics/billing-events', '/v1/employees/changes', '/v1/webhooks']) expect(urls).toContain(url);
+    for (const url of [
+      '/v1/roles',
+      '/v1/employees',
+      '/v1/analytics/kpi',
+      '/v1/analytics/billing-events',
+      '/v1/employees/changes',
+      '/v1/webhooks',
+    ])
+      expect(urls).toContain(url);
   });
 });
 
@@ -75,7 +83,12 @@ describe('role × route', () => {
           headers: await authHeaders(auth, tenant, cell.role),
           ...(['POST', 'PUT', 'PATCH'].includes(cell.method) ? { payload: {} } : {}),
         });
-        return { cell: `${cell.role} ${cell.method} ${cell.url} (${cell.permission})`, allowed: cell.allowed, status: response.statusCode, body: response.body };
+        return {
+          cell: `${cell.role} ${cell.method} ${cell.url} (${cell.permission})`,
+          allowed: cell.allowed,
+          status: response.statusCode,
+          body: response.body,
+        };
       }),
     );
     for (const outcome of outcomes) {

@@ -86,7 +86,8 @@ async function roleIds(tenant: TestTenant) {
   return { admin: id('admin'), analyst: id('analyst'), hrManager: id('hr_manager'), employee: id('employee') };
 }
 
-const roleOf = async (tenant: TestTenant, email: string) => (await withTenant(db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, tenant.tenantId, email)))?.role;
+const roleOf = async (tenant: TestTenant, email: string) =>
+  (await withTenant(db.pool, tenant.tenantId, (tx) => findUserByEmail(tx, tenant.tenantId, email)))?.role;
 
 async function hire(headers: Record<string, string>, body: Record<string, unknown>) {
   return app.inject({ method: 'POST', url: '/v1/employees', headers, payload: { firstName: 'Rui', lastName: 'Role', ...body } });
@@ -114,7 +115,9 @@ describe('role assignment after the append (regression: it was a call that could
       } finally {
         await db.pool.query(sql.unsafe`delete from test_fail_user_writes`);
       }
-      const result = await retryParkedEvents(db.pool, roleAssignmentReactor, { role_reactor_emails: sql.identifier(['role_reactor_emails']) });
+      const result = await retryParkedEvents(db.pool, roleAssignmentReactor, {
+        role_reactor_emails: sql.identifier(['role_reactor_emails']),
+      });
       expect(result.stillParked).toBe(0);
       expect(await roleOf(tenant, email)).toBe('hr_manager');
       expect(await countUsers(tenant, email)).toBe(1);
@@ -151,21 +154,32 @@ describe('PUT /v1/employees/{id}/role', () => {
 
   it("sets the person's role: the login's next token carries it", async () => {
     const { tenant, admin, user, employeeId, roles } = await employeeWithLogin();
-    const response = await app.inject({ method: 'PUT', url: `/v1/employees/${employeeId}/role`, headers: admin, payload: { roleId: roles.hrManager } });
+    const response = await app.inject({
+      method: 'PUT',
+      url: `/v1/employees/${employeeId}/role`,
+      headers: admin,
+      payload: { roleId: roles.hrManager },
+    });
     expect(response.statusCode, response.body).toBe(200);
     expect(response.json()).toEqual({ employeeId, roleId: roles.hrManager });
     expect(response.headers.etag).toBe('"1"');
     expect(response.headers['x-log-position']).toBeTruthy();
     await waitFor(async () => (await roleOf(tenant, user.email)) === 'hr_manager');
 
-    const login = await app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'x-tenant': tenant.slug }, payload: { email: user.email, password: user.password } });
+    const login = await app.inject({
+      method: 'POST',
+      url: '/v1/auth/login',
+      headers: { 'x-tenant': tenant.slug },
+      payload: { email: user.email, password: user.password },
+    });
     expect(login.statusCode, login.body).toBe(200);
     expect(decodeJwt(login.json<{ accessToken: string }>().accessToken).roles).toEqual(['hr_manager']);
   });
 
   it('applies the same role again after an operator changed it (the assignment is recorded every time)', async () => {
     const { tenant, admin, user, employeeId, roles } = await employeeWithLogin();
-    const put = () => app.inject({ method: 'PUT', url: `/v1/employees/${employeeId}/role`, headers: admin, payload: { roleId: roles.analyst } });
+    const put = () =>
+      app.inject({ method: 'PUT', url: `/v1/employees/${employeeId}/role`, headers: admin, payload: { roleId: roles.analyst } });
     expect((await put()).statusCode).toBe(200);
     await waitFor(async () => (await roleOf(tenant, user.email)) === 'analyst');
     await withTenant(db.pool, tenant.tenantId, (tx) => setUserRole(tx, tenant.tenantId, user.email, 'employee'));
@@ -177,9 +191,16 @@ describe('PUT /v1/employees/{id}/role', () => {
     const { tenant, employeeId, roles, user } = await employeeWithLogin();
     for (const role of ['hr_manager', 'analyst', 'employee'] as const) {
       const headers = await authHeaders(auth, tenant, role);
-      expectProblem(await app.inject({ method: 'PUT', url: `/v1/employees/${employeeId}/role`, headers, payload: { roleId: roles.admin } }), 403);
+      expectProblem(
+        await app.inject({ method: 'PUT', url: `/v1/employees/${employeeId}/role`, headers, payload: { roleId: roles.admin } }),
+        403,
+      );
     }
-    const history = await app.inject({ method: 'GET', url: `/v1/employees/${employeeId}/history`, headers: await authHeaders(auth, tenant, 'admin') });
+    const history = await app.inject({
+      method: 'GET',
+      url: `/v1/employees/${employeeId}/history`,
+      headers: await authHeaders(auth, tenant, 'admin'),
+    });
     expect(history.json<{ data: { type: string }[] }>().data.map((e) => e.type)).toEqual(['EmployeeHired']);
     expect(await roleOf(tenant, user.email)).toBe('employee');
   });

@@ -20,7 +20,9 @@ let b: TestTenant;
 const countRow = z.object({ n: z.number() });
 const count = (tx: DatabaseTransactionConnection, table: string, tenantId?: string) =>
   tx.oneFirst(
-    sql.type(countRow)`select count(*)::int as n from ${sql.identifier([table])} ${tenantId ? sql.fragment`where tenant_id = ${tenantId}` : sql.fragment``}`,
+    sql.type(
+      countRow,
+    )`select count(*)::int as n from ${sql.identifier([table])} ${tenantId ? sql.fragment`where tenant_id = ${tenantId}` : sql.fragment``}`,
   );
 
 beforeAll(async () => {
@@ -71,7 +73,9 @@ describe('when the tables are queried directly', () => {
     );
     await expect(
       withTenant(db.pool, b.tenantId, (tx) =>
-        tx.query(sql.type(z.object({}))`insert into users (tenant_id, email, role_id) values (${a.tenantId}, 'intruder@example.test', ${roleOfA})`),
+        tx.query(
+          sql.type(z.object({}))`insert into users (tenant_id, email, role_id) values (${a.tenantId}, 'intruder@example.test', ${roleOfA})`,
+        ),
       ),
     ).rejects.toThrow(/row-level security/);
   });

@@ -50,7 +50,11 @@ describe('when logging in', () => {
     expect(response.headers['cache-control']).toBe('no-store');
     const body = tokenPair.parse(response.json());
     expect(decodeJwt(body.accessToken)).toMatchObject({ sub: userId, tenant: tenant.slug, roles: ['analyst'] });
-    const roles = await app.inject({ method: 'GET', url: '/v1/roles', headers: { authorization: `Bearer ${body.accessToken}`, 'x-tenant': tenant.slug } });
+    const roles = await app.inject({
+      method: 'GET',
+      url: '/v1/roles',
+      headers: { authorization: `Bearer ${body.accessToken}`, 'x-tenant': tenant.slug },
+    });
     expect(roles.statusCode).toBe(200);
   });
 
@@ -67,7 +71,13 @@ describe('when logging in', () => {
     });
     expect(shapes[0]).toEqual({
       status: 401,
-      problem: { type: '/problems/unauthorized', title: 'Unauthorized', status: 401, detail: expect.any(String), instance: '/v1/auth/login' },
+      problem: {
+        type: '/problems/unauthorized',
+        title: 'Unauthorized',
+        status: 401,
+        detail: expect.any(String),
+        instance: '/v1/auth/login',
+      },
     });
     expect(shapes[1]).toEqual(shapes[0]);
     expect(shapes[2]).toEqual(shapes[0]);
@@ -142,7 +152,9 @@ describe('when refreshing', () => {
       expect(row).not.toContain(first.refreshToken);
       expect(row).not.toContain(second.refreshToken);
     }
-    expect(rows.map((r) => r.token_hash).sort()).toEqual([hashRefreshToken(first.refreshToken), hashRefreshToken(second.refreshToken)].sort());
+    expect(rows.map((r) => r.token_hash).sort()).toEqual(
+      [hashRefreshToken(first.refreshToken), hashRefreshToken(second.refreshToken)].sort(),
+    );
   });
 });
 

@@ -4,7 +4,15 @@ import { z } from 'zod';
 import { sql, withTenant, type DatabaseTransactionConnection } from '../../../shared/db/pool.ts';
 import { hashRefreshToken, issueRefreshToken, revokeRefreshTokenFamily, rotateRefreshToken } from '../../../services/auth/refreshTokens.ts';
 import { findRoleByName, listRoles } from '../../../services/auth/roles.ts';
-import { createUser, disableUser, findLoginCredentials, findUserByEmail, findUserById, listUsers, setUserRole } from '../../../services/auth/users.ts';
+import {
+  createUser,
+  disableUser,
+  findLoginCredentials,
+  findUserByEmail,
+  findUserById,
+  listUsers,
+  setUserRole,
+} from '../../../services/auth/users.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { createTestUser, provisionTenant, type TestTenant } from '../../support/auth.ts';
 
@@ -129,10 +137,14 @@ describe('on a connection that bypasses row-level security', () => {
     it("creating A's login is not refused because B has one at that address", async () => {
       const { email, a, b } = await twoTenantsSharingAnEmail();
       const other = await provisionTenant(db.pool);
-      const created = await unfiltered((tx) => createUser(tx, { tenantId: other.tenantId, email, password: `pw-${randomBytes(8).toString('hex')}`, role: 'analyst' }));
+      const created = await unfiltered((tx) =>
+        createUser(tx, { tenantId: other.tenantId, email, password: `pw-${randomBytes(8).toString('hex')}`, role: 'analyst' }),
+      );
       expect(created).toMatchObject({ email, role: 'analyst', hasPassword: true });
       expect([a.userId, b.userId]).not.toContain(created.id);
-      const tenantOf = await db.pool.oneFirst(sql.type(z.object({ tenant_id: z.string() }))`select tenant_id from users where id = ${created.id}`);
+      const tenantOf = await db.pool.oneFirst(
+        sql.type(z.object({ tenant_id: z.string() }))`select tenant_id from users where id = ${created.id}`,
+      );
       expect(tenantOf).toBe(other.tenantId);
     });
   });
@@ -140,14 +152,17 @@ describe('on a connection that bypasses row-level security', () => {
   describe('when rotating and revoking refresh tokens as tenant A', () => {
     it("B's token is invalid for A and stays untouched", async () => {
       const { a, b } = await twoTenantsSharingAnEmail();
-      const result = await unfiltered((tx) => rotateRefreshToken(tx, { tenantId: a.tenant.tenantId, refreshToken: b.refreshToken, now: Date.now() }));
+      const result = await unfiltered((tx) =>
+        rotateRefreshToken(tx, { tenantId: a.tenant.tenantId, refreshToken: b.refreshToken, now: Date.now() }),
+      );
       expect(result).toEqual({ kind: 'invalid' });
       expect(await tokenState(b.refreshToken)).toEqual(untouched);
     });
 
     it("rotating A's token, then reusing it, revokes A's family only, though B's token has the same family id", async () => {
       const { familyId, a, b } = await twoTenantsSharingAnEmail();
-      const rotate = () => unfiltered((tx) => rotateRefreshToken(tx, { tenantId: a.tenant.tenantId, refreshToken: a.refreshToken, now: Date.now() }));
+      const rotate = () =>
+        unfiltered((tx) => rotateRefreshToken(tx, { tenantId: a.tenant.tenantId, refreshToken: a.refreshToken, now: Date.now() }));
       const first = await rotate();
       expect(first).toMatchObject({ kind: 'rotated', userId: a.userId, role: 'hr_manager' });
       expect(await tokenState(b.refreshToken)).toEqual(untouched);
@@ -164,10 +179,14 @@ describe('on a connection that bypasses row-level security', () => {
 
     it("logout as A ignores B's token and revokes A's family without touching B's", async () => {
       const { a, b } = await twoTenantsSharingAnEmail();
-      await unfiltered((tx) => revokeRefreshTokenFamily(tx, { tenantId: a.tenant.tenantId, refreshToken: b.refreshToken, userId: b.userId }));
+      await unfiltered((tx) =>
+        revokeRefreshTokenFamily(tx, { tenantId: a.tenant.tenantId, refreshToken: b.refreshToken, userId: b.userId }),
+      );
       expect(await tokenState(b.refreshToken)).toEqual(untouched);
 
-      await unfiltered((tx) => revokeRefreshTokenFamily(tx, { tenantId: a.tenant.tenantId, refreshToken: a.refreshToken, userId: a.userId }));
+      await unfiltered((tx) =>
+        revokeRefreshTokenFamily(tx, { tenantId: a.tenant.tenantId, refreshToken: a.refreshToken, userId: a.userId }),
+      );
       expect(await tokenState(a.refreshToken)).toEqual({ rotated: false, revoked: true });
       expect(await tokenState(b.refreshToken)).toEqual(untouched);
     });

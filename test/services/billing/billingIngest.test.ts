@@ -63,7 +63,8 @@ async function kpiAfter(tenant: TestTenant, position: string): Promise<Kpi> {
   return response.json<Kpi>();
 }
 
-const recorded = async (tenant: TestTenant, customerId: string) => (await store.readStream(billingStreamId(tenant.tenantId, customerId))).length;
+const recorded = async (tenant: TestTenant, customerId: string) =>
+  (await store.readStream(billingStreamId(tenant.tenantId, customerId))).length;
 
 describe('billing event store ids', () => {
   it('are RFC 9562 version-5 uuids (the RFC test vector)', () => {
@@ -90,7 +91,9 @@ describe('billing ids (regression: Stripe evt_… ids were refused)', () => {
     });
 
     it('documents the id in the OpenAPI document as a printable string, not a uuid', async () => {
-      const doc = (await app.inject({ url: '/v1/openapi.json' })).json<{ paths: Record<string, { post?: { requestBody: { content: Record<string, { schema: unknown }> } } }> }>();
+      const doc = (await app.inject({ url: '/v1/openapi.json' })).json<{
+        paths: Record<string, { post?: { requestBody: { content: Record<string, { schema: unknown }> } } }>;
+      }>();
       const body = JSON.stringify(doc.paths['/v1/analytics/billing-events']?.post?.requestBody.content['application/json']?.schema);
       expect(body).toContain('eventId');
       expect(body).not.toContain('"format":"uuid"');
@@ -231,7 +234,8 @@ describe('revenue as of an instant, from the stored history', () => {
     const instants = [100, 75, 50, 30, 15, 5, 1, 0].map((d) => new Date(Date.now() - d * DAY));
     await withTenant(db.pool, tenant.tenantId, async (tx) => {
       const histories = await loadRevenueHistories(tx, tenant.tenantId, { from: instants[0]!, to: instants.at(-1)! });
-      for (const at of instants) expect(await readRevenueAsOf(tx, tenant.tenantId, at), at.toISOString()).toEqual(revenueAsOf(histories, at));
+      for (const at of instants)
+        expect(await readRevenueAsOf(tx, tenant.tenantId, at), at.toISOString()).toEqual(revenueAsOf(histories, at));
       expect((await readRevenueAsOf(tx, tenant.tenantId, instants[3]!)).mrr).toBe(40); // a at 30 + b 120/12
       expect((await readRevenueAsOf(tx, tenant.tenantId, instants.at(-1)!)).mrr).toBe(5);
     });

@@ -17,7 +17,13 @@ import { expectProblem } from '../../support/harness/employees.ts';
 import { createChangesHarness, hire, logPositionsOf, type ChangesHarness } from '../../support/harness/changes.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
-type Change = { cursor: string; type: string; employeeId: string; occurredAt: string; employee: { id: string; firstName: string; status: string } };
+type Change = {
+  cursor: string;
+  type: string;
+  employeeId: string;
+  occurredAt: string;
+  employee: { id: string; firstName: string; status: string };
+};
 type Page = { data: Change[]; next: string; hasMore: boolean };
 
 let h: ChangesHarness;
@@ -109,7 +115,12 @@ describe('when a change commits after a later one (out of order)', () => {
       await slow.query('begin');
       await slow.query(
         `select * from es_append($1, 'any', array[$2]::uuid[], array['EmployeeDetailsChanged'], array[$3]::jsonb[], array[$4]::jsonb[])`,
-        [employeeStreamId(tenant.tenantId, first.employeeId), randomUUID(), JSON.stringify({ employeeId: first.employeeId, firstName: 'slow' }), JSON.stringify({ tenantId: tenant.tenantId })],
+        [
+          employeeStreamId(tenant.tenantId, first.employeeId),
+          randomUUID(),
+          JSON.stringify({ employeeId: first.employeeId, firstName: 'slow' }),
+          JSON.stringify({ tenantId: tenant.tenantId }),
+        ],
       );
       await second.rename('fast'); // commits first, but is later in the log
       const during = await read(headers, `limit=10&after=${start}`);
@@ -175,7 +186,9 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     if (!gone) throw new Error('no cursor');
     // What the rebuild does: its event is parked (here resolved at once, so that the stream's
     // later changes are not parked behind it) and its change is not in the model.
-    const goneEvent = (await h.store.readStream(employeeStreamId(tenant.tenantId, e.employeeId))).find((event) => encodeCursor(event.position) === cursors[3]);
+    const goneEvent = (await h.store.readStream(employeeStreamId(tenant.tenantId, e.employeeId))).find(
+      (event) => encodeCursor(event.position) === cursors[3],
+    );
     if (!goneEvent) throw new Error('no event');
     await parkEvent(h.db.pool, changesProjection, goneEvent, { error: 'parked by a rebuild (test)', attempts: 1 });
     expect(await resolveParkedEvents(h.db.pool, changesProjection.name, [goneEvent.id])).toBe(1);
@@ -210,8 +223,18 @@ describe('when the cursor is malformed, unknown or another tenant’s', () => {
     expect((await read(headers, `after=${resumed.next}`)).data).toEqual([]);
     // A cursor of another tenant's change, or one no change ever had, is still refused (unknown cursor).
     const other = await h.tenant();
-    expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${cursors[0] ?? ''}`, headers: other.headers }), 400);
-    expectProblem(await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${encodeCursor({ commit: gone.commit, prepare: gone.prepare + 1_000_000n })}`, headers }), 400);
+    expectProblem(
+      await h.app.inject({ method: 'GET', url: `/v1/employees/changes?after=${cursors[0] ?? ''}`, headers: other.headers }),
+      400,
+    );
+    expectProblem(
+      await h.app.inject({
+        method: 'GET',
+        url: `/v1/employees/changes?after=${encodeCursor({ commit: gone.commit, prepare: gone.prepare + 1_000_000n })}`,
+        headers,
+      }),
+      400,
+    );
   });
 
   it('does not collide with /v1/employees/:id and needs employees:read', async () => {

@@ -81,7 +81,9 @@ describe('GET /dashboard in headless chromium', () => {
         sessionStorage.setItem('kpi-session', JSON.stringify({ ...s, accessToken: 'expired.token.value' }));
       })()`);
       await page.reload();
-      await page.waitForFunction(`document.querySelector('.value[data-metric="mrr"]')?.getAttribute('data-value') === '200'`, { timeout: 20_000 });
+      await page.waitForFunction(`document.querySelector('.value[data-metric="mrr"]')?.getAttribute('data-value') === '200'`, {
+        timeout: 20_000,
+      });
       const stored = JSON.parse(String(await page.evaluate(`sessionStorage.getItem('kpi-session')`))) as Record<string, string>;
       expect(stored.accessToken).not.toBe('expired.token.value');
       expect(await page.$eval('#signin', (el) => el.hasAttribute('hidden'))).toBe(true);
@@ -137,7 +139,10 @@ describe('GET /dashboard in headless chromium', () => {
       await settled();
       expect(await page.$eval('#status', (el) => el.textContent)).toBe('Showing the last 90 days (daily points).');
       // Nothing that arrives late (an older range's retry) redraws a chart.
-      const onlyLastRange = async () => (await figures(page)).every((f) => f.range === '90d' && f.error === null && f.busy === null && f.points !== null && f.points >= 90 && f.points <= 91);
+      const onlyLastRange = async () =>
+        (await figures(page)).every(
+          (f) => f.range === '90d' && f.error === null && f.busy === null && f.points !== null && f.points >= 90 && f.points <= 91,
+        );
       expect(await staysTrue(onlyLastRange, 1_500)).toBe(true);
       await settled();
       expect(await page.$eval('#charts', (el) => el.getAttribute('data-range'))).toBe('90d');
@@ -198,7 +203,9 @@ describe('GET /dashboard in headless chromium', () => {
         expect(figure.error).toMatch(/^Rate limited: this chart could not be loaded \(the API asks to wait \d+ s\)\.$/);
       }
       expect(await page.$$eval('figure button', (buttons) => buttons.map((b) => b.textContent))).toEqual(['Try again', 'Try again']);
-      expect(await page.$eval('#status', (el) => el.textContent)).toBe('Showing the last 7 days (hourly points). 2 of 7 charts could not be loaded.');
+      expect(await page.$eval('#status', (el) => el.textContent)).toBe(
+        'Showing the last 7 days (hourly points). 2 of 7 charts could not be loaded.',
+      );
       const refused = answers.filter((a) => a.status === 429);
       expect(refused).toHaveLength(2); // not retried
       expect(Number(refused[0]?.retryAfter)).toBeGreaterThan(30);
@@ -210,16 +217,27 @@ describe('GET /dashboard in headless chromium', () => {
       const before = answers.length;
       const metric = failed[0]?.metric ?? '';
       await page.click(`figure[data-metric="${metric}"] button`);
-      await page.waitForFunction("(document.querySelector('#status')?.textContent ?? '').startsWith('Rate limited — retrying in')", { timeout: 5_000 });
-      await page.waitForFunction(`document.querySelector('figure[data-metric="${metric}"]').dataset.points !== undefined`, { timeout: 100_000 });
+      await page.waitForFunction("(document.querySelector('#status')?.textContent ?? '').startsWith('Rate limited — retrying in')", {
+        timeout: 5_000,
+      });
+      await page.waitForFunction(`document.querySelector('figure[data-metric="${metric}"]').dataset.points !== undefined`, {
+        timeout: 100_000,
+      });
       const after = answers.slice(before);
       expect(after.map((a) => new URL(a.url).searchParams.get('metric'))).toEqual(after.map(() => metric));
       expect(after.at(-1)).toMatchObject({ status: 200 });
       expect(after.slice(0, -1).every((a) => a.status === 429)).toBe(true);
       const again = await figures(page);
-      expect(again.filter((f) => f.points !== null).map((f) => f.metric).sort()).toEqual([...drawn.map((f) => f.metric), metric].sort());
+      expect(
+        again
+          .filter((f) => f.points !== null)
+          .map((f) => f.metric)
+          .sort(),
+      ).toEqual([...drawn.map((f) => f.metric), metric].sort());
       expect(again.filter((f) => f.error !== null).map((f) => f.metric)).toEqual([failed[1]?.metric]);
-      expect(await page.$eval('#status', (el) => el.textContent)).toBe('Showing the last 7 days (hourly points). 1 of 7 charts could not be loaded.');
+      expect(await page.$eval('#status', (el) => el.textContent)).toBe(
+        'Showing the last 7 days (hourly points). 1 of 7 charts could not be loaded.',
+      );
       expect(pageErrors).toEqual([]);
       await page.close();
     }, 150_000);

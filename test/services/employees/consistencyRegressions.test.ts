@@ -17,7 +17,15 @@ import { waitFor } from '../../support/waitFor.ts';
  * a stale ETag from the lagging read model), through the API on real PostgreSQL. The projector is started and
  * stopped by the tests themselves, so "the read model lags" is a state they set up, not a race.
  */
-type Employee = { id: string; email: string; firstName: string; lastName: string; department: string | null; status: string; hiredAt: string };
+type Employee = {
+  id: string;
+  email: string;
+  firstName: string;
+  lastName: string;
+  department: string | null;
+  status: string;
+  hiredAt: string;
+};
 
 let db: TestDatabase;
 let store: EventStore;
@@ -86,7 +94,12 @@ describe('a failed PATCH frees an email (reservations are released only by the c
     const id = x.json<Employee>().id;
     await app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { lastName: 'Moved' } });
     const wanted = uniqueEmail('wanted');
-    const stale = await app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers: { ...headers, 'if-match': '"0"' }, payload: { email: wanted } });
+    const stale = await app.inject({
+      method: 'PATCH',
+      url: `/v1/employees/${id}`,
+      headers: { ...headers, 'if-match': '"0"' },
+      payload: { email: wanted },
+    });
     expect(stale.statusCode, stale.body).toBe(412);
     const y = await hire(headers, wanted);
     expect(y.statusCode, y.body).toBe(201);
@@ -106,7 +119,12 @@ describe('no stale ETag on single reads (GET answers from the stream)', () => {
     // The read model now holds revision 0 and stops following the log.
     await projector?.stop();
     try {
-      const patched = await app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: 'Xavier', department: 'ops' } });
+      const patched = await app.inject({
+        method: 'PATCH',
+        url: `/v1/employees/${id}`,
+        headers,
+        payload: { firstName: 'Xavier', department: 'ops' },
+      });
       expect(patched.statusCode, patched.body).toBe(200);
       expect(patched.headers.etag).toBe('"1"');
 
@@ -128,7 +146,7 @@ describe('no stale ETag on single reads (GET answers from the stream)', () => {
     }
   });
 
-  it('GET-then-PATCH with the GET\'s ETag never gets a spurious 412, write after write', async () => {
+  it("GET-then-PATCH with the GET's ETag never gets a spurious 412, write after write", async () => {
     const headers = await freshTenant();
     const id = (await hire(headers, uniqueEmail('loop'))).json<Employee>().id;
     for (let i = 0; i < 15; i++) {
@@ -144,7 +162,7 @@ describe('no stale ETag on single reads (GET answers from the stream)', () => {
     }
   });
 
-  it('still answers 404 for an unknown id and for another tenant\'s employee', async () => {
+  it("still answers 404 for an unknown id and for another tenant's employee", async () => {
     const headers = await freshTenant();
     const id = (await hire(headers, uniqueEmail('mine'))).json<Employee>().id;
     const other = await freshTenant();

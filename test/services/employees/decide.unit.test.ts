@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { ConflictError, NotFoundError } from '../../../shared/errors.ts';
-import { decide, employeeDecider, STATUS_TRANSITIONS, type CommandMetadata, type EmployeeCommand } from '../../../services/employees/decide.ts';
+import {
+  decide,
+  employeeDecider,
+  STATUS_TRANSITIONS,
+  type CommandMetadata,
+  type EmployeeCommand,
+} from '../../../services/employees/decide.ts';
 import { EMPLOYEE_STATUSES, type EmployeeEvent, type EmployeeStatus } from '../../../services/employees/contract.ts';
 
 const metadata: CommandMetadata = { tenantId: '7f1c1f2e-0000-4000-8000-000000000001', actor: 'user-1', now: '2025-03-01T10:00:00.000Z' };
@@ -47,9 +53,7 @@ const hire = (data: Partial<Extract<EmployeeCommand, { type: 'HireEmployee' }>['
 describe('HireEmployee', () => {
   describe('when the employee does not exist', () => {
     it('hires them as active, hired now', () => {
-      expect(given([]).when(hire({ hiredAt: undefined }))()).toEqual([
-        { ...hired, data: { ...hired.data, hiredAt: metadata.now } },
-      ]);
+      expect(given([]).when(hire({ hiredAt: undefined }))()).toEqual([{ ...hired, data: { ...hired.data, hiredAt: metadata.now } }]);
     });
 
     it('keeps an imported hiredAt', () => {

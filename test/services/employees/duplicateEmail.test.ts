@@ -40,7 +40,12 @@ describe('when 50 creates with the same email race', () => {
     const { headers } = await h.tenant();
     const ids: string[] = [];
     for (let i = 0; i < 10; i++) {
-      const r = await h.app.inject({ method: 'POST', url: '/v1/employees', headers, payload: { email: `p${i}@example.test`, firstName: 'P', lastName: `${i}` } });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/v1/employees',
+        headers,
+        payload: { email: `p${i}@example.test`, firstName: 'P', lastName: `${i}` },
+      });
       ids.push(r.json<{ id: string }>().id);
     }
     const responses = await Promise.all(

@@ -30,7 +30,8 @@ function signal(): Signal {
 
 /** An event store whose next append touching `streamId` waits, before or after it, until released. */
 function createGatedStore(store: EventStore) {
-  let armed: { readonly streamId: string; readonly point: 'before' | 'after'; readonly reached: Signal; readonly released: Signal } | null = null;
+  let armed: { readonly streamId: string; readonly point: 'before' | 'after'; readonly reached: Signal; readonly released: Signal } | null =
+    null;
   const pass = async <T>(streamIds: readonly string[], call: () => Promise<T>): Promise<T> => {
     const gate = armed;
     if (!gate || !streamIds.includes(gate.streamId)) return call();
@@ -47,7 +48,11 @@ function createGatedStore(store: EventStore) {
   };
   const gated: EventStore = {
     append: (streamId, events, options) => pass([streamId], () => store.append(streamId, events, options)),
-    appendMany: (requests) => pass(requests.map((r) => r.streamId), () => store.appendMany(requests)),
+    appendMany: (requests) =>
+      pass(
+        requests.map((r) => r.streamId),
+        () => store.appendMany(requests),
+      ),
     readStream: (streamId, options) => store.readStream(streamId, options),
     readAll: (options) => store.readAll(options),
     subscribeToAll: (options) => store.subscribeToAll(options),
@@ -122,7 +127,8 @@ async function patchHeldWhile(
   held.release();
   return patched;
 }
-const rename = (headers: Record<string, string>, id: string) => () => app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: 'Augusta' } });
+const rename = (headers: Record<string, string>, id: string) => () =>
+  app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: 'Augusta' } });
 
 describe('when a stale PATCH to address X waits while another PATCH moves the employee to X (undo case)', () => {
   it('X stays reserved for the employee: the stale one is 412, hiring someone else with X is 409', async () => {

@@ -12,11 +12,21 @@ const fixture = useTestEventStore();
 const nextId = monotonicFactory();
 
 const at = (offsetMs: number) => new Date(Date.now() + offsetMs).toISOString();
-const reservation = (tenantId: string, email: string, employeeId: string, now = at(0)) => ({ tenantId, email, employeeId, now, metadata: { tenantId } });
+const reservation = (tenantId: string, email: string, employeeId: string, now = at(0)) => ({
+  tenantId,
+  email,
+  employeeId,
+  now,
+  metadata: { tenantId },
+});
 const ports = () => ({ store: fixture.store, assertRoleExists: async () => undefined });
 const meta = (tenantId: string, now = at(0)): CommandMetadata => ({ tenantId, actor: 'spec', now });
 const hire = (tenantId: string, email: string, now = at(0)) =>
-  hireEmployee(ports(), { type: 'HireEmployee', data: { employeeId: nextId(), email, firstName: 'A', lastName: 'B' }, metadata: meta(tenantId, now) });
+  hireEmployee(ports(), {
+    type: 'HireEmployee',
+    data: { employeeId: nextId(), email, firstName: 'A', lastName: 'B' },
+    metadata: meta(tenantId, now),
+  });
 
 describe('when an address is reserved', () => {
   it('refuses another employee, and lets the holder reserve it again', async () => {
@@ -58,7 +68,11 @@ describe('when a reservation is orphaned', () => {
     const ownerId = owner.state.kind === 'hired' ? owner.state.id : '';
     // The change without its release: the employee stream moves on, the reservation stays.
     await reserveEmail(fixture.store, reservation(tenantId, 'v2@example.test', ownerId));
-    await changeEmployeeDetails(ports(), ownerId, { type: 'ChangeEmployeeDetails', data: { email: 'v2@example.test' }, metadata: meta(tenantId) });
+    await changeEmployeeDetails(ports(), ownerId, {
+      type: 'ChangeEmployeeDetails',
+      data: { email: 'v2@example.test' },
+      metadata: meta(tenantId),
+    });
     await reserveEmail(fixture.store, reservation(tenantId, 'v@example.test', ownerId)); // re-held, as if never released
     await expect(hire(tenantId, 'v@example.test', at(1_000))).rejects.toThrow(ConflictError);
     expect((await hire(tenantId, 'v@example.test', at(60_000))).state.kind).toBe('hired');

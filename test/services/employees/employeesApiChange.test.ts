@@ -8,7 +8,12 @@ const { uniqueEmail, hire, hired, read } = api;
 
 describe('PATCH /v1/employees/{id}', () => {
   const patch = (headers: Record<string, string>, id: string, payload: Record<string, unknown>, ifMatch?: string) =>
-    api.h.app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers: { ...headers, ...(ifMatch && { 'if-match': ifMatch }) }, payload });
+    api.h.app.inject({
+      method: 'PATCH',
+      url: `/v1/employees/${id}`,
+      headers: { ...headers, ...(ifMatch && { 'if-match': ifMatch }) },
+      payload,
+    });
 
   it('changes the named fields and answers from the events with the new ETag', async () => {
     const { headers } = await api.h.tenant();
@@ -133,7 +138,12 @@ describe('PATCH /v1/employees/{id}', () => {
 
 describe('POST /v1/employees/{id}/status', () => {
   const setStatus = (headers: Record<string, string>, id: string, payload: Record<string, unknown>, ifMatch?: string) =>
-    api.h.app.inject({ method: 'POST', url: `/v1/employees/${id}/status`, headers: { ...headers, ...(ifMatch && { 'if-match': ifMatch }) }, payload });
+    api.h.app.inject({
+      method: 'POST',
+      url: `/v1/employees/${id}/status`,
+      headers: { ...headers, ...(ifMatch && { 'if-match': ifMatch }) },
+      payload,
+    });
 
   it('walks every allowed transition and answers with the updated employee', async () => {
     const { headers } = await api.h.tenant();

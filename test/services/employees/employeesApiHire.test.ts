@@ -79,7 +79,7 @@ describe('POST /v1/employees', () => {
   });
 
   describe('when an hr_manager sends a roleId', () => {
-    it('answers 403 and changes nobody\'s role: only admins assign roles (regression: hr_manager could make itself admin)', async () => {
+    it("answers 403 and changes nobody's role: only admins assign roles (regression: hr_manager could make itself admin)", async () => {
       const { headers, tenant } = await api.h.tenant('hr_manager');
       const roles = await withTenant(api.h.db.pool, tenant.tenantId, (tx) => listRoles(tx, tenant.tenantId));
       const admin = roles.find((r) => r.name === 'admin');

@@ -191,7 +191,12 @@ describe('GET /v1/employees/{id}/history', () => {
     const { authHeaders } = await import('../../support/auth.ts');
     const headers = await authHeaders(api.h.auth, tenant, 'hr_manager', userId);
     const { employee } = await hired(headers);
-    await api.h.app.inject({ method: 'POST', url: `/v1/employees/${employee.id}/status`, headers, payload: { status: 'on_leave', reason: 'parental leave' } });
+    await api.h.app.inject({
+      method: 'POST',
+      url: `/v1/employees/${employee.id}/status`,
+      headers,
+      payload: { status: 'on_leave', reason: 'parental leave' },
+    });
     const response = await read(headers, `/v1/employees/${employee.id}/history`);
     expect(response.statusCode).toBe(200);
     const { data } = response.json<{ data: Array<{ type: string; data: Record<string, unknown>; occurredAt: string; actor: string }> }>();

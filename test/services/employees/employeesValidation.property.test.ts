@@ -28,7 +28,13 @@ afterAll(async () => {
 const valid = { email: 'someone@example.test', firstName: 'Some', lastName: 'One', department: 'sales' };
 
 /** A value of the wrong type (or shape) for any string field. */
-const notAString = fc.oneof(fc.integer(), fc.boolean(), fc.constant(null), fc.array(fc.string(), { maxLength: 3 }), fc.object({ maxDepth: 1 }));
+const notAString = fc.oneof(
+  fc.integer(),
+  fc.boolean(),
+  fc.constant(null),
+  fc.array(fc.string(), { maxLength: 3 }),
+  fc.object({ maxDepth: 1 }),
+);
 const badEmail = fc.oneof(
   fc.string({ maxLength: 40 }).filter((s) => !/^[^@\s]+@[^@\s]+\.[^@\s]+$/.test(s)),
   fc.constant('a@'),
@@ -37,16 +43,31 @@ const badEmail = fc.oneof(
 );
 const blank = fc.constantFrom('', ' ', '\t', '   ');
 const tooLong = fc.string({ minLength: 101, maxLength: 200 }).filter((s) => s.trim().length > 100);
-const unknownKey = fc.string({ minLength: 1, maxLength: 12 }).filter((k) => !['email', 'firstName', 'lastName', 'department', 'roleId', 'hiredAt', '__proto__', 'constructor'].includes(k));
+const unknownKey = fc
+  .string({ minLength: 1, maxLength: 12 })
+  .filter((k) => !['email', 'firstName', 'lastName', 'department', 'roleId', 'hiredAt', '__proto__', 'constructor'].includes(k));
 
 /** A valid body with exactly one thing broken. */
 const invalidCreateBody = fc.oneof(
-  fc.record({ field: fc.constantFrom('email', 'firstName', 'lastName', 'department', 'roleId', 'hiredAt'), value: notAString }).map(({ field, value }) => ({ ...valid, [field]: value })),
+  fc
+    .record({ field: fc.constantFrom('email', 'firstName', 'lastName', 'department', 'roleId', 'hiredAt'), value: notAString })
+    .map(({ field, value }) => ({ ...valid, [field]: value })),
   badEmail.map((email) => ({ ...valid, email })),
-  fc.record({ field: fc.constantFrom('firstName', 'lastName', 'department'), value: fc.oneof(blank, tooLong) }).map(({ field, value }) => ({ ...valid, [field]: value })),
+  fc
+    .record({ field: fc.constantFrom('firstName', 'lastName', 'department'), value: fc.oneof(blank, tooLong) })
+    .map(({ field, value }) => ({ ...valid, [field]: value })),
   fc.constantFrom('email', 'firstName', 'lastName').map((field) => Object.fromEntries(Object.entries(valid).filter(([k]) => k !== field))),
-  fc.string({ maxLength: 20 }).filter((s) => !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s)).map((roleId) => ({ ...valid, roleId })),
-  fc.oneof(fc.string({ maxLength: 30 }), fc.date({ noInvalidDate: true }).map((d) => d.toISOString().replace('Z', ''))).filter((s) => !/(Z|[+-]\d\d:\d\d)$/.test(s)).map((hiredAt) => ({ ...valid, hiredAt })),
+  fc
+    .string({ maxLength: 20 })
+    .filter((s) => !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s))
+    .map((roleId) => ({ ...valid, roleId })),
+  fc
+    .oneof(
+      fc.string({ maxLength: 30 }),
+      fc.date({ noInvalidDate: true }).map((d) => d.toISOString().replace('Z', '')),
+    )
+    .filter((s) => !/(Z|[+-]\d\d:\d\d)$/.test(s))
+    .map((hiredAt) => ({ ...valid, hiredAt })),
   fc.tuple(unknownKey, fc.jsonValue()).map(([key, value]) => ({ ...valid, [key]: value })),
 );
 
@@ -72,7 +93,9 @@ describe('PATCH /v1/employees/{id} with an invalid body', () => {
   it('always answers 400 problem+json', async () => {
     const invalidPatch = fc.oneof(
       fc.constant({}),
-      fc.record({ field: fc.constantFrom('email', 'firstName', 'lastName'), value: fc.oneof(notAString, blank) }).map(({ field, value }) => ({ [field]: value })),
+      fc
+        .record({ field: fc.constantFrom('email', 'firstName', 'lastName'), value: fc.oneof(notAString, blank) })
+        .map(({ field, value }) => ({ [field]: value })),
       badEmail.map((email) => ({ email })),
       tooLong.map((lastName) => ({ lastName })),
       fc.tuple(unknownKey, fc.jsonValue()).map(([key, value]) => ({ firstName: 'X', [key]: value })),
@@ -90,7 +113,10 @@ describe('PATCH /v1/employees/{id} with an invalid body', () => {
 describe('POST /v1/employees/{id}/status with an invalid body', () => {
   it('always answers 400 problem+json', async () => {
     const invalidStatus = fc.oneof(
-      fc.string({ maxLength: 12 }).filter((s) => !['active', 'inactive', 'on_leave'].includes(s)).map((status) => ({ status })),
+      fc
+        .string({ maxLength: 12 })
+        .filter((s) => !['active', 'inactive', 'on_leave'].includes(s))
+        .map((status) => ({ status })),
       notAString.map((status) => ({ status })),
       fc.tuple(fc.constantFrom('active', 'inactive'), fc.oneof(notAString, blank)).map(([status, reason]) => ({ status, reason })),
       notAnObject,
@@ -109,11 +135,22 @@ describe('GET /v1/employees with a query string', () => {
     fc.integer({ min: 101, max: 1_000_000 }).map((n) => `limit=${n}`),
     fc.integer({ min: -1000, max: 0 }).map((n) => `limit=${n}`),
     fc.integer({ min: -1000, max: 0 }).map((n) => `page=${n}`),
-    fc.string({ minLength: 1, maxLength: 10 }).filter((s) => !/^\s*\d+(\.0*)?\s*$/.test(s)).map((s) => `page=${encodeURIComponent(s)}`),
-    fc.string({ maxLength: 10 }).filter((s) => !['active', 'inactive', 'on_leave'].includes(s)).map((s) => `status=${encodeURIComponent(s)}`),
-    fc.string({ maxLength: 25 }).filter((s) => !/^\d{4}-\d{2}-\d{2}/.test(s)).map((s) => `hiredFrom=${encodeURIComponent(s)}`),
+    fc
+      .string({ minLength: 1, maxLength: 10 })
+      .filter((s) => !/^\s*\d+(\.0*)?\s*$/.test(s))
+      .map((s) => `page=${encodeURIComponent(s)}`),
+    fc
+      .string({ maxLength: 10 })
+      .filter((s) => !['active', 'inactive', 'on_leave'].includes(s))
+      .map((s) => `status=${encodeURIComponent(s)}`),
+    fc
+      .string({ maxLength: 25 })
+      .filter((s) => !/^\d{4}-\d{2}-\d{2}/.test(s))
+      .map((s) => `hiredFrom=${encodeURIComponent(s)}`),
     fc.date({ noInvalidDate: true }).map((d) => `hiredTo=${encodeURIComponent(d.toISOString().replace('Z', ''))}`),
-    unknownKey.filter((k) => !['page', 'limit', 'department', 'status', 'hiredFrom', 'hiredTo', 'minPosition'].includes(k)).map((k) => `${encodeURIComponent(k)}=1`),
+    unknownKey
+      .filter((k) => !['page', 'limit', 'department', 'status', 'hiredFrom', 'hiredTo', 'minPosition'].includes(k))
+      .map((k) => `${encodeURIComponent(k)}=1`),
   );
 
   it('answers 400 problem+json for every invalid parameter', async () => {
@@ -127,9 +164,9 @@ describe('GET /v1/employees with a query string', () => {
 
   it('never answers 5xx, whatever the parameters', async () => {
     const key = fc.constantFrom('page', 'limit', 'department', 'status', 'hiredFrom', 'hiredTo', 'x');
-    const anyQuery = fc.array(fc.tuple(key, fc.string({ maxLength: 30 })), { maxLength: 5 }).map((pairs) =>
-      pairs.map(([k, v]) => `${k}=${encodeURIComponent(v)}`).join('&'),
-    );
+    const anyQuery = fc
+      .array(fc.tuple(key, fc.string({ maxLength: 30 })), { maxLength: 5 })
+      .map((pairs) => pairs.map(([k, v]) => `${k}=${encodeURIComponent(v)}`).join('&'));
     await fc.assert(
       fc.asyncProperty(anyQuery, async (query) => {
         const response = await h.app.inject({ method: 'GET', url: `/v1/employees?${query}`, headers });

@@ -52,11 +52,18 @@ describe('NUL and lone surrogates are 400s naming the field, not 500s', () => {
   it('NUL in department query is a 400 not a 500', async () => {
     const { headers } = await h.tenant();
     expectFieldError(await h.app.inject({ method: 'GET', url: '/v1/employees?department=%00', headers }), 'querystring.department');
-    expectFieldError(await h.app.inject({ method: 'GET', url: `/v1/employees?department=${encodeURIComponent(NUL)}`, headers }), 'querystring.department');
+    expectFieldError(
+      await h.app.inject({ method: 'GET', url: `/v1/employees?department=${encodeURIComponent(NUL)}`, headers }),
+      'querystring.department',
+    );
   });
 
   for (const field of ['firstName', 'lastName', 'department'] as const) {
-    for (const [what, value] of [['NUL', NUL], ['a lone high surrogate', LONE_HIGH], ['a lone low surrogate', LONE_LOW]] as const) {
+    for (const [what, value] of [
+      ['NUL', NUL],
+      ['a lone high surrogate', LONE_HIGH],
+      ['a lone low surrogate', LONE_LOW],
+    ] as const) {
       it(`${what} in ${field} on POST and PATCH is a 400`, async () => {
         const { headers } = await h.tenant();
         expectFieldError(await hire(headers, { [field]: value }), `body.${field}`);
@@ -134,7 +141,12 @@ describe('headers', () => {
     const { headers } = await h.tenant();
     const { employee } = await hired(headers);
     const patch = (ifMatch: string) =>
-      h.app.inject({ method: 'PATCH', url: `/v1/employees/${employee.id}`, headers: { ...headers, 'if-match': ifMatch }, payload: { firstName: 'Ada' } });
+      h.app.inject({
+        method: 'PATCH',
+        url: `/v1/employees/${employee.id}`,
+        headers: { ...headers, 'if-match': ifMatch },
+        payload: { firstName: 'Ada' },
+      });
     expectFieldError(await patch('0'), 'headers.if-match');
     expectFieldError(await patch(`"${'9'.repeat(300)}"`), 'headers.if-match');
     expectProblem(await patch('W/"0"'), 412);
@@ -142,14 +154,29 @@ describe('headers', () => {
 
   it('answers 400 for a malformed X-Min-Position and X-Tenant', async () => {
     const { headers } = await h.tenant();
-    expectFieldError(await h.app.inject({ method: 'GET', url: '/v1/employees', headers: { ...headers, 'x-min-position': '1-2-3' } }), 'headers.x-min-position');
-    expectFieldError(await h.app.inject({ method: 'GET', url: '/v1/employees', headers: { ...headers, 'x-tenant': `${'t'.repeat(64)}` } }), 'headers.x-tenant');
-    expectFieldError(await h.app.inject({ method: 'GET', url: '/v1/employees', headers: { ...headers, 'x-tenant': 'a\u0000b' } }), 'headers.x-tenant');
+    expectFieldError(
+      await h.app.inject({ method: 'GET', url: '/v1/employees', headers: { ...headers, 'x-min-position': '1-2-3' } }),
+      'headers.x-min-position',
+    );
+    expectFieldError(
+      await h.app.inject({ method: 'GET', url: '/v1/employees', headers: { ...headers, 'x-tenant': `${'t'.repeat(64)}` } }),
+      'headers.x-tenant',
+    );
+    expectFieldError(
+      await h.app.inject({ method: 'GET', url: '/v1/employees', headers: { ...headers, 'x-tenant': 'a\u0000b' } }),
+      'headers.x-tenant',
+    );
   });
 });
 
 describe('instants outside the allowed years', () => {
-  for (const hiredAt of ['0000-06-01T00:00:00Z', '0045-03-01T00:00:00Z', '9999-12-31T23:00:00-05:00', '1899-12-31T23:59:59.999Z', '1900-01-01T00:30:00+01:00']) {
+  for (const hiredAt of [
+    '0000-06-01T00:00:00Z',
+    '0045-03-01T00:00:00Z',
+    '9999-12-31T23:00:00-05:00',
+    '1899-12-31T23:59:59.999Z',
+    '1900-01-01T00:30:00+01:00',
+  ]) {
     it(`hiredAt ${hiredAt} is a 400 before it reaches an event`, async () => {
       const { headers } = await h.tenant();
       expectFieldError(await hire(headers, { hiredAt }), 'body.hiredAt');
@@ -171,13 +198,21 @@ describe('hire dates round-trip exactly (regression: years below 100 came back a
       const { employee, position } = await hired(headers, { hiredAt });
       expect(employee.hiredAt).toBe(hiredAt);
 
-      const single = await h.app.inject({ method: 'GET', url: `/v1/employees/${employee.id}`, headers: { ...headers, 'x-min-position': position } });
+      const single = await h.app.inject({
+        method: 'GET',
+        url: `/v1/employees/${employee.id}`,
+        headers: { ...headers, 'x-min-position': position },
+      });
       expect(single.statusCode, single.body).toBe(200);
       expect(single.json<Employee>().hiredAt).toBe(hiredAt);
 
       const day = hiredAt.slice(0, 10);
       for (const query of [`hiredFrom=${hiredAt}&hiredTo=${hiredAt}`, `hiredFrom=${day}&hiredTo=${day}`]) {
-        const list = await h.app.inject({ method: 'GET', url: `/v1/employees?${query}`, headers: { ...headers, 'x-min-position': position } });
+        const list = await h.app.inject({
+          method: 'GET',
+          url: `/v1/employees?${query}`,
+          headers: { ...headers, 'x-min-position': position },
+        });
         expect(list.statusCode, list.body).toBe(200);
         expect(list.json<Page>().data.map((e) => [e.id, e.hiredAt])).toEqual([[employee.id, hiredAt]]);
       }
@@ -188,7 +223,11 @@ describe('hire dates round-trip exactly (regression: years below 100 came back a
     const { headers } = await h.tenant();
     const { employee, position } = await hired(headers, { hiredAt: '1900-01-01T05:30:00+05:30' });
     expect(employee.hiredAt).toBe('1900-01-01T00:00:00.000Z');
-    const single = await h.app.inject({ method: 'GET', url: `/v1/employees/${employee.id}`, headers: { ...headers, 'x-min-position': position } });
+    const single = await h.app.inject({
+      method: 'GET',
+      url: `/v1/employees/${employee.id}`,
+      headers: { ...headers, 'x-min-position': position },
+    });
     expect(single.json<Employee>().hiredAt).toBe('1900-01-01T00:00:00.000Z');
   });
 });

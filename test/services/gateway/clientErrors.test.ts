@@ -55,7 +55,13 @@ const expectProblem = (response: Raw, status: number) => {
   expect(Number(response.headers['content-length'])).toBe(Buffer.byteLength(response.body));
   expect(response.headers.connection).toBe('close');
   const problem = JSON.parse(response.body) as Record<string, unknown>;
-  expect(problem).toMatchObject({ status, type: expect.stringMatching(/^\/problems\//), title: expect.any(String), detail: expect.any(String), instance: expect.any(String) });
+  expect(problem).toMatchObject({
+    status,
+    type: expect.stringMatching(/^\/problems\//),
+    title: expect.any(String),
+    detail: expect.any(String),
+    instance: expect.any(String),
+  });
   expect(problem.requestId).toBe(response.headers['x-request-id']);
   return problem;
 };
@@ -82,11 +88,16 @@ describe('when a request is not complete within the request timeout', () => {
   it('408 problem (the handler Fastify calls with ERR_HTTP_REQUEST_TIMEOUT)', async () => {
     // Node's request timeout is minutes; the handler gets the same error and socket it would give.
     const server = createServer((socket) => {
-      socket.once('data', () => handleClientError(Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }), socket));
+      socket.once('data', () =>
+        handleClientError(Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }), socket),
+      );
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     try {
-      const response = await raw('POST /v1/employees HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{', (server.address() as AddressInfo).port);
+      const response = await raw(
+        'POST /v1/employees HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{',
+        (server.address() as AddressInfo).port,
+      );
       // A timeout carries no packet to read the target from: the instance is '/'.
       expect(expectProblem(response, 408)).toMatchObject({ type: '/problems/request-timeout', instance: '/' });
     } finally {

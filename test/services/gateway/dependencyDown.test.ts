@@ -102,7 +102,9 @@ describe('when PostgreSQL goes away under a running gateway', () => {
       // inject sends when awaited: Promise.resolve starts it now.
       const cut = Promise.resolve(app.inject({ method: 'POST', url: `/v1/probe/append/${stream}` }));
       await waitFor(async () => {
-        const { rows } = await holder.query(`select 1 from pg_stat_activity where datname = current_database() and application_name = 'event-store-append' and wait_event = 'advisory'`);
+        const { rows } = await holder.query(
+          `select 1 from pg_stat_activity where datname = current_database() and application_name = 'event-store-append' and wait_event = 'advisory'`,
+        );
         return rows.length > 0;
       });
       proxy.close();
@@ -115,7 +117,9 @@ describe('when PostgreSQL goes away under a running gateway', () => {
       await holder.end();
     }
     await startProxy();
-    await expect.poll(async () => (await app.inject({ method: 'POST', url: `/v1/probe/append/${stream}` })).statusCode, { timeout: 10_000 }).toBe(200);
+    await expect
+      .poll(async () => (await app.inject({ method: 'POST', url: `/v1/probe/append/${stream}` })).statusCode, { timeout: 10_000 })
+      .toBe(200);
     // The cut flush committed anyway: its backend was waiting for the lock and, with no
     // client_connection_check_interval, noticed the lost client only when it answered. That is
     // why the store does not retry a flush whose connection is lost, and the client hears 503.

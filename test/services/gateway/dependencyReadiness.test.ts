@@ -74,7 +74,13 @@ describe('when KAFKA_BROKERS names an unreachable broker', () => {
 
 describe('when the kpi projector runs as its own process and Kafka cannot be reached', () => {
   it('is unready (503): consuming Kafka is its whole job', { timeout: 60_000 }, async () => {
-    const config = loadConfig({ DATABASE_URL: db.url, KAFKA_BROKERS: `127.0.0.1:${await freePort()}`, LOG_LEVEL: 'silent', HOST: '127.0.0.1', PORT: '0' });
+    const config = loadConfig({
+      DATABASE_URL: db.url,
+      KAFKA_BROKERS: `127.0.0.1:${await freePort()}`,
+      LOG_LEVEL: 'silent',
+      HOST: '127.0.0.1',
+      PORT: '0',
+    });
     const runtime = await createRuntime(config, logger);
     try {
       const role = await startProjectorRole({ config, logger, runtime }, 'kpi');

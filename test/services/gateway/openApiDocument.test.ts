@@ -13,7 +13,9 @@ afterAll(stopTarget);
 describe('the OpenAPI document of /v1', () => {
   it('enumerates the document: the service’s operations are all there', () => {
     const names = ops.map((op) => `${op.method} ${op.path}`);
-    expect(names).toEqual(expect.arrayContaining(['POST /v1/auth/login', 'GET /v1/employees', 'PATCH /v1/employees/{id}', 'POST /v1/analytics/billing-events']));
+    expect(names).toEqual(
+      expect.arrayContaining(['POST /v1/auth/login', 'GET /v1/employees', 'PATCH /v1/employees/{id}', 'POST /v1/analytics/billing-events']),
+    );
     // X-Tenant on every authenticated operation, through the document's `tenant` security scheme.
     expect(doc.components?.securitySchemes?.tenant).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Tenant' });
     expect(ops.filter((op) => op.operation.security?.length !== 0).every(usesTenantScheme)).toBe(true);

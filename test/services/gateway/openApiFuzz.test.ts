@@ -61,7 +61,8 @@ describe('every operation of /v1/openapi.json, with hostile input', () => {
       for (const field of fieldsOf(op).filter(isStringField)) {
         if (field.in === 'body') {
           const names = field.path.join('.');
-          for (const h of hostileStrings(field.schema)) check(op, `${fieldName(field)} = ${h.label}`, await send(op, mutate(op, field, h.value)), { must: [400], names });
+          for (const h of hostileStrings(field.schema))
+            check(op, `${fieldName(field)} = ${h.label}`, await send(op, mutate(op, field, h.value)), { must: [400], names });
         } else {
           // URL values go percent-encoded; header values as the raw characters.
           const forms =
@@ -99,7 +100,13 @@ describe('every operation of /v1/openapi.json, with hostile input', () => {
       for (const p of parametersOf(op).filter((x) => x.in === 'query')) {
         const value = encodeURIComponent(String(sample(p.schema, p.name)));
         for (const [label, pairs] of [
-          ['duplicated key', [[p.name, value], [p.name, value]]],
+          [
+            'duplicated key',
+            [
+              [p.name, value],
+              [p.name, value],
+            ],
+          ],
           ['array key', [[`${p.name}[]`, value]]],
           ['indexed key', [[`${p.name}[0]`, value]]],
         ] as const) {
@@ -136,13 +143,27 @@ describe('every operation of /v1/openapi.json, with hostile input', () => {
     const text = fc.oneof(
       fc.string({ unit: 'binary', maxLength: 40 }),
       fc.string({ unit: 'grapheme', maxLength: 40 }),
-      fc.constantFrom('\u0000', '\uD800', '\uDFFF', TEN_K.slice(0, 300), '0000-01-01T00:00:00Z', '9999-12-31T23:59:59-01:00', '1970-01-01', '-0', 'NaN'),
+      fc.constantFrom(
+        '\u0000',
+        '\uD800',
+        '\uDFFF',
+        TEN_K.slice(0, 300),
+        '0000-01-01T00:00:00Z',
+        '9999-12-31T23:59:59-01:00',
+        '1970-01-01',
+        '-0',
+        'NaN',
+      ),
     );
     const value = fc.oneof(text, fc.double(), fc.integer(), fc.boolean(), fc.constant(null), fc.jsonValue({ maxDepth: 3 }));
     const arbitraryRequest = fc.nat({ max: ops.length - 1 }).chain((index) => {
       const op = ops[index] as Op;
       const fields = fieldsOf(op);
-      return fc.tuple(fc.constant(op), fc.array(fc.tuple(fc.nat({ max: Math.max(fields.length - 1, 0) }), value), { minLength: 1, maxLength: 4 }), fc.constant(fields));
+      return fc.tuple(
+        fc.constant(op),
+        fc.array(fc.tuple(fc.nat({ max: Math.max(fields.length - 1, 0) }), value), { minLength: 1, maxLength: 4 }),
+        fc.constant(fields),
+      );
     });
     const before = failures.length;
     await fc.assert(

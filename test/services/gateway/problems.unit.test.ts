@@ -63,7 +63,12 @@ describe('gateway skeleton', () => {
   const expectProblem = (response: { headers: Record<string, unknown>; json(): Record<string, unknown> }, status: number) => {
     expect(response.headers['content-type']).toMatch(/^application\/problem\+json/);
     const body = response.json();
-    expect(body).toMatchObject({ status, type: expect.stringMatching(/^\/problems\//), title: expect.any(String), detail: expect.any(String) });
+    expect(body).toMatchObject({
+      status,
+      type: expect.stringMatching(/^\/problems\//),
+      title: expect.any(String),
+      detail: expect.any(String),
+    });
     expect(body.instance).toEqual(expect.stringMatching(/^\//));
     expect(response.headers['x-request-id']).toBe(body.requestId);
     return body;
@@ -79,7 +84,12 @@ describe('gateway skeleton', () => {
 
   describe('when the body is wrong', () => {
     it('answers 400 for malformed JSON', async () => {
-      const response = await app.inject({ method: 'POST', url: '/v1/probe', headers: { 'content-type': 'application/json' }, payload: '{"name": ' });
+      const response = await app.inject({
+        method: 'POST',
+        url: '/v1/probe',
+        headers: { 'content-type': 'application/json' },
+        payload: '{"name": ',
+      });
       expect(response.statusCode).toBe(400);
       expectProblem(response, 400);
     });

@@ -29,12 +29,17 @@ const meta = (tenantId: string) => ({ tenantId, actor: 'spec', now: now() });
 /** Hires someone with `email` in `tenantId` (the current protocol) and returns the id. */
 async function hire(tenantId: string, email: string): Promise<string> {
   const employeeId = nextId();
-  await hireEmployee(ports(), { type: 'HireEmployee', data: { employeeId, email, firstName: 'A', lastName: 'B' }, metadata: meta(tenantId) });
+  await hireEmployee(ports(), {
+    type: 'HireEmployee',
+    data: { employeeId, email, firstName: 'A', lastName: 'B' },
+    metadata: meta(tenantId),
+  });
   return employeeId;
 }
 
 /** Frees `email` while `employeeId` still has it, as the older two-step protocol could. */
-const free = (tenantId: string, employeeId: string, email: string) => releaseEmail(store, { tenantId, email, employeeId, now: now(), metadata: { tenantId } });
+const free = (tenantId: string, employeeId: string, email: string) =>
+  releaseEmail(store, { tenantId, email, employeeId, now: now(), metadata: { tenantId } });
 
 const moveTo = (tenantId: string, employeeId: string, email: string) =>
   changeEmployeeDetails(ports(), employeeId, { type: 'ChangeEmployeeDetails', data: { email }, metadata: meta(tenantId) });
@@ -63,10 +68,12 @@ describe('when addresses were left free or shared by the older email protocol', 
 
     const checked = await ops('employees', 'check-emails', '--tenant', slug);
     expect(checked.code, checked.stderr).toBe(1);
-    expect(checked.stdout.split('\n').filter((l) => /^(missing|shared)/.test(l)).sort()).toEqual([
-      `missing\t${tenantId}\t${a}\tx@example.test`,
-      `shared\t${tenantId}\t${b}\ty@example.test`,
-    ]);
+    expect(
+      checked.stdout
+        .split('\n')
+        .filter((l) => /^(missing|shared)/.test(l))
+        .sort(),
+    ).toEqual([`missing\t${tenantId}\t${a}\tx@example.test`, `shared\t${tenantId}\t${b}\ty@example.test`]);
     expect(checked.stdout).toContain('4 employees: ok 2, repaired 0, missing 1, shared 1, busy 0, gone 0');
 
     const repaired = await ops('employees', 'check-emails', '--tenant', slug, '--repair');
@@ -77,7 +84,10 @@ describe('when addresses were left free or shared by the older email protocol', 
 
     const again = await ops('employees', 'check-emails', '--tenant', slug);
     expect(again.stdout).toContain('4 employees: ok 3, repaired 0, missing 0, shared 1, busy 0, gone 0');
-    await expect(ops('employees', 'check-emails', '--tenant', 'no-such-tenant')).resolves.toMatchObject({ code: 1, stderr: 'error: No tenant no-such-tenant\n' });
+    await expect(ops('employees', 'check-emails', '--tenant', 'no-such-tenant')).resolves.toMatchObject({
+      code: 1,
+      stderr: 'error: No tenant no-such-tenant\n',
+    });
   });
 });
 
@@ -104,10 +114,16 @@ describe('when the address changes while --repair reserves it', () => {
     await free(tenantId, employeeId, 'r@example.test');
     const streamId = emailReservationStreamId(tenantId, 'r@example.test');
     // Just before the repair's append, the same address is reserved again (here for the employee itself).
-    const racing = interceptedBefore(streamId, () => store.append(streamId, [{ id: crypto.randomUUID(), type: 'EmployeeEmailReserved', data: { employeeId, email: 'r@example.test' } }]));
+    const racing = interceptedBefore(streamId, () =>
+      store.append(streamId, [{ id: crypto.randomUUID(), type: 'EmployeeEmailReserved', data: { employeeId, email: 'r@example.test' } }]),
+    );
     const audit = await auditReservation(racing, { tenantId, employeeId, now: now(), metadata: { tenantId } }, { repair: true });
     expect(audit).toEqual({ outcome: 'busy', email: 'r@example.test' });
-    expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeEmailReserved', 'EmployeeEmailReleased', 'EmployeeEmailReserved']);
+    expect((await store.readStream(streamId)).map((e) => e.type)).toEqual([
+      'EmployeeEmailReserved',
+      'EmployeeEmailReleased',
+      'EmployeeEmailReserved',
+    ]);
   });
 
   it('an employee who moved to another address meanwhile does not keep the old one', { timeout: 60_000 }, async () => {

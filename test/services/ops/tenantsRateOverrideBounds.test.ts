@@ -30,7 +30,20 @@ describe('when an operator sets a rate override above the documented maximum', (
     const cases = [
       ['set-plan', tenant.slug, '--rate-per-minute', '20000000', '--rate-burst', '100'],
       ['set-plan', tenant.slug, '--rate-per-minute', '600', '--rate-burst', '3000000000'],
-      ['create', `t-${randomBytes(4).toString('hex')}`, '--plan', 'pro', '--admin-email', 'a@example.test', '--admin-password', 'password1', '--rate-per-minute', '10000001', '--rate-burst', '10'],
+      [
+        'create',
+        `t-${randomBytes(4).toString('hex')}`,
+        '--plan',
+        'pro',
+        '--admin-email',
+        'a@example.test',
+        '--admin-password',
+        'password1',
+        '--rate-per-minute',
+        '10000001',
+        '--rate-burst',
+        '10',
+      ],
     ];
     for (const args of cases) {
       const result = await ops('tenants', ...args);

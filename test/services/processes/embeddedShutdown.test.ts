@@ -48,7 +48,13 @@ describe('when the service runs on the embedded default', () => {
     pgPort = await freePort();
     const child: ChildProcess = spawn(process.execPath, ['services/main.ts'], {
       cwd: root,
-      env: { ...baseEnv(pgPort), PORT: String(port), BOOTSTRAP_TENANT: tenant, BOOTSTRAP_ADMIN_EMAIL: email, BOOTSTRAP_ADMIN_PASSWORD: password },
+      env: {
+        ...baseEnv(pgPort),
+        PORT: String(port),
+        BOOTSTRAP_TENANT: tenant,
+        BOOTSTRAP_ADMIN_EMAIL: email,
+        BOOTSTRAP_ADMIN_PASSWORD: password,
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
@@ -57,7 +63,16 @@ describe('when the service runs on the embedded default', () => {
     const exited = new Promise<number | string>((r) => child.once('exit', (code, signal) => r(code ?? String(signal))));
     try {
       const base = `http://127.0.0.1:${port}`;
-      await expect.poll(() => fetch(`${base}/health/ready`).then((r) => r.status, () => 0), { timeout: 30_000, interval: 100 }).toBe(200);
+      await expect
+        .poll(
+          () =>
+            fetch(`${base}/health/ready`).then(
+              (r) => r.status,
+              () => 0,
+            ),
+          { timeout: 30_000, interval: 100 },
+        )
+        .toBe(200);
 
       // A parked event, for the ops CLI test below (its exit code says "still parked").
       const url = `postgres://postgres:postgres@127.0.0.1:${pgPort}/postgres`;
@@ -71,7 +86,11 @@ describe('when the service runs on the embedded default', () => {
         const client = new pg.Client({ connectionString: url });
         await client.connect();
         try {
-          return (await client.query<{ n: number }>(`select count(*)::int as n from projection_parked_events where projection = 'employees' and status = 'parked'`)).rows[0]?.n;
+          return (
+            await client.query<{ n: number }>(
+              `select count(*)::int as n from projection_parked_events where projection = 'employees' and status = 'parked'`,
+            )
+          ).rows[0]?.n;
         } finally {
           await client.end();
         }
@@ -134,29 +153,42 @@ describe('when the service runs on the embedded default', () => {
   it.each([
     ['SIGINT to the process group (Ctrl-C)', 'SIGINT', true],
     ['SIGHUP', 'SIGHUP', false],
-  ] as const)('%s: drains, exits 0 within seconds, and leaves no PostgreSQL running', async (_, signal, group) => {
-    expect(pgPort).toBeGreaterThan(0);
-    const port = await freePort();
-    const child = spawn(process.execPath, ['services/main.ts'], {
-      cwd: root,
-      env: { ...baseEnv(pgPort), PORT: String(port) },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true, // its own process group, as a terminal gives it
-    });
-    let output = '';
-    child.stdout?.on('data', (c: Buffer) => (output += c.toString()));
-    child.stderr?.on('data', (c: Buffer) => (output += c.toString()));
-    const exited = new Promise<number | string>((r) => child.once('exit', (code, sig) => r(code ?? String(sig))));
-    try {
-      await expect.poll(() => fetch(`http://127.0.0.1:${port}/health/ready`).then((r) => r.status, () => 0), { timeout: 30_000, interval: 100 }).toBe(200);
-      const pid = child.pid ?? 0;
-      const signalled = Date.now();
-      process.kill(group ? -pid : pid, signal);
-      expect(await exited, output).toBe(0);
-      expect(Date.now() - signalled, output).toBeLessThan(5_000);
-      await expect.poll(() => postgresProcesses().length, { timeout: 10_000 }).toBe(0);
-    } finally {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    }
-  }, 90_000);
+  ] as const)(
+    '%s: drains, exits 0 within seconds, and leaves no PostgreSQL running',
+    async (_, signal, group) => {
+      expect(pgPort).toBeGreaterThan(0);
+      const port = await freePort();
+      const child = spawn(process.execPath, ['services/main.ts'], {
+        cwd: root,
+        env: { ...baseEnv(pgPort), PORT: String(port) },
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true, // its own process group, as a terminal gives it
+      });
+      let output = '';
+      child.stdout?.on('data', (c: Buffer) => (output += c.toString()));
+      child.stderr?.on('data', (c: Buffer) => (output += c.toString()));
+      const exited = new Promise<number | string>((r) => child.once('exit', (code, sig) => r(code ?? String(sig))));
+      try {
+        await expect
+          .poll(
+            () =>
+              fetch(`http://127.0.0.1:${port}/health/ready`).then(
+                (r) => r.status,
+                () => 0,
+              ),
+            { timeout: 30_000, interval: 100 },
+          )
+          .toBe(200);
+        const pid = child.pid ?? 0;
+        const signalled = Date.now();
+        process.kill(group ? -pid : pid, signal);
+        expect(await exited, output).toBe(0);
+        expect(Date.now() - signalled, output).toBeLessThan(5_000);
+        await expect.poll(() => postgresProcesses().length, { timeout: 10_000 }).toBe(0);
+      } finally {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      }
+    },
+    90_000,
+  );
 });

@@ -27,7 +27,13 @@ describe('when the service starts on the embedded default', () => {
 
   it('is ready within 30 s and leaves no postgres process after SIGTERM', async () => {
     const [port, pgPort] = await Promise.all([freePort(), freePort()]);
-    const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), EMBEDDED_PG_PORT: String(pgPort), DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      PORT: String(port),
+      EMBEDDED_PG_PORT: String(pgPort),
+      DATA_DIR: dataDir,
+      LOG_LEVEL: 'warn',
+    };
     for (const key of ['DATABASE_URL', 'EVENTSTORE_URL', 'KAFKA_BROKERS', 'REDIS_URL']) delete env[key];
     const started = Date.now();
     const child = spawn('npm', ['start'], { cwd: resolve(import.meta.dirname, '../../..'), env, stdio: ['ignore', 'pipe', 'pipe'] });

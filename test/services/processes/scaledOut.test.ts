@@ -6,7 +6,13 @@ import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../../shared/db/pool.ts';
 import { provisionTenant } from '../../../services/tenants/provision.ts';
-import { connectQueueRedis, createReplayQueue, enqueueReplay, waitForReplayJob, type ReplayJobProgress } from '../../../services/worker/queue.ts';
+import {
+  connectQueueRedis,
+  createReplayQueue,
+  enqueueReplay,
+  waitForReplayJob,
+  type ReplayJobProgress,
+} from '../../../services/worker/queue.ts';
 import { createKafkaClient } from '../../../shared/metrics-bus/kafkaClient.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { startRole, type RoleProcess } from '../../support/roleProcesses.ts';
@@ -79,11 +85,13 @@ describe('when the service runs as separate processes', () => {
     expect(response.status).toBe(200);
     return z.object({ accessToken: z.string() }).parse(await response.json()).accessToken;
   };
-  const api = (gateway: RoleProcess, tenant: string, token: string) => (path: string, init: RequestInit = {}) =>
-    fetch(`${gateway.url}${path}`, {
-      ...init,
-      headers: { 'content-type': 'application/json', 'x-tenant': tenant, authorization: `Bearer ${token}`, ...init.headers },
-    });
+  const api =
+    (gateway: RoleProcess, tenant: string, token: string) =>
+    (path: string, init: RequestInit = {}) =>
+      fetch(`${gateway.url}${path}`, {
+        ...init,
+        headers: { 'content-type': 'application/json', 'x-tenant': tenant, authorization: `Bearer ${token}`, ...init.headers },
+      });
 
   it('reads through one gateway what was written through the other', async () => {
     const token = await login(gatewayA, tenants.main);

@@ -27,9 +27,17 @@ describe('when changes happen for a registered endpoint', () => {
       await waitFor(() => receiver.acknowledged().length >= 2);
       const verifier = new Webhook(endpoint.secret);
       const bodies = receiver.requests.map((r) => {
-        const headerMap = { 'webhook-id': String(r.headers['webhook-id']), 'webhook-timestamp': String(r.headers['webhook-timestamp']), 'webhook-signature': String(r.headers['webhook-signature']) };
+        const headerMap = {
+          'webhook-id': String(r.headers['webhook-id']),
+          'webhook-timestamp': String(r.headers['webhook-timestamp']),
+          'webhook-signature': String(r.headers['webhook-signature']),
+        };
         expect(headerMap['webhook-signature']).toMatch(/^v1,[A-Za-z0-9+/=]+$/);
-        return verifier.verify(r.body, headerMap) as { type: string; timestamp: string; data: { cursor: string; employee: { firstName: string } } };
+        return verifier.verify(r.body, headerMap) as {
+          type: string;
+          timestamp: string;
+          data: { cursor: string; employee: { firstName: string } };
+        };
       });
       expect(receiver.requests.map((r) => r.id)).toEqual(cursors);
       expect(bodies.map((b) => b.type)).toEqual(['employee.hired', 'employee.details_changed']);
@@ -72,7 +80,8 @@ describe('when a receiver fails the first 3 attempts', () => {
       // The receiver answers before the worker records the attempt: wait for the log to catch up.
       const log = await waitFor(async () => {
         const deliveries = await wh.h.app.inject({ method: 'GET', url: `/v1/webhooks/${flakyEndpoint.id}/deliveries`, headers });
-        const data = deliveries.json<{ data: Array<{ cursor: string; status: string; attempts: number; lastStatusCode: number | null }> }>().data;
+        const data = deliveries.json<{ data: Array<{ cursor: string; status: string; attempts: number; lastStatusCode: number | null }> }>()
+          .data;
         return data.filter((d) => d.status === 'succeeded').length === 6 ? data : undefined;
       });
       const firstDelivery = log.find((d) => d.cursor === cursors[0]);
@@ -93,7 +102,8 @@ describe('when a receiver fails the first 3 attempts', () => {
       await waitFor(() => receiver.requests.length >= 1);
       const log = await waitFor(async () => {
         const r = await wh.h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers });
-        return r.json<{ data: Array<{ status: string; attempts: number; nextAttemptAt: string | null; lastStatusCode: number }> }>().data[0];
+        return r.json<{ data: Array<{ status: string; attempts: number; nextAttemptAt: string | null; lastStatusCode: number }> }>()
+          .data[0];
       });
       expect(log).toMatchObject({ status: 'retrying', attempts: 1, lastStatusCode: 503 });
       expect(Date.parse(log.nextAttemptAt ?? '') - (receiver.requests[0]?.at ?? 0)).toBeGreaterThan(1_500);
@@ -114,13 +124,17 @@ describe('when a receiver never succeeds, or does not answer in time', () => {
       const endpoint = await register(headers, receiver.url);
       await hire(wh.h.store, tenant.tenantId, 'doomed');
       const disabled = await waitFor(async () => {
-        const list = (await wh.h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{ data: Array<{ id: string; status: string; disabledReason: string | null }> }>();
+        const list = (await wh.h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{
+          data: Array<{ id: string; status: string; disabledReason: string | null }>;
+        }>();
         const found = list.data.find((w) => w.id === endpoint.id);
         return found?.status === 'disabled' ? found : undefined;
       });
       expect(disabled.disabledReason).toMatch(/Every retry failed.*HTTP 500/);
       expect(receiver.requests).toHaveLength(1 + FAST_RETRIES.scheduleMs.length);
-      const log = (await wh.h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers })).json<{ data: Array<{ status: string; attempts: number }> }>().data;
+      const log = (await wh.h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers })).json<{
+        data: Array<{ status: string; attempts: number }>;
+      }>().data;
       expect(log).toEqual([expect.objectContaining({ status: 'failed', attempts: 1 + FAST_RETRIES.scheduleMs.length })]);
     } finally {
       await receiver.close();
@@ -165,7 +179,9 @@ describe('when the receiver answers 410 Gone', () => {
       const e = await hire(wh.h.store, tenant.tenantId, 'gone');
       await waitFor(() => receiver.requests.length >= 1);
       const disabled = await waitFor(async () => {
-        const list = (await wh.h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{ data: Array<{ id: string; status: string; disabledReason: string | null }> }>();
+        const list = (await wh.h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{
+          data: Array<{ id: string; status: string; disabledReason: string | null }>;
+        }>();
         const found = list.data.find((w) => w.id === endpoint.id);
         return found?.status === 'disabled' ? found : undefined;
       });
@@ -177,7 +193,12 @@ describe('when the receiver answers 410 Gone', () => {
       expect(receiver.requests).toHaveLength(1);
 
       receiver.setAnswer(() => ({ status: 200 }));
-      const replay = await wh.h.app.inject({ method: 'POST', url: `/v1/webhooks/${endpoint.id}/replay`, headers, payload: { after: endpoint.cursor } });
+      const replay = await wh.h.app.inject({
+        method: 'POST',
+        url: `/v1/webhooks/${endpoint.id}/replay`,
+        headers,
+        payload: { after: endpoint.cursor },
+      });
       expect(replay.statusCode).toBe(202);
       const cursors = await wh.h.feedCursors(headers, 2);
       await waitFor(() => receiver.acknowledged().length >= 2);

@@ -15,7 +15,11 @@ describe("the delivery log's retention (30 days after an entry's last attempt by
   const deliveryLog = async (headers: Record<string, string>, endpointId: string) =>
     (await wh.h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpointId}/deliveries`, headers })).json<{ data: LogEntry[] }>().data;
   const age = (endpointId: string, days: number) =>
-    sqlAt(wh.h.db.url, `update webhook_deliveries set last_attempt_at = last_attempt_at - make_interval(days => $2) where endpoint_id = $1`, [endpointId, days]);
+    sqlAt(
+      wh.h.db.url,
+      `update webhook_deliveries set last_attempt_at = last_attempt_at - make_interval(days => $2) where endpoint_id = $1`,
+      [endpointId, days],
+    );
 
   it('drops older entries on its schedule and keeps the recent ones', async () => {
     const { tenant, headers } = await admin();
@@ -59,14 +63,20 @@ describe("the delivery log's retention (30 days after an entry's last attempt by
       });
       // The retry moves an hour out (the endpoint's own schedule too, so nothing attempts it meanwhile), and its first attempt 40 days back.
       await sqlAt(wh.h.db.url, `update webhook_endpoints set next_attempt_at = now() + interval '1 hour' where id = $1`, [endpoint.id]);
-      await sqlAt(wh.h.db.url, `update webhook_deliveries set next_attempt_at = now() + interval '1 hour' where endpoint_id = $1`, [endpoint.id]);
+      await sqlAt(wh.h.db.url, `update webhook_deliveries set next_attempt_at = now() + interval '1 hour' where endpoint_id = $1`, [
+        endpoint.id,
+      ]);
       await age(endpoint.id, 40);
       expect(await wh.dispatcher.trim()).toBe(0);
-      expect(await deliveryLog(headers, endpoint.id)).toEqual([expect.objectContaining({ cursor: entry?.cursor, status: 'retrying', attempts: 1 })]);
+      expect(await deliveryLog(headers, endpoint.id)).toEqual([
+        expect.objectContaining({ cursor: entry?.cursor, status: 'retrying', attempts: 1 }),
+      ]);
 
       // A retrying entry whose next attempt is long past (left behind, e.g. by a replay past it) goes.
       // (The dispatcher's schedule may get there first: then this call finds nothing left.)
-      await sqlAt(wh.h.db.url, `update webhook_deliveries set next_attempt_at = now() - interval '39 days' where endpoint_id = $1`, [endpoint.id]);
+      await sqlAt(wh.h.db.url, `update webhook_deliveries set next_attempt_at = now() - interval '39 days' where endpoint_id = $1`, [
+        endpoint.id,
+      ]);
       expect(await wh.dispatcher.trim()).toBeLessThanOrEqual(1);
       expect(await deliveryLog(headers, endpoint.id)).toEqual([]);
     } finally {

@@ -44,7 +44,12 @@ afterAll(async () => {
 async function endpointFor(url: string) {
   const { tenant } = await h.tenant();
   const headers = await authHeaders(h.auth, tenant, 'admin');
-  const response = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events: ['employee.hired', 'employee.details_changed'] } });
+  const response = await h.app.inject({
+    method: 'POST',
+    url: '/v1/webhooks',
+    headers,
+    payload: { url, events: ['employee.hired', 'employee.details_changed'] },
+  });
   expect(response.statusCode, response.body).toBe(201);
   return { tenant, headers, endpoint: response.json<{ id: string }>() };
 }

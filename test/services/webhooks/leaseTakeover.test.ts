@@ -63,7 +63,12 @@ describe('when a webhook worker is killed mid-delivery', () => {
     // The first request is held until the worker that sent it is dead.
     const receiver = await startReceiver(() => ({ status: 500 }), { delayMs: 10_000 });
     try {
-      const created = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url: receiver.url, events: ['employee.hired', 'employee.details_changed'] } });
+      const created = await h.app.inject({
+        method: 'POST',
+        url: '/v1/webhooks',
+        headers,
+        payload: { url: receiver.url, events: ['employee.hired', 'employee.details_changed'] },
+      });
       expect(created.statusCode).toBe(201);
       const endpointId = created.json<{ id: string }>().id;
       const e = await hire(h.store, tenant.tenantId, 'lease');
@@ -136,15 +141,25 @@ describe('when a webhook worker is killed mid-delivery', () => {
         return row?.lease_token === null && row.cursor_commit === last?.commit && row.cursor_prepare === last.prepare ? row : undefined;
       });
       const deliveries = () =>
-        sqlAt<{ status: string; attempts: number }>(h.db.url, 'select status, attempts from webhook_deliveries where endpoint_id = $1 order by commit_position, prepare_position', [endpointId]);
+        sqlAt<{ status: string; attempts: number }>(
+          h.db.url,
+          'select status, attempts from webhook_deliveries where endpoint_id = $1 order by commit_position, prepare_position',
+          [endpointId],
+        );
       expect(await deliveries()).toEqual(cursors.map(() => ({ status: 'succeeded', attempts: 1 })));
 
       // A worker that was only cut off (paused, partitioned) and comes back with the lost lease's
       // token records nothing: not while another worker holds the lease, nor once it is released.
       const stale = { position: { commit: 1n, prepare: 1n }, type: 'employee.hired' };
-      const staleDelivered = () => recordDelivered(h.db.pool, tenant.tenantId, endpointId, deadToken, [{ ...stale, statusCode: 204, at: new Date() }], 90_000);
+      const staleDelivered = () =>
+        recordDelivered(h.db.pool, tenant.tenantId, endpointId, deadToken, [{ ...stale, statusCode: 204, at: new Date() }], 90_000);
       const staleAttempt = () =>
-        recordAttempt(h.db.pool, tenant.tenantId, endpointId, deadToken, { change: stale, statusCode: 500, error: null, outcome: { kind: 'disable', reason: 'stale' } });
+        recordAttempt(h.db.pool, tenant.tenantId, endpointId, deadToken, {
+          change: stale,
+          statusCode: 500,
+          error: null,
+          outcome: { kind: 'disable', reason: 'stale' },
+        });
       const other = randomUUID();
       expect(await acquireLease(h.db.pool, tenant.tenantId, endpointId, other, 10_000)).not.toBeNull();
       expect(await staleDelivered()).toBe(false);

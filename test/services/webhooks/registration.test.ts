@@ -20,7 +20,12 @@ describe('when a target is loopback, private, link-local or metadata and not all
       'ftp://example.com/hook',
       'https://user:pw@example.com/hook',
     ]) {
-      const response = await wh.strictApp.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events: ['employee.hired'] } });
+      const response = await wh.strictApp.inject({
+        method: 'POST',
+        url: '/v1/webhooks',
+        headers,
+        payload: { url, events: ['employee.hired'] },
+      });
       expectProblem(response, 422);
     }
   });
@@ -28,7 +33,12 @@ describe('when a target is loopback, private, link-local or metadata and not all
   it('refuses a NUL or lone surrogate in the URL with a 400 naming it, never a 500', async () => {
     const { headers } = await admin();
     for (const url of ['http://127.0.0.1:9/a\u0000b', 'http://127.0.0.1:9/a\ud800']) {
-      const response = await wh.h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url, events: ['employee.hired'] } });
+      const response = await wh.h.app.inject({
+        method: 'POST',
+        url: '/v1/webhooks',
+        headers,
+        payload: { url, events: ['employee.hired'] },
+      });
       const problem = expectProblem(response, 400);
       expect(problem.errors).toEqual(expect.arrayContaining([expect.objectContaining({ path: 'body.url' })]));
     }
@@ -36,14 +46,25 @@ describe('when a target is loopback, private, link-local or metadata and not all
 
   it('stores a URL as normalised (percent-encoded by the URL parser)', async () => {
     const { headers } = await admin();
-    const response = await wh.h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url: 'http://127.0.0.1:9/a b/é', events: ['employee.hired'] } });
+    const response = await wh.h.app.inject({
+      method: 'POST',
+      url: '/v1/webhooks',
+      headers,
+      payload: { url: 'http://127.0.0.1:9/a b/é', events: ['employee.hired'] },
+    });
     expect(response.statusCode).toBe(201);
     expect(response.json<{ url: string }>().url).toBe('http://127.0.0.1:9/a%20b/%C3%A9');
   });
 
   it('is described in the OpenAPI document', async () => {
     const doc = (await wh.h.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json<{ paths: Record<string, unknown> }>();
-    for (const path of ['/v1/employees/changes', '/v1/webhooks', '/v1/webhooks/{id}', '/v1/webhooks/{id}/deliveries', '/v1/webhooks/{id}/replay']) {
+    for (const path of [
+      '/v1/employees/changes',
+      '/v1/webhooks',
+      '/v1/webhooks/{id}',
+      '/v1/webhooks/{id}/deliveries',
+      '/v1/webhooks/{id}/replay',
+    ]) {
       expect(Object.keys(doc.paths)).toContain(path);
     }
   });

@@ -64,7 +64,12 @@ describe.each([
       const endpointId = created.json<{ id: string }>().id;
 
       await waitFor(() => arrivals().length >= 5, 10_000);
-      const replay = await h.app.inject({ method: 'POST', url: `/v1/webhooks/${endpointId}/replay`, headers, payload: { after: START_CURSOR } });
+      const replay = await h.app.inject({
+        method: 'POST',
+        url: `/v1/webhooks/${endpointId}/replay`,
+        headers,
+        payload: { after: START_CURSOR },
+      });
       expect(replay.statusCode, replay.body).toBe(202);
       const at202 = arrivals().length;
 
@@ -100,7 +105,10 @@ describe.each([
 describe('when the target host resolves slowly', () => {
   it('counts the DNS lookup in the attempt’s time bound', async () => {
     // The lookup's slowness is what the attempt's time bound must cover.
-    const slowResolver = () => new Promise<Array<{ address: string; family: 4 }>>((resolve) => setTimeout(() => resolve([{ address: '127.0.0.1', family: 4 }]), 3_000));
+    const slowResolver = () =>
+      new Promise<Array<{ address: string; family: 4 }>>((resolve) =>
+        setTimeout(() => resolve([{ address: '127.0.0.1', family: 4 }]), 3_000),
+      );
     const started = Date.now();
     const outcome = await sendWebhook(
       'http://slow.example.test:9/hook',

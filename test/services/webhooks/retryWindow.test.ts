@@ -44,12 +44,19 @@ describe('when a receiver keeps failing and asks for more time than the retry wi
     try {
       const { tenant } = await h.tenant();
       const headers = await authHeaders(h.auth, tenant, 'admin');
-      const registered = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers, payload: { url: receiver.url, events: ['employee.hired'] } });
+      const registered = await h.app.inject({
+        method: 'POST',
+        url: '/v1/webhooks',
+        headers,
+        payload: { url: receiver.url, events: ['employee.hired'] },
+      });
       expect(registered.statusCode, registered.body).toBe(201);
       const { id } = registered.json<{ id: string }>();
       await hire(h.store, tenant.tenantId, 'window');
       const disabled = await waitFor(async () => {
-        const list = (await h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{ data: Array<{ id: string; status: string; disabledReason: string | null }> }>();
+        const list = (await h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{
+          data: Array<{ id: string; status: string; disabledReason: string | null }>;
+        }>();
         const found = list.data.find((w) => w.id === id);
         return found?.status === 'disabled' ? found : undefined;
       }, 15_000);

@@ -12,13 +12,18 @@ describe('the retry schedule', () => {
 
   it('jitters within ±20 % and never shortens a Retry-After', () => {
     fc.assert(
-      fc.property(fc.integer({ min: 1, max: 8 }), fc.double({ min: 0, max: 1, noNaN: true }), fc.option(fc.integer({ min: 0, max: 10 * 86_400_000 })), (n, r, retryAfter) => {
-        const base = DEFAULT_RETRY_POLICY.scheduleMs[n - 1] ?? 0;
-        const delay = nextRetryDelay(DEFAULT_RETRY_POLICY, n, r, retryAfter ?? undefined) ?? -1;
-        expect(delay).toBeGreaterThanOrEqual(Math.floor(base * 0.8));
-        if (retryAfter === null) expect(delay).toBeLessThanOrEqual(Math.ceil(base * 1.2));
-        else expect(delay).toBeGreaterThanOrEqual(Math.min(retryAfter, DEFAULT_RETRY_POLICY.maxRetryAfterMs));
-      }),
+      fc.property(
+        fc.integer({ min: 1, max: 8 }),
+        fc.double({ min: 0, max: 1, noNaN: true }),
+        fc.option(fc.integer({ min: 0, max: 10 * 86_400_000 })),
+        (n, r, retryAfter) => {
+          const base = DEFAULT_RETRY_POLICY.scheduleMs[n - 1] ?? 0;
+          const delay = nextRetryDelay(DEFAULT_RETRY_POLICY, n, r, retryAfter ?? undefined) ?? -1;
+          expect(delay).toBeGreaterThanOrEqual(Math.floor(base * 0.8));
+          if (retryAfter === null) expect(delay).toBeLessThanOrEqual(Math.ceil(base * 1.2));
+          else expect(delay).toBeGreaterThanOrEqual(Math.min(retryAfter, DEFAULT_RETRY_POLICY.maxRetryAfterMs));
+        },
+      ),
     );
   });
 
@@ -27,7 +32,10 @@ describe('the retry schedule', () => {
     expect(window).toBe(3 * 86_400_000);
     fc.assert(
       fc.property(
-        fc.array(fc.tuple(fc.double({ min: 0, max: 1, noNaN: true }), fc.option(fc.integer({ min: 0, max: 2 * 86_400_000 }))), { minLength: 8, maxLength: 8 }),
+        fc.array(fc.tuple(fc.double({ min: 0, max: 1, noNaN: true }), fc.option(fc.integer({ min: 0, max: 2 * 86_400_000 }))), {
+          minLength: 8,
+          maxLength: 8,
+        }),
         (draws) => {
           let elapsed = 0;
           for (const [n, [r, retryAfter]] of draws.entries()) {

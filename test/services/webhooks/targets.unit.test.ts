@@ -24,7 +24,9 @@ describe('when a target name resolves to a special address', () => {
     ['2001:0:4136:e378:8000:63bf:3fff:fdd2'],
     ['0.0.0.0'],
   ])('refuses %s without the allow-list', async (address) => {
-    await expect(resolveTarget('https://hooks.example.com/x', { allowHosts: [], resolver: resolvesTo(address) })).rejects.toBeInstanceOf(TargetRefusedError);
+    await expect(resolveTarget('https://hooks.example.com/x', { allowHosts: [], resolver: resolvesTo(address) })).rejects.toBeInstanceOf(
+      TargetRefusedError,
+    );
   });
 
   it('refuses when any of several addresses is special (no picking the public one)', async () => {
@@ -36,13 +38,21 @@ describe('when a target name resolves to a special address', () => {
   });
 
   it('lets a public address through, and what the allow-list names (host, address or CIDR)', async () => {
-    await expect(resolveTarget('https://hooks.example.com/x', { allowHosts: [], resolver: resolvesTo('93.184.216.34') })).resolves.toMatchObject({
+    await expect(
+      resolveTarget('https://hooks.example.com/x', { allowHosts: [], resolver: resolvesTo('93.184.216.34') }),
+    ).resolves.toMatchObject({
       address: { address: '93.184.216.34' },
     });
-    await expect(resolveTarget('https://internal.corp/x', { allowHosts: ['internal.corp'], resolver: resolvesTo('10.1.1.1') })).resolves.toBeTruthy();
-    await expect(resolveTarget('https://internal.corp/x', { allowHosts: ['10.0.0.0/8'], resolver: resolvesTo('10.1.1.1') })).resolves.toBeTruthy();
+    await expect(
+      resolveTarget('https://internal.corp/x', { allowHosts: ['internal.corp'], resolver: resolvesTo('10.1.1.1') }),
+    ).resolves.toBeTruthy();
+    await expect(
+      resolveTarget('https://internal.corp/x', { allowHosts: ['10.0.0.0/8'], resolver: resolvesTo('10.1.1.1') }),
+    ).resolves.toBeTruthy();
     await expect(resolveTarget('http://127.0.0.1:9/x', { allowHosts: ['127.0.0.1'] })).resolves.toBeTruthy();
     // http needs the host itself named; an allow-listed range is not enough for plain http.
-    await expect(resolveTarget('http://internal.corp/x', { allowHosts: ['10.0.0.0/8'], resolver: resolvesTo('10.1.1.1') })).rejects.toThrow(/https/);
+    await expect(resolveTarget('http://internal.corp/x', { allowHosts: ['10.0.0.0/8'], resolver: resolvesTo('10.1.1.1') })).rejects.toThrow(
+      /https/,
+    );
   });
 });

@@ -97,7 +97,9 @@ describe('when the worker consumes its queues', () => {
     expect(job.result?.processed).toBe(60);
     expect(job.progress).toMatchObject({ processed: 60, percent: 100, done: true });
     expect(seen.length).toBeGreaterThan(0);
-    const rows = await db.pool.any(sql.type(z.object({ stream_id: z.string(), total: z.number() }))`select stream_id, total from worker_totals`);
+    const rows = await db.pool.any(
+      sql.type(z.object({ stream_id: z.string(), total: z.number() }))`select stream_id, total from worker_totals`,
+    );
     expect(new Map(rows.map((r) => [r.stream_id, r.total]))).toEqual(new Map(streams.map((s, i) => [s, i + 1])));
     expect((await readCheckpoint(db.pool, totals.name))?.eventsApplied).toBe(60);
     expect((await listReplayJobs(queue)).map((j) => j.id)).toContain(id);

@@ -36,8 +36,12 @@ let db: BareTestDatabase;
 
 const query = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) => sqlAt<T>(db.url, text, values);
 
-const indexState = () => query<{ valid: boolean; unique: boolean }>(`select indisvalid as valid, indisunique as unique from pg_index where indexrelid = to_regclass('t_k_key')`);
-const recorded = async () => (await query<{ id: string }>(`select id from schema_migrations where id like 'test/%' order by id`)).map((r) => r.id);
+const indexState = () =>
+  query<{ valid: boolean; unique: boolean }>(
+    `select indisvalid as valid, indisunique as unique from pg_index where indexrelid = to_regclass('t_k_key')`,
+  );
+const recorded = async () =>
+  (await query<{ id: string }>(`select id from schema_migrations where id like 'test/%' order by id`)).map((r) => r.id);
 
 beforeEach(async () => {
   db = await createEmptyTestDatabase();
@@ -87,7 +91,9 @@ describe('migrate: statements that run outside a transaction', () => {
   it('after a build that failed, records nothing, and the next start builds the index again', async () => {
     await migrate(db.url, table());
     await query('insert into t values (1), (1)');
-    await expect(migrate(db.url, tableAndIndex())).rejects.toThrow(/test\/002-unique-index failed \(it runs again, whole, on the next start\).*could not create unique index/);
+    await expect(migrate(db.url, tableAndIndex())).rejects.toThrow(
+      /test\/002-unique-index failed \(it runs again, whole, on the next start\).*could not create unique index/,
+    );
     // The interrupted build leaves an invalid index behind, which the migration drops first.
     expect(await indexState()).toEqual([{ valid: false, unique: true }]);
     expect(await recorded()).toEqual(['test/001-table']);
@@ -110,22 +116,25 @@ describe('migrate: a connection lost during a migration', () => {
 });
 
 describe('migrate: an applied migration whose file changed', () => {
-  const hashes = async () => query<{ id: string; sha256: string | null }>(`select id, sha256 from schema_migrations where id like 'test/%' order by id`);
+  const hashes = async () =>
+    query<{ id: string; sha256: string | null }>(`select id, sha256 from schema_migrations where id like 'test/%' order by id`);
 
-  it('records each file\'s SHA-256, and refuses to start, naming the file and both hashes, once one changed', async () => {
+  it("records each file's SHA-256, and refuses to start, naming the file and both hashes, once one changed", async () => {
     await migrate(db.url, table());
     const [applied] = await hashes();
     expect(applied?.sha256).toMatch(/^[0-9a-f]{64}$/);
     const edited = folderWith({ '001-table.sql': 'create table t (k bigint not null);\n', '002-unique-index.sql': UNIQUE_INDEX });
     const refusal = migrate(db.url, edited);
-    await expect(refusal).rejects.toThrow(/^Migration test\/001-table was applied from a file that has changed since: .*\/001-table\.sql hashes to [0-9a-f]{64}, the database recorded [0-9a-f]{64}\. Applied migrations are frozen/);
+    await expect(refusal).rejects.toThrow(
+      /^Migration test\/001-table was applied from a file that has changed since: .*\/001-table\.sql hashes to [0-9a-f]{64}, the database recorded [0-9a-f]{64}\. Applied migrations are frozen/,
+    );
     await expect(refusal).rejects.toThrow(applied?.sha256 ?? 'no hash recorded');
     // Refused before anything else ran: the new file is not applied.
     expect(await recorded()).toEqual(['test/001-table']);
     expect(await indexState()).toEqual([]);
   });
 
-  it('adopts the file\'s hash for a migration applied before hashes were recorded', async () => {
+  it("adopts the file's hash for a migration applied before hashes were recorded", async () => {
     await migrate(db.url, table());
     const [before] = await hashes();
     await query(`update schema_migrations set sha256 = null where id = 'test/001-table'`);

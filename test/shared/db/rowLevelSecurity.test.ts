@@ -44,7 +44,11 @@ async function plantRow(table: string): Promise<void> {
      where table_schema = 'public' and table_name = $1 and is_nullable = 'NO' and column_default is null and is_identity = 'NO' and is_generated = 'NEVER'`,
     [table],
   );
-  const checks = await sqlAt<{ name: string }>(db.url, `select conname as name from pg_constraint where conrelid = $1::regclass and contype = 'c'`, [table]);
+  const checks = await sqlAt<{ name: string }>(
+    db.url,
+    `select conname as name from pg_constraint where conrelid = $1::regclass and contype = 'c'`,
+    [table],
+  );
   const client = new pg.Client({ connectionString: db.url });
   await client.connect();
   try {
@@ -85,7 +89,10 @@ beforeAll(async () => {
   // The read models' tables, as a projector's start builds them.
   for (const projection of allProjections) await replayProjection(db.pool, store, projection);
   tables = (
-    await sqlAt<{ table: string }>(db.url, `select distinct tablename as table from pg_policies where qual like '%app.tenant_id%' order by 1`)
+    await sqlAt<{ table: string }>(
+      db.url,
+      `select distinct tablename as table from pg_policies where qual like '%app.tenant_id%' order by 1`,
+    )
   ).map((r) => r.table);
   for (const table of tables) await plantRow(table);
 }, 60_000);
@@ -97,8 +104,22 @@ afterAll(async () => {
 
 describe('when a session set and then reset app.tenant_id', () => {
   it('finds the tenant-scoped tables of the migrations and of every read model', () => {
-    expect(tables).toEqual(expect.arrayContaining(['roles', 'users', 'refresh_tokens', 'kpi_usage_minutes', 'kpi_usage_days', 'webhook_endpoints', 'webhook_deliveries']));
-    for (const model of ['employees', 'changes', 'billing']) expect(tables.some((t) => t.includes(model)), model).toBe(true);
+    expect(tables).toEqual(
+      expect.arrayContaining([
+        'roles',
+        'users',
+        'refresh_tokens',
+        'kpi_usage_minutes',
+        'kpi_usage_days',
+        'webhook_endpoints',
+        'webhook_deliveries',
+      ]),
+    );
+    for (const model of ['employees', 'changes', 'billing'])
+      expect(
+        tables.some((t) => t.includes(model)),
+        model,
+      ).toBe(true);
   });
 
   it('reads zero rows of every one of them, and no error', async () => {
@@ -107,11 +128,14 @@ describe('when a session set and then reset app.tenant_id', () => {
   });
 
   it('would have failed with a bare ::uuid cast (the form these policies replaced)', async () => {
-    await sqlAt(db.url, `create table rls_bare_cast (tenant_id uuid not null);
+    await sqlAt(
+      db.url,
+      `create table rls_bare_cast (tenant_id uuid not null);
       alter table rls_bare_cast enable row level security;
       create policy rls_bare_cast_tenant on rls_bare_cast using (tenant_id = current_setting('app.tenant_id', true)::uuid);
       grant select on rls_bare_cast to ${TENANT_ROLE};
-      insert into rls_bare_cast values (gen_random_uuid());`);
+      insert into rls_bare_cast values (gen_random_uuid());`,
+    );
     await expect(countAfterReset('rls_bare_cast')).rejects.toThrow(/invalid input syntax for type uuid/);
   });
 });

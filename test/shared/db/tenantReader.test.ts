@@ -89,10 +89,12 @@ describe('tenant reader (pipelined, real PostgreSQL)', () => {
     const locker = await db.pool.connect(async (connection) => {
       await connection.query(sql.unsafe`begin`);
       await connection.query(sql.unsafe`lock table reader_probe in access exclusive mode`);
-      const read = reader.read(tenantA, (q) => q.any(waiting)).then(
-        () => 'answered',
-        (error: { code?: string }) => error.code,
-      );
+      const read = reader
+        .read(tenantA, (q) => q.any(waiting))
+        .then(
+          () => 'answered',
+          (error: { code?: string }) => error.code,
+        );
       // Cancel the reader's backend once it waits on the lock (in Parse: analysis locks the table).
       const cancelled = await waitFor(async () => {
         const rows = await db.pool.any(sql.type(z.object({ ok: z.boolean() }))`

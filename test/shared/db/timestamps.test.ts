@@ -26,10 +26,14 @@ describe('timestamptz through the pool (real PostgreSQL)', () => {
   it('round-trips every millisecond instant of years 1–9999, whatever the session time zone', async () => {
     const instants = fc.date({ min: new Date('0001-01-01T00:00:00.000Z'), max: new Date('9999-12-31T23:59:59.999Z'), noInvalidDate: true });
     await fc.assert(
-      fc.asyncProperty(fc.array(instants, { minLength: 1, maxLength: 50 }), fc.constantFrom('UTC', 'Europe/Berlin', 'America/St_Johns', 'Asia/Kolkata'), async (dates, zone) => {
-        const iso = dates.map((d) => d.toISOString());
-        expect(await readBack(iso, zone)).toEqual(iso);
-      }),
+      fc.asyncProperty(
+        fc.array(instants, { minLength: 1, maxLength: 50 }),
+        fc.constantFrom('UTC', 'Europe/Berlin', 'America/St_Johns', 'Asia/Kolkata'),
+        async (dates, zone) => {
+          const iso = dates.map((d) => d.toISOString());
+          expect(await readBack(iso, zone)).toEqual(iso);
+        },
+      ),
       { numRuns: 40, seed: 20261123 },
     );
   });
@@ -43,7 +47,11 @@ describe('timestamptz through the pool (real PostgreSQL)', () => {
     try {
       const instants = ['0045-03-01T00:00:00.000Z', '1900-01-01T00:00:00.000Z', '1969-12-31T23:59:59.999Z', '9999-12-31T23:59:59.000Z'];
       const rows = await reader.read(randomUUID(), (q) =>
-        q.any(sql.type(z.object({ t: z.string() }))`select t from unnest(${sql.array(instants, 'timestamptz')}) with ordinality as u(t, n) order by n`),
+        q.any(
+          sql.type(
+            z.object({ t: z.string() }),
+          )`select t from unnest(${sql.array(instants, 'timestamptz')}) with ordinality as u(t, n) order by n`,
+        ),
       );
       expect(rows.map((r) => r.t)).toEqual(instants);
     } finally {

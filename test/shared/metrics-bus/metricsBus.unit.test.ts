@@ -69,7 +69,14 @@ describe('wire codec', () => {
   });
 
   it('rejects anything that is not a valid message instead of throwing', () => {
-    for (const bad of [null, 'not json', '{}', '{"v":1,"t":"a","s":[]}', '{"v":1,"t":"a","s":[["u","/r","GET",99,1,1]]}', '{"v":2,"t":"a","s":[["u","/r","GET",200,1,1]]}']) {
+    for (const bad of [
+      null,
+      'not json',
+      '{}',
+      '{"v":1,"t":"a","s":[]}',
+      '{"v":1,"t":"a","s":[["u","/r","GET",99,1,1]]}',
+      '{"v":2,"t":"a","s":[["u","/r","GET",200,1,1]]}',
+    ]) {
       expect(decodeSamples(bad)).toBeUndefined();
     }
   });
@@ -80,7 +87,9 @@ describe('in-process bus', () => {
     it('delivers every sample, in order, off the publishing call', async () => {
       const { publisher, source } = createInProcessBus({ batchSize: 100 });
       const received: UsageSample[] = [];
-      await source.start({ storedOffsets: async () => new Map(), apply: async (b: SampleBatch) => {
+      await source.start({
+        storedOffsets: async () => new Map(),
+        apply: async (b: SampleBatch) => {
           received.push(...b.samples);
           return { kind: 'applied' as const };
         },

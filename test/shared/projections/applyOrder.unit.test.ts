@@ -21,10 +21,19 @@ const ids = (runs: RecordedEvent[][]) => runs.map((run) => run.map((x) => x.id))
 
 describe('the order a rebuild applies the log in (applyOrder.ts)', () => {
   it('applies an event retried after position 5 right after 5, with the later events of its stream that waited behind it', () => {
-    const order = createApplyOrder(new Map([['r', lateAt(5)], ['r2', lateAt(5)]]), () => new Set());
+    const order = createApplyOrder(
+      new Map([
+        ['r', lateAt(5)],
+        ['r2', lateAt(5)],
+      ]),
+      () => new Set(),
+    );
     const log = [e('a', 'A', 1), e('r', 'R', 2), e('b', 'B', 3), e('r2', 'R', 4), e('c', 'C', 5), e('d', 'D', 6), e('r3', 'R', 7)];
     expect(ids(order.runs(log.slice(0, 5)))).toEqual([['a', 'b', 'c']]);
-    expect(ids(order.runs(log.slice(5)))).toEqual([['r', 'r2'], ['d', 'r3']]);
+    expect(ids(order.runs(log.slice(5)))).toEqual([
+      ['r', 'r2'],
+      ['d', 'r3'],
+    ]);
     expect(order.rest()).toEqual({ late: [], parked: [] });
   });
 
@@ -37,7 +46,13 @@ describe('the order a rebuild applies the log in (applyOrder.ts)', () => {
 
   it('reads the parked set at every call, and releases late events in point order, then log order', () => {
     const parked = new Set<string>();
-    const order = createApplyOrder(new Map([['x', lateAt(9)], ['y', lateAt(6)]]), () => parked);
+    const order = createApplyOrder(
+      new Map([
+        ['x', lateAt(9)],
+        ['y', lateAt(6)],
+      ]),
+      () => parked,
+    );
     expect(ids(order.runs([e('x', 'X', 1), e('y', 'Y', 2), e('a', 'A', 3)]))).toEqual([['a']]);
     parked.add('q');
     expect(ids(order.runs([e('q', 'Q', 4), e('b', 'B', 7), e('c', 'C', 10)]))).toEqual([['y'], ['b'], ['x'], ['c']]);
@@ -47,12 +62,24 @@ describe('the order a rebuild applies the log in (applyOrder.ts)', () => {
   it('releases events recorded at one point in the order recorded, not in log order (two retries with nothing between)', () => {
     const first = lateAt(8);
     const second = lateAt(8);
-    const order = createApplyOrder(new Map([['y', second], ['x', first]]), () => new Set());
+    const order = createApplyOrder(
+      new Map([
+        ['y', second],
+        ['x', first],
+      ]),
+      () => new Set(),
+    );
     expect(ids(order.runs([e('y', 'Y', 2), e('x', 'X', 3), e('a', 'A', 4), e('b', 'B', 9)]))).toEqual([['a'], ['x', 'y'], ['b']]);
   });
 
   it('keeps a stream in order when its later event was recorded at an earlier point', () => {
-    const order = createApplyOrder(new Map([['s1', lateAt(9)], ['s2', lateAt(6)]]), () => new Set());
+    const order = createApplyOrder(
+      new Map([
+        ['s1', lateAt(9)],
+        ['s2', lateAt(6)],
+      ]),
+      () => new Set(),
+    );
     expect(ids(order.runs([e('s1', 'S', 2), e('s2', 'S', 3), e('a', 'A', 7), e('b', 'B', 10)]))).toEqual([['a'], ['s1', 's2'], ['b']]);
   });
 

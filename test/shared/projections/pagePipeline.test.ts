@@ -35,7 +35,9 @@ describe('the page pipeline', () => {
   });
 
   const moveMark = (from: number, to: number) =>
-    sql.type(z.object({ position: z.number() }))`update marks set position = ${to} where name = 'm' and position = ${from} returning position`;
+    sql.type(
+      z.object({ position: z.number() }),
+    )`update marks set position = ${to} where name = 'm' and position = ${from} returning position`;
   const note = (id: number, text: string) => sql.type(z.object({}))`insert into notes (id, text) values (${id}, ${text})`;
   const notes = () => db.pool.anyFirst(sql.type(z.object({ text: z.string() }))`select text from notes order by id`);
   const mark = () => db.pool.oneFirst(sql.type(z.object({ position: z.number() }))`select position from marks where name = 'm'`);
@@ -78,7 +80,10 @@ describe('the page pipeline', () => {
         await tx.query(note(3, 'c'));
       });
       expect(await notes()).toEqual(['c']);
-      expect(await db.pool.anyFirst(sql.type(z.object({ text: z.string() }))`select text from notes_before order by id`)).toEqual(['a', 'b']);
+      expect(await db.pool.anyFirst(sql.type(z.object({ text: z.string() }))`select text from notes_before order by id`)).toEqual([
+        'a',
+        'b',
+      ]);
     } finally {
       await db.pool.query(sql.type(z.object({}))`drop table notes`);
       await db.pool.query(sql.type(z.object({}))`alter table notes_before rename to notes`);
@@ -104,7 +109,10 @@ describe('the page pipeline', () => {
     await expect(failed).rejects.toSatisfy((error: unknown) => sqlStateOf(error) === '23505');
     expect(await notes()).toEqual(['taken']);
     expect(await mark()).toBe(0);
-    const backends = () => db.pool.anyFirst(sql.type(z.object({ pid: z.number() }))`select pid from pg_stat_activity where application_name = ${applicationName}`);
+    const backends = () =>
+      db.pool.anyFirst(
+        sql.type(z.object({ pid: z.number() }))`select pid from pg_stat_activity where application_name = ${applicationName}`,
+      );
     const before = await backends();
     expect(await pipeline.page(moveMark(0, 1), (tx) => tx.query(note(2, 'b')).then(() => undefined))).toEqual([{ position: 1 }]);
     expect(await notes()).toEqual(['taken', 'b']);
@@ -151,7 +159,9 @@ describe('the page pipeline', () => {
   it('fails transiently when its connection is lost mid-page, and the next page opens a new one', async () => {
     const failed = pipeline.page(moveMark(0, 1), async (tx) => {
       await tx.query(note(1, 'a'));
-      await db.pool.query(sql.type(z.object({}))`select pg_terminate_backend(pid) from pg_stat_activity where application_name = ${applicationName}`);
+      await db.pool.query(
+        sql.type(z.object({}))`select pg_terminate_backend(pid) from pg_stat_activity where application_name = ${applicationName}`,
+      );
       await tx.query(note(2, 'b'));
     });
     const error = await failed.then(
@@ -179,13 +189,19 @@ describe('the page pipeline', () => {
   });
 
   it('fails deterministically on a value pg cannot send, and the next page runs on a new connection', async () => {
-    const backend = () => db.pool.maybeOneFirst(sql.type(z.object({ pid: z.number() }))`select pid from pg_stat_activity where application_name = ${applicationName}`);
+    const backend = () =>
+      db.pool.maybeOneFirst(
+        sql.type(z.object({ pid: z.number() }))`select pid from pg_stat_activity where application_name = ${applicationName}`,
+      );
     await pipeline.page(moveMark(0, 1), async () => undefined);
     const first = await backend();
     const circular: Record<string, unknown> = {};
     circular.self = circular;
     // slonik refuses such a value itself; built by hand, the statement reaches pg, which fails to bind it
-    const unsendable = { ...sql.type(z.object({}))`insert into notes (id, text) values (1, ${'placeholder'})`, values: [circular] } as unknown as QuerySqlToken;
+    const unsendable = {
+      ...sql.type(z.object({}))`insert into notes (id, text) values (1, ${'placeholder'})`,
+      values: [circular],
+    } as unknown as QuerySqlToken;
     const failed = pipeline.page(moveMark(1, 2), async (tx) => {
       await tx.query(unsendable);
     });

@@ -12,14 +12,27 @@ import { defineProjection } from '../../../shared/projections/projection.ts';
 import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
-import { RebuildInProgressError, listParkedEvents, replayLockKey, resolveParkedEvents, retryParkedEvents } from '../../../shared/projections/parking.ts';
+import {
+  RebuildInProgressError,
+  listParkedEvents,
+  replayLockKey,
+  resolveParkedEvents,
+  retryParkedEvents,
+} from '../../../shared/projections/parking.ts';
 import { parkedEventsReadiness, registerParkedEventsMetric } from '../../../shared/projections/monitoring.ts';
 import { useTestEventStore } from '../../support/database.ts';
 import { runOpsWith } from '../../support/processes.ts';
 import { hire, statusChanged } from '../../support/projections/employeeEvents.ts';
 
 /** The ops CLI against this test's database alone (no Redis, Kafka or EventStoreDB). */
-const opsEnv = (url: string) => ({ ...process.env, DATABASE_URL: url, REDIS_URL: '', KAFKA_BROKERS: '', EVENTSTORE_URL: '', LOG_LEVEL: 'silent' });
+const opsEnv = (url: string) => ({
+  ...process.env,
+  DATABASE_URL: url,
+  REDIS_URL: '',
+  KAFKA_BROKERS: '',
+  EVENTSTORE_URL: '',
+  LOG_LEVEL: 'silent',
+});
 
 const listIds = async (pool: DatabasePool, tenantId: string) =>
   (await listEmployees(pool, tenantId, { page: 1, limit: 100 })).data.map((e) => e.id);
@@ -100,7 +113,9 @@ describe('when a poison event for one tenant is in the log', () => {
     expect(await listIds(db.pool, tenantB)).toEqual([b2.employeeId, b.employeeId]);
     const afterPoison = performance.now() - written;
     expect(afterPoison).toBeLessThan(1_000);
-    console.info(`[poison event] tenant B visible ${behindPoison.toFixed(0)} ms after a write right behind the poison, ${afterPoison.toFixed(0)} ms after a later one`);
+    console.info(
+      `[poison event] tenant B visible ${behindPoison.toFixed(0)} ms after a write right behind the poison, ${afterPoison.toFixed(0)} ms after a later one`,
+    );
   });
 
   it('reports the parked events: gauge in /metrics, /health/ready degraded (200), ops status', async () => {
@@ -127,9 +142,7 @@ describe('when a poison event for one tenant is in the log', () => {
     }
 
     const { stdout } = await runOpsWith(opsEnv(db.url), 'projections', 'status', '--json');
-    const status = z
-      .object({ projections: z.array(z.object({ name: z.string(), parked: z.number() })) })
-      .parse(JSON.parse(stdout));
+    const status = z.object({ projections: z.array(z.object({ name: z.string(), parked: z.number() })) }).parse(JSON.parse(stdout));
     expect(status.projections.find((p) => p.name === employeesProjection.name)?.parked).toBe(2);
   }, 90_000);
 
@@ -143,7 +156,9 @@ describe('when a poison event for one tenant is in the log', () => {
         const run = runOpsWith(opsEnv(db.url), 'projections', command, employeesProjection.name);
         await expect(run).resolves.toMatchObject({
           code: 2,
-          stderr: expect.stringContaining(`a rebuild of projection ${employeesProjection.name} is running: retry once it has swapped in (projections status)\n`),
+          stderr: expect.stringContaining(
+            `a rebuild of projection ${employeesProjection.name} is running: retry once it has swapped in (projections status)\n`,
+          ),
         });
       }
       expect((await listParkedEvents(db.pool, employeesProjection.name, { status: 'parked' })).length).toBe(2);
@@ -188,12 +203,20 @@ describe('when a handler throws on one event', () => {
   const state = { broken: true, transientFailures: 0 };
   const flaky = flakyProjection(state);
   let projector: ProjectorHandle;
-  const noted = (tenant: string, poison = false): NewEvent => ({ id: randomUUID(), type: 'Noted', data: { poison }, metadata: { tenantId: tenant } });
-  const notes = () =>
-    fixture.db.pool.anyFirst(sql.type(z.object({ event_id: z.string() }))`select event_id from flaky_notes order by seq`);
+  const noted = (tenant: string, poison = false): NewEvent => ({
+    id: randomUUID(),
+    type: 'Noted',
+    data: { poison },
+    metadata: { tenantId: tenant },
+  });
+  const notes = () => fixture.db.pool.anyFirst(sql.type(z.object({ event_id: z.string() }))`select event_id from flaky_notes order by seq`);
 
   beforeAll(async () => {
-    projector = await startBuilt(() => runProjection(fixture.db.pool, fixture.store, flaky, { pollIntervalMs: 250 }), fixture.db.pool, flaky.name);
+    projector = await startBuilt(
+      () => runProjection(fixture.db.pool, fixture.store, flaky, { pollIntervalMs: 250 }),
+      fixture.db.pool,
+      flaky.name,
+    );
   });
   afterAll(async () => {
     await projector?.stop();
@@ -239,7 +262,7 @@ describe('when a handler throws on one event', () => {
     state.broken = false; // the fix
     expect(await retryParkedEvents(db.pool, flaky, live)).toEqual({ retried: 2, stillParked: 0 });
     expect(await notes()).toEqual([...others.map((e) => e.id), bad.id, afterBad.id]);
-    expect((await listParkedEvents(db.pool, flaky.name, { status: 'parked' }))).toEqual([]);
+    expect(await listParkedEvents(db.pool, flaky.name, { status: 'parked' })).toEqual([]);
     expect((await listParkedEvents(db.pool, flaky.name, { status: 'retried' })).map((p) => p.event.id)).toEqual([bad.id, afterBad.id]);
     // A second retry finds nothing to do: never applied twice (flaky_notes' primary key would say so too).
     expect(await retryParkedEvents(db.pool, flaky, live)).toEqual({ retried: 0, stillParked: 0 });

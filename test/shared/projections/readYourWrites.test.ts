@@ -28,7 +28,9 @@ describe('read-your-writes (waitForCheckpoint)', () => {
     // A waiter registers with the process's LISTEN connection before it reads the checkpoint:
     // once all 50 have, a commit's notification wakes each of them.
     const watch = vi.spyOn(checkpointListenerFor(db.pool), 'watch');
-    const waits = Array.from({ length: 50 }, (_, i) => waitForCheckpoint(db.pool, 'tally', positions[i % positions.length] ?? START, 10_000, 60_000));
+    const waits = Array.from({ length: 50 }, (_, i) =>
+      waitForCheckpoint(db.pool, 'tally', positions[i % positions.length] ?? START, 10_000, 60_000),
+    );
     await waitFor(() => watch.mock.calls.length === 50, 10_000, 'all 50 waiters listening');
     watch.mockRestore();
     const started = performance.now();

@@ -78,8 +78,7 @@ describe('when a subscription redelivers pages after a reconnect', () => {
     await db?.drop();
   });
 
-  const count = () =>
-    db.pool.oneFirst(sql.type(z.object({ n: z.number() }))`select n from redelivery_counts where stream_id = ${stream}`);
+  const count = () => db.pool.oneFirst(sql.type(z.object({ n: z.number() }))`select n from redelivery_counts where stream_id = ${stream}`);
 
   it('applies each live event exactly once and keeps the checkpoint monotonic', async () => {
     let total = 3;

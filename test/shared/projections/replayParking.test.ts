@@ -74,7 +74,10 @@ describe('when a version bump rebuilds the employees model (bulk path) with a po
     const log = await givenALogWithAPoisonEvent(store);
     // Version N is built and live (it parks the poison event as it follows the log).
     await projectUntil(db.pool, store, employeesProjection, log.last);
-    expect((await listParkedEvents(db.pool, employeesProjection.name)).map((p) => p.event.id)).toEqual([log.poison.event.id, log.behind.id]);
+    expect((await listParkedEvents(db.pool, employeesProjection.name)).map((p) => p.event.id)).toEqual([
+      log.poison.event.id,
+      log.behind.id,
+    ]);
 
     // The deploy bumps the version: the projector rebuilds at start-up (bulk fold + load).
     const bumped = { ...employeesProjection, version: employeesProjection.version + 1 };
@@ -174,7 +177,10 @@ describe('when a version bump rebuilds a projection page by page with a poison e
     expect(parked.map((p) => [p.event.id, p.version, p.status, p.attempts])).toEqual([[events[1]?.id, 2, 'parked', 1]]);
 
     state.broken = false;
-    expect(await retryParkedEvents(db.pool, v2, { replay_notes: sql.identifier(['replay_notes']) })).toEqual({ retried: 1, stillParked: 0 });
+    expect(await retryParkedEvents(db.pool, v2, { replay_notes: sql.identifier(['replay_notes']) })).toEqual({
+      retried: 1,
+      stillParked: 0,
+    });
     expect(await notes()).toContain(events[1]?.id);
     expect((await readCheckpoint(db.pool, v2.name))?.eventsApplied).toBe(4);
   }, 60_000);
@@ -217,9 +223,11 @@ describe('when the live projector parks an event a rebuild has already applied i
     expect(rebuilt.parked).toBe(0);
     expect((await readCheckpoint(db.pool, v2.name))?.version).toBe(2);
     expect(await notes()).toEqual([events[0], events[2], events[3], raced].map((e) => e?.id));
-    expect((await db.pool.anyFirst(sql.type(z.object({ status: z.string() }))`
+    expect(
+      await db.pool.anyFirst(sql.type(z.object({ status: z.string() }))`
       select status from projection_parked_events where projection = ${v2.name} and version = 1 and event_id = ${raced.id}
-    `))).toEqual(['retried']);
+    `),
+    ).toEqual(['retried']);
   });
 });
 

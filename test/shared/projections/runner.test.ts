@@ -188,7 +188,10 @@ describe('when the projector process is killed at random points', () => {
     await replayProjection(db.pool, store, tallyProjection());
     expect(await readTally(db.pool)).toEqual(live);
     // Every incarnation after the first was killed after committing at least one batch.
-    expect(killedAtBatches.slice(1).every((b) => b > 0), killedAtBatches.join('/')).toBe(true);
+    expect(
+      killedAtBatches.slice(1).every((b) => b > 0),
+      killedAtBatches.join('/'),
+    ).toBe(true);
     console.info(`[kill test] ${events.length} events, ${KILLS} SIGKILLs after ${killedAtBatches.join('/')} batches`);
   }, 180_000);
 });

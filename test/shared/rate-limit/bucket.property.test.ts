@@ -8,7 +8,10 @@ describe('token bucket arithmetic', () => {
   describe('the Redis Lua script', () => {
     let store: RedisRateLimitStore;
     beforeAll(async () => {
-      store = await createRedisRateLimitStore({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `test:rl:${randomUUID()}:` });
+      store = await createRedisRateLimitStore({
+        url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+        prefix: `test:rl:${randomUUID()}:`,
+      });
     });
     afterAll(() => store.close());
 
@@ -29,7 +32,7 @@ describe('token bucket arithmetic', () => {
         fc.asyncProperty(policy, requestTimes, async (p, times) => {
           const key = randomUUID();
           const decisions = [];
-          for (let i = 0; i < times.length; ) {
+          for (let i = 0; i < times.length;) {
             let count = 1;
             while (times[i + count] === times[i]) count++;
             decisions.push(...(await store.consumeManyAt(key, p, times[i] as number, count)));

@@ -30,7 +30,10 @@ describe('token bucket arithmetic', () => {
       fc.property(tenant, (t) => {
         const resolved = resolvePolicy(t);
         if (t.rateLimitOverride) expect(resolved).toEqual(t.rateLimitOverride);
-        else expect(resolved).toEqual({ starter: { perMinute: 60, burst: 10 }, pro: { perMinute: 600, burst: 100 }, enterprise: null }[t.plan]);
+        else
+          expect(resolved).toEqual(
+            { starter: { perMinute: 60, burst: 10 }, pro: { perMinute: 600, burst: 100 }, enterprise: null }[t.plan],
+          );
       }),
     );
   });

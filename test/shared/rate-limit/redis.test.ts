@@ -73,7 +73,10 @@ describe('when many requests arrive in one event-loop turn', () => {
       expect(calls.reduce((sum, call) => sum + call.requests, 0)).toBe(400);
       expect(calls.length).toBeLessThanOrEqual(2);
       expect(calls.map((call) => call.keys)).toEqual(calls.map(() => 1));
-      const remaining = decisions.filter((d) => d.allowed).map((d) => d.remaining).sort((x, y) => y - x);
+      const remaining = decisions
+        .filter((d) => d.allowed)
+        .map((d) => d.remaining)
+        .sort((x, y) => y - x);
       expect(remaining).toEqual(Array.from({ length: 150 }, (_, i) => 149 - i));
     } finally {
       await Promise.all([a.close(), b.close()]);
@@ -83,7 +86,10 @@ describe('when many requests arrive in one event-loop turn', () => {
 
 describe('when requests arrive while a script call is in flight', () => {
   it('sends them together as the next call once it answers, one call in flight at a time', async () => {
-    const store = await createRedisRateLimitStore({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `test:rl:${randomUUID()}:` });
+    const store = await createRedisRateLimitStore({
+      url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      prefix: `test:rl:${randomUUID()}:`,
+    });
     try {
       const calls: number[] = []; // requests per call, in order
       let inFlight = 0;
@@ -91,7 +97,12 @@ describe('when requests arrive while a script call is in flight', () => {
       const original = store.client.evalsha.bind(store.client);
       store.client.evalsha = ((...args: Parameters<typeof original>) => {
         const keys = Number(args[1]);
-        calls.push(args.slice(2 + keys + 1).filter((_, i) => i % 4 === 2).reduce<number>((sum, count) => sum + Number(count), 0));
+        calls.push(
+          args
+            .slice(2 + keys + 1)
+            .filter((_, i) => i % 4 === 2)
+            .reduce<number>((sum, count) => sum + Number(count), 0),
+        );
         mostInFlight = Math.max(mostInFlight, ++inFlight);
         // A slow link: each answer is held for 50 ms after Redis gave it.
         return original(...args)
@@ -121,7 +132,10 @@ describe('when requests arrive while a script call is in flight', () => {
 
 describe('when a script call fails while requests queue behind it', () => {
   it('fails them with it, so a hung Redis costs a request one command timeout, not two', async () => {
-    const store = await createRedisRateLimitStore({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `test:rl:${randomUUID()}:` });
+    const store = await createRedisRateLimitStore({
+      url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      prefix: `test:rl:${randomUUID()}:`,
+    });
     try {
       let calls = 0;
       const original = store.client.evalsha.bind(store.client);
@@ -133,7 +147,11 @@ describe('when a script call fails while requests queue behind it', () => {
       }) as typeof store.client.evalsha;
       const policy = { perMinute: 60, burst: 10 };
       const started = performance.now();
-      const settledAt = (p: Promise<unknown>) => p.then(() => ({ ok: true, ms: performance.now() - started }), () => ({ ok: false, ms: performance.now() - started }));
+      const settledAt = (p: Promise<unknown>) =>
+        p.then(
+          () => ({ ok: true, ms: performance.now() - started }),
+          () => ({ ok: false, ms: performance.now() - started }),
+        );
       const first = settledAt(store.consume('slow', policy));
       await new Promise((resolve) => setImmediate(resolve)); // the first call is out
       const queued = Array.from({ length: 10 }, () => settledAt(store.consume('slow', policy)));
@@ -172,7 +190,12 @@ describe('when a gateway is busy with one big bucket', () => {
     }
   };
   /** `clients` closed-loop callers per store, each sending `each` requests one after the other. */
-  const closedLoop = async (stores: readonly RedisRateLimitStore[], clients: number, each: number, policy: { perMinute: number; burst: number }) => {
+  const closedLoop = async (
+    stores: readonly RedisRateLimitStore[],
+    clients: number,
+    each: number,
+    policy: { perMinute: number; burst: number },
+  ) => {
     const decisions: Array<Awaited<ReturnType<RedisRateLimitStore['consume']>>> = [];
     await Promise.all(
       Array.from({ length: clients * stores.length }, async (_, i) => {
@@ -223,7 +246,10 @@ describe('when a gateway is busy with one big bucket', () => {
   it('holds a refusal of a big bucket at most 100 ms (leased tokens may come back), a plan-sized one until its next token', () =>
     withStore(async (store) => {
       const counted = countCalls(store);
-      for (const policy of [{ perMinute: 1, burst: 1_000 }, { perMinute: 1, burst: 10 }]) {
+      for (const policy of [
+        { perMinute: 1, burst: 1_000 },
+        { perMinute: 1, burst: 10 },
+      ]) {
         const key = `refused-${policy.burst}`;
         for (let i = 0; i < policy.burst; i++) expect((await store.consume(key, policy)).allowed).toBe(true);
         expect((await store.consume(key, policy)).allowed).toBe(false);

@@ -149,12 +149,16 @@ describe('mergeSerializedInto (the KPI query’s merge path)', () => {
 describe('quantileSerialized (one stored row, no sketch built)', () => {
   it('answers what quantile(deserializeSketch(bytes)) answers', () => {
     fc.assert(
-      fc.property(fc.array(fc.double({ min: 0, max: 1e6, noNaN: true }), { maxLength: 300 }), fc.double({ min: 0, max: 1, noNaN: true }), (values, q) => {
-        const sketch = createSketch();
-        for (const v of values) addValue(sketch, v);
-        const bytes = serializeSketch(sketch);
-        expect(quantileSerialized(bytes, q)).toBe(quantile(deserializeSketch(bytes), q));
-      }),
+      fc.property(
+        fc.array(fc.double({ min: 0, max: 1e6, noNaN: true }), { maxLength: 300 }),
+        fc.double({ min: 0, max: 1, noNaN: true }),
+        (values, q) => {
+          const sketch = createSketch();
+          for (const v of values) addValue(sketch, v);
+          const bytes = serializeSketch(sketch);
+          expect(quantileSerialized(bytes, q)).toBe(quantile(deserializeSketch(bytes), q));
+        },
+      ),
     );
   });
 });

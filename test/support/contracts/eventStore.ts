@@ -1,13 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConflictError, WrongExpectedRevisionError } from '../../../shared/errors.ts';
-import {
-  START,
-  comparePositions,
-  type EventStore,
-  type NewEvent,
-  type RecordedEvent,
-} from '../../../shared/event-store/port.ts';
+import { START, comparePositions, type EventStore, type NewEvent, type RecordedEvent } from '../../../shared/event-store/port.ts';
 
 /**
  * The event-store contract: every adapter runs exactly these tests. The factory is called once
@@ -83,9 +77,7 @@ export function eventStoreContract(name: string, createFixture: () => Promise<Ev
         expect(second.nextRevision).toBe(1);
         const stale = store.append(id, [event('C')], { expectedRevision: 0 });
         await expect(stale).rejects.toBeInstanceOf(WrongExpectedRevisionError);
-        await expect(store.append(id, [event('C')], { expectedRevision: 'no_stream' })).rejects.toBeInstanceOf(
-          WrongExpectedRevisionError,
-        );
+        await expect(store.append(id, [event('C')], { expectedRevision: 'no_stream' })).rejects.toBeInstanceOf(WrongExpectedRevisionError);
         expect((await store.readStream(id)).map((e) => e.type)).toEqual(['A', 'B']);
       });
 
@@ -118,7 +110,10 @@ export function eventStoreContract(name: string, createFixture: () => Promise<Ev
 
       it('reads a stream from a revision, bounded by a count', async () => {
         const id = streamId('range');
-        await store.append(id, ['A', 'B', 'C', 'D'].map((t) => event(t)));
+        await store.append(
+          id,
+          ['A', 'B', 'C', 'D'].map((t) => event(t)),
+        );
         const events = await store.readStream(id, { fromRevision: 1, maxCount: 2 });
         expect(events.map((e) => e.type)).toEqual(['B', 'C']);
       });
@@ -186,8 +181,15 @@ export function eventStoreContract(name: string, createFixture: () => Promise<Ev
         const a = streamId('many-id-twice-a');
         const b = streamId('many-id-twice-b');
         const once = event('A1');
-        await expect(store.appendMany([{ streamId: a, events: [once] }, { streamId: b, events: [{ ...once, type: 'B1' }] }])).rejects.toBeInstanceOf(ConflictError);
-        await expect(store.appendMany([{ streamId: a, events: [once, { ...once, type: 'A2' }] }])).rejects.toThrow(/appears more than once/);
+        await expect(
+          store.appendMany([
+            { streamId: a, events: [once] },
+            { streamId: b, events: [{ ...once, type: 'B1' }] },
+          ]),
+        ).rejects.toBeInstanceOf(ConflictError);
+        await expect(store.appendMany([{ streamId: a, events: [once, { ...once, type: 'A2' }] }])).rejects.toThrow(
+          /appears more than once/,
+        );
         await expect(store.append(a, [once, { ...once, type: 'A2' }])).rejects.toBeInstanceOf(ConflictError);
         expect(await store.readStream(a)).toEqual([]);
         expect(await store.readStream(b)).toEqual([]);
@@ -253,7 +255,11 @@ export function eventStoreContract(name: string, createFixture: () => Promise<Ev
         const head = await store.headPosition();
         const consumed = (async () => {
           let pages = 0;
-          for await (const page of store.subscribeToAll({ after: head, signal: controller.signal, eventTypes: [`Never_${randomUUID()}`] })) {
+          for await (const page of store.subscribeToAll({
+            after: head,
+            signal: controller.signal,
+            eventTypes: [`Never_${randomUUID()}`],
+          })) {
             pages += page.events.length;
           }
           return pages;

@@ -70,12 +70,20 @@ export async function hire(store: EventStore, tenantId: string, label: string) {
   const metadata = () => ({ tenantId, actor: 'test', now: new Date().toISOString() });
   await hireEmployee(
     { store, assertRoleExists: noRoles },
-    { type: 'HireEmployee', data: { employeeId, email: `${label}-${employeeId.toLowerCase()}@example.test`, firstName: `${label}-0`, lastName: 'Test' }, metadata: metadata() },
+    {
+      type: 'HireEmployee',
+      data: { employeeId, email: `${label}-${employeeId.toLowerCase()}@example.test`, firstName: `${label}-0`, lastName: 'Test' },
+      metadata: metadata(),
+    },
   );
   return {
     employeeId,
     rename: (firstName: string) =>
-      changeEmployeeDetails({ store, assertRoleExists: noRoles }, employeeId, { type: 'ChangeEmployeeDetails', data: { firstName }, metadata: metadata() }),
+      changeEmployeeDetails({ store, assertRoleExists: noRoles }, employeeId, {
+        type: 'ChangeEmployeeDetails',
+        data: { firstName },
+        metadata: metadata(),
+      }),
   };
 }
 

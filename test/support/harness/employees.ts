@@ -20,7 +20,13 @@ export type EmployeesHarness = {
   readonly app: FastifyInstance;
   readonly auth: AuthDeps;
   /** A fresh tenant and the headers of a caller with `role` in it. */
-  tenant(role?: RoleName): Promise<{ tenant: TestTenant; headers: Record<string, string>; as(role: RoleName | readonly string[]): Promise<Record<string, string>> }>;
+  tenant(
+    role?: RoleName,
+  ): Promise<{
+    tenant: TestTenant;
+    headers: Record<string, string>;
+    as(role: RoleName | readonly string[]): Promise<Record<string, string>>;
+  }>;
   close(): Promise<void>;
 };
 
@@ -40,7 +46,11 @@ export async function createEmployeesHarness(options: { clock?: () => Date; read
     auth,
     async tenant(role = 'hr_manager') {
       const tenant = await provisionTenant(db.pool);
-      return { tenant, headers: await authHeaders(auth, tenant, role), as: (other: RoleName | readonly string[]) => authHeaders(auth, tenant, other) };
+      return {
+        tenant,
+        headers: await authHeaders(auth, tenant, role),
+        as: (other: RoleName | readonly string[]) => authHeaders(auth, tenant, other),
+      };
     },
     async close() {
       await app.close();

@@ -2,7 +2,15 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { createEmployeesHarness, type EmployeesHarness } from './employees.ts';
 
-export type Employee = { id: string; email: string; firstName: string; lastName: string; department: string | null; status: string; hiredAt: string };
+export type Employee = {
+  id: string;
+  email: string;
+  firstName: string;
+  lastName: string;
+  department: string | null;
+  status: string;
+  hiredAt: string;
+};
 export type Page = { data: Employee[]; meta: { page: number; limit: number; total: number } };
 
 export type EmployeesApi = {
@@ -55,8 +63,13 @@ export function useEmployeesApi(): EmployeesApi {
     async hired(headers, body = {}) {
       const response = await hire(headers, body);
       expect(response.statusCode, response.body).toBe(201);
-      return { employee: response.json<Employee>(), position: String(response.headers['x-log-position']), etag: String(response.headers.etag) };
+      return {
+        employee: response.json<Employee>(),
+        position: String(response.headers['x-log-position']),
+        etag: String(response.headers.etag),
+      };
     },
-    read: (headers, url, position) => harness().app.inject({ method: 'GET', url, headers: { ...headers, ...(position && { 'x-min-position': position }) } }),
+    read: (headers, url, position) =>
+      harness().app.inject({ method: 'GET', url, headers: { ...headers, ...(position && { 'x-min-position': position }) } }),
   };
 }

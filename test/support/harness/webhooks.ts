@@ -24,7 +24,11 @@ export type Webhooks = {
   /** One page of the tenant's change feed. */
   read(headers: Record<string, string>, query: string): Promise<FeedPage>;
   /** Registers an endpoint for `events`, asserted 201. */
-  register(headers: Record<string, string>, url: string, events?: string[]): Promise<{ id: string; secret: string; cursor: string; status: string }>;
+  register(
+    headers: Record<string, string>,
+    url: string,
+    events?: string[],
+  ): Promise<{ id: string; secret: string; cursor: string; status: string }>;
 };
 
 /** Webhooks on a database of their own for the calling test file (beforeAll / afterAll). */

@@ -89,7 +89,9 @@ function sampleString(schema: Schema): string {
   if (schema.format === 'date-time') return '2024-05-01T09:00:00.000Z';
   if (schema.format === 'date') return '2024-05-01';
   const fits = (s: string) =>
-    (!schema.pattern || new RegExp(schema.pattern, 'u').test(s)) && s.length >= (schema.minLength ?? 0) && s.length <= (schema.maxLength ?? Infinity);
+    (!schema.pattern || new RegExp(schema.pattern, 'u').test(s)) &&
+    s.length >= (schema.minLength ?? 0) &&
+    s.length <= (schema.maxLength ?? Infinity);
   return CANDIDATE_STRINGS.find(fits) ?? 'a'.repeat(Math.max(schema.minLength ?? 1, 1));
 }
 
@@ -110,8 +112,14 @@ function setIn(target: unknown, path: readonly (string | number)[], value: unkno
   if (path.length === 0) return value;
   const [head, ...rest] = path;
   const container: Record<string | number, unknown> =
-    typeof head === 'number' ? (Array.isArray(target) ? [...(target as unknown[])] : []) as unknown as Record<number, unknown> : { ...(target as Record<string, unknown>) };
-  container[head as string | number] = setIn((target as Record<string | number, unknown> | undefined)?.[head as string | number], rest, value);
+    typeof head === 'number'
+      ? ((Array.isArray(target) ? [...(target as unknown[])] : []) as unknown as Record<number, unknown>)
+      : { ...(target as Record<string, unknown>) };
+  container[head as string | number] = setIn(
+    (target as Record<string | number, unknown> | undefined)?.[head as string | number],
+    rest,
+    value,
+  );
   return container;
 }
 
@@ -140,7 +148,12 @@ export async function send(op: Op, spec: RequestSpec): Promise<LightMyRequestRes
 }
 
 /** Records (rather than throws) what is wrong with an answer, so one run lists every finding. */
-export function check(op: Op, label: string, response: LightMyRequestResponse, options: { must?: readonly number[]; names?: string } = {}): void {
+export function check(
+  op: Op,
+  label: string,
+  response: LightMyRequestResponse,
+  options: { must?: readonly number[]; names?: string } = {},
+): void {
   checked++;
   const where = `${op.method} ${op.path} [${label}] → ${response.statusCode}`;
   const problems: string[] = [];
@@ -150,19 +163,29 @@ export function check(op: Op, label: string, response: LightMyRequestResponse, o
     if (!type.startsWith('application/problem+json')) problems.push(`error is not a problem (${type})`);
     else {
       const body = response.json<Record<string, unknown>>();
-      if (body.status !== response.statusCode || typeof body.title !== 'string' || typeof body.type !== 'string') problems.push(`bad problem body ${response.body.slice(0, 200)}`);
-      if (body.errors !== undefined && !(Array.isArray(body.errors) && body.errors.every((e: { path?: unknown; message?: unknown }) => typeof e.path === 'string' && typeof e.message === 'string'))) {
+      if (body.status !== response.statusCode || typeof body.title !== 'string' || typeof body.type !== 'string')
+        problems.push(`bad problem body ${response.body.slice(0, 200)}`);
+      if (
+        body.errors !== undefined &&
+        !(
+          Array.isArray(body.errors) &&
+          body.errors.every((e: { path?: unknown; message?: unknown }) => typeof e.path === 'string' && typeof e.message === 'string')
+        )
+      ) {
         problems.push('errors[] is not [{path, message}]');
       }
     }
-    if (!op.documented.has(response.statusCode) && !ALWAYS_ALLOWED.has(response.statusCode)) problems.push(`status not documented (${[...op.documented].join(',')})`);
+    if (!op.documented.has(response.statusCode) && !ALWAYS_ALLOWED.has(response.statusCode))
+      problems.push(`status not documented (${[...op.documented].join(',')})`);
   }
   if (options.names !== undefined && response.statusCode === 400) {
     // The 400 names the field (`errors[].path` ends with it, e.g. body.events.0.amount).
     const paths = (response.json<{ errors?: Array<{ path: string }> }>().errors ?? []).map((e) => e.path);
-    if (!paths.some((p) => p === options.names || p.endsWith(`.${options.names}`))) problems.push(`400 does not name ${options.names}: ${JSON.stringify(paths)}`);
+    if (!paths.some((p) => p === options.names || p.endsWith(`.${options.names}`)))
+      problems.push(`400 does not name ${options.names}: ${JSON.stringify(paths)}`);
   }
-  if (options.must && !options.must.includes(response.statusCode)) problems.push(`expected ${options.must.join(' or ')}: ${response.body.slice(0, 200)}`);
+  if (options.must && !options.must.includes(response.statusCode))
+    problems.push(`expected ${options.must.join(' or ')}: ${response.body.slice(0, 200)}`);
   for (const secret of secretsOfB) if (response.body.includes(secret)) problems.push(`tenant B's data in the answer (${secret})`);
   if (problems.length > 0) failures.push(`${where}: ${problems.join('; ')}`);
 }

@@ -20,7 +20,8 @@ export function resolve(schema: Schema | undefined): Schema {
   return current;
 }
 
-export const typeOf = (schema: Schema): string | undefined => (Array.isArray(schema.type) ? schema.type.find((t) => t !== 'null') : schema.type);
+export const typeOf = (schema: Schema): string | undefined =>
+  Array.isArray(schema.type) ? schema.type.find((t) => t !== 'null') : schema.type;
 
 export const parametersOf = (op: Op) => (op.operation.parameters ?? []).filter((p) => p.in !== 'cookie');
 export const bodySchemaOf = (op: Op): Schema | undefined => op.operation.requestBody?.content?.['application/json']?.schema;
@@ -32,7 +33,9 @@ export const usesTenantScheme = (op: Op) => (op.operation.security ?? doc.securi
 
 /** Every field of the operation, nested body fields included (arrays: their first element). */
 export function fieldsOf(op: Op): Field[] {
-  const fields: Field[] = parametersOf(op).flatMap((p) => (p.in === 'cookie' ? [] : [{ in: p.in, name: p.name, schema: resolve(p.schema) }]));
+  const fields: Field[] = parametersOf(op).flatMap((p) =>
+    p.in === 'cookie' ? [] : [{ in: p.in, name: p.name, schema: resolve(p.schema) }],
+  );
   if (usesTenantScheme(op) && !fields.some((f) => f.in === 'header' && f.name === 'x-tenant')) {
     fields.push({ in: 'header', name: 'x-tenant', schema: TENANT_HEADER_SCHEMA });
   }
@@ -40,7 +43,8 @@ export function fieldsOf(op: Op): Field[] {
     const schema = resolve(schema0);
     if (path.length > 0) fields.push({ in: 'body', path, schema });
     if (depth > 4) return;
-    if (typeOf(schema) === 'object') for (const [key, property] of Object.entries(schema.properties ?? {})) walk(property, [...path, key], depth + 1);
+    if (typeOf(schema) === 'object')
+      for (const [key, property] of Object.entries(schema.properties ?? {})) walk(property, [...path, key], depth + 1);
     if (typeOf(schema) === 'array') walk(schema.items, [...path, 0], depth + 1);
   };
   const body = bodySchemaOf(op);
@@ -48,6 +52,6 @@ export function fieldsOf(op: Op): Field[] {
   return fields;
 }
 
-
 export const fieldName = (field: Field) => (field.in === 'body' ? `body.${field.path.join('.')}` : `${field.in}.${field.name}`);
-export const isStringField = (field: Field) => typeOf(field.schema) === 'string' || (field.in !== 'body' && typeOf(field.schema) === undefined);
+export const isStringField = (field: Field) =>
+  typeOf(field.schema) === 'string' || (field.in !== 'body' && typeOf(field.schema) === undefined);

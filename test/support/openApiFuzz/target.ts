@@ -90,12 +90,29 @@ export async function startTarget(): Promise<void> {
     method: 'POST',
     url: '/v1/analytics/billing-events',
     headers: headersB,
-    payload: { events: [{ eventId: randomUUID(), type: 'subscription.started', customerId: `${marker}-cus`, amount: '10', currency: 'EUR', interval: 'month', occurredAt: '2025-01-01T00:00:00Z' }] },
+    payload: {
+      events: [
+        {
+          eventId: randomUUID(),
+          type: 'subscription.started',
+          customerId: `${marker}-cus`,
+          amount: '10',
+          currency: 'EUR',
+          interval: 'month',
+          occurredAt: '2025-01-01T00:00:00Z',
+        },
+      ],
+    },
   });
   expect(billingB.statusCode, billingB.body).toBe(202);
   await createTestUser(db.pool, tenantB, 'employee', { email: `${marker}.user@example.test` });
 
-  const a = await app.inject({ method: 'POST', url: '/v1/employees', headers: headersA, payload: { email: `fuzz-a-${randomBytes(4).toString('hex')}@example.test`, firstName: 'A', lastName: 'A' } });
+  const a = await app.inject({
+    method: 'POST',
+    url: '/v1/employees',
+    headers: headersA,
+    payload: { email: `fuzz-a-${randomBytes(4).toString('hex')}@example.test`, firstName: 'A', lastName: 'A' },
+  });
   expect(a.statusCode, a.body).toBe(201);
   context.employeeA = a.json<{ id: string }>().id;
   const roles = await app.inject({ method: 'GET', url: '/v1/roles', headers: headersA });
@@ -111,7 +128,11 @@ export async function startTarget(): Promise<void> {
   ops = Object.entries(doc.paths).flatMap(([path, item]) =>
     METHODS.filter((m) => item[m]).map((method) => {
       const operation = item[method] as Operation;
-      const documented = new Set(Object.keys(operation.responses ?? {}).map(Number).filter(Number.isInteger));
+      const documented = new Set(
+        Object.keys(operation.responses ?? {})
+          .map(Number)
+          .filter(Number.isInteger),
+      );
       return { method: method.toUpperCase(), path, operation, documented };
     }),
   );

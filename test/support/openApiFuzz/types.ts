@@ -32,7 +32,12 @@ export type OpenApiDocument = {
   security?: Security;
 };
 
-export type Op = { readonly method: string; readonly path: string; readonly operation: Operation; readonly documented: ReadonlySet<number> };
+export type Op = {
+  readonly method: string;
+  readonly path: string;
+  readonly operation: Operation;
+  readonly documented: ReadonlySet<number>;
+};
 
 /** A field of a request: where it lives and how to reach it. */
 export type Field =

@@ -43,7 +43,10 @@ export const policy: fc.Arbitrary<BucketPolicy> = tenant.map((t) => resolvePolic
 
 /** Request times in µs: bursts (0 gap), sub-token gaps and long pauses, from a Redis-TIME-sized epoch. */
 export const requestTimes = fc
-  .array(fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 20_000 }), fc.integer({ min: 0, max: 3_000_000 })), { minLength: 1, maxLength: 150 })
+  .array(fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 20_000 }), fc.integer({ min: 0, max: 3_000_000 })), {
+    minLength: 1,
+    maxLength: 150,
+  })
   .map((gaps) => {
     let t = 1_760_000_000_000_000;
     return gaps.map((gap) => (t += gap));

@@ -1,7 +1,13 @@
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-export type Received = { readonly id: string; readonly headers: IncomingHttpHeaders; readonly body: string; readonly status: number; readonly at: number };
+export type Received = {
+  readonly id: string;
+  readonly headers: IncomingHttpHeaders;
+  readonly body: string;
+  readonly status: number;
+  readonly at: number;
+};
 export type Answer = { status: number; headers?: Record<string, string> };
 
 /**

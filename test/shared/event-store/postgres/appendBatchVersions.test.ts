@@ -10,12 +10,18 @@ import { seededRandom } from '../../../support/random.ts';
  * `es_append_batch` as event-store/015 replaced it, against the version before it: the same
  * decisions on random batches, and a part without an expected revision refused on either path.
  */
-type BatchAnswer = { error: string } | { outcomes: string[]; revisions: (string | null)[]; commits: (string | null)[]; prepares: (string | null)[] };
+type BatchAnswer =
+  { error: string } | { outcomes: string[]; revisions: (string | null)[]; commits: (string | null)[]; prepares: (string | null)[] };
 
 /** One flush through the 9-argument `es_append_batch`, as the adapter sends it (no wake-up). */
 async function flushOn(client: pg.Client, parts: readonly FlushPart[]): Promise<BatchAnswer> {
   try {
-    const { rows } = await client.query<{ outcomes: string[]; revisions: (string | null)[]; commits: (string | null)[]; prepares: (string | null)[] }>(
+    const { rows } = await client.query<{
+      outcomes: string[];
+      revisions: (string | null)[];
+      commits: (string | null)[];
+      prepares: (string | null)[];
+    }>(
       'select outcomes, revisions, commits, prepares from es_append_batch($1::int4[], $2::text[], $3::text[], $4::int4[], $5::uuid[], $6::text[], $7::jsonb[], $8::jsonb[], $9::text)',
       [...flushArguments(parts), null],
     );
@@ -41,16 +47,17 @@ describe('es_append_batch as 015 replaced it', () => {
       await migrate(after.url, eventStoreMigrations);
       await Promise.all(clients.map((c) => c.connect()));
       const random = seededRandom(11);
-      const pick = <T,>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+      const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
       const streams = Array.from({ length: 10 }, (_, i) => `diff-${i}`);
       const revision = new Map<string, number>();
       const written: { stream: string; ids: readonly string[] }[] = [];
       const seen = { inOneGo: 0, severalEvents: 0, someRefused: 0 };
       /** The event id at each of `positions`, in one database. */
       const idsAt = async (client: pg.Client, positions: readonly (string | null)[]) => {
-        const { rows } = await client.query<{ position: string; event_id: string }>('select position::text, event_id::text from es_events where position = any($1::int8[])', [
-          positions.filter((p) => p !== null),
-        ]);
+        const { rows } = await client.query<{ position: string; event_id: string }>(
+          'select position::text, event_id::text from es_events where position = any($1::int8[])',
+          [positions.filter((p) => p !== null)],
+        );
         const byPosition = new Map(rows.map((r) => [r.position, r.event_id]));
         return positions.map((p) => (p === null ? null : byPosition.get(p)));
       };
@@ -65,19 +72,31 @@ describe('es_append_batch as 015 replaced it', () => {
           const current = revision.get(stream);
           const roll = random();
           const expected =
-            roll < 0.5 ? (current === undefined ? 'no_stream' : String(current))
-            : roll < 0.6 ? String((current ?? -1) + 1)
-            : roll < 0.72 ? 'any'
-            : roll < 0.8 ? 'no_stream'
-            : roll < 0.88 ? 'stream_exists'
-            : roll < 0.92 ? pick(['x1', '-1', ''])
-            : (current === undefined ? 'no_stream' : String(current));
+            roll < 0.5
+              ? current === undefined
+                ? 'no_stream'
+                : String(current)
+              : roll < 0.6
+                ? String((current ?? -1) + 1)
+                : roll < 0.72
+                  ? 'any'
+                  : roll < 0.8
+                    ? 'no_stream'
+                    : roll < 0.88
+                      ? 'stream_exists'
+                      : roll < 0.92
+                        ? pick(['x1', '-1', ''])
+                        : current === undefined
+                          ? 'no_stream'
+                          : String(current);
           const count = random() < 0.7 ? 1 : 2 + Math.floor(random() * 2);
           let ids: string[] = Array.from({ length: count }, () => randomUUID());
           const reuse = random();
           const earlier = written.length > 0 ? pick(written) : undefined;
-          if (earlier && reuse < 0.06) ids = [...earlier.ids]; // a retry (on its own stream: a duplicate)
-          else if (earlier && reuse < 0.09) ids[0] = earlier.ids[0] as string; // an id used before, among new ones
+          if (earlier && reuse < 0.06)
+            ids = [...earlier.ids]; // a retry (on its own stream: a duplicate)
+          else if (earlier && reuse < 0.09)
+            ids[0] = earlier.ids[0] as string; // an id used before, among new ones
           else if (parts.length > 0 && reuse < 0.12) ids[0] = (parts.at(-1) as FlushPart).ids[0] as string; // repeated in the batch
           const retry = earlier && reuse < 0.06 && random() < 0.7;
           parts.push({
@@ -90,7 +109,9 @@ describe('es_append_batch as 015 replaced it', () => {
           });
         }
         const [old, now] = [await flushOn(clients[0], parts), await flushOn(clients[1], parts)];
-        expect(now, `batch ${batch}: ${JSON.stringify(parts)}`).toMatchObject('error' in old ? { error: old.error } : { outcomes: old.outcomes, revisions: old.revisions });
+        expect(now, `batch ${batch}: ${JSON.stringify(parts)}`).toMatchObject(
+          'error' in old ? { error: old.error } : { outcomes: old.outcomes, revisions: old.revisions },
+        );
         if ('error' in old || 'error' in now) continue;
         // One transaction per flush: the appended parts share its id; a retry has its first
         // append's, a refused part none.
@@ -109,7 +130,11 @@ describe('es_append_batch as 015 replaced it', () => {
         } else seen.someRefused++;
       }
       const log = async (client: pg.Client) =>
-        (await client.query('select stream_id, revision::int, event_id::text, type, data, metadata from es_events order by stream_id, revision')).rows;
+        (
+          await client.query(
+            'select stream_id, revision::int, event_id::text, type, data, metadata from es_events order by stream_id, revision',
+          )
+        ).rows;
       const logs = await Promise.all(clients.map(log));
       expect(logs[1]).toEqual(logs[0]);
       expect(logs[0]?.length).toBeGreaterThan(300);
@@ -130,7 +155,13 @@ describe('es_append_batch as 015 replaced it', () => {
     try {
       await migrate(db.url, eventStoreMigrations);
       await client.connect();
-      const part = (req: number, stream: string, expected: string | null): FlushPart => ({ req, stream, expected, ids: [randomUUID()], type: 'N' });
+      const part = (req: number, stream: string, expected: string | null): FlushPart => ({
+        req,
+        stream,
+        expected,
+        ids: [randomUUID()],
+        type: 'N',
+      });
       // Distinct streams: the batch check fails, and the request-by-request path decides.
       expect(await flushOn(client, [part(0, 'n-a', null), part(1, 'n-b', 'no_stream')])).toMatchObject({
         outcomes: ['wrong_expected_revision', 'appended'],
@@ -140,7 +171,9 @@ describe('es_append_batch as 015 replaced it', () => {
       expect(await flushOn(client, [part(0, 'n-c', 'no_stream'), part(1, 'n-c', null), part(1, 'n-d', 'any')])).toMatchObject({
         outcomes: ['appended', 'wrong_expected_revision', 'not_attempted'],
       });
-      const { rows } = await client.query<{ stream_id: string }>(`select stream_id from es_events where stream_id like 'n-%' order by stream_id`);
+      const { rows } = await client.query<{ stream_id: string }>(
+        `select stream_id from es_events where stream_id like 'n-%' order by stream_id`,
+      );
       expect(rows.map((r) => r.stream_id)).toEqual(['n-b', 'n-c']);
     } finally {
       await client.end().catch(() => undefined);

@@ -51,7 +51,10 @@ describe('when the log is read in bulk', () => {
     const bulkRead = store.readAllBulk?.bind(store);
     if (!bulkRead) throw new Error('no bulk read');
     const before = (await pagedReadAll(store, ['C'])).length;
-    await store.append(`bulk-c-${randomUUID()}`, Array.from({ length: 20 }, () => ({ id: randomUUID(), type: 'C', data: {} })));
+    await store.append(
+      `bulk-c-${randomUUID()}`,
+      Array.from({ length: 20 }, () => ({ id: randomUUID(), type: 'C', data: {} })),
+    );
     let appended = false;
     const read = await collect(bulkRead({ eventTypes: ['C'], pageSize: 5 }), async () => {
       if (appended) return;

@@ -18,7 +18,11 @@ const event = (type: string): NewEvent => ({ id: randomUUID(), type, data: {} })
 
 /** The pids of this database's backends opened under `applicationName` (the adapter names its connections). */
 const backends = async (client: pg.Client, applicationName: string) =>
-  (await client.query<{ pid: number }>(`select pid from pg_stat_activity where datname = current_database() and application_name = $1`, [applicationName])).rows.map((r) => r.pid);
+  (
+    await client.query<{ pid: number }>(`select pid from pg_stat_activity where datname = current_database() and application_name = $1`, [
+      applicationName,
+    ])
+  ).rows.map((r) => r.pid);
 
 describe('group commit (PostgreSQL adapter)', () => {
   const fixture = useTestEventStore();
@@ -150,7 +154,10 @@ describe('group commit (PostgreSQL adapter)', () => {
       await other.connect();
       try {
         await other.query('begin');
-        await other.query(`insert into es_events (stream_id, revision, event_id, type, data) values ($1, 0, $2, 'Other', '{}')`, [`${run}-other`, contested]);
+        await other.query(`insert into es_events (stream_id, revision, event_id, type, data) values ($1, 0, $2, 'Other', '{}')`, [
+          `${run}-other`,
+          contested,
+        ]);
         const blocker = store.append(`${run}-first`, [event('First')]);
         const written = store.append(`${run}-written`, [event('Written')], { expectedRevision: 'no_stream' });
         const stuck = store.appendMany([
@@ -205,9 +212,7 @@ describe('group commit (PostgreSQL adapter)', () => {
         await check.query('select pg_terminate_backend($1)', [opened[0]]);
         // pg reports the loss; the next flush opens a new connection.
         await waitFor(async () => !(await backends(check, 'event-store-append')).includes(opened[0] ?? -1));
-        const result = await waitFor(async () =>
-          mine.append(`${run}-a`, [event('A2')], { expectedRevision: 0 }).catch(() => undefined),
-        );
+        const result = await waitFor(async () => mine.append(`${run}-a`, [event('A2')], { expectedRevision: 0 }).catch(() => undefined));
         expect(result.nextRevision).toBe(1);
         // Both wake-ups so far: one in the first flush's transaction, one owed for a minute.
         expect((await backends(check, 'event-store-notify')).filter((pid) => !notifyBefore.includes(pid))).toEqual([]);
@@ -274,8 +279,11 @@ describe('group commit (PostgreSQL adapter)', () => {
       try {
         // A stand-in for the full queue: pg_notify, found before pg_catalog's, fails as PostgreSQL
         // does then (SQLSTATE 54000), in the flush's transaction and on the notify connection.
-        await sqlAt(db.url, `create function public.pg_notify(text, text) returns void language plpgsql as $fn$
-          begin raise exception 'too many notifications in the NOTIFY queue' using errcode = '54000'; end $fn$`);
+        await sqlAt(
+          db.url,
+          `create function public.pg_notify(text, text) returns void language plpgsql as $fn$
+          begin raise exception 'too many notifications in the NOTIFY queue' using errcode = '54000'; end $fn$`,
+        );
         await sqlAt(db.url, `alter database "${db.name}" set search_path = public, pg_catalog`);
         const mine = createPostgresEventStore(db.pool, { wakeIntervalMs: 5 });
         try {
@@ -283,7 +291,9 @@ describe('group commit (PostgreSQL adapter)', () => {
           const first = await mine.append(`${run}-a`, [event('A')], { expectedRevision: 'no_stream' });
           expect(first.nextRevision).toBe(0);
           await new Promise((r) => setTimeout(r, 20)); // the next flush may carry one again
-          const results = await Promise.all(['b', 'c', 'd'].map((s) => mine.append(`${run}-${s}`, [event(s)], { expectedRevision: 'no_stream' })));
+          const results = await Promise.all(
+            ['b', 'c', 'd'].map((s) => mine.append(`${run}-${s}`, [event(s)], { expectedRevision: 'no_stream' })),
+          );
           expect(results.map((r) => r.nextRevision)).toEqual([0, 0, 0]);
           for (const s of ['a', 'b', 'c', 'd']) expect(await mine.readStream(`${run}-${s}`)).toHaveLength(1);
         } finally {
@@ -324,7 +334,9 @@ describe('group commit (PostgreSQL adapter)', () => {
       try {
         // A transaction the dead process left open aborts when its backend notices; wait for it.
         await waitFor(async () => {
-          const { rows } = await check.query(`select 1 from pg_stat_activity where datname = current_database() and query like '%es_append_batch%' and state <> 'idle' and pid <> pg_backend_pid()`);
+          const { rows } = await check.query(
+            `select 1 from pg_stat_activity where datname = current_database() and query like '%es_append_batch%' and state <> 'idle' and pid <> pg_backend_pid()`,
+          );
           return rows.length === 0;
         });
         const { rows } = await check.query<{ stream_id: string; events: string; max_revision: string }>(

@@ -58,10 +58,10 @@ describe('when many writers commit out of order', () => {
           const stream = `ordering-${runId}-slow-${i}`;
           await client.query('begin');
           await client.query('select pg_advisory_xact_lock(hashtextextended($1, 0))', [stream]);
-          await client.query(
-            `insert into es_events (stream_id, revision, event_id, type, data) values ($1, 0, $2, 'Slow', '{}')`,
-            [stream, id],
-          );
+          await client.query(`insert into es_events (stream_id, revision, event_id, type, data) values ($1, 0, $2, 'Slow', '{}')`, [
+            stream,
+            id,
+          ]);
           await client.query('select pg_sleep(0.1)');
           await client.query(`select pg_notify('es_events', '')`);
           await client.query('commit');

@@ -39,7 +39,12 @@ describe('shared subscription pages (PostgreSQL adapter)', () => {
 
   it('gives subscribers at the same position every event once, in order', async () => {
     const { store } = fixture;
-    const { run, ids } = await appendRun(store, 40, (i) => i % 5, (i) => (i % 2 ? 'SharedA' : 'SharedB'));
+    const { run, ids } = await appendRun(
+      store,
+      40,
+      (i) => i % 5,
+      (i) => (i % 2 ? 'SharedA' : 'SharedB'),
+    );
     const controller = new AbortController();
     const mine = (seen: RecordedEvent[]) => seen.filter((e) => e.streamId.startsWith(run)).length >= 40;
     const [first, second] = await Promise.all([follow(store, controller.signal, mine), follow(store, controller.signal, mine)]);
@@ -50,7 +55,12 @@ describe('shared subscription pages (PostgreSQL adapter)', () => {
 
   it('gives a subscriber inside a kept page the rest of it, then goes on reading', async () => {
     const { store } = fixture;
-    const { run, ids } = await appendRun(store, 20, (i) => i, () => 'SharedA');
+    const { run, ids } = await appendRun(
+      store,
+      20,
+      (i) => i,
+      () => 'SharedA',
+    );
     const all = await store.readAll({ eventTypes: TYPES, maxCount: 10_000 });
     const mine = all.events.filter((e) => e.streamId.startsWith(run));
     const start = mine[0]?.position;
@@ -91,6 +101,11 @@ describe('shared subscription pages (PostgreSQL adapter)', () => {
     const late = follow(store, controller.signal, (seen) => mineOf(seen).length >= 3);
     const [a, b] = await Promise.all([early, late]);
     controller.abort();
-    for (const { seen } of [a, b]) expect(mineOf(seen).slice(1).map((e) => e.id)).toEqual(later);
+    for (const { seen } of [a, b])
+      expect(
+        mineOf(seen)
+          .slice(1)
+          .map((e) => e.id),
+      ).toEqual(later);
   }, 15_000);
 });

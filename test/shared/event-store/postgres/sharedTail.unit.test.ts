@@ -139,7 +139,8 @@ describe('shared tail', () => {
     log.append(500);
     const tails = createSharedTails(log.readAll, log.wakeups);
     const controller = new AbortController();
-    const subscribe = (after?: GlobalPosition) => tails.subscribe({ after, maxCount: 50, pollIntervalMs: 10_000, signal: controller.signal });
+    const subscribe = (after?: GlobalPosition) =>
+      tails.subscribe({ after, maxCount: 50, pollIntervalMs: 10_000, signal: controller.signal });
     const aheadIds: string[] = [];
     const behindIds: string[] = [];
     const ahead = follow(subscribe({ commit: 450n, prepare: 450n }), 60, 1, aheadIds);

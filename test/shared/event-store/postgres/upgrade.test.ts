@@ -27,7 +27,8 @@ const run = randomUUID().slice(0, 8);
 const ids = { a0: randomUUID(), a1: randomUUID(), a2: randomUUID(), b0: randomUUID(), c0: randomUUID() };
 const sqlOn = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) => sqlAt<T>(url, text, values);
 type EventPosition = { event_id: string; commit: string; prepare: string };
-const positionsQuery = 'select event_id, transaction_id::text as commit, position::text as prepare from es_events order by transaction_id, position';
+const positionsQuery =
+  'select event_id, transaction_id::text as commit, position::text as prepare from es_events order by transaction_id, position';
 let positionsBefore: EventPosition[];
 
 beforeAll(async () => {
@@ -41,7 +42,10 @@ beforeAll(async () => {
       { req: 0, stream: `${run}-b`, expected: 'no_stream', ids: [ids.b0], type: 'B' },
     ]),
   ).toEqual(['appended', 'appended']);
-  await sqlOn(`select * from es_append($1, 'no_stream', array[$2]::uuid[], array['C'], array['{}']::jsonb[], array['{}']::jsonb[])`, [`${run}-c`, ids.c0]);
+  await sqlOn(`select * from es_append($1, 'no_stream', array[$2]::uuid[], array['C'], array['{}']::jsonb[], array['{}']::jsonb[])`, [
+    `${run}-c`,
+    ids.c0,
+  ]);
   expect(await sqlOn('select stream_id, revision::int from es_streams order by stream_id')).toEqual([
     { stream_id: `${run}-a`, revision: 2 },
     { stream_id: `${run}-b`, revision: 0 },
@@ -62,13 +66,19 @@ afterAll(async () => {
 describe('a log written before migration 010, after it', () => {
   it('has no es_streams table, and no function names it', async () => {
     expect(await sqlOn(`select to_regclass('es_streams') as t`)).toEqual([{ t: null }]);
-    const naming = await sqlOn<{ proname: string }>(`select proname from pg_proc where prosrc like '%es_streams%' and proname like 'es\\_%'`);
+    const naming = await sqlOn<{ proname: string }>(
+      `select proname from pg_proc where prosrc like '%es_streams%' and proname like 'es\\_%'`,
+    );
     expect(naming).toEqual([]);
   });
 
   it('decides expected revisions on the old streams as before', async () => {
-    await expect(store.append(`${run}-a`, [{ id: randomUUID(), type: 'A', data: {} }], { expectedRevision: 1 })).rejects.toBeInstanceOf(WrongExpectedRevisionError);
-    await expect(store.append(`${run}-b`, [{ id: randomUUID(), type: 'B', data: {} }], { expectedRevision: 'no_stream' })).rejects.toMatchObject({ actual: 0 });
+    await expect(store.append(`${run}-a`, [{ id: randomUUID(), type: 'A', data: {} }], { expectedRevision: 1 })).rejects.toBeInstanceOf(
+      WrongExpectedRevisionError,
+    );
+    await expect(
+      store.append(`${run}-b`, [{ id: randomUUID(), type: 'B', data: {} }], { expectedRevision: 'no_stream' }),
+    ).rejects.toMatchObject({ actual: 0 });
     const [a, b, d] = await store.appendMany([
       { streamId: `${run}-a`, events: [{ id: randomUUID(), type: 'A', data: {} }], expectedRevision: 2 },
       { streamId: `${run}-b`, events: [{ id: randomUUID(), type: 'B', data: {} }], expectedRevision: 'stream_exists' },
@@ -100,22 +110,31 @@ describe('a log written before migration 010, after it', () => {
 });
 
 describe('a log written before migrations 013 and 014, after them', () => {
-  it('keeps no index on position alone; the readers\' order is unique; (stream_id, revision) is the replica identity', async () => {
+  it("keeps no index on position alone; the readers' order is unique; (stream_id, revision) is the replica identity", async () => {
     const indexes = await sqlOn<{ name: string; definition: string; replica: boolean; valid: boolean }>(
       `select c.relname as name, pg_get_indexdef(i.indexrelid) as definition, i.indisreplident as replica, i.indisvalid as valid
        from pg_index i join pg_class c on c.oid = i.indexrelid where i.indrelid = 'es_events'::regclass order by 1`,
     );
     expect(indexes).toEqual([
-      { name: 'es_events_event_id_key', definition: expect.stringContaining('UNIQUE INDEX es_events_event_id_key ON public.es_events USING btree (event_id)'), replica: false, valid: true },
+      {
+        name: 'es_events_event_id_key',
+        definition: expect.stringContaining('UNIQUE INDEX es_events_event_id_key ON public.es_events USING btree (event_id)'),
+        replica: false,
+        valid: true,
+      },
       {
         name: 'es_events_global_order',
-        definition: expect.stringContaining('UNIQUE INDEX es_events_global_order ON public.es_events USING btree (transaction_id, "position") INCLUDE (type)'),
+        definition: expect.stringContaining(
+          'UNIQUE INDEX es_events_global_order ON public.es_events USING btree (transaction_id, "position") INCLUDE (type)',
+        ),
         replica: false,
         valid: true,
       },
       {
         name: 'es_events_stream_id_revision_key',
-        definition: expect.stringContaining('UNIQUE INDEX es_events_stream_id_revision_key ON public.es_events USING btree (stream_id, revision)'),
+        definition: expect.stringContaining(
+          'UNIQUE INDEX es_events_stream_id_revision_key ON public.es_events USING btree (stream_id, revision)',
+        ),
         replica: true,
         valid: true,
       },
@@ -129,7 +148,14 @@ describe('a log written before migrations 013 and 014, after them', () => {
     if (!last) throw new Error('no events written before the migration');
     const [e, f] = (
       await store.appendMany([
-        { streamId: `${run}-e`, events: [{ id: randomUUID(), type: 'E', data: {} }, { id: randomUUID(), type: 'E', data: {} }], expectedRevision: 'no_stream' },
+        {
+          streamId: `${run}-e`,
+          events: [
+            { id: randomUUID(), type: 'E', data: {} },
+            { id: randomUUID(), type: 'E', data: {} },
+          ],
+          expectedRevision: 'no_stream',
+        },
         { streamId: `${run}-f`, events: [{ id: randomUUID(), type: 'F', data: {} }], expectedRevision: 'no_stream' },
       ])
     ).map((r) => r.position);
@@ -145,7 +171,10 @@ describe('a log written before migrations 013 and 014, after them', () => {
       await client.query('begin');
       const insert = `insert into es_events (position, stream_id, revision, event_id, type, data) overriding system value values (42, $1, $2, $3, 'X', '{}')`;
       await client.query(insert, [`${run}-x`, 0, randomUUID()]);
-      await expect(client.query(insert, [`${run}-x`, 1, randomUUID()])).rejects.toMatchObject({ code: '23505', constraint: 'es_events_global_order' });
+      await expect(client.query(insert, [`${run}-x`, 1, randomUUID()])).rejects.toMatchObject({
+        code: '23505',
+        constraint: 'es_events_global_order',
+      });
     } finally {
       await client.query('rollback').catch(() => undefined);
       await client.end();
@@ -164,11 +193,24 @@ describe('migration 014 behind a transaction that holds es_events', () => {
       await holder.query('begin');
       await holder.query('select count(*) from es_events');
       const started = Date.now();
-      await expect(migrate(db.url, through014)).rejects.toThrow(/event-store\/014-no-position-index failed: canceling statement due to lock timeout/);
+      await expect(migrate(db.url, through014)).rejects.toThrow(
+        /event-store\/014-no-position-index failed: canceling statement due to lock timeout/,
+      );
       expect(Date.now() - started).toBeGreaterThanOrEqual(9_000);
       const indexes = async () =>
-        (await sqlAt<{ name: string }>(db.url, `select indexrelid::regclass::text as name from pg_index where indrelid = 'es_events'::regclass order by 1`)).map((r) => r.name);
-      expect(await indexes()).toEqual(['es_events_event_id_key', 'es_events_global_order', 'es_events_global_order_key', 'es_events_pkey', 'es_events_stream_id_revision_key']);
+        (
+          await sqlAt<{ name: string }>(
+            db.url,
+            `select indexrelid::regclass::text as name from pg_index where indrelid = 'es_events'::regclass order by 1`,
+          )
+        ).map((r) => r.name);
+      expect(await indexes()).toEqual([
+        'es_events_event_id_key',
+        'es_events_global_order',
+        'es_events_global_order_key',
+        'es_events_pkey',
+        'es_events_stream_id_revision_key',
+      ]);
       await holder.query('commit');
       expect(await migrate(db.url, through014)).toEqual(['event-store/014-no-position-index']);
       expect(await indexes()).toEqual(['es_events_event_id_key', 'es_events_global_order', 'es_events_stream_id_revision_key']);
