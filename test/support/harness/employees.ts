@@ -20,9 +20,7 @@ export type EmployeesHarness = {
   readonly app: FastifyInstance;
   readonly auth: AuthDeps;
   /** A fresh tenant and the headers of a caller with `role` in it. */
-  tenant(
-    role?: RoleName,
-  ): Promise<{
+  tenant(role?: RoleName): Promise<{
     tenant: TestTenant;
     headers: Record<string, string>;
     as(role: RoleName | readonly string[]): Promise<Record<string, string>>;
