@@ -100,7 +100,7 @@ export async function createRuntime(config: Config, logger: Logger, options: Run
     // EVENTSTORE_URL switches the log to KurrentDB/EventStoreDB; checkpoints and read models stay in PostgreSQL.
     // Engine clients load only when configured (the KurrentDB client and its gRPC stack are ~35 MB).
     const untracedStore = config.EVENTSTORE_URL
-      ? await import('../shared/event-store/eventstoredb.ts').then((esdb) =>
+      ? await import('../shared/event-store/eventstoredb/eventStore.ts').then((esdb) =>
           esdb.createEventStoreDbEventStore(esdb.connectEventStoreDb(config.EVENTSTORE_URL as string)),
         )
       : createPostgresEventStore(pool, { listenUrl: databaseUrl });

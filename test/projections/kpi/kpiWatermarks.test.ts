@@ -14,7 +14,8 @@ import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { startKpiConsumer, type KpiConsumerHandle } from '../../../projections/kpi/consumer.ts';
 import { readKpiSummary } from '../../../projections/kpi/query.ts';
-import { readKpiSeries, readKpiSummaryAt, seriesInstants } from '../../../projections/kpi/series.ts';
+import { seriesInstants } from '../../../projections/kpi/intervals.ts';
+import { readKpiSeries, readKpiSummaryAt } from '../../../projections/kpi/series.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { ingestBillingEvents, type BillingEventInput } from '../../../services/billing/ingest.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';

@@ -1,9 +1,14 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ANY, NO_STREAM, START as ESDB_START, STREAM_EXISTS, WrongExpectedVersionError } from '@kurrent/kurrentdb-client';
-import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
-import { eventTypesRegex, toReadPosition, toStreamState, toWrongExpectedRevision } from '../../../shared/event-store/eventstoredb.ts';
-import { START } from '../../../shared/event-store/port.ts';
+import { WrongExpectedRevisionError } from '../../../../shared/errors.ts';
+import {
+  eventTypesRegex,
+  toReadPosition,
+  toStreamState,
+  toWrongExpectedRevision,
+} from '../../../../shared/event-store/eventstoredb/mapping.ts';
+import { START } from '../../../../shared/event-store/port.ts';
 
 describe('EventStoreDB adapter mappings', () => {
   describe('when mapping an expected revision', () => {

@@ -1,6 +1,6 @@
 import { describe } from 'vitest';
-import { connectEventStoreDb, createEventStoreDbEventStore } from '../../../shared/event-store/eventstoredb.ts';
-import { eventStoreContract } from '../../support/contracts/eventStore.ts';
+import { connectEventStoreDb, createEventStoreDbEventStore } from '../../../../shared/event-store/eventstoredb/eventStore.ts';
+import { eventStoreContract } from '../../../support/contracts/eventStore.ts';
 
 const url = process.env.EVENTSTORE_URL;
 

@@ -1,43 +1,40 @@
 import {
-  ANY,
   BACKWARDS,
   END,
   FORWARDS,
-  NO_STREAM,
-  START as ESDB_START,
-  STREAM_EXISTS,
   KurrentDBClient,
   StreamNotFoundError,
   WrongExpectedVersionError,
   eventTypeFilter,
   excludeSystemEvents,
-  type AllStreamResolvedEvent,
-  type AllStreamSubscription,
-  type AppendStreamState,
-  type EventData,
   type Filter,
-  type JSONType,
-  type Position,
-  type ReadPosition,
-  type RecordedEvent as EsdbRecorded,
 } from '@kurrent/kurrentdb-client';
-import { ConflictError, WrongExpectedRevisionError } from '../errors.ts';
+import { ConflictError } from '../../errors.ts';
 import {
   START,
   assertAppendEvents,
   assertAppendManyRequests,
   comparePositions,
   type AppendResult,
-  type EventMetadata,
   type EventStore,
-  type ExpectedRevision,
   type GlobalPosition,
   type NewEvent,
   type ReadAllOptions,
   type ReadAllPage,
   type RecordedEvent,
   type SubscribeOptions,
-} from './port.ts';
+} from '../port.ts';
+import { openFeed } from './feed.ts';
+import {
+  eventTypesRegex,
+  maxPosition,
+  toEventData,
+  toMultiAppendEventData,
+  toReadPosition,
+  toRecorded,
+  toStreamState,
+  toWrongExpectedRevision,
+} from './mapping.ts';
 
 /**
  * EventStoreDB / KurrentDB adapter of the event-store port (gRPC, `@kurrent/kurrentdb-client`).
@@ -52,88 +49,6 @@ import {
  *   ends, errors or the connection drops (gRPC keepalive detects dead links); events at or
  *   before that checkpoint are dropped, so a restart never repeats one.
  */
-
-/** Our expected revision as the client's stream state: exact, never widened. */
-export function toStreamState(expected: ExpectedRevision): AppendStreamState {
-  switch (expected) {
-    case 'any':
-      return ANY;
-    case 'no_stream':
-      return NO_STREAM;
-    case 'stream_exists':
-      return STREAM_EXISTS;
-    default:
-      if (!Number.isSafeInteger(expected) || expected < 0) throw new RangeError(`invalid expected revision ${expected}`);
-      return BigInt(expected);
-  }
-}
-
-/** ESDB's WrongExpectedVersionError as ours (same HTTP meaning: 409 / 412 upstream). */
-export function toWrongExpectedRevision(
-  error: WrongExpectedVersionError,
-  streamId: string,
-  expected: ExpectedRevision,
-): WrongExpectedRevisionError {
-  const actual = error.actualState;
-  // Deleted (-5) / tombstoned (-6) streams and an unknown state read as "no stream" to callers.
-  const revision = typeof actual === 'bigint' && actual >= 0n ? Number(actual) : 'no_stream';
-  return new WrongExpectedRevisionError(streamId, String(expected), revision);
-}
-
-const escapeRegex = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-
-/** Server-side filter regex matching exactly these event types. */
-export function eventTypesRegex(types: readonly string[]): string {
-  return `^(?:${types.map(escapeRegex).join('|')})$`;
-}
-
-/** Our position as the client's read position: START of the port is ESDB's start of `$all`. */
-export function toReadPosition(position: GlobalPosition): ReadPosition {
-  return comparePositions(position, START) === 0 ? ESDB_START : { commit: position.commit, prepare: position.prepare };
-}
-
-const isSystem = (type: string, streamId: string) => type.startsWith('$') || streamId.startsWith('$');
-
-/** Stream reads carry the `$all` position too on servers ≥ 22.6 (the supported range). */
-function toRecorded(event: EsdbRecorded): RecordedEvent | undefined {
-  if (!event.position || isSystem(event.type, event.streamId)) return undefined;
-  const metadata = event.metadata;
-  return {
-    id: event.id,
-    streamId: event.streamId,
-    revision: Number(event.revision),
-    type: event.type,
-    data: event.isJson ? event.data : Buffer.from(event.data).toString('base64'),
-    metadata:
-      metadata && typeof metadata === 'object' && !(metadata instanceof Uint8Array) && !Array.isArray(metadata)
-        ? (metadata as EventMetadata)
-        : {},
-    position: { commit: event.position.commit, prepare: event.position.prepare },
-    recordedAt: event.created.toISOString(),
-  };
-}
-
-const toEventData = (event: NewEvent): EventData => ({
-  id: event.id,
-  contentType: 'application/json',
-  type: event.type,
-  data: event.data as JSONType,
-  metadata: (event.metadata ?? {}) as JSONType,
-});
-
-/** multiStreamAppend carries metadata as string properties only. */
-const toMultiAppendEventData = (event: NewEvent): EventData => {
-  const metadata: Record<string, string> = {};
-  for (const [key, value] of Object.entries(event.metadata ?? {})) {
-    if (value === undefined) continue;
-    if (typeof value !== 'string') throw new TypeError(`appendMany on KurrentDB: metadata.${key} must be a string`);
-    metadata[key] = value;
-  }
-  return { ...toEventData(event), metadata };
-};
-
-const maxPosition = (a: GlobalPosition, b: GlobalPosition) => (comparePositions(a, b) >= 0 ? a : b);
-
 export type EventStoreDbOptions = {
   /** Longest wait before a dropped subscription is opened again (doubling from 100 ms). */
   readonly maxResubscribeDelayMs?: number;
@@ -312,80 +227,6 @@ export function createEventStoreDbEventStore(client: KurrentDBClient, options: E
 
     async close() {
       await client.dispose();
-    },
-  };
-}
-
-type Item = { kind: 'event'; event: RecordedEvent } | { kind: 'checkpoint'; position: GlobalPosition };
-type Batch = { events: RecordedEvent[]; checkpoint?: GlobalPosition };
-
-const HIGH_WATER = 2_000;
-
-/**
- * One server-side catch-up subscription as a pull queue: events and checkpoints in arrival
- * order, paused above a high-water mark so a slow projector holds the server back.
- */
-function openFeed(client: KurrentDBClient, after: GlobalPosition, eventTypes: readonly string[] | undefined) {
-  const queue: Item[] = [];
-  let ended = false;
-  let wake: (() => void) | undefined;
-  const notify = () => {
-    const w = wake;
-    wake = undefined;
-    w?.();
-  };
-  const checkpointReached = (_: AllStreamSubscription, position: Position) => {
-    queue.push({ kind: 'checkpoint', position: { commit: position.commit, prepare: position.prepare } });
-    notify();
-  };
-  const filter: Filter = eventTypes
-    ? eventTypeFilter({ regex: eventTypesRegex(eventTypes), checkpointInterval: 1, checkpointReached })
-    : excludeSystemEvents({ checkpointInterval: 1, checkpointReached });
-  const subscription = client.subscribeToAll({ fromPosition: toReadPosition(after), filter, resolveLinkTos: false });
-  subscription.on('data', (resolved: AllStreamResolvedEvent) => {
-    const recorded = resolved.event && toRecorded(resolved.event);
-    if (!recorded) return;
-    queue.push({ kind: 'event', event: recorded });
-    if (queue.length >= HIGH_WATER) subscription.pause();
-    notify();
-  });
-  const finish = () => {
-    ended = true;
-    notify();
-  };
-  subscription.on('error', finish);
-  subscription.on('end', finish);
-  subscription.on('close', finish);
-
-  return {
-    /** Up to `maxCount` queued events and the furthest checkpoint among them, once any arrive. */
-    async take(maxCount: number, signal: AbortSignal | undefined): Promise<Batch | 'ended' | 'aborted'> {
-      while (queue.length === 0) {
-        if (signal?.aborted) return 'aborted';
-        if (ended) return 'ended';
-        await new Promise<void>((resolve) => {
-          const done = () => {
-            signal?.removeEventListener('abort', done);
-            resolve();
-          };
-          wake = done;
-          signal?.addEventListener('abort', done, { once: true });
-        });
-      }
-      const batch: Batch = { events: [] };
-      while (queue.length > 0 && batch.events.length < maxCount) {
-        const item = queue.shift();
-        if (!item) break;
-        if (item.kind === 'event') batch.events.push(item.event);
-        else batch.checkpoint = batch.checkpoint ? maxPosition(batch.checkpoint, item.position) : item.position;
-      }
-      if (subscription.isPaused() && queue.length < HIGH_WATER / 2) subscription.resume();
-      return batch;
-    },
-    close() {
-      subscription.removeAllListeners('data');
-      subscription.on('error', () => undefined); // a late error after unsubscribing is expected
-      void subscription.unsubscribe().catch(() => undefined);
     },
   };
 }
