@@ -49,6 +49,13 @@ export function migrationFromFile(id: string, file: string): Migration {
   const sql = readFileSync(file, 'utf8');
   const sha256 = createHash('sha256').update(sql).digest('hex');
   const outsideTransaction = sql.startsWith(NO_TRANSACTION) ? statementsOf(sql) : undefined;
+  // Splitting on `;` cuts a function body or a `do` block apart, which would only fail (or, worse,
+  // half-run) at deploy time: refuse such a file when it is read.
+  if (outsideTransaction?.some((statement) => statement.includes('$$'))) {
+    throw new Error(
+      `Migration ${id} (${file}) runs outside a transaction, so it is split on ';', but a statement holds a $$ body: move it to a file of its own that runs in a transaction`,
+    );
+  }
   return { id, file, sql, sha256, outsideTransaction };
 }
 
@@ -68,7 +75,7 @@ const LOCK_KEY = 7_412_019; // arbitrary, fixed: "the migration lock" of this se
 const LOCK_RETRY_MS = 100;
 
 /** Applies the migrations of `folders` not applied yet; resolves with their ids. */
-export function migrate(databaseUrl: string, folders: readonly MigrationFolder[]): Promise<string[]> {
+export async function migrate(databaseUrl: string, folders: readonly MigrationFolder[]): Promise<string[]> {
   return applyMigrations(databaseUrl, loadMigrations(folders));
 }
 
@@ -112,7 +119,7 @@ export async function applyMigrations(databaseUrl: string, migrations: readonly 
         // take the place of the error that made it, nor lose the migration's id.
         if (!outside) await client.query('rollback').catch(() => undefined);
         const again = outside ? ' (it runs again, whole, on the next start)' : '';
-        throw new Error(`Migration ${migration.id} failed${again}: ${(error as Error).message}`, { cause: error });
+        throw new Error(`Migration ${migration.id} failed${again} (${migration.file}): ${(error as Error).message}`, { cause: error });
       }
       applied.push(migration.id);
     }
@@ -124,11 +131,19 @@ export async function applyMigrations(databaseUrl: string, migrations: readonly 
 }
 
 /**
- * Refuses to go on when an applied migration's file no longer hashes as recorded, before
- * anything is applied. A row recorded before hashes were (null) adopts the file's hash: nothing
- * else tells what that file held then.
+ * Refuses to go on, before anything is applied, when the files no longer describe what the
+ * database went through:
+ * - an applied migration's file no longer hashes as recorded (it was edited);
+ * - an applied id of a folder has no file, yet sorts before that folder's last file (the file was
+ *   renamed or deleted: under a new name it would run a second time);
+ * - a file not applied yet sorts before one that was (it would run out of order, after
+ *   migrations written later than it).
+ * An applied id past a folder's last file is a newer release's, met while old and new processes
+ * run side by side: it is left alone. A row recorded before hashes were (null) adopts the file's
+ * hash: nothing else tells what that file held then.
  */
 async function checkApplied(client: pg.Client, migrations: readonly Migration[], done: ReadonlyMap<string, string | null>): Promise<void> {
+  checkSequence(migrations, done);
   for (const migration of migrations) {
     const recorded = done.get(migration.id);
     if (recorded === undefined) continue;
@@ -139,6 +154,33 @@ async function checkApplied(client: pg.Client, migrations: readonly Migration[],
         `Migration ${migration.id} was applied from a file that has changed since: ${migration.file} ` +
           `hashes to ${migration.sha256}, the database recorded ${recorded}. Applied migrations are frozen: ` +
           'restore the file and put the change in a new migration file.',
+      );
+    }
+  }
+}
+
+const prefixOf = (id: string) => id.slice(0, id.indexOf('/'));
+
+function checkSequence(migrations: readonly Migration[], done: ReadonlyMap<string, string | null>): void {
+  const byPrefix = new Map<string, Migration[]>();
+  for (const migration of migrations) byPrefix.set(prefixOf(migration.id), [...(byPrefix.get(prefixOf(migration.id)) ?? []), migration]);
+  for (const [prefix, files] of byPrefix) {
+    const known = new Set(files.map((m) => m.id));
+    const last = files.reduce((max, m) => (m.id > max ? m.id : max), '');
+    const applied = [...done.keys()].filter((id) => prefixOf(id) === prefix);
+    const missing = applied.find((id) => !known.has(id) && id < last);
+    if (missing) {
+      throw new Error(
+        `Migration ${missing} is recorded as applied, but no file ${missing.slice(prefix.length + 1)}.sql is among ${prefix}'s migrations ` +
+          '(renamed or deleted?). Applied migrations are frozen: restore the file under its name.',
+      );
+    }
+    const newestApplied = applied.filter((id) => known.has(id)).reduce((max, id) => (id > max ? id : max), '');
+    const early = files.find((m) => !done.has(m.id) && m.id < newestApplied);
+    if (early) {
+      throw new Error(
+        `Migration ${early.id} (${early.file}) is not applied, but sorts before ${newestApplied}, which is: it would run out of order. ` +
+          'Give it a name that sorts after every applied migration of its folder.',
       );
     }
   }

@@ -107,7 +107,7 @@ describe('migrate: a connection lost during a migration', () => {
   it('fails with the migration id and the cause, records nothing, and the next start applies it', async () => {
     // The statement ends its own backend: the statement fails, and so would the rollback after it.
     const dies = folderWith({ '001-dies.sql': 'create table t (k int); select pg_terminate_backend(pg_backend_pid())' });
-    await expect(migrate(db.url, dies)).rejects.toThrow(/^Migration test\/001-dies failed: /);
+    await expect(migrate(db.url, dies)).rejects.toThrow(/^Migration test\/001-dies failed \(.*001-dies\.sql\): /);
     expect(await query(`select to_regclass('t') as t`)).toEqual([{ t: null }]);
     rmSync(join(dir, '001-dies.sql'));
     expect(await migrate(db.url, table())).toEqual(['test/001-table']);
@@ -140,5 +140,39 @@ describe('migrate: an applied migration whose file changed', () => {
     await query(`update schema_migrations set sha256 = null where id = 'test/001-table'`);
     expect(await migrate(db.url, table())).toEqual([]);
     expect(await hashes()).toEqual([before]);
+  });
+});
+
+describe('migrate: files that no longer match the sequence the database went through', () => {
+  const INDEX = 'create index t_k on t (k);\n';
+
+  it('refuses an applied migration whose file was renamed, naming it, and applies nothing', async () => {
+    await migrate(db.url, folderWith({ '001-table.sql': TABLE, '002-index.sql': INDEX }));
+    rmSync(join(dir, '001-table.sql'));
+    const renamed = folderWith({ '001-create-table.sql': TABLE });
+    await expect(migrate(db.url, renamed)).rejects.toThrow(/^Migration test\/001-table is recorded as applied, but no file 001-table\.sql/);
+    expect(await recorded()).toEqual(['test/001-table', 'test/002-index']);
+  });
+
+  it('refuses a new file that sorts before an applied one: it would run out of order', async () => {
+    await migrate(db.url, folderWith({ '001-table.sql': TABLE, '003-index.sql': INDEX }));
+    const late = folderWith({ '002-column.sql': 'alter table t add column v int;\n' });
+    await expect(migrate(db.url, late)).rejects.toThrow(
+      /^Migration test\/002-column \(.*\/002-column\.sql\) is not applied, but sorts before test\/003-index/,
+    );
+    expect(await recorded()).toEqual(['test/001-table', 'test/003-index']);
+  });
+
+  it("leaves alone an applied migration past the folder's last file: a newer release's, beside an older process", async () => {
+    await migrate(db.url, folderWith({ '001-table.sql': TABLE, '002-index.sql': INDEX }));
+    rmSync(join(dir, '002-index.sql'));
+    expect(await migrate(db.url, table())).toEqual([]);
+  });
+
+  it('refuses, when it reads the file, a no-transaction migration that holds a $$ body', async () => {
+    const body = folderWith({
+      '001-function.sql': '-- migrate: no-transaction\ncreate function f() returns int language sql as $$ select 1; $$;\n',
+    });
+    await expect(migrate(db.url, body)).rejects.toThrow(/^Migration test\/001-function .* holds a \$\$ body/);
   });
 });
