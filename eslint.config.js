@@ -1,5 +1,6 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
+import { createNodeResolver, importX } from 'eslint-plugin-import-x';
 
 /**
  * The floors: shared/ (adapters) below projections/ (read models) below services/ (gateway,
@@ -7,34 +8,30 @@ import tseslint from 'typescript-eslint';
  * services/ only a capability's published contract (services/<capability>/contract.ts); no
  * production folder imports test, bench or script code. docs/decisions/005-import-floors.md.
  *
- * `no-restricted-imports` matches the import text, not the resolved file, so a folder's rule is
- * written once per depth: from `shared/x/y.ts`, `../../services/…` leaves the repository root for
- * services/, while `../projections/…` stays in shared/projections/.
+ * import-x resolves each import (static, `export … from` and dynamic `import()`) to its file
+ * before it compares folders, so the spelling of a path cannot slip past the rule.
  */
-const DEPTHS = [1, 2, 3, 4, 5, 6];
-
-/** One `files` block per depth of `folder`, each forbidding imports of the root folders named in `forbidden`. */
-function floor(folder, forbidden) {
-  return DEPTHS.map((depth) => ({
-    files: [`${folder}/${'*/'.repeat(depth - 1)}*.{ts,js}`],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: forbidden.map(({ to, except, message }) => ({
-            regex: `^(\\.\\./){${depth}}${to}/${except ? `(?!${except}$)` : ''}`,
-            message,
-          })),
-        },
-      ],
-    },
-  }));
-}
-
-const noTestCode = ['test', 'bench', 'scripts'].map((to) => ({
-  to,
-  message: `production code (services/, projections/, shared/) must not import ${to}/: it is not deployed.`,
+const noTestCode = ['test', 'bench', 'scripts'].map((folder) => ({
+  target: ['./services', './projections', './shared'],
+  from: `./${folder}`,
+  message: `production code (services/, projections/, shared/) must not import ${folder}/: it is not deployed.`,
 }));
+
+const floors = [
+  ...['services', 'projections'].map((folder) => ({
+    target: './shared',
+    from: `./${folder}`,
+    message: `shared/ is the lowest floor: it must not import ${folder}/ (move the code down, or pass it in).`,
+  })),
+  {
+    target: './projections',
+    from: './services/**/*',
+    // Glob exceptions are matched against the resolved, absolute path.
+    except: ['**/services/*/contract.ts'],
+    message: "projections/ may import from services/ only a capability's contract (services/<capability>/contract.ts).",
+  },
+  ...noTestCode,
+];
 
 export default tseslint.config(
   { ignores: ['node_modules/', '.data/', '.tmp/', '.kafka/', 'reports/', 'bench/results/', 'bench/.*'] },
@@ -48,18 +45,10 @@ export default tseslint.config(
       'no-constant-condition': ['error', { checkLoops: false }],
     },
   },
-  ...floor('shared', [
-    { to: 'services', message: 'shared/ is the lowest floor: it must not import services/ (move the code down, or pass it in).' },
-    { to: 'projections', message: 'shared/ is the lowest floor: it must not import projections/ (move the code down, or pass it in).' },
-    ...noTestCode,
-  ]),
-  ...floor('projections', [
-    {
-      to: 'services',
-      except: '[^/]+/contract\\.ts',
-      message: "projections/ may import from services/ only a capability's contract (services/<capability>/contract.ts).",
-    },
-    ...noTestCode,
-  ]),
-  ...floor('services', noTestCode),
+  {
+    files: ['**/*.{ts,mts,cts,js,mjs,cjs}'],
+    plugins: { 'import-x': importX },
+    settings: { 'import-x/resolver-next': [createNodeResolver()] },
+    rules: { 'import-x/no-restricted-paths': ['error', { zones: floors }] },
+  },
 );
