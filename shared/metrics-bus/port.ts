@@ -1,7 +1,7 @@
 /**
  * The metrics bus: how usage samples travel from the gateway to the KPI projector. Telemetry,
  * not domain events: it never goes into the event store. Two adapters implement it —
- * Kafka (kafkajs, `kafka.ts`) and an in-process transport for the embedded default
+ * Kafka (kafkajs, `kafkaPublisher.ts` and `kafkaSource.ts`) and an in-process transport for the embedded default
  * (`inProcess.ts`) — so another client library can replace kafkajs without touching callers.
  */
 

@@ -20,7 +20,7 @@ import type { Projection } from './projection.ts';
  */
 export const PARKED_EVENTS_TABLE = 'projection_parked_events';
 
-/** The advisory lock a rebuild of the projection holds from its start to its swap (runner.ts). */
+/** The advisory lock a rebuild of the projection holds from its start to its swap (rebuild.ts). */
 export const replayLockKey = (name: string): string => `projection-replay:${name}`;
 
 /**

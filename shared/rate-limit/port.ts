@@ -2,7 +2,7 @@
  * The rate-limit port: a token bucket per key. Capacity is `burst` tokens; tokens flow back at
  * `perMinute / 60` per second (fractions included); a request takes one token or is refused.
  * Two adapters keep the bucket: Redis (shared by every gateway, `redis.ts`) and memory (the
- * embedded default, `memory.ts`); both pass test/shared/rate-limit/contract.ts.
+ * embedded default, `memory.ts`); both pass test/support/contracts/rateLimitStore.ts.
  */
 export type BucketPolicy = {
   /** Sustained rate, requests per minute (a positive integer). */

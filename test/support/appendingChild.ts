@@ -4,7 +4,7 @@
  * PostgreSQL adapter's group commit, printing `ack <n>` once each is acknowledged. The parent
  * kills it with SIGKILL mid-flush.
  *
- *   DATABASE_URL=… RUN_ID=… node test/shared/event-store/support/appendingChild.ts
+ *   DATABASE_URL=… RUN_ID=… node test/support/appendingChild.ts
  */
 import { randomUUID } from 'node:crypto';
 import { createDatabasePool } from '../../shared/db/pool.ts';

@@ -70,7 +70,7 @@ function toEvent(row: unknown, index: number): RecordedEvent {
 }
 
 /**
- * `horizonQuery`: the adapter's read horizon (eventStore.ts), one `horizon` column (xid8 as text).
+ * `horizonQuery`: the adapter's read horizon (rows.ts), one `horizon` column (xid8 as text).
  * `connectionUrl`: where the plain pg connection for the pages goes (the pool's own database).
  */
 export async function* readAllBulk(

@@ -6,7 +6,7 @@ import { waitFor } from '../../../support/waitFor.ts';
 
 /**
  * The shared tail on its own, over an in-memory log that counts its reads: the
- * PostgreSQL adapter's integration is covered by postgresSharedPages.test.ts. What matters here
+ * PostgreSQL adapter's integration is covered by postgres/sharedPages.test.ts. What matters here
  * is the count: subscribers at the head share one reader instead of each polling the head.
  */
 function memoryLog(options: { readonly reportsHead?: boolean; readonly listening?: boolean } = {}) {
