@@ -21,8 +21,8 @@ export type ChangeWakeups = {
 /**
  * One LISTEN connection per process and database for every long-poll and the webhook dispatcher
  * (`all` runs both): every `createChangeWakeups` on the same URL shares it, opened on first use,
- * reopened after an error, released when its last user closes. A lost notification costs latency
- * only: every wait is bounded and followed by a read.
+ * reopened after it is lost while anyone uses it, released when its last user closes. A lost
+ * notification costs latency only: every wait is bounded and followed by a read.
  */
 export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
   let hub = hubs.get(databaseUrl);
@@ -56,6 +56,7 @@ export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
       shared.users--;
       if (shared.users === 0) {
         hubs.delete(databaseUrl);
+        shared.stopReopening();
         await shared.connection.release();
       }
     },
@@ -65,6 +66,9 @@ export function createChangeWakeups(databaseUrl: string): ChangeWakeups {
 type Hub = ReturnType<typeof createHub>;
 const hubs = new Map<string, Hub>();
 
+/** Waits between attempts to listen again after a loss: soon at first, then no busier than the sweep. */
+const REOPEN_DELAYS_MS = [0, 100, 250, 500, 1_000, 2_000];
+
 function createHub(databaseUrl: string) {
   const waiters = new Map<string, Set<() => void>>();
 
@@ -73,16 +77,45 @@ function createHub(databaseUrl: string) {
     for (const set of targets) for (const done of set ?? []) done();
   };
 
+  // A waiter that holds one watch for its whole life (the webhook dispatcher) never calls
+  // `watch()` again, so the hub itself reopens a lost connection while it has users: otherwise
+  // after a restart or fail-over every wake-up would wait for the bounded timeout.
+  let reopenTimer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  const reopen = (attempt: number) => {
+    const delay = REOPEN_DELAYS_MS[Math.min(attempt, REOPEN_DELAYS_MS.length - 1)];
+    reopenTimer = setTimeout(() => {
+      reopenTimer = undefined;
+      if (stopped) return;
+      // Someone's `watch()` may have reopened it first; the waiters still re-read.
+      if (connection.listening) return wake(undefined);
+      void connection.open().then((listening) => {
+        if (stopped) return;
+        // What was committed while nobody listened sent no wake-up: every waiter re-reads.
+        if (listening) wake(undefined);
+        else reopen(attempt + 1);
+      });
+    }, delay);
+    reopenTimer.unref();
+  };
+
   const connection = createListenConnection({
     url: databaseUrl,
     channel: CHANGES_CHANNEL,
     onNotification: wake,
-    onLost: () => wake(undefined),
+    onLost: () => {
+      wake(undefined);
+      if (!stopped && !reopenTimer) reopen(0);
+    },
   });
 
   return {
     connection,
     users: 0,
+    stopReopening() {
+      stopped = true;
+      clearTimeout(reopenTimer);
+    },
     /** A watch on `tenantId`; `isClosed` is its user's state (a closed user's waits end at once). */
     watch(tenantId: string, isClosed: () => boolean): ChangeWatch & { wake(): void } {
       let fired = false;
