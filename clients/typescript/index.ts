@@ -13,7 +13,9 @@ export type { paths, components, operations } from './schema.d.ts';
  *   const { data, error } = await eas.api.GET('/v1/employees', { params: { query: { limit: 50 } } });
  *
  * It sends `X-Tenant` and the bearer token on every call; when the access token has expired (a
- * 401), it rotates the refresh token once and repeats the request. Errors come back as
+ * 401), it rotates the refresh token once and repeats the request. Only a 401 from the refresh
+ * ends the session: a 429, a 503 (a gateway draining during a deploy) or a network error is
+ * retried, and if it persists the refresh throws with the session kept. Errors come back as
  * RFC 9457 problem details in `error`.
  */
 export type Session = { readonly accessToken: string; readonly refreshToken: string; readonly expiresAt: number };
@@ -48,6 +50,22 @@ export class EasAuthError extends Error {
 }
 
 const SESSION_FREE = new Set(['/v1/auth/login', '/v1/auth/refresh']);
+
+/** Transient failures (429, 503, no answer) one refresh waits out before it throws, keeping the session. */
+const REFRESH_RETRIES = 4;
+/** The longest single wait in seconds: a longer Retry-After is reported at once, not waited for. */
+const MAX_RETRY_WAIT_S = 30;
+
+/** Retry-After in seconds (delta-seconds or an HTTP date), or null when absent or unreadable. */
+function retryAfterSeconds(response: Response): number | null {
+  const value = response.headers.get('retry-after')?.trim();
+  if (!value) return null;
+  if (/^\d+$/.test(value)) return Number(value);
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, (at - Date.now()) / 1000);
+}
+
+const delay = (seconds: number) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
 
 export function createEasClient(options: EasClientOptions): EasClient {
   const fetchImpl = options.fetch ?? ((request: Request) => globalThis.fetch(request));
@@ -85,15 +103,33 @@ export function createEasClient(options: EasClientOptions): EasClient {
     // One refresh at a time: a rotated refresh token presented twice revokes the whole family.
     refreshing ??= (async () => {
       try {
-        if (!current) throw new EasAuthError(401, 'not signed in');
-        const response = await authPost('/v1/auth/refresh', { refreshToken: current.refreshToken });
-        if (!response.ok) {
-          setSession(null);
-          throw new EasAuthError(response.status, await problemDetail(response));
+        for (let attempt = 0; ; attempt++) {
+          if (!current) throw new EasAuthError(401, 'not signed in');
+          // Backoff for a failure that names no wait: 1, 2, 4, 8 s.
+          const backoffS = 2 ** attempt;
+          let response: Response;
+          try {
+            response = await authPost('/v1/auth/refresh', { refreshToken: current.refreshToken });
+          } catch (error) {
+            // No answer (a restarting gateway, a dropped connection) says nothing about the session.
+            if (attempt >= REFRESH_RETRIES) throw error;
+            await delay(backoffS);
+            continue;
+          }
+          if (response.ok) {
+            const session = toSession((await response.json()) as TokenPair);
+            setSession(session);
+            return session;
+          }
+          // Only a 401 says the refresh token is no good (expired, revoked, reused).
+          if (response.status === 401) setSession(null);
+          const wait = response.status === 429 || response.status === 503 ? (retryAfterSeconds(response) ?? backoffS) : null;
+          if (wait === null || wait > MAX_RETRY_WAIT_S || attempt >= REFRESH_RETRIES) {
+            throw new EasAuthError(response.status, await problemDetail(response));
+          }
+          await response.body?.cancel();
+          await delay(wait);
         }
-        const session = toSession((await response.json()) as TokenPair);
-        setSession(session);
-        return session;
       } finally {
         refreshing = undefined;
       }
