@@ -1,7 +1,7 @@
 // @ts-check
 /* The KPI page's side of the API: the session (tokens in sessionStorage, this tab only), one call
  * with its error, and the calls through the tenant's rate limit. A 401 is answered by one refresh
- * (POST /v1/auth/refresh) then a retry.
+ * (POST /v1/auth/refresh) then a retry; only a 401 from the refresh itself ends the session.
  *
  * Every API call draws on the tenant's rate limit (Starter: burst 10, 1 a second), and a range
  * change asks for 7 series at once. So the page is a polite client of its own API: a 429 is
@@ -10,7 +10,7 @@
  * time, each after the announced wait, instead of as a burst that is refused again. */
 /* global sessionStorage, fetch, setTimeout */
 
-/** Refusals (429, or 503 with Retry-After: the limiter is down and fails closed) one call waits out before it reports the error. */
+/** Refusals (429, or 503 with Retry-After: the limiter is down and fails closed) one call, or one refresh, waits out before it reports the error. */
 export const MAX_RETRIES = 4;
 /** The longest single wait, in seconds: a longer Retry-After is reported, not waited for. */
 export const MAX_WAIT_S = 30;
@@ -168,19 +168,47 @@ async function throttled(call, signal) {
 /** @type {Promise<boolean> | null} */
 let refreshing = null;
 
-/** One POST /v1/auth/refresh for every call that met the expired token; false (and the sign-in form) when it fails. */
+/** Signs out: the session cannot be refreshed. */
+const expired = () => {
+  hooks.expired('Your session has expired. Please sign in again.');
+  return false;
+};
+
+/**
+ * Seconds to wait before a failed refresh is tried again, or null when it must not be: no answer
+ * (a network error) and 429/503 are transient, anything else is reported.
+ * @param {unknown} error
+ * @param {number} attempt
+ */
+function refreshWait(error, attempt) {
+  if (!(error instanceof HttpError)) return 2 ** attempt;
+  if (error.status !== 429 && error.status !== 503) return null;
+  return error.retryAfter ?? 2 ** attempt;
+}
+
+/**
+ * One POST /v1/auth/refresh for every call that met the expired token: true once refreshed, false
+ * (and the sign-in form) when the gateway answers 401 or the session is gone. A 429, a 503 (a
+ * gateway draining during a deploy) or no answer at all says nothing about the session: it is
+ * retried like a refused call (Retry-After, else 1, 2, 4, 8 s), and if it persists the error is
+ * thrown with the session kept, so the next call refreshes again.
+ */
 function refreshSession() {
   if (!refreshing) {
     refreshing = (async () => {
-      try {
-        // No session (signed out meanwhile) throws here, which signs out as a failed refresh does.
-        const s = /** @type {Session} */ (session.get());
-        const tokens = await send('POST', '/v1/auth/refresh', { body: { refreshToken: s.refreshToken }, auth: false });
-        session.set({ ...s, accessToken: tokens.accessToken, refreshToken: tokens.refreshToken });
-        return true;
-      } catch {
-        hooks.expired('Your session has expired. Please sign in again.');
-        return false;
+      for (let attempt = 0; ; attempt++) {
+        const s = session.get();
+        if (!s) return expired();
+        try {
+          const tokens = await send('POST', '/v1/auth/refresh', { body: { refreshToken: s.refreshToken }, auth: false });
+          session.set({ ...s, accessToken: tokens.accessToken, refreshToken: tokens.refreshToken });
+          return true;
+        } catch (error) {
+          if (error instanceof HttpError && error.status === 401) return expired();
+          const wait = refreshWait(error, attempt);
+          if (wait === null || wait > MAX_WAIT_S || attempt >= MAX_RETRIES) throw error;
+          await sleep(wait * 1000);
+        }
       }
     })().finally(() => {
       refreshing = null;
@@ -192,7 +220,7 @@ function refreshSession() {
 /**
  * GET through the gate. A refusal with Retry-After (429; 503 when the limiter is down) is retried
  * after it, at most MAX_RETRIES times and only when it is at most MAX_WAIT_S; a 401 gets one token
- * refresh, then the call again, and sign-in when the refresh fails too. `signal` aborts the call
+ * refresh, then the call again, and sign-in when the refresh is refused with a 401 too. `signal` aborts the call
  * wherever it is, waits included.
  * @param {string} path
  * @param {AbortSignal} [signal]

@@ -91,6 +91,57 @@ describe('GET /dashboard in headless chromium', () => {
     }, 60_000);
   });
 
+  describe('when the refresh meets a draining gateway, a 429 or a dropped connection', () => {
+    it('retries the refresh and stays signed in; only a 401 from it signs out', async () => {
+      const tenant = await harness.seededTenant(Date.now());
+      const analyst = await createTestUser(harness.db.pool, tenant, 'analyst');
+      const page = await harness.browser.newPage();
+      await harness.signIn(page, tenant, analyst.email, analyst.password);
+      await page.waitForFunction("document.querySelectorAll('figure[data-points]').length === 7", { timeout: 20_000 });
+
+      // The refreshes the browser sends meet these first (then the real gateway answers).
+      const transient = ['drop', 503, 429];
+      const refreshes: Array<{ at: number; answer: string | number }> = [];
+      await page.setRequestInterception(true);
+      page.on('request', (request) => {
+        if (new URL(request.url()).pathname !== '/v1/auth/refresh') return void request.continue();
+        const answer = transient.shift() ?? 'gateway';
+        refreshes.push({ at: Date.now(), answer });
+        if (answer === 'drop') return void request.abort('connectionreset');
+        if (typeof answer === 'number') {
+          return void request.respond({
+            status: answer,
+            headers: { 'retry-after': '1' },
+            contentType: 'application/problem+json',
+            body: JSON.stringify({ status: answer, title: 'Try again later' }),
+          });
+        }
+        return void request.continue();
+      });
+      await page.evaluate(`(() => {
+        const s = JSON.parse(sessionStorage.getItem('kpi-session'));
+        sessionStorage.setItem('kpi-session', JSON.stringify({ ...s, accessToken: 'expired.token.value' }));
+      })()`);
+      await page.reload();
+      await page.waitForFunction(`document.querySelector('.value[data-metric="mrr"]')?.getAttribute('data-value') === '200'`, {
+        timeout: 20_000,
+      });
+      expect(refreshes.map((r) => r.answer)).toEqual(['drop', 503, 429, 'gateway']);
+      expect((refreshes[2]?.at ?? 0) - (refreshes[1]?.at ?? 0)).toBeGreaterThanOrEqual(900); // Retry-After: 1
+      expect(await page.$eval('#signin', (el) => el.hasAttribute('hidden'))).toBe(true);
+
+      // A refresh token the gateway no longer accepts: a 401, and the sign-in form.
+      await page.evaluate(`(() => {
+        const s = JSON.parse(sessionStorage.getItem('kpi-session'));
+        sessionStorage.setItem('kpi-session', JSON.stringify({ ...s, accessToken: 'expired.token.value', refreshToken: 'revoked' }));
+      })()`);
+      await page.reload();
+      await page.waitForFunction("!document.querySelector('#signin').hasAttribute('hidden')", { timeout: 20_000 });
+      expect(await page.evaluate(`sessionStorage.getItem('kpi-session')`)).toBeNull();
+      await page.close();
+    }, 60_000);
+  });
+
   describe('when a user without analytics:read signs in (role employee)', () => {
     it('shows a clear message instead of a broken page', async () => {
       const tenant = await provisionTenant(harness.db.pool);
