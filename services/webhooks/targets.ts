@@ -131,7 +131,9 @@ export async function resolveTarget(raw: string, policy: TargetPolicy): Promise<
     if (hostAllowed || allowed.addresses.check(address, familyOf(address))) continue;
     const family = familyOf(address);
     if (family === 'ipv4' ? special4.check(address, 'ipv4') : special6.check(address, 'ipv6')) {
-      throw new TargetRefusedError(`${host} resolves to ${address}, a loopback, private, link-local or reserved address`);
+      // The address stays out of the message: it reaches the tenant (the 422, the delivery log), and
+      // where an internal name points is the operator's to know, not the tenant's.
+      throw new TargetRefusedError(`${host} resolves to a loopback, private, link-local or reserved address`);
     }
   }
   const first = addresses[0];
