@@ -27,7 +27,7 @@ const floors = [
     target: './projections',
     from: './services/**/*',
     // Glob exceptions are matched against the resolved, absolute path.
-    except: ['**/services/*/contract.ts'],
+    except: [`${import.meta.dirname}/services/*/contract.ts`],
     message: "projections/ may import from services/ only a capability's contract (services/<capability>/contract.ts).",
   },
   ...noTestCode,
@@ -49,6 +49,26 @@ export default tseslint.config(
     files: ['**/*.{ts,mts,cts,js,mjs,cjs}'],
     plugins: { 'import-x': importX },
     settings: { 'import-x/resolver-next': [createNodeResolver()] },
-    rules: { 'import-x/no-restricted-paths': ['error', { zones: floors }] },
+    rules: {
+      // Zones are relative to this file, not to wherever ESLint was started from.
+      'import-x/no-restricted-paths': ['error', { basePath: import.meta.dirname, zones: floors }],
+      // An import the resolver cannot find would pass the floors unchecked: refuse it here.
+      'import-x/no-unresolved': 'error',
+    },
+  },
+  {
+    // NodeNext type-checks a `.js` spelling of a `.ts` file, which no resolver finds, and
+    // no-unresolved skips type-only imports: one spelling, `.ts`, keeps the floors checked.
+    files: ['**/*.{ts,mts,cts}'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { regex: '^\\.\\.?/.*\\.js$', message: 'import a TypeScript file by its own name (.ts), so the import floors can check it.' },
+          ],
+        },
+      ],
+    },
   },
 );

@@ -76,7 +76,7 @@ export async function sendWebhook(url: string, secret: string, message: WebhookM
       },
     );
     request.on('timeout', () => request.destroy(new Error(`no answer within ${options.timeoutMs} ms`)));
-    request.on('error', (error) => resolve({ kind: 'failed', status: null, error: error.message.slice(0, 500) }));
+    request.on('error', (error) => resolve({ kind: 'failed', status: null, error: hideAddress(error.message, target).slice(0, 500) }));
     request.end(body);
   });
 }
@@ -89,4 +89,15 @@ function beforeDeadline<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
     signal.addEventListener('abort', onAbort, { once: true });
     work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
+}
+
+/**
+ * A connection error names the address it dialled ("connect ECONNREFUSED 10.1.2.3:443"); the
+ * tenant reads it in the delivery log, so it names the host the tenant registered instead (an
+ * allow-listed internal name must not tell where it points).
+ */
+function hideAddress(message: string, target: { url: URL; address: { address: string } }): string {
+  const host = target.url.hostname.replace(/^\[(.*)\]$/, '$1');
+  if (host === target.address.address) return message;
+  return message.split(target.address.address).join(target.url.hostname);
 }

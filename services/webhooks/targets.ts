@@ -1,4 +1,4 @@
-import { lookup } from 'node:dns/promises';
+import { Resolver as DnsResolver } from 'node:dns/promises';
 import { BlockList, isIP } from 'node:net';
 
 /**
@@ -53,19 +53,74 @@ export type ResolvedAddress = { readonly address: string; readonly family: 4 | 6
 /** DNS resolution, injectable so tests can make a name resolve to 10.x or a metadata address. */
 export type Resolver = (hostname: string) => Promise<readonly ResolvedAddress[]>;
 
-export const systemResolver: Resolver = async (hostname) =>
-  (await lookup(hostname, { all: true, verbatim: true })).map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
+/** How long a target's name may take to resolve before the target is refused for it. */
+export const DNS_TIMEOUT_MS = 5_000;
 
 export type TargetPolicy = {
   /** WEBHOOK_ALLOW_HOSTS: lower-case host names, IP addresses, CIDR ranges. */
   readonly allowHosts: readonly string[];
+  /** Answers in place of DNS (tests). */
   readonly resolver?: Resolver;
+  /** The DNS resolver to ask; by default one using the system's name servers. */
+  readonly dns?: DnsResolver;
+  /** Default DNS_TIMEOUT_MS. */
+  readonly dnsTimeoutMs?: number;
 };
 
 export class TargetRefusedError extends Error {
   constructor(message: string) {
     super(message);
     this.name = 'TargetRefusedError';
+  }
+}
+
+// Names are resolved with c-ares (dns.Resolver), never dns.lookup: getaddrinfo holds a libuv pool
+// thread until the name server answers or gives up, and argon2 runs on those same few threads, so
+// a tenant's target whose DNS never answers would stall every login. c-ares waits on a socket.
+// It reads the name servers from resolv.conf but not /etc/hosts (localhost is handled apart).
+let systemDns: DnsResolver | undefined;
+const defaultDns = () => (systemDns ??= new DnsResolver({ timeout: 2_000, tries: 2 }));
+
+class DnsTimeoutError extends Error {}
+
+/** Every A and AAAA address of `host`; an answer of one family is enough when the other has none. */
+async function resolveWithDns(dns: DnsResolver, host: string): Promise<readonly ResolvedAddress[]> {
+  const [v4, v6] = await Promise.allSettled([dns.resolve4(host), dns.resolve6(host)]);
+  const addresses: ResolvedAddress[] = [
+    ...(v4.status === 'fulfilled' ? v4.value.map((address) => ({ address, family: 4 as const })) : []),
+    ...(v6.status === 'fulfilled' ? v6.value.map((address) => ({ address, family: 6 as const })) : []),
+  ];
+  if (addresses.length > 0) return addresses;
+  const failures = [v4, v6].flatMap((r) => (r.status === 'rejected' ? [r.reason as { code?: string }] : []));
+  if (failures.some((f) => f.code === 'ETIMEOUT')) throw new DnsTimeoutError();
+  throw failures[0] ?? new Error('no addresses');
+}
+
+/** `work`, or a DnsTimeoutError after `ms` (c-ares gives up on its own later; its answer is dropped). */
+function within<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new DnsTimeoutError()), ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** localhost and its subdomains are loopback by definition and never asked of DNS. */
+const isLocalhost = (host: string) => host === 'localhost' || host.endsWith('.localhost');
+const LOOPBACK: readonly ResolvedAddress[] = [
+  { address: '127.0.0.1', family: 4 },
+  { address: '::1', family: 6 },
+];
+
+async function addressesOf(host: string, policy: TargetPolicy): Promise<readonly ResolvedAddress[]> {
+  if (isIP(host)) return [{ address: host, family: isIP(host) === 6 ? 6 : 4 }];
+  if (isLocalhost(host)) return LOOPBACK;
+  const timeoutMs = policy.dnsTimeoutMs ?? DNS_TIMEOUT_MS;
+  try {
+    return await within(policy.resolver ? policy.resolver(host) : resolveWithDns(policy.dns ?? defaultDns(), host), timeoutMs);
+  } catch (error) {
+    if (error instanceof DnsTimeoutError) throw new TargetRefusedError(`${host}: no DNS answer within ${timeoutMs} ms`);
+    throw new TargetRefusedError(`${host} does not resolve`);
   }
 }
 
@@ -115,23 +170,16 @@ export async function resolveTarget(raw: string, policy: TargetPolicy): Promise<
   const url = checkTargetUrl(raw, policy);
   const host = bare(url.hostname);
   const allowed = allowList(policy.allowHosts);
-  let addresses: readonly ResolvedAddress[];
-  if (isIP(host)) {
-    addresses = [{ address: host, family: isIP(host) === 6 ? 6 : 4 }];
-  } else {
-    try {
-      addresses = await (policy.resolver ?? systemResolver)(host);
-    } catch {
-      throw new TargetRefusedError(`${host} does not resolve`);
-    }
-  }
+  const addresses = await addressesOf(host, policy);
   if (addresses.length === 0) throw new TargetRefusedError(`${host} does not resolve`);
   const hostAllowed = allowed.names.has(host);
   for (const { address } of addresses) {
     if (hostAllowed || allowed.addresses.check(address, familyOf(address))) continue;
     const family = familyOf(address);
     if (family === 'ipv4' ? special4.check(address, 'ipv4') : special6.check(address, 'ipv6')) {
-      throw new TargetRefusedError(`${host} resolves to ${address}, a loopback, private, link-local or reserved address`);
+      // The address stays out of the message: it reaches the tenant (the 422, the delivery log), and
+      // where an internal name points is the operator's to know, not the tenant's.
+      throw new TargetRefusedError(`${host} resolves to a loopback, private, link-local or reserved address`);
     }
   }
   const first = addresses[0];

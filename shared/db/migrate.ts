@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
@@ -12,7 +13,8 @@ import pg from 'pg';
  * refuses to go on when an applied file changed: a deployed database and a fresh one would no
  * longer hold the same schema.
  *
- * File convention: a file runs whole, in one transaction. A file whose first line is
+ * File convention: `<number>-<what it does>.sql`, applied in the order of the numbers; a file
+ * runs whole, in one transaction. A file whose first line is
  * `-- migrate: no-transaction` (`create index concurrently`, which builds an index without
  * blocking writes, cannot run in a transaction) runs statement by statement instead, each ending
  * with `;` at the end of a line (no `;` at a line's end inside a statement or a comment); it
@@ -25,6 +27,9 @@ import pg from 'pg';
 export type Migration = {
   /** `<prefix>/<file name without .sql>`: what `schema_migrations` records; never changes. */
   readonly id: string;
+  /** The folder's prefix, and the number the file name starts with (its place in the folder). */
+  readonly prefix: string;
+  readonly number: number;
   readonly file: string;
   readonly sql: string;
   readonly sha256: string;
@@ -45,28 +50,48 @@ function statementsOf(text: string): string[] {
     .filter((s) => s.split('\n').some((line) => line.trim() !== '' && !line.trim().startsWith('--')));
 }
 
-export function migrationFromFile(id: string, file: string): Migration {
+/** The number a migration's name starts with (`015-…` → 15); NaN when it has none. */
+const numberOf = (name: string) => Number(/^(\d+)-/.exec(name)?.[1] ?? NaN);
+
+/** Any dollar quote, `$$` or `$tag$`: the body of a function or a `do` block. */
+const DOLLAR_QUOTE = /\$([A-Za-z_][A-Za-z0-9_]*)?\$/;
+
+export function migrationFromFile(prefix: string, file: string): Migration {
+  const name = basename(file, '.sql');
+  const id = `${prefix}/${name}`;
+  const number = numberOf(name);
+  if (!Number.isSafeInteger(number)) throw new Error(`Migration file ${file} must be named <number>-<what it does>.sql`);
   const sql = readFileSync(file, 'utf8');
   const sha256 = createHash('sha256').update(sql).digest('hex');
   const outsideTransaction = sql.startsWith(NO_TRANSACTION) ? statementsOf(sql) : undefined;
   // Splitting on `;` cuts a function body or a `do` block apart, which would only fail (or, worse,
   // half-run) at deploy time: refuse such a file when it is read.
-  if (outsideTransaction?.some((statement) => statement.includes('$$'))) {
+  if (outsideTransaction?.some((statement) => DOLLAR_QUOTE.test(statement))) {
     throw new Error(
-      `Migration ${id} (${file}) runs outside a transaction, so it is split on ';', but a statement holds a $$ body: move it to a file of its own that runs in a transaction`,
+      `Migration ${id} (${file}) runs outside a transaction, so it is split on ';', but a statement holds a dollar-quoted body: move it to a file of its own that runs in a transaction`,
     );
   }
-  return { id, file, sql, sha256, outsideTransaction };
+  return { id, prefix, number, file, sql, sha256, outsideTransaction };
 }
 
-/** Every migration of `folders`, folder by folder in the given order, each in file-name order. */
+/**
+ * Every migration of `folders`, folder by folder in the given order, each in the order of the
+ * numbers its file names start with. A number is used once per folder: two files with one number
+ * (two branches that both took the next one) would leave their order to the rest of the name.
+ */
 export function loadMigrations(folders: readonly MigrationFolder[]): Migration[] {
   return folders.flatMap(({ prefix, folder }) => {
     const dir = fileURLToPath(folder);
-    return readdirSync(dir)
+    const migrations = readdirSync(dir)
       .filter((name) => name.endsWith('.sql'))
-      .sort()
-      .map((name) => migrationFromFile(`${prefix}/${name.slice(0, -'.sql'.length)}`, `${dir.replace(/\/$/, '')}/${name}`));
+      .map((name) => migrationFromFile(prefix, join(dir, name)))
+      .sort((a, b) => a.number - b.number);
+    for (const [i, m] of migrations.entries()) {
+      const previous = migrations[i - 1];
+      if (previous?.number === m.number)
+        throw new Error(`Migrations ${previous.file} and ${m.file} share the number ${m.number}: renumber the one not applied yet`);
+    }
+    return migrations;
   });
 }
 
@@ -159,28 +184,28 @@ async function checkApplied(client: pg.Client, migrations: readonly Migration[],
   }
 }
 
-const prefixOf = (id: string) => id.slice(0, id.indexOf('/'));
-
 function checkSequence(migrations: readonly Migration[], done: ReadonlyMap<string, string | null>): void {
   const byPrefix = new Map<string, Migration[]>();
-  for (const migration of migrations) byPrefix.set(prefixOf(migration.id), [...(byPrefix.get(prefixOf(migration.id)) ?? []), migration]);
+  for (const migration of migrations) byPrefix.set(migration.prefix, [...(byPrefix.get(migration.prefix) ?? []), migration]);
   for (const [prefix, files] of byPrefix) {
     const known = new Set(files.map((m) => m.id));
-    const last = files.reduce((max, m) => (m.id > max ? m.id : max), '');
-    const applied = [...done.keys()].filter((id) => prefixOf(id) === prefix);
-    const missing = applied.find((id) => !known.has(id) && id < last);
+    const last = Math.max(...files.map((m) => m.number));
+    const applied = [...done.keys()].filter((id) => id.startsWith(`${prefix}/`) && !id.slice(prefix.length + 1).includes('/'));
+    // An unknown applied id numbered past the last file is a newer release's; one at or below it
+    // was a file of ours that is gone or renamed (under its new name it would run again).
+    const missing = applied.find((id) => !known.has(id) && !(numberOf(id.slice(prefix.length + 1)) > last));
     if (missing) {
       throw new Error(
         `Migration ${missing} is recorded as applied, but no file ${missing.slice(prefix.length + 1)}.sql is among ${prefix}'s migrations ` +
           '(renamed or deleted?). Applied migrations are frozen: restore the file under its name.',
       );
     }
-    const newestApplied = applied.filter((id) => known.has(id)).reduce((max, id) => (id > max ? id : max), '');
-    const early = files.find((m) => !done.has(m.id) && m.id < newestApplied);
-    if (early) {
+    const newestApplied = files.filter((m) => done.has(m.id)).at(-1);
+    const early = newestApplied && files.find((m) => !done.has(m.id) && m.number < newestApplied.number);
+    if (newestApplied && early) {
       throw new Error(
-        `Migration ${early.id} (${early.file}) is not applied, but sorts before ${newestApplied}, which is: it would run out of order. ` +
-          'Give it a name that sorts after every applied migration of its folder.',
+        `Migration ${early.id} (${early.file}) is not applied, but comes before ${newestApplied.id}, which is: it would run out of order. ` +
+          'Give it a number after every applied migration of its folder.',
       );
     }
   }

@@ -38,3 +38,28 @@ describe('when a target name resolves to a special address', () => {
     }
   });
 });
+
+describe('when a delivery fails, its error names the target as the tenant wrote it', () => {
+  it('says where a name points neither in a refusal nor in a connection error', async () => {
+    const message = { id: 'msg_2', type: 'employee.hired', timestamp: new Date().toISOString(), data: {} };
+    const secret = `whsec_${Buffer.alloc(24, 7).toString('base64')}`;
+    const refused = await sendWebhook('https://internal.example/x', secret, message, {
+      policy: { allowHosts: [], resolver: resolvesTo('10.20.30.40') },
+      timeoutMs: 1_000,
+    });
+    expect(refused.kind === 'failed' && refused.error).toMatch(/^refused: internal\.example/);
+    expect(refused.kind === 'failed' && refused.error).not.toMatch(/10\.20\.30\.40/);
+    // A closed port on an allow-listed name: the error names the host, not the address it resolved to.
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const { port } = closed.address() as AddressInfo;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const unreachable = await sendWebhook(`http://receiver.test:${port}/x`, secret, message, {
+      policy: { allowHosts: ['receiver.test'], resolver: resolvesTo('127.0.0.1') },
+      timeoutMs: 1_000,
+    });
+    expect(unreachable).toMatchObject({ kind: 'failed', status: null });
+    expect(unreachable.kind === 'failed' && unreachable.error).toMatch(/ECONNREFUSED receiver\.test/);
+    expect(unreachable.kind === 'failed' && unreachable.error).not.toMatch(/127\.0\.0\.1/);
+  });
+});

@@ -30,6 +30,19 @@ describe('when a target is loopback, private, link-local or metadata and not all
     }
   });
 
+  it('says a name is refused without saying which address it points at', async () => {
+    const { headers } = await admin();
+    const response = await wh.strictApp.inject({
+      method: 'POST',
+      url: '/v1/webhooks',
+      headers,
+      payload: { url: 'https://localhost/hook', events: ['employee.hired'] },
+    });
+    expectProblem(response, 422);
+    expect(response.body).toMatch(/localhost/);
+    expect(response.body).not.toMatch(/127\.0\.0\.1|::1\b/);
+  });
+
   it('refuses a NUL or lone surrogate in the URL with a 400 naming it, never a 500', async () => {
     const { headers } = await admin();
     for (const url of ['http://127.0.0.1:9/a\u0000b', 'http://127.0.0.1:9/a\ud800']) {

@@ -34,7 +34,13 @@ describe('when a target name resolves to a special address', () => {
       { address: '93.184.216.34', family: 4 },
       { address: '10.0.0.1', family: 4 },
     ];
-    await expect(resolveTarget('https://hooks.example.com/x', { allowHosts: [], resolver })).rejects.toThrow(/10\.0\.0\.1/);
+    await expect(resolveTarget('https://hooks.example.com/x', { allowHosts: [], resolver })).rejects.toThrow(/hooks\.example\.com/);
+  });
+
+  it('says the name is refused without saying which address it points at', async () => {
+    const refusal = resolveTarget('https://hooks.example.com/x', { allowHosts: [], resolver: resolvesTo('172.18.0.5') });
+    await expect(refusal).rejects.toThrow(/hooks\.example\.com .*private/);
+    await expect(refusal).rejects.not.toThrow(/172\.18/);
   });
 
   it('lets a public address through, and what the allow-list names (host, address or CIDR)', async () => {

@@ -158,7 +158,7 @@ describe('migrate: files that no longer match the sequence the database went thr
     await migrate(db.url, folderWith({ '001-table.sql': TABLE, '003-index.sql': INDEX }));
     const late = folderWith({ '002-column.sql': 'alter table t add column v int;\n' });
     await expect(migrate(db.url, late)).rejects.toThrow(
-      /^Migration test\/002-column \(.*\/002-column\.sql\) is not applied, but sorts before test\/003-index/,
+      /^Migration test\/002-column \(.*\/002-column\.sql\) is not applied, but comes before test\/003-index/,
     );
     expect(await recorded()).toEqual(['test/001-table', 'test/003-index']);
   });
@@ -169,10 +169,23 @@ describe('migrate: files that no longer match the sequence the database went thr
     expect(await migrate(db.url, table())).toEqual([]);
   });
 
-  it('refuses, when it reads the file, a no-transaction migration that holds a $$ body', async () => {
+  it("refuses a renamed last file too: the old id shares the new file's number", async () => {
+    await migrate(db.url, folderWith({ '001-table.sql': TABLE, '002-index.sql': INDEX }));
+    rmSync(join(dir, '002-index.sql'));
+    const renamed = folderWith({ '002-an-index.sql': INDEX });
+    await expect(migrate(db.url, renamed)).rejects.toThrow(/^Migration test\/002-index is recorded as applied, but no file 002-index\.sql/);
+    expect(await recorded()).toEqual(['test/001-table', 'test/002-index']);
+  });
+
+  it('refuses, when it reads the files, two files with one number', async () => {
+    const twice = folderWith({ '001-table.sql': TABLE, '002-index.sql': INDEX, '002-column.sql': 'alter table t add column v int;\n' });
+    await expect(migrate(db.url, twice)).rejects.toThrow(/share the number 2/);
+  });
+
+  it.each(['$$', '$fn$'])('refuses, when it reads the file, a no-transaction migration with a %s body', async (quote) => {
     const body = folderWith({
-      '001-function.sql': '-- migrate: no-transaction\ncreate function f() returns int language sql as $$ select 1; $$;\n',
+      '001-function.sql': `-- migrate: no-transaction\ncreate function f() returns int language sql as ${quote} select 1; ${quote};\n`,
     });
-    await expect(migrate(db.url, body)).rejects.toThrow(/^Migration test\/001-function .* holds a \$\$ body/);
+    await expect(migrate(db.url, body)).rejects.toThrow(/^Migration test\/001-function .* holds a dollar-quoted body/);
   });
 });
