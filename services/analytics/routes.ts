@@ -10,7 +10,7 @@ import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../proj
 import { MAX_SERIES_POINTS, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/intervals.ts';
 import { KPI_METRICS, readKpiSeries, readKpiSummaryAt } from '../../projections/kpi/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requireAuth } from '../gateway/requestContext.ts';
+import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
 
 export type AnalyticsRoutesDeps = {
@@ -96,7 +96,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         if (wanted !== undefined) {
           const position = parsePosition(wanted);
           if (!position) throw new BadRequestError('X-Min-Position must be a log position as returned by a write');
-          await waitForCheckpoint(deps.pool, kpiBillingProjection.name, position, readWaitMs);
+          await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, kpiBillingProjection.name, position, readWaitMs));
         }
         const at = request.query.at;
         return at === undefined ? readKpiSummary(kpiPorts, auth.tenantId, now()) : readKpiSummaryAt(kpiPorts, auth.tenantId, at, now());

@@ -8,7 +8,7 @@ import { PUBLIC_CHANGE_TYPES, type ChangeType } from '../../projections/changes/
 import { readChanges } from '../../projections/changes/queries.ts';
 import { employeeSchema } from '../employees/schemas.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requestSignal, requireAuth } from '../gateway/requestContext.ts';
+import { requestSignal, requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { toChange } from './change.ts';
 import { decodeCursor, encodeCursor } from './cursor.ts';
 import type { ChangeWakeups } from './wakeups.ts';
@@ -105,7 +105,7 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
               return { data, next: data.at(-1)?.cursor ?? encodeCursor(after), hasMore: page.changes.length > limit };
             }
             // Bounded slices: a lost notification costs at most a second of latency.
-            await watch.wait(Math.min(remaining, 1_000), signal);
+            await waitOnPurpose(request, () => watch.wait(Math.min(remaining, 1_000), signal));
           }
         } finally {
           watch?.cancel();

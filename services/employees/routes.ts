@@ -11,7 +11,7 @@ import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requireAuth } from '../gateway/requestContext.ts';
+import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { rolesAllow } from '../auth/permissions.ts';
 import { ifMatchHeader, logPositionText, strongEntityTags } from '../../shared/validation.ts';
 import type { CommandMetadata } from './decide.ts';
@@ -102,10 +102,15 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
    * Waits for the projection when the client asked for a position; says whether it got there.
    * The header schema (`logPositionText`) has already answered 400 for one `parsePosition` rejects.
    */
-  const awaitPosition = async (reply: FastifyReply, header: string | undefined, query: GlobalPosition | undefined) => {
+  const awaitPosition = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    header: string | undefined,
+    query: GlobalPosition | undefined,
+  ) => {
     const position = header !== undefined ? parsePosition(header) : query;
     if (!position) return;
-    const reached = await waitForCheckpoint(deps.pool, EMPLOYEES_PROJECTION, position, readWaitMs);
+    const reached = await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, EMPLOYEES_PROJECTION, position, readWaitMs));
     reply.header('x-consistency', reached ? 'consistent' : 'stale');
   };
 
@@ -158,7 +163,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       },
       async (request, reply) => {
         const auth = requireAuth(request);
-        await awaitPosition(reply, request.headers['x-min-position'], request.query.minPosition);
+        await awaitPosition(request, reply, request.headers['x-min-position'], request.query.minPosition);
         const { minPosition: _, ...query } = request.query;
         const { data, total } = await listEmployees(deps.tenantReader ?? deps.pool, auth.tenantId, query);
         return { data: data.map(toView), meta: { page: query.page, limit: query.limit, total } };

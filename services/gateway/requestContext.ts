@@ -45,3 +45,25 @@ export function requestSignal(request: FastifyRequest, reply: FastifyReply): Abo
   reply.raw.once('close', () => gone.abort());
   return AbortSignal.any([request.server.shutdownSignal, gone.signal]);
 }
+
+const waitedOnPurpose = new WeakMap<FastifyRequest, number>();
+
+/**
+ * Runs a wait the request makes on purpose (the feed's long-poll, read-your-writes, a replay's
+ * hand-off) and adds its duration to the request's waited time. The API latency KPI subtracts
+ * that time: it measures how long the service worked, and a client that follows the guide by
+ * long-polling would otherwise report its own `?wait=` as the service's latency.
+ */
+export async function waitOnPurpose<T>(request: FastifyRequest, wait: () => Promise<T>): Promise<T> {
+  const started = performance.now();
+  try {
+    return await wait();
+  } finally {
+    waitedOnPurpose.set(request, (waitedOnPurpose.get(request) ?? 0) + performance.now() - started);
+  }
+}
+
+/** Milliseconds the request spent in `waitOnPurpose`. */
+export function waitedOnPurposeMs(request: FastifyRequest): number {
+  return waitedOnPurpose.get(request) ?? 0;
+}
