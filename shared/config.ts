@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isIP } from 'node:net';
 import { isAllowHostEntry } from './allowHosts.ts';
 
 /**
@@ -26,6 +27,28 @@ const emptyAsUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === 
 const optional = <T extends z.ZodType>(schema: T) => z.preprocess(emptyAsUndefined, schema.optional());
 
 const boolish = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+/** Names proxy-addr knows for ranges of proxy addresses. */
+const PROXY_RANGES = ['loopback', 'linklocal', 'uniquelocal'];
+
+const isProxyAddress = (entry: string) =>
+  PROXY_RANGES.includes(entry) || (isIP(entry.split('/')[0] ?? '') !== 0 && isAllowHostEntry(entry));
+
+function parseTrustProxy(value: string, ctx: z.RefinementCtx): number | string | false {
+  const v = value.trim();
+  if (v === 'false') return false;
+  if (/^\d+$/.test(v) && Number(v) >= 1) return Number(v);
+  const entries = v.split(',').map((e) => e.trim().toLowerCase());
+  if (v !== 'true' && entries.every(isProxyAddress)) return entries.join(',');
+  ctx.addIssue({
+    code: 'custom',
+    message:
+      v === 'true'
+        ? "true would believe any client-written X-Forwarded-For entry: set the hop count (the number of proxies in front of the service, e.g. 1) or the proxies' addresses/CIDRs"
+        : 'must be a hop count (the number of proxies in front of the service, ≥ 1) or comma-separated proxy addresses/CIDRs',
+  });
+  return z.NEVER;
+}
 
 export const configSchema = z.object({
   NODE_ENV: z.enum(['development', 'test', 'production']).default('development'),
@@ -60,11 +83,13 @@ export const configSchema = z.object({
     .regex(/^[A-Za-z0-9_.-]+$/)
     .default('eas'),
   /**
-   * Which proxies to believe about the client address (Fastify `trustProxy`): `true` (any), or
-   * comma-separated addresses/CIDRs of the load balancers. Set it behind a load balancer: login and refresh bounds
-   * are per client address, and without it every client looks like the balancer.
+   * Which proxies to believe about the client address (Fastify `trustProxy`): the number of
+   * proxies in front of the service (hops), or their comma-separated addresses/CIDRs. Set it
+   * behind a load balancer: login and refresh bounds are per client address, and without it
+   * every client looks like the balancer. `true` is refused: it believes the leftmost
+   * X-Forwarded-For entry, which the client writes, so a client could pick its own address.
    */
-  TRUST_PROXY: optional(z.string().transform((v): boolean | string => (v === 'true' ? true : v === 'false' ? false : v))),
+  TRUST_PROXY: optional(z.string().transform(parseTrustProxy)),
   /** Largest accepted request body in bytes. */
   BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1_048_576),
   /** How long graceful shutdown may take before the process exits anyway. */

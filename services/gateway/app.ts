@@ -22,8 +22,11 @@ export type GatewayOptions = {
   readonly logger?: FastifyBaseLogger;
   /** OpenTelemetry's Fastify instrumentation, when tracing is on: registered before anything else. */
   readonly tracing?: FastifyPluginCallback;
-  /** Fastify `trustProxy` (config TRUST_PROXY): whose X-Forwarded-For gives `request.ip`. */
-  readonly trustProxy?: boolean | string;
+  /**
+   * Fastify `trustProxy` (config TRUST_PROXY): whose X-Forwarded-For gives `request.ip`. A hop
+   * count or proxy addresses only: `true` would let a client choose its own address.
+   */
+  readonly trustProxy?: number | string | false | undefined;
 };
 
 export type V1Capability = (v1: FastifyInstance) => Promise<void>;
@@ -39,6 +42,14 @@ declare module 'fastify' {
   }
 }
 
+/**
+ * Fastify turns a numeric `trustProxy` into "trust nobody", so a hop count becomes the function
+ * proxy-addr calls with each address's distance from the socket (0 = the socket's peer): the
+ * `hops` nearest are proxies, and the address before them is the client's.
+ */
+const trustedProxies = (trust: number | string | false) =>
+  typeof trust === 'number' ? (_address: string, distance: number) => distance < trust : trust;
+
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /**
@@ -52,7 +63,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
       ? { loggerInstance: options.logger }
       : { logger: { level: options.config.LOG_LEVEL, redact: ['req.headers.authorization', 'req.headers.cookie'] } }),
     bodyLimit: options.config.BODY_LIMIT_BYTES,
-    ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
+    ...(options.trustProxy !== undefined && { trustProxy: trustedProxies(options.trustProxy) }),
     // Request loggers bind lazily (the request id here, tenant and user in auth): pino would
     // serialise both bindings on every request, whether or not a line is written.
     childLoggerFactory: (logger, bindings, options) =>

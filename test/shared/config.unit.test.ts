@@ -45,4 +45,21 @@ describe('configuration', () => {
     expect(loadConfig({ KAFKA_BROKERS: 'a:9092, b:9093' }).KAFKA_BROKERS).toEqual(['a:9092', 'b:9093']);
     fc.assert(fc.property(fc.integer({ min: 0, max: 65535 }), (port) => loadConfig({ PORT: String(port) }).PORT === port));
   });
+
+  describe('TRUST_PROXY', () => {
+    it('refuses true, which would let any client pick its own address', () => {
+      expect(() => loadConfig({ TRUST_PROXY: 'true' })).toThrow(/TRUST_PROXY: .*hop count/);
+    });
+
+    it("takes a hop count or the proxies' addresses", () => {
+      expect(loadConfig({ TRUST_PROXY: '2' }).TRUST_PROXY).toBe(2);
+      expect(loadConfig({ TRUST_PROXY: ' 10.0.0.0/8, 192.0.2.1 ,::1 ' }).TRUST_PROXY).toBe('10.0.0.0/8,192.0.2.1,::1');
+      expect(loadConfig({ TRUST_PROXY: 'loopback' }).TRUST_PROXY).toBe('loopback');
+      expect(loadConfig({}).TRUST_PROXY).toBeUndefined();
+    });
+
+    it.each(['0', '1.5', 'lb.internal', '10.0.0.0/33', 'yes'])('refuses %s with a message naming TRUST_PROXY', (value) => {
+      expect(() => loadConfig({ TRUST_PROXY: value })).toThrow(/TRUST_PROXY/);
+    });
+  });
 });
