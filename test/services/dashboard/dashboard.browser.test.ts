@@ -1,12 +1,25 @@
 import { mkdir } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Page } from 'puppeteer-core';
 import { createTestUser, provisionTenant } from '../../support/auth.ts';
 import { byCall, cardValue, chartsSettled, figures, startDashboardHarness, type DashboardHarness } from '../../support/dashboardBrowser.ts';
 import { staysTrue } from '../../support/staysTrue.ts';
 
 /** GET /dashboard in headless chromium against a real gateway (test/support/dashboardBrowser.ts). */
 let harness: DashboardHarness;
+
+/** The stored access token "expires": the reload's first API call gets 401, so the page must refresh to show the cards. */
+async function reloadWithExpiredAccessToken(page: Page): Promise<void> {
+  await page.evaluate(`(() => {
+    const s = JSON.parse(sessionStorage.getItem('kpi-session'));
+    sessionStorage.setItem('kpi-session', JSON.stringify({ ...s, accessToken: 'expired.token.value' }));
+  })()`);
+  await page.reload();
+  await page.waitForFunction(`document.querySelector('.value[data-metric="mrr"]')?.getAttribute('data-value') === '200'`, {
+    timeout: 20_000,
+  });
+}
 
 beforeAll(async () => {
   harness = await startDashboardHarness();
@@ -75,15 +88,7 @@ describe('GET /dashboard in headless chromium', () => {
       const page = await harness.browser.newPage();
       await harness.signIn(page, tenant, analyst.email, analyst.password);
       await page.waitForFunction("document.querySelectorAll('figure[data-points]').length === 7", { timeout: 20_000 });
-      // The access token "expires": the next API call gets 401, the page refreshes and retries.
-      await page.evaluate(`(() => {
-        const s = JSON.parse(sessionStorage.getItem('kpi-session'));
-        sessionStorage.setItem('kpi-session', JSON.stringify({ ...s, accessToken: 'expired.token.value' }));
-      })()`);
-      await page.reload();
-      await page.waitForFunction(`document.querySelector('.value[data-metric="mrr"]')?.getAttribute('data-value') === '200'`, {
-        timeout: 20_000,
-      });
+      await reloadWithExpiredAccessToken(page);
       const stored = JSON.parse(String(await page.evaluate(`sessionStorage.getItem('kpi-session')`))) as Record<string, string>;
       expect(stored.accessToken).not.toBe('expired.token.value');
       expect(await page.$eval('#signin', (el) => el.hasAttribute('hidden'))).toBe(true);
@@ -118,14 +123,7 @@ describe('GET /dashboard in headless chromium', () => {
         }
         return void request.continue();
       });
-      await page.evaluate(`(() => {
-        const s = JSON.parse(sessionStorage.getItem('kpi-session'));
-        sessionStorage.setItem('kpi-session', JSON.stringify({ ...s, accessToken: 'expired.token.value' }));
-      })()`);
-      await page.reload();
-      await page.waitForFunction(`document.querySelector('.value[data-metric="mrr"]')?.getAttribute('data-value') === '200'`, {
-        timeout: 20_000,
-      });
+      await reloadWithExpiredAccessToken(page);
       expect(refreshes.map((r) => r.answer)).toEqual(['drop', 503, 429, 'gateway']);
       expect((refreshes[2]?.at ?? 0) - (refreshes[1]?.at ?? 0)).toBeGreaterThanOrEqual(900); // Retry-After: 1
       expect(await page.$eval('#signin', (el) => el.hasAttribute('hidden'))).toBe(true);
