@@ -15,6 +15,7 @@ import { billingRoutes } from '../../../services/billing/routes.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import type { Kpi } from '../../support/harness/analytics.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 let db: TestDatabase;
@@ -47,17 +48,6 @@ afterAll(async () => {
   await store?.close();
   await db?.drop();
 });
-
-type Kpi = {
-  mrr: number;
-  arr: number;
-  churnRate: number;
-  dau: number;
-  mau: number;
-  apiLatencyP95Ms: number;
-  asOf: string;
-  currency: string | null;
-};
 
 const billingEvent = (customerId: string, overrides: Record<string, unknown> = {}) => ({
   eventId: randomUUID(),

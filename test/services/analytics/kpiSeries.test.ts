@@ -6,7 +6,7 @@ import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { TestDatabase } from '../../support/database.ts';
 import { authHeaders, provisionTenant, type TestTenant } from '../../support/auth.ts';
-import { createAnalyticsHarness, type AnalyticsHarness } from '../../support/harness/analytics.ts';
+import { createAnalyticsHarness, type AnalyticsHarness, type Kpi } from '../../support/harness/analytics.ts';
 
 let db: TestDatabase;
 let auth: AuthDeps;
@@ -22,16 +22,6 @@ afterAll(async () => {
   await harness?.close();
 });
 
-type Kpi = {
-  mrr: number;
-  arr: number;
-  churnRate: number;
-  dau: number;
-  mau: number;
-  apiLatencyP95Ms: number;
-  asOf: string;
-  currency: string | null;
-};
 type Series = { metric: string; interval: string; currency?: string | null; asOf: string; points: { at: string; value: number }[] };
 
 const DAY = 86_400_000;

@@ -10,6 +10,7 @@ import { runProjection, type ProjectorHandle } from '../../../shared/projections
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
+import type { Employee } from '../../support/harness/employeesApi.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
 /**
@@ -17,15 +18,6 @@ import { waitFor } from '../../support/waitFor.ts';
  * a stale ETag from the lagging read model), through the API on real PostgreSQL. The projector is started and
  * stopped by the tests themselves, so "the read model lags" is a state they set up, not a race.
  */
-type Employee = {
-  id: string;
-  email: string;
-  firstName: string;
-  lastName: string;
-  department: string | null;
-  status: string;
-  hiredAt: string;
-};
 
 let db: TestDatabase;
 let store: EventStore;

@@ -10,6 +10,18 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { createTestDatabase, type TestDatabase } from '../database.ts';
 import { createTestApp, createTestAuth } from '../auth.ts';
 
+/** The body of `GET /v1/analytics/kpi`. */
+export type Kpi = {
+  mrr: number;
+  arr: number;
+  churnRate: number;
+  dau: number;
+  mau: number;
+  apiLatencyP95Ms: number;
+  asOf: string;
+  currency: string | null;
+};
+
 export type AnalyticsHarness = {
   readonly db: TestDatabase;
   readonly store: EventStore;
