@@ -4,6 +4,8 @@ import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
+import { deleteErasedRows } from './erasedRows.ts';
+import { counterKeys, createCounterDeltas } from './counters.ts';
 import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeStatus } from '../../services/employees/contract.ts';
 
 /**
@@ -23,7 +25,7 @@ export const EMPLOYEES_PROJECTION = 'employees';
 const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) =>
   tenantScopedTable(table, named('tenant'), 'read-write');
 
-type Row = {
+export type Row = {
   tenant_id: string;
   id: string;
   email: string;
@@ -50,72 +52,16 @@ export const employeeRowSchema = z.object({
   updated_at: z.string(),
 });
 
-type Tables = 'employees' | 'employee_counts' | 'employee_month_counts' | 'employee_day_counts';
+export type Tables = 'employees' | 'employee_counts' | 'employee_month_counts' | 'employee_day_counts';
 
 /**
- * The UTC calendar day of an instant as `YYYY-MM-DD`. Instants from the write side and from
- * PostgreSQL are already `toISOString()` text, so slicing is enough; anything else is parsed.
+ * What an event makes of an employee's row: the new row, undefined (unchanged) or `ERASED`: an
+ * erased person is in no list, so the row goes, and with it the list totals' share of it.
  */
-export function utcDay(instant: string): string {
-  return instant.length === 24 && instant.endsWith('Z') && instant[10] === 'T'
-    ? instant.slice(0, 10)
-    : new Date(instant).toISOString().slice(0, 10);
-}
+const ERASED = 'erased';
+type Folded = Row | typeof ERASED | undefined;
 
-/** The counters a row adds to: whole tenant, its hire month and its hire day (missing department = ''). */
-type CounterKeys = {
-  all: string;
-  month: string;
-  day: string;
-  tenant_id: string;
-  status: string;
-  department: string;
-  monthStart: string;
-  dayStart: string;
-};
-function counterKeys(row: Pick<Row, 'tenant_id' | 'status' | 'department' | 'hired_at'>): CounterKeys {
-  const department = row.department ?? '';
-  const day = utcDay(row.hired_at);
-  const month = `${day.slice(0, 7)}-01`;
-  const all = `${row.tenant_id}\u0000${row.status}\u0000${department}`;
-  return {
-    all,
-    month: `${all}\u0000${month}`,
-    day: `${all}\u0000${day}`,
-    tenant_id: row.tenant_id,
-    status: row.status,
-    department,
-    monthStart: month,
-    dayStart: day,
-  };
-}
-
-/** Counter deltas of a set of row changes, per counter table. */
-function createCounterDeltas() {
-  type Delta = { tenant_id: string; status: string; department: string; bucket: string | null; delta: number };
-  const all = new Map<string, Delta>();
-  const month = new Map<string, Delta>();
-  const day = new Map<string, Delta>();
-  const add = (map: Map<string, Delta>, key: string, k: CounterKeys, bucket: string | null, delta: number) => {
-    const entry = map.get(key);
-    if (entry) entry.delta += delta;
-    else map.set(key, { tenant_id: k.tenant_id, status: k.status, department: k.department, bucket, delta });
-  };
-  return {
-    bump(row: Pick<Row, 'tenant_id' | 'status' | 'department' | 'hired_at'>, delta: number) {
-      const k = counterKeys(row);
-      add(all, k.all, k, null, delta);
-      add(month, k.month, k, k.monthStart, delta);
-      add(day, k.day, k, k.dayStart, delta);
-    },
-    nonZero() {
-      const keep = (m: Map<string, Delta>) => [...m.values()].filter((d) => d.delta !== 0);
-      return { all: keep(all), month: keep(month), day: keep(day) };
-    },
-  };
-}
-
-function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEvent, tenantId: string): Row | undefined {
+function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEvent, tenantId: string): Folded {
   const touched = { revision: recorded.revision, updated_at: recorded.recordedAt };
   switch (event.type) {
     case 'EmployeeHired': {
@@ -149,6 +95,8 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
       return row && { ...row, status: event.data.to, ...touched };
     case 'EmployeeRoleAssigned':
       return row && { ...row, ...touched }; // the role itself lives with the user (services/auth)
+    case 'EmployeeErased':
+      return ERASED;
     default: {
       const unhandled: never = event;
       return unhandled;
@@ -163,7 +111,7 @@ const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
  * Folds one event into `row` unless the row already reflects it (revision guard), the one
  * place both the live handler and the bulk fold go through.
  */
-function fold(row: Row | undefined, recorded: RecordedEvent, tenantId: string): Row | undefined {
+function fold(row: Row | undefined, recorded: RecordedEvent, tenantId: string): Folded {
   if (row && recorded.revision <= row.revision) return row; // already applied
   // The event store hands back what the write side stored for these types.
   return apply(row, { type: recorded.type, data: recorded.data } as EmployeeEvent, recorded, tenantId) ?? row;
@@ -231,12 +179,16 @@ async function handle(
         `);
   const before = new Map<string, Row>(existing.map((r) => [keyOf(r.tenant_id, r.id), r]));
   const changed: Row[] = [];
+  const erased: Row[] = [];
   for (const [key, stream] of streams) {
     const start = before.get(key);
-    let row = start;
-    for (const recorded of stream.events) row = fold(row, recorded, stream.tenantId);
-    if (row && row.revision !== start?.revision) changed.push(row);
+    let row: Folded = start;
+    for (const recorded of stream.events) if (row !== ERASED) row = fold(row, recorded, stream.tenantId);
+    if (row === ERASED) {
+      if (start) erased.push(start);
+    } else if (row && row.revision !== start?.revision) changed.push(row);
   }
+  if (erased.length > 0) await deleteErasedRows(tx, erased, tables);
   if (changed.length === 0) return;
 
   // One statement (one round trip of the page transaction): the upsert, whose revision guard
@@ -298,7 +250,8 @@ function bulkFold() {
         const key = keyOf(parsed.tenantId, parsed.employeeId);
         const before = rows.get(key);
         const after = fold(before, event, parsed.tenantId);
-        if (after && after !== before) rows.set(key, after);
+        if (after === ERASED) rows.delete(key);
+        else if (after && after !== before) rows.set(key, after);
       }
     },
     rows() {

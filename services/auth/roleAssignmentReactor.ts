@@ -55,6 +55,7 @@ export const roleAssignmentReactor = defineProjection({
     const emails = new Map<Key, { tenantId: string; employeeId: string; email: string }>();
     const changed = new Set<Key>();
     const missing = new Set<Key>();
+    const forgotten = new Set<Key>();
     const parsed = events.flatMap((recorded) => {
       const stream = parseEmployeeStreamId(recorded.streamId);
       if (!stream) return [];
@@ -102,6 +103,12 @@ export const roleAssignmentReactor = defineProjection({
           }
           break;
         }
+        case 'EmployeeErased':
+          // The address is personal: this table forgets it with the person.
+          emails.delete(key);
+          changed.delete(key);
+          forgotten.add(key);
+          break;
         case 'EmployeeDetailsChanged':
         case 'EmployeeStatusChanged':
           break;
@@ -134,6 +141,22 @@ export const roleAssignmentReactor = defineProjection({
           )}::text[]
         )
         on conflict (tenant_id, employee_id) do update set email = excluded.email
+      `);
+    }
+
+    if (forgotten.size > 0) {
+      const gone = [...forgotten].map((k) => k.split('/'));
+      await tx.query(sql.type(z.object({}))`
+        delete from ${tables.role_reactor_emails}
+        where (tenant_id, employee_id) in (
+          select * from unnest(${sql.array(
+            gone.map(([t]) => t ?? ''),
+            'uuid',
+          )}::uuid[], ${sql.array(
+            gone.map(([, e]) => e ?? ''),
+            'text',
+          )}::text[])
+        )
       `);
     }
 

@@ -1,9 +1,11 @@
-import { withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { withTenant, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { assertRoleExists } from '../auth/roles.ts';
 import type { V1Capability } from '../gateway/app.ts';
 import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
+import { forgetAccount } from '../auth/forgetAccount.ts';
+import { eraseEmployee, type ErasedPerson, type ErasurePorts } from './erasure.ts';
 
 /**
  * The employees capability with its ports bound: roles are checked where they live
@@ -13,10 +15,17 @@ import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
  * Mount it inside `authenticated(...)`, which sets `request.auth` and checks `config.permission`.
  */
 export function employeesCapability(
-  ports: { readonly pool: DatabasePool; readonly tenantReader?: TenantReader; readonly eventStore: EventStore },
+  ports: {
+    readonly pool: DatabasePool;
+    readonly tenantReader?: TenantReader;
+    readonly eventStore: EventStore;
+    /** False when the log is not in `pool`'s database (KurrentDB): see ErasurePorts. Default true. */
+    readonly logInDatabase?: boolean;
+  },
   options: Pick<EmployeesRoutesDeps, 'clock' | 'readWaitMs'> = {},
 ): V1Capability {
   const { pool, eventStore, tenantReader } = ports;
+  const erasure = erasurePorts(eventStore, pool, ports.logInDatabase ?? true);
   return employeesRoutes({
     pool,
     tenantReader,
@@ -24,6 +33,20 @@ export function employeesCapability(
     assertRoleExists: async (tenantId, roleId) => {
       await withTenant(pool, tenantId, (tx) => assertRoleExists(tx, tenantId, roleId));
     },
+    erase: (employeeId, metadata) => eraseEmployee(erasure, employeeId, metadata),
     ...options,
   });
+}
+
+/** The erasure's ports, bound here for the route and the ops commands alike. */
+export function erasurePorts(store: EventStore, pool: DatabasePool, logInDatabase: boolean): ErasurePorts {
+  return {
+    store,
+    pool,
+    logInDatabase,
+    // A login made or taken over for the person (a role was given to them) is theirs: it forgets them too.
+    forget: async (tx: Queryable, person: ErasedPerson) => {
+      if (person.email !== null && person.hadRole) await forgetAccount(tx, person.tenantId, person.email);
+    },
+  };
 }

@@ -1,7 +1,7 @@
 import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, EventMetadata, EventStore } from '../../shared/event-store/port.ts';
 import { assertIfMatch, handleCommand, type CommandResult, type IfMatch } from '../commandHandler.ts';
-import { employeeDecider, type EmployeeCommand, type CommandMetadata, type HireEmployee } from './decide.ts';
+import { employeeDecider, requireHired, type EmployeeCommand, type CommandMetadata, type HireEmployee } from './decide.ts';
 import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './contract.ts';
 import { newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
 
@@ -17,7 +17,7 @@ export type EmployeeCommandPorts = {
 
 export type EmployeeResult = CommandResult<EmployeeState, EmployeeEvent>;
 
-const eventMetadata = (m: CommandMetadata): EventMetadata => ({ tenantId: m.tenantId, actor: m.actor, occurredAt: m.now });
+export const eventMetadata = (m: CommandMetadata): EventMetadata => ({ tenantId: m.tenantId, actor: m.actor, occurredAt: m.now });
 
 const run = (ports: EmployeeCommandPorts, employeeId: string, command: EmployeeCommand, ifMatch?: IfMatch) =>
   handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
@@ -113,7 +113,8 @@ export function changeEmployeeStatus(
  * One employee as its stream says, right now: the events folded with the decider's `evolve`.
  * Single reads answer from this, so body and ETag reflect every acknowledged write;
  * the read model, which lags, serves only lists. Null when the tenant has no such employee
- * (the stream id carries the tenant, so another tenant's id is simply an empty stream).
+ * (the stream id carries the tenant, so another tenant's id is simply an empty stream); an
+ * `ErasedError` (410) when the employee was erased.
  */
 export async function loadEmployee(
   store: EventStore,
@@ -125,6 +126,7 @@ export async function loadEmployee(
   const state = recorded
     .map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent)
     .reduce(employeeDecider.evolve, employeeDecider.initialState);
+  if (state.kind === 'erased') requireHired(state); // 410: erased on purpose, not unknown
   return state.kind === 'hired' ? { state, revision: recorded.length - 1 } : null;
 }
 

@@ -54,7 +54,18 @@ export type EmployeeRoleAssigned = {
   readonly data: { readonly employeeId: string; readonly roleId: string };
 };
 
-export type EmployeeEvent = EmployeeHired | EmployeeDetailsChanged | EmployeeEmailChanged | EmployeeStatusChanged | EmployeeRoleAssigned;
+/**
+ * The person was forgotten at their request: their personal fields can no longer be read
+ * anywhere (their data key is destroyed with this event). What is not personal (id, department,
+ * status history, dates) stays, and no command is accepted for the employee afterwards.
+ */
+export type EmployeeErased = {
+  readonly type: 'EmployeeErased';
+  readonly data: { readonly employeeId: string; readonly erasedAt: string };
+};
+
+export type EmployeeEvent =
+  EmployeeHired | EmployeeDetailsChanged | EmployeeEmailChanged | EmployeeStatusChanged | EmployeeRoleAssigned | EmployeeErased;
 
 export type EmployeeEventType = EmployeeEvent['type'];
 
@@ -64,6 +75,7 @@ export const EMPLOYEE_EVENT_TYPES: readonly EmployeeEventType[] = [
   'EmployeeEmailChanged',
   'EmployeeStatusChanged',
   'EmployeeRoleAssigned',
+  'EmployeeErased',
 ];
 
 /** Stream of one employee. The tenant is part of the id, so no read can cross tenants by id. */
@@ -92,7 +104,11 @@ export type Employee = {
   readonly roleId: string | null;
 };
 
-export type EmployeeState = { readonly kind: 'none' } | ({ readonly kind: 'hired' } & Employee);
+/** What is left of an erased employee: the facts that are not personal, and when the person was erased. */
+export type ErasedEmployee = Pick<Employee, 'id' | 'department' | 'status' | 'hiredAt'> & { readonly erasedAt: string };
+
+export type EmployeeState =
+  { readonly kind: 'none' } | ({ readonly kind: 'hired' } & Employee) | ({ readonly kind: 'erased' } & ErasedEmployee);
 
 export const initialState: EmployeeState = { kind: 'none' };
 
@@ -118,6 +134,11 @@ export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeStat
       return state.kind === 'hired' ? { ...state, status: event.data.to } : state;
     case 'EmployeeRoleAssigned':
       return state.kind === 'hired' ? { ...state, roleId: event.data.roleId } : state;
+    case 'EmployeeErased': {
+      if (state.kind !== 'hired') return state;
+      const { id, department, status, hiredAt } = state;
+      return { kind: 'erased', id, department, status, hiredAt, erasedAt: event.data.erasedAt };
+    }
     default: {
       const unhandled: never = event;
       return unhandled;
@@ -139,3 +160,22 @@ export function toEmployeeView(state: Extract<EmployeeState, { kind: 'hired' }>)
 }
 
 export type EmployeeView = ReturnType<typeof toEmployeeView>;
+
+/**
+ * An erased employee as the change feed shows it (every change of theirs, once erased): the
+ * personal fields null, the facts that are not personal as they were.
+ */
+export function toErasedView(state: Extract<EmployeeState, { kind: 'erased' }>) {
+  return {
+    id: state.id,
+    email: null,
+    firstName: null,
+    lastName: null,
+    department: state.department,
+    status: state.status,
+    hiredAt: state.hiredAt,
+  };
+}
+
+/** The personal fields of the employee view: what erasure blanks wherever a view was stored. */
+export const PERSONAL_VIEW_FIELDS = ['email', 'firstName', 'lastName'] as const;

@@ -1,4 +1,4 @@
-import { ConflictError, NotFoundError } from '../../shared/errors.ts';
+import { ConflictError, ErasedError, NotFoundError } from '../../shared/errors.ts';
 import { evolve, initialState, type EmployeeEvent, type EmployeeState, type EmployeeStatus } from './contract.ts';
 
 /**
@@ -52,7 +52,14 @@ export type AssignEmployeeRole = {
   readonly metadata: CommandMetadata;
 };
 
-export type EmployeeCommand = HireEmployee | ChangeEmployeeDetails | ChangeEmployeeStatus | AssignEmployeeRole;
+/** Forget the person (their right to erasure); answered with the same `erasedAt` when repeated. */
+export type EraseEmployee = {
+  readonly type: 'EraseEmployee';
+  readonly data: Record<string, never>;
+  readonly metadata: CommandMetadata;
+};
+
+export type EmployeeCommand = HireEmployee | ChangeEmployeeDetails | ChangeEmployeeStatus | AssignEmployeeRole | EraseEmployee;
 
 /** Allowed status changes; anything else (including "to the same status") is a conflict. */
 export const STATUS_TRANSITIONS: Readonly<Record<EmployeeStatus, readonly EmployeeStatus[]>> = {
@@ -61,7 +68,9 @@ export const STATUS_TRANSITIONS: Readonly<Record<EmployeeStatus, readonly Employ
   inactive: ['active'],
 };
 
-function requireHired(state: EmployeeState): Extract<EmployeeState, { kind: 'hired' }> {
+/** An erased employee is gone for good (410), not unknown (404): its id was real and stays reserved. */
+export function requireHired(state: EmployeeState): Extract<EmployeeState, { kind: 'hired' }> {
+  if (state.kind === 'erased') throw new ErasedError('This employee was erased', { erasedAt: state.erasedAt });
   if (state.kind !== 'hired') throw new NotFoundError('No employee with this id');
   return state;
 }
@@ -123,6 +132,12 @@ export function decide(command: EmployeeCommand, state: EmployeeState): Employee
       // been changed since (ops CLI), and an explicit assignment must be applied again.
       const current = requireHired(state);
       return [{ type: 'EmployeeRoleAssigned', data: { employeeId: current.id, roleId: command.data.roleId } }];
+    }
+    case 'EraseEmployee': {
+      // Erasing twice is one erasure: nothing more is recorded, and the first `erasedAt` stands.
+      if (state.kind === 'erased') return [];
+      const current = requireHired(state);
+      return [{ type: 'EmployeeErased', data: { employeeId: current.id, erasedAt: command.metadata.now } }];
     }
     default: {
       const unhandled: never = command;

@@ -5,7 +5,7 @@ import { bufferedRandom } from '../../shared/random.ts';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
-import { ForbiddenError, NotFoundError } from '../../shared/errors.ts';
+import { ErasedError, ForbiddenError, NotFoundError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
@@ -37,6 +37,7 @@ import {
   readQuery,
   roleAssignmentBody,
   roleAssignmentSchema,
+  erasureSchema,
 } from './schemas.ts';
 
 export type EmployeesRoutesDeps = {
@@ -46,13 +47,18 @@ export type EmployeesRoutesDeps = {
   readonly store: EventStore;
   /** Fails with 422 when `roleId` names no role of the tenant (services/auth). */
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
+  /** Erases the person (services/employees/erasure.ts, bound to its ports). */
+  readonly erase: (
+    employeeId: string,
+    metadata: CommandMetadata,
+  ) => Promise<{ readonly id: string; readonly erasedAt: string; readonly position: GlobalPosition | null }>;
   readonly clock?: () => Date;
   /** Longest a read waits for the projection to reach a client's `minPosition`. */
   readonly readWaitMs?: number;
 };
 
 const params = z.object({ id: employeeIdSchema });
-const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema } as const;
+const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema, 410: problemSchema } as const;
 const readHeaders = z.object({
   'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
 });
@@ -276,6 +282,30 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       },
     );
 
+    app.post(
+      '/employees/:id/erasure',
+      {
+        config: { permission: 'employees:erase' },
+        schema: {
+          tags,
+          summary: 'Erase the person (right to erasure): their personal data becomes unreadable everywhere; idempotent',
+          description:
+            'Appends EmployeeErased and destroys the data key of the employee in one transaction. Afterwards the employee ' +
+            'answers 410 (problem /problems/erased), is in no list, their e-mail address is free again, every change of ' +
+            'theirs in the feed has its personal fields null, a change employee.erased is delivered, and a login made for ' +
+            'them loses its address and is disabled. Repeating the request answers the same erasedAt.',
+          params,
+          response: { 200: erasureSchema, ...problems },
+        },
+      },
+      async (request, reply) => {
+        const { id, erasedAt, position } = await deps.erase(request.params.id, metadataOf(request));
+        // A list read with this position no longer shows the employee (read-your-writes).
+        if (position) reply.header('x-log-position', formatPosition(position));
+        return { id, erasedAt };
+      },
+    );
+
     app.get(
       '/employees/:id/history',
       {
@@ -291,6 +321,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         const auth = requireAuth(request);
         const events = await deps.store.readStream(employeeStreamId(auth.tenantId, request.params.id));
         if (events.length === 0) throw new NotFoundError(`No employee ${request.params.id}`);
+        // The history of an erased person is theirs too: what is left of it is not shown.
+        const erased = events.find((e) => e.type === 'EmployeeErased');
+        if (erased)
+          throw new ErasedError('This employee was erased', { erasedAt: isRecord(erased.data) ? erased.data.erasedAt : undefined });
         return {
           data: events.map((e) => ({
             type: e.type,

@@ -28,6 +28,8 @@ export type GatewayPorts = {
   /** Transaction-free tenant-scoped reads for list pages; without it they run in `withTenant` transactions. */
   readonly tenantReader?: TenantReader;
   readonly eventStore: EventStore;
+  /** False when the log is KurrentDB, not `pool`'s database (an erasure then appends, then forgets). */
+  readonly logInDatabase?: boolean;
   readonly rateLimiter: RateLimiter;
   readonly usagePublisher: UsageSamplePublisher;
   /** For the change feed's LISTEN connection (opened on the first long-poll only). */
@@ -56,7 +58,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         rolesRoutes(auth),
         changesCapability({ pool, databaseUrl: ports.databaseUrl }),
         webhooksCapability({ pool, secrets: ports.webhooks.secrets, targets: { allowHosts: ports.webhooks.allowHosts } }),
-        employeesCapability({ pool, tenantReader: ports.tenantReader, eventStore }),
+        employeesCapability({ pool, tenantReader: ports.tenantReader, eventStore, logInDatabase: ports.logInDatabase ?? true }),
         analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
         // After the KPI reads: its path lies under /analytics, and the API document lists it after them.
         billingRoutes({ store: eventStore }),
@@ -87,6 +89,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
       pool: runtime.pool,
       tenantReader: runtime.tenantReader,
       eventStore: runtime.eventStore,
+      logInDatabase: config.EVENTSTORE_URL === undefined,
       rateLimiter: runtime.rateLimiter,
       usagePublisher: runtime.usage.publisher,
       usageSource: runtime.usage.source,

@@ -1,0 +1,25 @@
+import { z } from 'zod';
+import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { normaliseEmail } from '../../shared/email.ts';
+
+/**
+ * The login of a person who was erased: its address gives way to one that names nobody
+ * (`erased-<user id>@erased.invalid`, a reserved domain), it is disabled, and its refresh tokens
+ * are revoked (access tokens already issued expire within 15 minutes). The row stays, so what
+ * refers to the user (audit actors) still resolves. Expects the tenant set for the transaction
+ * (`app.tenant_id`); true when there was such a login.
+ */
+export async function forgetAccount(tx: Queryable, tenantId: string, email: string): Promise<boolean> {
+  const id = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
+    update users set
+      email = 'erased-' || id::text || '@erased.invalid', email_key = 'erased-' || id::text || '@erased.invalid',
+      disabled_at = coalesce(disabled_at, now()), updated_at = now()
+    where tenant_id = ${tenantId} and email_key = ${normaliseEmail(email)}
+    returning id::text
+  `);
+  if (!id) return false;
+  await tx.query(sql.type(z.object({}))`
+    update refresh_tokens set revoked_at = now() where tenant_id = ${tenantId} and user_id = ${id} and revoked_at is null
+  `);
+  return true;
+}
