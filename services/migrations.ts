@@ -15,5 +15,6 @@ export const allMigrations: readonly MigrationFolder[] = [
   { prefix: 'auth', folder: folder('./auth/migrations/') },
   { prefix: 'kpi', folder: folder('../projections/kpi/migrations/') },
   { prefix: 'webhooks', folder: folder('./webhooks/migrations/') },
+  { prefix: 'personal-data', folder: folder('../shared/personal-data/migrations/') },
   { prefix: 'employees', folder: folder('./employees/migrations/') },
 ];
