@@ -44,6 +44,8 @@ export async function openApiDocument(pool: DatabasePool): Promise<Record<string
       auth,
       pool,
       eventStore,
+      // Nothing is erased while the document is generated.
+      dataKeys: { destroy: () => Promise.reject(new Error('the client generator erases nothing')) },
       rateLimiter,
       usagePublisher: createInProcessBus({ registry }).publisher,
       databaseUrl: 'postgres://unused',

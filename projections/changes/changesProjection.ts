@@ -56,6 +56,7 @@ const lastStateRow = z.object({
   revision: z.number(),
   employee: z.record(z.string(), z.unknown()),
   role_id: z.string().nullable(),
+  type: z.string(),
   occurred_at: z.string(),
 });
 
@@ -112,7 +113,7 @@ async function handle(
   const streams = new Map<string, { applied: number; state: EmployeeState }>();
   if (known.length > 0) {
     const rows = await tx.any(sql.type(lastStateRow)`
-      select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id,
+      select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id, c.type,
         to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as occurred_at
       from ${tables.employee_changes} c
       join unnest(${sql.array(
@@ -127,10 +128,17 @@ async function handle(
     `);
     for (const row of rows) {
       const { email, firstName, lastName, ...facts } = employeeView.parse(row.employee);
+      // Personal fields read null once the person is erased, in the rows before the erasure too
+      // (a rebuild after it could not open them): the state they carry on is still hired, with the
+      // fields as the sealing boundary hands them over (null), so the changes up to the erasure keep their rows.
+      const personal = { email, firstName, lastName } as Pick<
+        Extract<EmployeeState, { kind: 'hired' }>,
+        'email' | 'firstName' | 'lastName'
+      >;
       const state: EmployeeState =
-        email === null || firstName === null || lastName === null
+        row.type === CHANGE_TYPES.EmployeeErased
           ? { kind: 'erased', ...facts, erasedAt: row.occurred_at }
-          : { kind: 'hired', ...facts, email, firstName, lastName, roleId: row.role_id };
+          : { kind: 'hired', ...facts, ...personal, roleId: row.role_id };
       streams.set(key(row.tenant_id, row.employee_id), { applied: row.revision, state });
     }
   }

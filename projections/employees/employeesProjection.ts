@@ -113,6 +113,9 @@ const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
  */
 function fold(row: Row | undefined, recorded: RecordedEvent, tenantId: string): Folded {
   if (row && recorded.revision <= row.revision) return row; // already applied
+  // Fields that cannot be opened any more (the key is destroyed) belong to an erased person, whose
+  // erasure follows in the log: in no list from here on (a rebuild after the erasure builds no row).
+  if (recorded.redacted) return ERASED;
   // The event store hands back what the write side stored for these types.
   return apply(row, { type: recorded.type, data: recorded.data } as EmployeeEvent, recorded, tenantId) ?? row;
 }

@@ -92,6 +92,13 @@ export const roleAssignmentReactor = defineProjection({
       switch (event.type) {
         case 'EmployeeHired':
         case 'EmployeeEmailChanged':
+          // An address that cannot be opened any more (the person is erased) is not kept, and no role goes to it.
+          if (recorded.redacted) {
+            emails.delete(key);
+            changed.delete(key);
+            forgotten.add(key);
+            break;
+          }
           emails.set(key, { tenantId, employeeId, email: event.data.email });
           changed.add(key);
           break;

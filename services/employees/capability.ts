@@ -1,5 +1,6 @@
 import { withTenant, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
+import type { DataKeyStore } from '../../shared/personal-data/dataKeys.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { assertRoleExists } from '../auth/roles.ts';
 import type { V1Capability } from '../gateway/app.ts';
@@ -21,11 +22,13 @@ export function employeesCapability(
     readonly eventStore: EventStore;
     /** False when the log is not in `pool`'s database (KurrentDB): see ErasurePorts. Default true. */
     readonly logInDatabase?: boolean;
+    /** The per-employee data keys: an erasure destroys one. */
+    readonly dataKeys: Pick<DataKeyStore, 'destroy'>;
   },
   options: Pick<EmployeesRoutesDeps, 'clock' | 'readWaitMs'> = {},
 ): V1Capability {
   const { pool, eventStore, tenantReader } = ports;
-  const erasure = erasurePorts(eventStore, pool, ports.logInDatabase ?? true);
+  const erasure = erasurePorts({ store: eventStore, pool, dataKeys: ports.dataKeys, logInDatabase: ports.logInDatabase ?? true });
   return employeesRoutes({
     pool,
     tenantReader,
@@ -39,13 +42,21 @@ export function employeesCapability(
 }
 
 /** The erasure's ports, bound here for the route and the ops commands alike. */
-export function erasurePorts(store: EventStore, pool: DatabasePool, logInDatabase: boolean): ErasurePorts {
+export function erasurePorts(ports: {
+  readonly store: EventStore;
+  readonly pool: DatabasePool;
+  readonly dataKeys: Pick<DataKeyStore, 'destroy'>;
+  readonly logInDatabase: boolean;
+}): ErasurePorts {
+  const { store, pool, dataKeys, logInDatabase } = ports;
   return {
     store,
     pool,
     logInDatabase,
-    // A login made or taken over for the person (a role was given to them) is theirs: it forgets them too.
     forget: async (tx: Queryable, person: ErasedPerson) => {
+      // The key's destruction is the erasure: every sealed field of the person becomes unreadable at once.
+      await dataKeys.destroy(person.tenantId, person.employeeId, tx);
+      // A login made or taken over for the person (a role was given to them) is theirs: it forgets them too.
       if (person.email !== null && person.hadRole) await forgetAccount(tx, person.tenantId, person.email);
     },
   };

@@ -4,8 +4,9 @@ import { sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts'
 import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, AppendResult, EventStore, GlobalPosition } from '../../shared/event-store/port.ts';
 import { appendInTransaction } from '../../shared/event-store/postgres/appendInTransaction.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
 import { eventMetadata } from './commands.ts';
-import { employeeStreamId, evolve, initialState, type EmployeeEvent, type EmployeeState } from './contract.ts';
+import { EMPLOYEE_PERSONAL_FIELDS, employeeStreamId, evolve, initialState, type EmployeeEvent, type EmployeeState } from './contract.ts';
 import { employeeDecider, type CommandMetadata } from './decide.ts';
 import { planRelease } from './emailReservation.ts';
 import { recordErasure } from './erasureLedger.ts';
@@ -35,6 +36,9 @@ export type ErasurePorts = {
   /** What else forgets the person, in the erasure's transaction (their data key, a login made for them). Idempotent. */
   readonly forget: (tx: Queryable, person: ErasedPerson) => Promise<void>;
 };
+
+/** Every personal field of the employee's events: what a parked copy of one loses. */
+const PERSONAL_FIELDS = [...new Set(Object.values(EMPLOYEE_PERSONAL_FIELDS).flat())];
 
 /** Attempts after a lost race on the employee's stream or its address's (as the command handler's retries). */
 const MAX_ATTEMPTS = 6;
@@ -103,5 +107,6 @@ async function completeErasure(tx: Queryable, ports: ErasurePorts, person: Erase
   // The tables `forget` touches are tenant-scoped (row-level security, forced): this transaction is the person's tenant's.
   await tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${person.tenantId}, true)`);
   await recordErasure(tx, person);
+  await redactParkedEvents(tx, employeeStreamId(person.tenantId, person.employeeId), PERSONAL_FIELDS);
   await ports.forget(tx, person);
 }

@@ -4,6 +4,7 @@ import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps } from '../aut
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
+import type { DataKeyStore } from '../../shared/personal-data/dataKeys.ts';
 import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
 import type { UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
 import type { UsageProgress } from '../../projections/kpi/watermarks.ts';
@@ -30,6 +31,8 @@ export type GatewayPorts = {
   readonly eventStore: EventStore;
   /** False when the log is KurrentDB, not `pool`'s database (an erasure then appends, then forgets). */
   readonly logInDatabase?: boolean;
+  /** The per-employee data keys (an erasure destroys one). */
+  readonly dataKeys: Pick<DataKeyStore, 'destroy'>;
   readonly rateLimiter: RateLimiter;
   readonly usagePublisher: UsageSamplePublisher;
   /** For the change feed's LISTEN connection (opened on the first long-poll only). */
@@ -58,7 +61,13 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         rolesRoutes(auth),
         changesCapability({ pool, databaseUrl: ports.databaseUrl }),
         webhooksCapability({ pool, secrets: ports.webhooks.secrets, targets: { allowHosts: ports.webhooks.allowHosts } }),
-        employeesCapability({ pool, tenantReader: ports.tenantReader, eventStore, logInDatabase: ports.logInDatabase ?? true }),
+        employeesCapability({
+          pool,
+          tenantReader: ports.tenantReader,
+          eventStore,
+          logInDatabase: ports.logInDatabase ?? true,
+          dataKeys: ports.dataKeys,
+        }),
         analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
         // After the KPI reads: its path lies under /analytics, and the API document lists it after them.
         billingRoutes({ store: eventStore }),
@@ -90,6 +99,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
       tenantReader: runtime.tenantReader,
       eventStore: runtime.eventStore,
       logInDatabase: config.EVENTSTORE_URL === undefined,
+      dataKeys: runtime.dataKeys,
       rateLimiter: runtime.rateLimiter,
       usagePublisher: runtime.usage.publisher,
       usageSource: runtime.usage.source,

@@ -11,6 +11,7 @@ import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * A date-only `hiredTo` is a UTC day (docs/api.md), whatever the database session's time zone:
@@ -34,7 +35,7 @@ beforeAll(async () => {
   projector = runProjection(pool, store, employeesProjection, { pollIntervalMs: 50 });
   await waitFor(() => readCheckpoint(pool, employeesProjection.name));
   const auth = await createTestAuth(pool);
-  app = await createTestApp(auth, employeesCapability({ pool, eventStore: store }));
+  app = await createTestApp(auth, employeesCapability({ pool, eventStore: store, dataKeys: testDataKeys(pool) }));
   headers = await authHeaders(auth, await provisionTenant(pool), 'hr_manager');
 });
 afterAll(async () => {

@@ -14,6 +14,7 @@ import { employeesCapability } from '../../../services/employees/capability.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { waitFor } from '../../support/waitFor.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 // The API latency KPI is the time the service worked: a client that asks it to wait (the feed's
 // long-poll, read-your-writes) must not turn its waiting into latency.
@@ -44,7 +45,7 @@ beforeAll(async () => {
     usageSamples(publisher),
     changesCapability({ pool: db.pool, databaseUrl: db.url }),
     // A position far beyond the log is never reached: the read waits its whole bound.
-    employeesCapability({ pool: db.pool, eventStore: store }, { readWaitMs: 1_500 }),
+    employeesCapability({ pool: db.pool, eventStore: store, dataKeys: testDataKeys(db.pool) }, { readWaitMs: 1_500 }),
   );
 });
 

@@ -18,6 +18,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 import { authHeaders, createTestApp, createTestAuth, createTestUser, provisionTenant, type TestTenant } from '../../support/auth.ts';
 import { expectProblem } from '../../support/harness/employees.ts';
 import { waitFor } from '../../support/waitFor.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * Role assignment is a reaction to the employee's `EmployeeRoleAssigned`
@@ -63,7 +64,7 @@ beforeAll(async () => {
   });
   await waitFor(() => readCheckpoint(db.pool, roleAssignmentReactor.name));
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }));
+  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, dataKeys: testDataKeys(db.pool) }));
 });
 afterAll(async () => {
   await app?.close();

@@ -8,6 +8,7 @@ import type { EventStore } from '../../../shared/event-store/port.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { employeeStreamId, type Employee } from '../../../services/employees/contract.ts';
 import { expectProblem } from '../../support/harness/employees.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * Email uniqueness when two email changes of one employee interleave (real PostgreSQL). The
@@ -82,7 +83,7 @@ beforeAll(async () => {
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
   gate = createGatedStore(store);
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: gate.store }));
+  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: gate.store, dataKeys: testDataKeys(db.pool) }));
 });
 afterAll(async () => {
   await app?.close();

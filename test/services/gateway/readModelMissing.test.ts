@@ -6,6 +6,7 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres/e
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * Found by the OpenAPI fuzz test: a gateway started on a fresh database before any projector
@@ -21,7 +22,7 @@ describe('when the read model has not been built yet (no projector ran)', () => 
     db = await createTestDatabase();
     store = createPostgresEventStore(db.pool, { listenUrl: db.url });
     auth = await createTestAuth(db.pool);
-    app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }));
+    app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, dataKeys: testDataKeys(db.pool) }));
   });
   afterAll(async () => {
     await app?.close();

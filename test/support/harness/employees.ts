@@ -12,6 +12,7 @@ import { employeesProjection } from '../../../projections/employees/employeesPro
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { roleAssignmentReactor } from '../../../services/auth/roleAssignmentReactor.ts';
 import { waitFor } from '../waitFor.ts';
+import { testDataKeys } from '../dataKeys.ts';
 
 /** A fresh database, the live employees projector and the gateway with real auth in front. */
 export type EmployeesHarness = {
@@ -36,7 +37,10 @@ export async function createEmployeesHarness(options: { clock?: () => Date; read
   await waitFor(() => readCheckpoint(db.pool, employeesProjection.name));
   await waitFor(() => readCheckpoint(db.pool, roleAssignmentReactor.name));
   const auth = await createTestAuth(db.pool);
-  const app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }, options));
+  const app = await createTestApp(
+    auth,
+    employeesCapability({ pool: db.pool, eventStore: store, dataKeys: testDataKeys(db.pool) }, options),
+  );
   return {
     db,
     store,

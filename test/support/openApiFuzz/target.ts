@@ -18,6 +18,7 @@ import { createMemoryRateLimitStore } from '../../../shared/rate-limit/memory.ts
 import { createTestDatabase, type TestDatabase } from '../database.ts';
 import { authHeaders, createTestAuth, createTestUser, provisionTenant, type TestTenant } from '../auth.ts';
 import type { OpenApiDocument, Op, Operation } from './types.ts';
+import { testDataKeys } from '../dataKeys.ts';
 
 /**
  * The service under fuzzing: the gateway with the service's own capability list (`gatewayRoutes`,
@@ -62,6 +63,7 @@ export async function startTarget(): Promise<void> {
       auth,
       pool: db.pool,
       eventStore: store,
+      dataKeys: testDataKeys(db.pool),
       rateLimiter,
       usagePublisher: bus.publisher,
       databaseUrl: db.url,
