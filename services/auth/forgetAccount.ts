@@ -23,3 +23,22 @@ export async function forgetAccount(tx: Queryable, tenantId: string, email: stri
   `);
   return true;
 }
+
+/**
+ * Every login of a tenant forgets its address and is disabled (a tenant's offboarding), as
+ * `forgetAccount` does for one; a login forgotten before is left as it is. Returns how many
+ * changed. Expects the tenant set for the transaction.
+ */
+export async function forgetTenantAccounts(tx: Queryable, tenantId: string): Promise<number> {
+  const ids = await tx.anyFirst(sql.type(z.object({ id: z.string() }))`
+    update users set
+      email = 'erased-' || id::text || '@erased.invalid', email_key = 'erased-' || id::text || '@erased.invalid',
+      disabled_at = coalesce(disabled_at, now()), updated_at = now()
+    where tenant_id = ${tenantId} and email_key <> 'erased-' || id::text || '@erased.invalid'
+    returning id::text
+  `);
+  await tx.query(sql.type(z.object({}))`
+    update refresh_tokens set revoked_at = now() where tenant_id = ${tenantId} and revoked_at is null
+  `);
+  return ids.length;
+}

@@ -37,6 +37,15 @@ export type ErasurePorts = {
   readonly forget: (tx: Queryable, person: ErasedPerson) => Promise<void>;
 };
 
+export type ErasureResult = {
+  readonly id: string;
+  readonly erasedAt: string;
+  /** Of the employee's stream's last event, for read-your-writes. */
+  readonly position: GlobalPosition | null;
+  /** False when the employee was erased before (nothing appended this time). */
+  readonly fresh: boolean;
+};
+
 /** Every personal field of the employee's events: what a parked copy of one loses. */
 const PERSONAL_FIELDS = [...new Set(Object.values(EMPLOYEE_PERSONAL_FIELDS).flat())];
 
@@ -52,11 +61,7 @@ const fold = (events: readonly EmployeeEvent[]): EmployeeState => events.reduce(
  * answers the first `erasedAt` and does the rest again (each step is idempotent), so a repeated
  * request also completes an erasure that a crash interrupted. 404 for an unknown employee.
  */
-export async function eraseEmployee(
-  ports: ErasurePorts,
-  employeeId: string,
-  metadata: CommandMetadata,
-): Promise<{ readonly id: string; readonly erasedAt: string; readonly position: GlobalPosition | null }> {
+export async function eraseEmployee(ports: ErasurePorts, employeeId: string, metadata: CommandMetadata): Promise<ErasureResult> {
   const { tenantId } = metadata;
   const streamId = employeeStreamId(tenantId, employeeId);
   for (let attempt = 1; ; attempt++) {
@@ -71,7 +76,7 @@ export async function eraseEmployee(
     const known = person.kind === 'hired' ? { email: person.email, hadRole: person.roleId !== null } : { email: null, hadRole: false };
     if (state.kind === 'erased' && events.length === 0) {
       await ports.pool.transaction((tx) => completeErasure(tx, ports, { tenantId, employeeId, erasedAt: state.erasedAt, ...known }));
-      return { id: employeeId, erasedAt: state.erasedAt, position: recorded.at(-1)?.position ?? null };
+      return { id: employeeId, erasedAt: state.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };
     }
     if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
     const erasedAt = metadata.now;
@@ -94,7 +99,7 @@ export async function eraseEmployee(
         appended = await ports.store.appendMany(requests);
         await ports.pool.transaction((tx) => completeErasure(tx, ports, erased));
       }
-      return { id: employeeId, erasedAt, position: appended.at(-1)?.position ?? null };
+      return { id: employeeId, erasedAt, position: appended.at(-1)?.position ?? null, fresh: true };
     } catch (error) {
       // The employee or the address moved meanwhile: nothing was appended; decided again.
       if (!(error instanceof WrongExpectedRevisionError) || attempt >= MAX_ATTEMPTS) throw error;

@@ -25,6 +25,7 @@ import {
   type EmployeeResult,
 } from './commands.ts';
 import type { IfMatch } from '../commandHandler.ts';
+import type { ErasureResult } from './erasure.ts';
 import {
   changeStatusBody,
   createEmployeeBody,
@@ -48,10 +49,7 @@ export type EmployeesRoutesDeps = {
   /** Fails with 422 when `roleId` names no role of the tenant (services/auth). */
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
   /** Erases the person (services/employees/erasure.ts, bound to its ports). */
-  readonly erase: (
-    employeeId: string,
-    metadata: CommandMetadata,
-  ) => Promise<{ readonly id: string; readonly erasedAt: string; readonly position: GlobalPosition | null }>;
+  readonly erase: (employeeId: string, metadata: CommandMetadata) => Promise<ErasureResult>;
   readonly clock?: () => Date;
   /** Longest a read waits for the projection to reach a client's `minPosition`. */
   readonly readWaitMs?: number;

@@ -1,0 +1,85 @@
+import { NotFoundError } from '../../shared/errors.ts';
+import { comparePositions, START, type EventStore } from '../../shared/event-store/port.ts';
+import { parseEmployeeStreamId, type EmployeeErased } from './contract.ts';
+import { eraseEmployee, type ErasurePorts } from './erasure.ts';
+import { listErasures, type ErasureEntry } from './erasureLedger.ts';
+
+/**
+ * Erasures of many employees at once, for the operator: a whole tenant (offboarding), and the
+ * erasures a restored backup undid. Each erasure is the one the API makes, idempotent, so a run
+ * that stops half-way is resumed by running it again.
+ */
+
+/** What the log says about a tenant's (or every tenant's) employees: who was hired, who was erased and when. */
+export async function scanEmployees(
+  store: EventStore,
+  tenantId?: string,
+): Promise<{ readonly hired: ReadonlyArray<{ tenantId: string; employeeId: string }>; readonly erased: readonly ErasureEntry[] }> {
+  const hired: Array<{ tenantId: string; employeeId: string }> = [];
+  const erased: ErasureEntry[] = [];
+  let after = START;
+  for (;;) {
+    const page = await store.readAll({ after, maxCount: 10_000, eventTypes: ['EmployeeHired', 'EmployeeErased'] });
+    for (const event of page.events) {
+      const stream = parseEmployeeStreamId(event.streamId);
+      if (!stream || (tenantId !== undefined && stream.tenantId !== tenantId)) continue;
+      if (event.type === 'EmployeeHired') hired.push(stream);
+      else erased.push({ ...stream, erasedAt: (event.data as EmployeeErased['data']).erasedAt });
+    }
+    if (comparePositions(page.checkpoint, after) === 0) return { hired, erased };
+    after = page.checkpoint;
+  }
+}
+
+export type ErasureOutcome = 'erased' | 'already' | 'absent';
+
+export type RunProgress = (done: number, total: number) => void;
+
+/**
+ * Erases each of `targets` in turn (at `erasedAt` when given: the time a ledger recorded). `erased`
+ * is a new erasure, `already` one that was erased before (its key destroyed and login forgotten
+ * again), `absent` an employee the log does not have (a backup older than the hire).
+ */
+export async function eraseAll(
+  ports: ErasurePorts,
+  targets: ReadonlyArray<{ readonly tenantId: string; readonly employeeId: string; readonly erasedAt?: string }>,
+  actor: string,
+  onProgress: RunProgress = () => undefined,
+): Promise<Record<ErasureOutcome, number>> {
+  const counts: Record<ErasureOutcome, number> = { erased: 0, already: 0, absent: 0 };
+  const now = new Date().toISOString();
+  for (const [i, target] of targets.entries()) {
+    const metadata = { tenantId: target.tenantId, actor, now: target.erasedAt ?? now };
+    try {
+      const result = await eraseEmployee(ports, target.employeeId, metadata);
+      counts[result.fresh ? 'erased' : 'already']++;
+    } catch (error) {
+      if (!(error instanceof NotFoundError)) throw error;
+      counts.absent++;
+    }
+    onProgress(i + 1, targets.length);
+  }
+  return counts;
+}
+
+/**
+ * Every erasure recorded (of one tenant, when given), each once, at its first `erasedAt`: in a
+ * copy of the ledger kept outside the backups (`kept`: a restore rolls the ledger table back with
+ * everything else), in the ledger table, and in the log (on KurrentDB the log is newer than a
+ * restored PostgreSQL backup and its keys).
+ */
+export async function erasuresToReapply(
+  ports: Pick<ErasurePorts, 'store' | 'pool'>,
+  tenantId?: string,
+  kept: readonly ErasureEntry[] = [],
+): Promise<ErasureEntry[]> {
+  const [ledger, log] = await Promise.all([listErasures(ports.pool, tenantId), scanEmployees(ports.store, tenantId)]);
+  const first = new Map<string, ErasureEntry>();
+  const fromCopy = kept.filter((e) => tenantId === undefined || e.tenantId === tenantId);
+  for (const entry of [...fromCopy, ...ledger, ...log.erased]) {
+    const key = `${entry.tenantId}/${entry.employeeId}`;
+    const seen = first.get(key);
+    if (!seen || Date.parse(entry.erasedAt) < Date.parse(seen.erasedAt)) first.set(key, entry);
+  }
+  return [...first.values()];
+}
