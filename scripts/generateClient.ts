@@ -10,6 +10,7 @@ import { gatewayRoutes } from '../services/processes/gateway.ts';
 import { createSecretBox } from '../services/webhooks/secrets.ts';
 import { createDatabasePool, type DatabasePool } from '../shared/db/pool.ts';
 import { createPostgresEventStore } from '../shared/event-store/postgres/eventStore.ts';
+import { createEmailHash } from '../shared/personal-data/emailHash.ts';
 import { createInProcessBus } from '../shared/metrics-bus/inProcess.ts';
 import { createRateLimiter } from '../shared/rate-limit/limiter.ts';
 import { createMemoryRateLimitStore } from '../shared/rate-limit/memory.ts';
@@ -46,6 +47,8 @@ export async function openApiDocument(pool: DatabasePool): Promise<Record<string
       eventStore,
       // Nothing is erased while the document is generated.
       dataKeys: { destroy: () => Promise.reject(new Error('the client generator erases nothing')) },
+      // Never used: nothing is written while the document is generated.
+      emailHash: createEmailHash(randomBytes(32)),
       rateLimiter,
       usagePublisher: createInProcessBus({ registry }).publisher,
       databaseUrl: 'postgres://unused',

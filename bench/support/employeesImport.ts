@@ -5,7 +5,8 @@
  * written with COPY into es_events in ONE transaction: the import is all or
  * nothing, and the events become visible to projectors at once, in one commit.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { createEmailHash } from '../../shared/personal-data/emailHash.ts';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
@@ -60,7 +61,7 @@ export async function importEmployees(databaseUrl: string, tenantId: string, cou
         events++;
       }
       const reserved = { employeeId: e.id, email: e.email };
-      yield `${emailReservationStreamId(tenantId, e.email)}\t0\t${randomUUID()}\tEmployeeEmailReserved\t${copyField(JSON.stringify(reserved))}\t${copyField(metadata)}\n`;
+      yield `${emailReservationStreamId(createEmailHash(randomBytes(32)), tenantId, e.email)}\t0\t${randomUUID()}\tEmployeeEmailReserved\t${copyField(JSON.stringify(reserved))}\t${copyField(metadata)}\n`;
       events += 2;
     }
   }

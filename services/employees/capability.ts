@@ -2,6 +2,7 @@ import { withTenant, type DatabasePool, type Queryable } from '../../shared/db/p
 import type { EventStore } from '../../shared/event-store/port.ts';
 import type { DataKeyStore } from '../../shared/personal-data/dataKeys.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { assertRoleExists } from '../auth/roles.ts';
 import type { V1Capability } from '../gateway/app.ts';
 import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
@@ -20,6 +21,7 @@ export function employeesCapability(
     readonly pool: DatabasePool;
     readonly tenantReader?: TenantReader;
     readonly eventStore: EventStore;
+    readonly emailHash: EmailHash;
     /** False when the log is not in `pool`'s database (KurrentDB): see ErasurePorts. Default true. */
     readonly logInDatabase?: boolean;
     /** The per-employee data keys: an erasure destroys one. */
@@ -27,12 +29,19 @@ export function employeesCapability(
   },
   options: Pick<EmployeesRoutesDeps, 'clock' | 'readWaitMs'> = {},
 ): V1Capability {
-  const { pool, eventStore, tenantReader } = ports;
-  const erasure = erasurePorts({ store: eventStore, pool, dataKeys: ports.dataKeys, logInDatabase: ports.logInDatabase ?? true });
+  const { pool, eventStore, tenantReader, emailHash } = ports;
+  const erasure = erasurePorts({
+    store: eventStore,
+    pool,
+    emailHash,
+    dataKeys: ports.dataKeys,
+    logInDatabase: ports.logInDatabase ?? true,
+  });
   return employeesRoutes({
     pool,
     tenantReader,
     store: eventStore,
+    emailHash,
     assertRoleExists: async (tenantId, roleId) => {
       await withTenant(pool, tenantId, (tx) => assertRoleExists(tx, tenantId, roleId));
     },
@@ -45,13 +54,15 @@ export function employeesCapability(
 export function erasurePorts(ports: {
   readonly store: EventStore;
   readonly pool: DatabasePool;
+  readonly emailHash: EmailHash;
   readonly dataKeys: Pick<DataKeyStore, 'destroy'>;
   readonly logInDatabase: boolean;
 }): ErasurePorts {
-  const { store, pool, dataKeys, logInDatabase } = ports;
+  const { store, pool, emailHash, dataKeys, logInDatabase } = ports;
   return {
     store,
     pool,
+    emailHash,
     logInDatabase,
     forget: async (tx: Queryable, person: ErasedPerson) => {
       // The key's destruction is the erasure: every sealed field of the person becomes unreadable at once.

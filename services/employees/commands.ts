@@ -4,6 +4,7 @@ import { assertIfMatch, handleCommand, type CommandResult, type IfMatch } from '
 import { employeeDecider, requireHired, type EmployeeCommand, type CommandMetadata, type HireEmployee } from './decide.ts';
 import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './contract.ts';
 import { newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 
 /**
  * The employee use cases: each one is the generic command handler plus what a single stream
@@ -13,6 +14,8 @@ export type EmployeeCommandPorts = {
   readonly store: EventStore;
   /** Fails with 422 when the tenant has no role with this id (owned by services/auth). */
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
+  /** The keyed hash an address's reservation stream is named by. */
+  readonly emailHash: EmailHash;
 };
 
 export type EmployeeResult = CommandResult<EmployeeState, EmployeeEvent>;
@@ -25,7 +28,8 @@ const run = (ports: EmployeeCommandPorts, employeeId: string, command: EmployeeC
     ifMatch,
   });
 
-const reservation = (metadata: CommandMetadata, email: string, employeeId: string) => ({
+const reservation = (emailHash: EmailHash, metadata: CommandMetadata, email: string, employeeId: string) => ({
+  emailHash,
   tenantId: metadata.tenantId,
   email,
   employeeId,
@@ -42,7 +46,7 @@ const MAX_ATTEMPTS = 6;
 export async function hireEmployee(ports: EmployeeCommandPorts, command: HireEmployee): Promise<EmployeeResult> {
   const { employeeId, email, roleId } = command.data;
   if (roleId !== undefined) await ports.assertRoleExists(command.metadata.tenantId, roleId);
-  const held = reservation(command.metadata, email, employeeId);
+  const held = reservation(ports.emailHash, command.metadata, email, employeeId);
   const hire = (reserve: AppendRequest) =>
     handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
       metadata: eventMetadata(command.metadata),
@@ -94,7 +98,9 @@ export function changeEmployeeDetails(
     ifMatch,
     alongside: async (events) => {
       const move = addressMove(events);
-      return move ? planEmailChange(ports.store, reservation(command.metadata, move.data.email, employeeId), move.data.previousEmail) : [];
+      return move
+        ? planEmailChange(ports.store, reservation(ports.emailHash, command.metadata, move.data.email, employeeId), move.data.previousEmail)
+        : [];
     },
   });
 }

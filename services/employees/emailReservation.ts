@@ -1,4 +1,5 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type {
   AppendRequest,
@@ -15,7 +16,9 @@ import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEven
 /**
  * Email uniqueness per tenant without a unique index the event store does not have: one small
  * stream per normalised address, whose last event says who holds it (`EmployeeEmailReserved`) or
- * that it is free (`EmployeeEmailReleased`). It works the same on every adapter of the port,
+ * that it is free (`EmployeeEmailReleased`). The address itself is in neither the stream's name
+ * nor its events: the name carries a keyed hash of it (shared/personal-data/emailHash.ts), so an
+ * erased employee's address cannot be read back from its reservation. It works the same on every adapter of the port,
  * because it only uses optimistic concurrency and the atomic multi-stream append.
  *
  * Invariant: the address an employee currently has is reserved by that employee. It holds under
@@ -39,15 +42,18 @@ import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEven
  */
 export type EmailReserved = {
   readonly type: 'EmployeeEmailReserved';
-  readonly data: { readonly employeeId: string; readonly email: string };
+  readonly data: { readonly employeeId: string };
 };
 export type EmailReleased = { readonly type: 'EmployeeEmailReleased'; readonly data: { readonly employeeId: string } };
 
 /** Longer than any writer takes between a reservation and its separate append to the employee stream. */
 const IN_FLIGHT_GRACE_MS = 30_000;
 
-export const emailReservationStreamId = (tenantId: string, email: string): string =>
-  `employee-email-${tenantId}-${createHash('sha256').update(normaliseEmail(email)).digest('hex')}`;
+/** The reservation stream of `email` in the tenant, named by the address's keyed hash. */
+export const emailReservationStreamId = (emailHash: EmailHash, tenantId: string, email: string): string =>
+  `${RESERVATION_STREAM_PREFIX}${tenantId}-${emailHash(tenantId, email)}`;
+
+export const RESERVATION_STREAM_PREFIX = 'employee-email-hmac-';
 
 type Holder = { readonly employeeId: string; readonly since: string } | null;
 
@@ -78,6 +84,7 @@ async function isOrphaned(store: EventStore, tenantId: string, email: string, ho
 const withinGrace = (holder: NonNullable<Holder>, now: string): boolean => Date.parse(now) - Date.parse(holder.since) <= IN_FLIGHT_GRACE_MS;
 
 export type ReservationInput = {
+  readonly emailHash: EmailHash;
   readonly tenantId: string;
   readonly email: string;
   readonly employeeId: string;
@@ -91,7 +98,7 @@ const duplicate = (email: string) => new ConflictError(`An employee with email $
 const reservedEvent = (input: ReservationInput): NewEvent => {
   const reserved: EmailReserved = {
     type: 'EmployeeEmailReserved',
-    data: { employeeId: input.employeeId, email: normaliseEmail(input.email) },
+    data: { employeeId: input.employeeId },
   };
   return { id: randomUUID(), ...reserved, metadata: input.metadata };
 };
@@ -107,14 +114,18 @@ const releasedEvent = (input: Pick<ReservationInput, 'employeeId' | 'metadata'>)
  * address has a reservation stream already: then `planReservation` decides (held, released, orphaned).
  */
 export function newReservationRequest(input: ReservationInput): AppendRequest {
-  return { streamId: emailReservationStreamId(input.tenantId, input.email), events: [reservedEvent(input)], expectedRevision: 'no_stream' };
+  return {
+    streamId: emailReservationStreamId(input.emailHash, input.tenantId, input.email),
+    events: [reservedEvent(input)],
+    expectedRevision: 'no_stream',
+  };
 }
 
 /** An address's reservation stream as read: who holds it, and the revision to append at. */
 type Address = { readonly streamId: string; readonly holder: Holder; readonly expected: ExpectedRevision };
 
-async function readAddress(store: EventStore, tenantId: string, email: string): Promise<Address> {
-  const streamId = emailReservationStreamId(tenantId, email);
+async function readAddress(store: EventStore, input: Pick<ReservationInput, 'emailHash' | 'tenantId' | 'email'>): Promise<Address> {
+  const streamId = emailReservationStreamId(input.emailHash, input.tenantId, input.email);
   const events = await store.readStream(streamId);
   return { streamId, holder: currentHolder(events), expected: events.length === 0 ? 'no_stream' : events.length - 1 };
 }
@@ -135,7 +146,7 @@ async function reservationOf(store: EventStore, input: ReservationInput, address
  * nothing (an orphan takeover) can change the stream between this read and the append.
  */
 export async function planReservation(store: EventStore, input: ReservationInput): Promise<AppendRequest> {
-  return reservationOf(store, input, await readAddress(store, input.tenantId, input.email));
+  return reservationOf(store, input, await readAddress(store, input));
 }
 
 /**
@@ -144,7 +155,7 @@ export async function planReservation(store: EventStore, input: ReservationInput
  * free, and its stream is left alone.
  */
 export async function planRelease(store: EventStore, input: ReservationInput): Promise<AppendRequest | null> {
-  const { streamId, holder, expected } = await readAddress(store, input.tenantId, input.email);
+  const { streamId, holder, expected } = await readAddress(store, input);
   if (holder?.employeeId !== input.employeeId) return null;
   return { streamId, events: [releasedEvent(input)], expectedRevision: expected };
 }
@@ -168,7 +179,7 @@ export async function planEmailChange(store: EventStore, input: ReservationInput
  * meanwhile). Null when `employeeId` already held the address (nothing appended).
  */
 export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<AppendResult | null> {
-  const address = await readAddress(store, input.tenantId, input.email);
+  const address = await readAddress(store, input);
   if (address.holder?.employeeId === input.employeeId) return null;
   const reserve = await reservationOf(store, input, address);
   try {
@@ -214,7 +225,7 @@ export async function auditReservation(
   const employee = await employeeState(store, input.tenantId, input.employeeId);
   if (employee.kind !== 'hired') return { outcome: 'gone', email: null };
   const { email } = employee;
-  const { streamId, holder, expected } = await readAddress(store, input.tenantId, email);
+  const { streamId, holder, expected } = await readAddress(store, { ...input, email });
   if (holder?.employeeId === input.employeeId) return { outcome: 'ok', email };
   if (holder) {
     const other = await employeeState(store, input.tenantId, holder.employeeId);

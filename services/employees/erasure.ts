@@ -4,6 +4,7 @@ import { sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts'
 import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, AppendResult, EventStore, GlobalPosition } from '../../shared/event-store/port.ts';
 import { appendInTransaction } from '../../shared/event-store/postgres/appendInTransaction.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { redactParkedEvents } from '../../shared/projections/parking.ts';
 import { eventMetadata } from './commands.ts';
 import { EMPLOYEE_PERSONAL_FIELDS, employeeStreamId, evolve, initialState, type EmployeeEvent, type EmployeeState } from './contract.ts';
@@ -25,6 +26,8 @@ export type ErasedPerson = {
 export type ErasurePorts = {
   readonly store: EventStore;
   readonly pool: DatabasePool;
+  /** The keyed hash the address's reservation stream is named by. */
+  readonly emailHash: EmailHash;
   /**
    * True when `store` is the PostgreSQL adapter on `pool`'s database: `EmployeeErased` is then
    * appended in the same transaction as everything else the erasure does, and one commit makes
@@ -81,7 +84,14 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
     if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
     const erasedAt = metadata.now;
     const meta = eventMetadata(metadata);
-    const release = await planRelease(ports.store, { tenantId, email: person.email, employeeId, now: metadata.now, metadata: meta });
+    const release = await planRelease(ports.store, {
+      emailHash: ports.emailHash,
+      tenantId,
+      email: person.email,
+      employeeId,
+      now: metadata.now,
+      metadata: meta,
+    });
     const requests: AppendRequest[] = [
       ...(release ? [release] : []),
       { streamId, events: events.map((e) => ({ id: randomUUID(), ...e, metadata: meta })), expectedRevision: recorded.length - 1 },

@@ -7,6 +7,7 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { ErasedError, ForbiddenError, NotFoundError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
@@ -50,6 +51,8 @@ export type EmployeesRoutesDeps = {
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
   /** Erases the person (services/employees/erasure.ts, bound to its ports). */
   readonly erase: (employeeId: string, metadata: CommandMetadata) => Promise<ErasureResult>;
+  /** The keyed hash email uniqueness is kept on (shared/personal-data/emailHash.ts). */
+  readonly emailHash: EmailHash;
   readonly clock?: () => Date;
   /** Longest a read waits for the projection to reach a client's `minPosition`. */
   readonly readWaitMs?: number;
@@ -143,7 +146,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           throw new ForbiddenError('Assigning a role (roleId) needs the roles:assign permission (admin)');
         }
         const result = await hireEmployee(
-          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          { store: deps.store, assertRoleExists: deps.assertRoleExists, emailHash: deps.emailHash },
           { type: 'HireEmployee', data: { employeeId, ...rest, ...(roleId !== undefined && { roleId }) }, metadata },
         );
         // The role reaches the user (users.role_id) through the role reactor, not from here:
@@ -215,7 +218,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       async (request, reply) => {
         const metadata = metadataOf(request);
         const result = await changeEmployeeDetails(
-          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          { store: deps.store, assertRoleExists: deps.assertRoleExists, emailHash: deps.emailHash },
           request.params.id,
           { type: 'ChangeEmployeeDetails', data: request.body, metadata },
           ifMatchOf(request.headers['if-match']),
@@ -240,7 +243,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       async (request, reply) => {
         const metadata = metadataOf(request);
         const result = await changeEmployeeStatus(
-          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          { store: deps.store, assertRoleExists: deps.assertRoleExists, emailHash: deps.emailHash },
           request.params.id,
           metadata,
           request.body,
@@ -270,7 +273,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       async (request, reply) => {
         const metadata = metadataOf(request);
         const result = await assignEmployeeRole(
-          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          { store: deps.store, assertRoleExists: deps.assertRoleExists, emailHash: deps.emailHash },
           request.params.id,
           metadata,
           request.body.roleId,

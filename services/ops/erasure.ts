@@ -18,6 +18,7 @@ const portsOf = (runtime: Runtime) =>
   erasurePorts({
     store: runtime.eventStore,
     pool: runtime.pool,
+    emailHash: runtime.emailHash,
     dataKeys: runtime.dataKeys,
     logInDatabase: runtime.config.EVENTSTORE_URL === undefined,
   });

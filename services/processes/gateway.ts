@@ -5,6 +5,7 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import type { DataKeyStore } from '../../shared/personal-data/dataKeys.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
 import type { UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
 import type { UsageProgress } from '../../projections/kpi/watermarks.ts';
@@ -33,6 +34,8 @@ export type GatewayPorts = {
   readonly logInDatabase?: boolean;
   /** The per-employee data keys (an erasure destroys one). */
   readonly dataKeys: Pick<DataKeyStore, 'destroy'>;
+  /** The keyed hash email uniqueness is kept on. */
+  readonly emailHash: EmailHash;
   readonly rateLimiter: RateLimiter;
   readonly usagePublisher: UsageSamplePublisher;
   /** For the change feed's LISTEN connection (opened on the first long-poll only). */
@@ -65,6 +68,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
           pool,
           tenantReader: ports.tenantReader,
           eventStore,
+          emailHash: ports.emailHash,
           logInDatabase: ports.logInDatabase ?? true,
           dataKeys: ports.dataKeys,
         }),
@@ -100,6 +104,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
       eventStore: runtime.eventStore,
       logInDatabase: config.EVENTSTORE_URL === undefined,
       dataKeys: runtime.dataKeys,
+      emailHash: runtime.emailHash,
       rateLimiter: runtime.rateLimiter,
       usagePublisher: runtime.usage.publisher,
       usageSource: runtime.usage.source,

@@ -7,11 +7,15 @@ import { createEmailHash } from '../../shared/personal-data/emailHash.ts';
 import { createKeyEncryptionKeys, generateKekEntry, parseKeyEncryptionKeys } from '../../shared/personal-data/keyEncryptionKeys.ts';
 import { employeePersonalData } from '../../services/employees/contract.ts';
 
-/** The e-mail hash of the test processes (one key for the whole run, as one deployment has). */
-export const testEmailHash = createEmailHash(randomBytes(32));
+/**
+ * The keys of this test process, in the form the configuration takes them: a child process (an
+ * ops command) given these variables hashes and opens exactly as the test does.
+ */
+export const testPersonalDataEnv = { KEY_ENCRYPTION_KEY: generateKekEntry(), EMAIL_HASH_KEY: randomBytes(32).toString('base64') };
 
-/** The key-encryption keys of this test process. */
-export const testKeyEncryptionKeys = createKeyEncryptionKeys(parseKeyEncryptionKeys(generateKekEntry()));
+export const testEmailHash = createEmailHash(Buffer.from(testPersonalDataEnv.EMAIL_HASH_KEY, 'base64'));
+
+export const testKeyEncryptionKeys = createKeyEncryptionKeys(parseKeyEncryptionKeys(testPersonalDataEnv.KEY_ENCRYPTION_KEY));
 
 /** `inner` behind the sealing boundary the composition root puts it behind (services/runtime.ts). */
 export function sealedEventStore(inner: EventStore, pool: DatabasePool): { readonly store: EventStore; readonly keys: DataKeyStore } {

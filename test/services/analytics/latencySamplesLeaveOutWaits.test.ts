@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
@@ -45,7 +46,10 @@ beforeAll(async () => {
     usageSamples(publisher),
     changesCapability({ pool: db.pool, databaseUrl: db.url }),
     // A position far beyond the log is never reached: the read waits its whole bound.
-    employeesCapability({ pool: db.pool, eventStore: store, dataKeys: testDataKeys(db.pool) }, { readWaitMs: 1_500 }),
+    employeesCapability(
+      { pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
+      { readWaitMs: 1_500 },
+    ),
   );
 });
 

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { decodeJwt } from 'jose';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -64,7 +65,10 @@ beforeAll(async () => {
   });
   await waitFor(() => readCheckpoint(db.pool, roleAssignmentReactor.name));
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, dataKeys: testDataKeys(db.pool) }));
+  app = await createTestApp(
+    auth,
+    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) }),
+  );
 });
 afterAll(async () => {
   await app?.close();

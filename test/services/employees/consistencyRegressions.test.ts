@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
@@ -36,7 +37,10 @@ beforeAll(async () => {
   startProjector();
   await waitFor(() => readCheckpoint(db.pool, employeesProjection.name));
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, dataKeys: testDataKeys(db.pool) }));
+  app = await createTestApp(
+    auth,
+    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) }),
+  );
 });
 afterAll(async () => {
   await app?.close();

@@ -21,7 +21,7 @@ import { startWebhookDispatcher, type WebhookDispatcher } from '../../../service
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
-import { sealedEventStore } from '../../support/personalData.ts';
+import { sealedEventStore, testEmailHash } from '../../support/personalData.ts';
 import { startReceiver } from '../../support/webhooks/receiver.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
@@ -52,7 +52,7 @@ beforeAll(async () => {
     auth,
     changesCapability({ pool: db.pool, databaseUrl: db.url }),
     webhooksCapability({ pool: db.pool, secrets, targets }),
-    employeesCapability({ pool: db.pool, eventStore: store, dataKeys: sealed.keys }),
+    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: sealed.keys }),
   );
   // Without Redis: the dispatcher's drains are timers in this process.
   dispatcher = await startWebhookDispatcher({

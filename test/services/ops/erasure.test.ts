@@ -11,12 +11,12 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres/e
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { createSealingEventStore } from '../../../shared/event-store/sealing.ts';
 import { createDataKeyStore, type DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
-import { createKeyEncryptionKeys, generateKekEntry, parseKeyEncryptionKeys } from '../../../shared/personal-data/keyEncryptionKeys.ts';
 import { employeePersonalData, employeeStreamId } from '../../../services/employees/contract.ts';
 import { hireEmployee } from '../../../services/employees/commands.ts';
 import { createEmptyTestDatabase, createTestDatabase, sqlAt, type BareTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { createTestUser, provisionTenant } from '../../support/auth.ts';
 import { runOpsWith } from '../../support/processes.ts';
+import { testEmailHash, testKeyEncryptionKeys, testPersonalDataEnv } from '../../support/personalData.ts';
 
 /**
  * The erasure commands of the ops CLI, run as an operator runs them (a child process, the real
@@ -25,7 +25,6 @@ import { runOpsWith } from '../../support/processes.ts';
  * deployment does.
  */
 const nextId = monotonicFactory();
-const kek = generateKekEntry();
 let db: TestDatabase;
 let keys: DataKeyStore;
 let store: EventStore;
@@ -33,12 +32,12 @@ let work: string;
 const restored: BareTestDatabase[] = [];
 
 const ops = (url: string, ...args: string[]) =>
-  runOpsWith({ ...process.env, DATABASE_URL: url, LOG_LEVEL: 'warn', KEY_ENCRYPTION_KEY: kek, DATA_DIR: work }, ...args);
+  runOpsWith({ ...process.env, DATABASE_URL: url, LOG_LEVEL: 'warn', ...testPersonalDataEnv, DATA_DIR: work }, ...args);
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'ops-erasure-'));
   db = await createTestDatabase();
-  keys = createDataKeyStore(db.pool, createKeyEncryptionKeys(parseKeyEncryptionKeys(kek)));
+  keys = createDataKeyStore(db.pool, testKeyEncryptionKeys);
   store = createSealingEventStore(createPostgresEventStore(db.pool), { keys, policy: employeePersonalData });
 });
 afterAll(async () => {
@@ -51,7 +50,7 @@ afterAll(async () => {
 async function hire(tenantId: string, email: string): Promise<string> {
   const employeeId = nextId();
   await hireEmployee(
-    { store, assertRoleExists: async () => undefined },
+    { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
     {
       type: 'HireEmployee',
       data: { employeeId, email, firstName: 'Op', lastName: 'Erase' },
@@ -126,7 +125,7 @@ describe('ops employees reapply-erasures, after restoring a backup taken before 
     await promisify(execFile)('psql', ['--quiet', '--no-psqlrc', '--set', 'ON_ERROR_STOP=1', '--dbname', target.url, '--file', backup]);
     const pool = await createDatabasePool(target.url);
     try {
-      const targetKeys = createDataKeyStore(pool, createKeyEncryptionKeys(parseKeyEncryptionKeys(kek)));
+      const targetKeys = createDataKeyStore(pool, testKeyEncryptionKeys);
       const targetStore = createSealingEventStore(createPostgresEventStore(pool), { keys: targetKeys, policy: employeePersonalData });
       expect(await types(targetStore, tenantId, id)).not.toContain('EmployeeErased');
       expect(await targetKeys.isDestroyed(tenantId, id)).toBe(false);
