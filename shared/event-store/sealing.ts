@@ -42,7 +42,7 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
     const fields = personal(event.type);
     if (!fields || !isRecord(event.data)) return event;
     const data = event.data;
-    if (!fields.some((f) => data[f] !== undefined && data[f] !== null)) return event;
+    if (!fields.some((f) => data[f] !== undefined)) return event;
     const key = keyOf(event.streamId);
     if (key === 'destroyed') {
       const redacted: Record<string, unknown> = { ...data };

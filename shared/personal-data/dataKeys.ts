@@ -66,7 +66,19 @@ const keyRows = z.object({
   sealed_keys: z.array(z.string().nullable()),
 });
 
-const wrapContext = (s: DataSubject, keyId: string) => `${s.tenantId}/${s.subjectId}/${keyId}`;
+/** What a sealed data key is bound to: its subject and id (a row copied to another subject does not open). */
+export const wrapContext = (s: DataSubject, keyId: string): string => `${s.tenantId}/${s.subjectId}/${keyId}`;
+
+/** A fresh data key for `subject` and its stored (sealed) form. */
+export function makeDataKey(
+  keks: KeyEncryptionKeys,
+  subject: DataSubject,
+): { readonly key: DataKey; readonly kekId: string; readonly sealed: string } {
+  const raw = randomBytes(32);
+  const keyId = randomBytes(9).toString('base64url');
+  const { kekId, sealed } = keks.wrap(raw, wrapContext(subject, keyId));
+  return { key: { keyId, key: createSecretKey(raw) }, kekId, sealed };
+}
 
 /** Largest number of new keys one insert carries. */
 const MAX_BATCH = 1_000;
@@ -129,10 +141,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
     for (const { subject } of batch) {
       const ref = subjectRef(subject);
       if (made.has(ref)) continue;
-      const raw = randomBytes(32);
-      const keyId = randomBytes(9).toString('base64url');
-      const { kekId, sealed } = keks.wrap(raw, wrapContext(subject, keyId));
-      made.set(ref, { subject, key: { keyId, key: createSecretKey(raw) }, kekId, sealed });
+      made.set(ref, { subject, ...makeDataKey(keks, subject) });
     }
     const rows = [...made.values()];
     const inserted = await pool.anyFirst(sql.type(z.object({ ref: z.string() }))`

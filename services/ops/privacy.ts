@@ -1,0 +1,103 @@
+import cliProgress from 'cli-progress';
+import { InvalidArgumentError, type Command } from 'commander';
+import { ConflictError } from '../../shared/errors.ts';
+import { sealExistingEvents } from '../../shared/event-store/postgres/sealExisting.ts';
+import { loadKeyEncryptionKeys } from '../../shared/personal-data/keyEncryptionKeys.ts';
+import { countKeysUnderOlderKeks, rewrapDataKeys } from '../../shared/personal-data/rewrap.ts';
+import { employeePersonalData } from '../employees/contract.ts';
+import { convertLegacyReservations } from '../employees/legacyReservations.ts';
+import { opsAction, withConfiguredRuntime } from './tenants.ts';
+
+/**
+ * `ops privacy …`: the personal-data keys and the one-time migration to sealed events
+ * (docs/privacy.md).
+ *
+ * `seal-existing` rewrites, once, the stored payloads of a PostgreSQL log written before personal
+ * fields were sealed: the email reservations of the first form are renamed to their keyed hash
+ * and lose the address, then every event whose personal fields are still clear gets them
+ * sealed (null for an employee erased meanwhile). Run again after an interruption: it goes on
+ * with what is left, and finds nothing once done. Run it right after the upgrade, before the
+ * gateways take writes: a hire in between does not see a reservation still under its old name.
+ *
+ * `rewrap-keys` is the second step of a key-encryption-key rotation.
+ */
+const bar = (label: string) =>
+  new cliProgress.SingleBar(
+    {
+      format: `${label} |{bar}| {percentage}% | {value}/{total} | ETA {eta_formatted}`,
+      hideCursor: true,
+      stream: process.stderr,
+      // Redrawn every 2 s when stderr is not a terminal (CI logs, `2> file`).
+      noTTYOutput: true,
+      notTTYSchedule: 2_000,
+    },
+    cliProgress.Presets.shades_classic,
+  );
+
+const positiveInt = (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+};
+
+export function registerPrivacyCommands(program: Command): void {
+  const privacy = program.command('privacy').description('personal data: sealing migration and key rotation');
+  privacy
+    .command('seal-existing')
+    .description('one-time rewrite of events stored before sealing: seal personal fields in place, key email reservations by hash')
+    .option('--batch-size <n>', 'events per transaction', positiveInt, 1_000)
+    .action(
+      opsAction(async (options: { batchSize: number }) => {
+        await withConfiguredRuntime(async ({ config, pool, dataKeys, emailHash }) => {
+          if (config.EVENTSTORE_URL) {
+            throw new ConflictError('seal-existing rewrites the PostgreSQL event tables; a KurrentDB log cannot be rewritten in place');
+          }
+          const reservations = bar('reservations');
+          reservations.start(0, 0);
+          const converted = await convertLegacyReservations(pool, emailHash, {
+            onProgress: (p) => {
+              reservations.setTotal(p.total);
+              reservations.update(p.converted + p.dropped.length);
+            },
+          });
+          reservations.stop();
+          const events = bar('events');
+          events.start(0, 0);
+          const sealed = await sealExistingEvents(pool, dataKeys, employeePersonalData, {
+            batchSize: options.batchSize,
+            onProgress: (p) => {
+              events.setTotal(p.total);
+              events.update(p.sealed + p.redacted);
+            },
+          });
+          events.stop();
+          for (const dropped of converted.dropped) process.stdout.write(`dropped\t${dropped}\n`);
+          process.stdout.write(
+            `reservations: ${converted.converted} converted, ${converted.dropped.length} dropped; ` +
+              `events: ${sealed.sealed} sealed, ${sealed.redacted} redacted (erased employees)\n`,
+          );
+          if (converted.dropped.length > 0) {
+            process.stdout.write(
+              'an address reserved under both forms: run `npm run ops -- employees check-emails` to find any now shared\n',
+            );
+          }
+        });
+      }),
+    );
+
+  privacy
+    .command('rewrap-keys')
+    .description('seal every data key under the first key-encryption key (the second step of a KEK rotation)')
+    .action(
+      opsAction(async () => {
+        await withConfiguredRuntime(async ({ config, pool }) => {
+          const keks = await loadKeyEncryptionKeys(config);
+          const progress = bar('data keys');
+          progress.start(await countKeysUnderOlderKeks(pool, keks), 0);
+          const rewrapped = await rewrapDataKeys(pool, keks, { onProgress: (n) => progress.update(n) });
+          progress.stop();
+          process.stdout.write(`${rewrapped} data keys now sealed under ${keks.currentId}\n`);
+        });
+      }),
+    );
+}
