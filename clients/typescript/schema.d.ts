@@ -447,7 +447,7 @@ export interface paths {
                         /** @description https URL (plain http only for hosts in WEBHOOK_ALLOW_HOSTS) */
                         url: string;
                         /** @description Change types to deliver */
-                        events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+                        events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased")[];
                         /** @description Deliver changes after this cursor; default: only changes from now on */
                         after?: string;
                     };
@@ -467,7 +467,7 @@ export interface paths {
                              */
                             id: string;
                             url: string;
-                            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+                            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased")[];
                             /** @enum {string} */
                             status: "active" | "disabled";
                             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
@@ -863,6 +863,15 @@ export interface paths {
                         "application/json": components["schemas"]["Problem"];
                     };
                 };
+                /** @description Default Response */
+                410: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
             };
         };
         put?: never;
@@ -944,6 +953,15 @@ export interface paths {
                 };
                 /** @description Default Response */
                 409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                410: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1038,6 +1056,15 @@ export interface paths {
                         "application/json": components["schemas"]["Problem"];
                     };
                 };
+                /** @description Default Response */
+                410: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
             };
         };
         put?: never;
@@ -1118,6 +1145,15 @@ export interface paths {
                 };
                 /** @description Default Response */
                 409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                410: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1226,6 +1262,15 @@ export interface paths {
                     };
                 };
                 /** @description Default Response */
+                410: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
                 412: {
                     headers: {
                         [name: string]: unknown;
@@ -1325,6 +1370,15 @@ export interface paths {
                     };
                 };
                 /** @description Default Response */
+                410: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
                 412: {
                     headers: {
                         [name: string]: unknown;
@@ -1345,6 +1399,93 @@ export interface paths {
             };
         };
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/employees/{id}/erasure": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Erase the person (right to erasure): their personal data becomes unreadable everywhere; idempotent
+         * @description Appends EmployeeErased and destroys the data key of the employee in one transaction. Afterwards the employee answers 410 (problem /problems/erased), is in no list, their e-mail address is free again, every change of theirs in the feed has its personal fields null, a change employee.erased is delivered, and a login made for them loses its address and is disabled. Repeating the request answers the same erasedAt.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Employee id (ULID) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["EmployeeErasure"];
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                410: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -1419,6 +1560,15 @@ export interface paths {
                 };
                 /** @description Default Response */
                 404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                410: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1735,7 +1885,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             name: string;
-            permissions: ("employees:read" | "employees:write" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
+            permissions: ("employees:read" | "employees:write" | "employees:erase" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
         };
         EmployeeInput: {
             /** @description Employee id (ULID) */
@@ -1756,6 +1906,12 @@ export interface components {
             /** Format: uuid */
             roleId: string;
         };
+        EmployeeErasureInput: {
+            /** @description Employee id (ULID) */
+            id: string;
+            /** @description ISO 8601 UTC instant of the (first) erasure */
+            erasedAt: string;
+        };
         EmployeeChangeInput: {
             /** @description Position of this change; pass it as `after` to read what follows */
             cursor: string;
@@ -1763,12 +1919,26 @@ export interface components {
              * @description What happened to the employee
              * @enum {string}
              */
-            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned";
+            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased";
             employeeId: string;
             /** @description ISO 8601 UTC instant the change was made */
             occurredAt: string;
-            /** @description The employee as it was right after this change */
-            employee: components["schemas"]["EmployeeInput"];
+            /** @description The employee as it was right after this change. Once the employee is erased, email, firstName and lastName are null in every change of theirs */
+            employee: {
+                /** @description Employee id (ULID) */
+                id: string;
+                email: string | null;
+                firstName: string | null;
+                lastName: string | null;
+                /** @description Department slug, null when none was given */
+                department: string | null;
+                /** @enum {string} */
+                status: "active" | "inactive" | "on_leave";
+                /** @description ISO 8601 UTC */
+                hiredAt: string;
+            };
+            /** @description On `employee.erased` only: when the person was erased (ISO 8601 UTC) */
+            erasedAt?: string;
         };
         WebhookEndpointInput: {
             /**
@@ -1777,7 +1947,7 @@ export interface components {
              */
             id: string;
             url: string;
-            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased")[];
             /** @enum {string} */
             status: "active" | "disabled";
             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
@@ -1851,7 +2021,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             name: string;
-            permissions: ("employees:read" | "employees:write" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
+            permissions: ("employees:read" | "employees:write" | "employees:erase" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
         };
         Employee: {
             /** @description Employee id (ULID) */
@@ -1872,6 +2042,12 @@ export interface components {
             /** Format: uuid */
             roleId: string;
         };
+        EmployeeErasure: {
+            /** @description Employee id (ULID) */
+            id: string;
+            /** @description ISO 8601 UTC instant of the (first) erasure */
+            erasedAt: string;
+        };
         EmployeeChange: {
             /** @description Position of this change; pass it as `after` to read what follows */
             cursor: string;
@@ -1879,12 +2055,26 @@ export interface components {
              * @description What happened to the employee
              * @enum {string}
              */
-            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned";
+            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased";
             employeeId: string;
             /** @description ISO 8601 UTC instant the change was made */
             occurredAt: string;
-            /** @description The employee as it was right after this change */
-            employee: components["schemas"]["Employee"];
+            /** @description The employee as it was right after this change. Once the employee is erased, email, firstName and lastName are null in every change of theirs */
+            employee: {
+                /** @description Employee id (ULID) */
+                id: string;
+                email: string | null;
+                firstName: string | null;
+                lastName: string | null;
+                /** @description Department slug, null when none was given */
+                department: string | null;
+                /** @enum {string} */
+                status: "active" | "inactive" | "on_leave";
+                /** @description ISO 8601 UTC */
+                hiredAt: string;
+            };
+            /** @description On `employee.erased` only: when the person was erased (ISO 8601 UTC) */
+            erasedAt?: string;
         };
         WebhookEndpoint: {
             /**
@@ -1893,7 +2083,7 @@ export interface components {
              */
             id: string;
             url: string;
-            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased")[];
             /** @enum {string} */
             status: "active" | "disabled";
             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
