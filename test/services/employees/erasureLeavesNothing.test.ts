@@ -19,7 +19,10 @@ import { employeesCapability } from '../../../services/employees/capability.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
-import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
+import { authCapabilities, authHeaders, createTestAuth, provisionTenant } from '../../support/auth.ts';
+import { createMemoryLogger } from '../../support/logs.ts';
+import { createGateway } from '../../../services/gateway/app.ts';
+import { Registry } from 'prom-client';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { sealedEventStore, testEmailHash } from '../../support/personalData.ts';
 import { startReceiver } from '../../support/webhooks/receiver.ts';
@@ -38,6 +41,7 @@ let auth: AuthDeps;
 let app: FastifyInstance;
 let dispatcher: WebhookDispatcher;
 let projectors: ProjectorHandle[] = [];
+const logs = createMemoryLogger('trace');
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -48,12 +52,20 @@ beforeAll(async () => {
   auth = await createTestAuth(db.pool);
   const secrets = createSecretBox(randomBytes(32));
   const targets = { allowHosts: ['127.0.0.1'] };
-  app = await createTestApp(
-    auth,
-    changesCapability({ pool: db.pool, databaseUrl: db.url }),
-    webhooksCapability({ pool: db.pool, secrets, targets }),
-    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: sealed.keys }),
-  );
+  // Every line the gateway writes, at its most talkative level: none may name the person.
+  app = await createGateway({
+    config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'trace', NODE_ENV: 'test' },
+    logger: logs.logger,
+    readiness: [],
+    registry: new Registry(),
+    v1: authCapabilities(
+      auth,
+      changesCapability({ pool: db.pool, databaseUrl: db.url }),
+      webhooksCapability({ pool: db.pool, secrets, targets }),
+      employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: sealed.keys }),
+    ),
+    publicRoutes: [],
+  });
   // Without Redis: the dispatcher's drains are timers in this process.
   dispatcher = await startWebhookDispatcher({
     pool: db.pool,
@@ -171,6 +183,8 @@ describe('when a person who reached every part of the service is erased', () => 
         expect(replayed.parked, projection.name).toBe(0);
       }
       expect(foundIn(await dump(), secrets)).toEqual([]);
+      expect(logs.lines.length).toBeGreaterThan(10);
+      expect(foundIn(JSON.stringify(logs.lines), secrets)).toEqual([]);
       const rebuilt = await app.inject({ method: 'GET', url: '/v1/employees/changes', headers });
       expect(rebuilt.json<{ data: unknown[] }>().data).toEqual(changes);
       const list = await app.inject({ method: 'GET', url: '/v1/employees', headers });
