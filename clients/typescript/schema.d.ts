@@ -863,15 +863,6 @@ export interface paths {
                         "application/json": components["schemas"]["Problem"];
                     };
                 };
-                /** @description Default Response */
-                410: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
             };
         };
         put?: never;
@@ -953,15 +944,6 @@ export interface paths {
                 };
                 /** @description Default Response */
                 409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                410: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1468,15 +1450,6 @@ export interface paths {
                 };
                 /** @description Default Response */
                 404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                410: {
                     headers: {
                         [name: string]: unknown;
                     };

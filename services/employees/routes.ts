@@ -59,7 +59,9 @@ export type EmployeesRoutesDeps = {
 };
 
 const params = z.object({ id: employeeIdSchema });
-const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema, 410: problemSchema } as const;
+const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema } as const;
+/** What a route about one employee may also answer once the person is erased. */
+const erased = { 410: problemSchema } as const;
 const readHeaders = z.object({
   'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
 });
@@ -187,7 +189,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           params,
           querystring: readQuery,
           headers: readHeaders,
-          response: { 200: employeeSchema, ...problems },
+          response: { 200: employeeSchema, ...problems, ...erased },
         },
       },
       async (request, reply) => {
@@ -212,7 +214,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           params,
           headers: writeHeaders,
           body: patchEmployeeBody,
-          response: { 200: employeeSchema, ...problems, 409: problemSchema, 412: problemSchema },
+          response: { 200: employeeSchema, ...problems, ...erased, 409: problemSchema, 412: problemSchema },
         },
       },
       async (request, reply) => {
@@ -237,7 +239,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           params,
           headers: writeHeaders,
           body: changeStatusBody,
-          response: { 200: employeeSchema, ...problems, 409: problemSchema, 412: problemSchema },
+          response: { 200: employeeSchema, ...problems, ...erased, 409: problemSchema, 412: problemSchema },
         },
       },
       async (request, reply) => {
@@ -267,7 +269,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           params,
           headers: writeHeaders,
           body: roleAssignmentBody,
-          response: { 200: roleAssignmentSchema, ...problems, 412: problemSchema, 422: problemSchema },
+          response: { 200: roleAssignmentSchema, ...problems, ...erased, 412: problemSchema, 422: problemSchema },
         },
       },
       async (request, reply) => {
@@ -315,7 +317,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           tags,
           summary: "The employee's events, oldest first: the audit trail",
           params,
-          response: { 200: historyResponse, ...problems },
+          response: { 200: historyResponse, ...problems, ...erased },
         },
       },
       async (request) => {
@@ -323,9 +325,9 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         const events = await deps.store.readStream(employeeStreamId(auth.tenantId, request.params.id));
         if (events.length === 0) throw new NotFoundError(`No employee ${request.params.id}`);
         // The history of an erased person is theirs too: what is left of it is not shown.
-        const erased = events.find((e) => e.type === 'EmployeeErased');
-        if (erased)
-          throw new ErasedError('This employee was erased', { erasedAt: isRecord(erased.data) ? erased.data.erasedAt : undefined });
+        const erasure = events.find((e) => e.type === 'EmployeeErased');
+        if (erasure)
+          throw new ErasedError('This employee was erased', { erasedAt: isRecord(erasure.data) ? erasure.data.erasedAt : undefined });
         return {
           data: events.map((e) => ({
             type: e.type,
