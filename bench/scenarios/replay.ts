@@ -25,13 +25,8 @@ import { employeesProjection } from '../../projections/employees/employeesProjec
 import { employeesModelChecksums } from '../../projections/employees/checksums.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { importEmployees } from '../support/employeesImport.ts';
+import { benchEventStore, importEmployees } from '../support/employeesImport.ts';
 import { median } from '../support/measure.ts';
-import { createSealingEventStore } from '../../shared/event-store/sealing.ts';
-import { createDataKeyStore } from '../../shared/personal-data/dataKeys.ts';
-import { createKeyEncryptionKeys, parseKeyEncryptionKeys } from '../../shared/personal-data/keyEncryptionKeys.ts';
-import { employeePersonalData } from '../../services/employees/contract.ts';
-import { benchPersonalDataEnv } from '../support/services.ts';
 import { measureSealingCost } from '../support/sealingCost.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
@@ -44,9 +39,7 @@ export async function runReplayBench(options: { employees?: number; rounds?: num
   const withClear = process.env.BENCH_REPLAY_CLEAR !== '0';
   const database = await createBenchDatabase('bench_replay');
   const pool = await createDatabasePool(database.url, { maximumPoolSize: 10 });
-  const raw = createPostgresEventStore(pool);
-  const keks = createKeyEncryptionKeys(parseKeyEncryptionKeys(benchPersonalDataEnv.KEY_ENCRYPTION_KEY));
-  const store = createSealingEventStore(raw, { keys: createDataKeyStore(pool, keks), policy: employeePersonalData });
+  const store = benchEventStore(pool);
   const clearDatabase = withClear ? await createBenchDatabase('bench_replay_clear') : undefined;
   const clearPool = clearDatabase ? await createDatabasePool(clearDatabase.url, { maximumPoolSize: 10 }) : undefined;
   const clearStore = clearPool ? createPostgresEventStore(clearPool) : undefined;

@@ -17,8 +17,12 @@ import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { monotonicFactory } from 'ulid';
 import { emailReservationStreamId } from '../../services/employees/emailReservation.ts';
-import { EMPLOYEE_PERSONAL_FIELDS, employeeStreamId } from '../../services/employees/contract.ts';
-import { makeDataKey } from '../../shared/personal-data/dataKeys.ts';
+import { EMPLOYEE_PERSONAL_FIELDS, employeePersonalData, employeeStreamId } from '../../services/employees/contract.ts';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
+import type { EventStore } from '../../shared/event-store/port.ts';
+import { createSealingEventStore } from '../../shared/event-store/sealing.ts';
+import { createDataKeyStore, makeDataKey } from '../../shared/personal-data/dataKeys.ts';
 import { createEmailHash } from '../../shared/personal-data/emailHash.ts';
 import { sealValue } from '../../shared/personal-data/fieldCipher.ts';
 import { createKeyEncryptionKeys, parseKeyEncryptionKeys } from '../../shared/personal-data/keyEncryptionKeys.ts';
@@ -32,6 +36,11 @@ const copyField = (value: string) => value.replace(/\\/g, '\\\\').replace(/\t/g,
 const keks = createKeyEncryptionKeys(parseKeyEncryptionKeys(benchPersonalDataEnv.KEY_ENCRYPTION_KEY));
 const emailHash = createEmailHash(Buffer.from(benchPersonalDataEnv.EMAIL_HASH_KEY, 'base64'));
 const HIRED_FIELDS = EMPLOYEE_PERSONAL_FIELDS.EmployeeHired ?? [];
+
+/** A PostgreSQL event store behind the sealing boundary with this run's keys: what reads an imported log. */
+export function benchEventStore(pool: DatabasePool): EventStore {
+  return createSealingEventStore(createPostgresEventStore(pool), { keys: createDataKeyStore(pool, keks), policy: employeePersonalData });
+}
 
 /**
  * Bulk import of `count` employees as events, in one transaction.
