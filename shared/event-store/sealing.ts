@@ -77,10 +77,9 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
     const subjects = subjectsOf(page.events);
     if (subjects.size === 0) return Promise.resolve(() => page);
     return keys.load(unique(subjects.values())).then((stored) => () => {
-      const keyOf: KeyOf = (streamId) => {
-        const subject = subjects.get(streamId);
-        return subject ? stored.get(subjectRef(subject)) : undefined;
-      };
+      const byStream = new Map<string, StoredKey | undefined>();
+      for (const [streamId, subject] of subjects) byStream.set(streamId, stored.get(subjectRef(subject)));
+      const keyOf: KeyOf = (streamId) => byStream.get(streamId);
       return { ...page, events: page.events.map((e) => openEvent(e, keyOf)) };
     });
   }
