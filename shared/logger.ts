@@ -8,13 +8,29 @@ export function wantsPrettyLogs(format: Config['LOG_FORMAT'], isTty = Boolean(pr
   return format === 'pretty' || (format === 'auto' && isTty);
 }
 
+/**
+ * Paths pino replaces with `[Redacted]`: credentials, and the personal fields of an employee or a
+ * login one level down (`{ employee: { email } }`, `{ user: { email } }`), so that a line written
+ * with such an object in it still names nobody. Request logs carry no bodies in the first place.
+ */
+export const LOG_REDACT_PATHS = [
+  'req.headers.authorization',
+  'req.headers.cookie',
+  '*.password',
+  '*.refreshToken',
+  '*.email',
+  '*.previousEmail',
+  '*.firstName',
+  '*.lastName',
+];
+
 /** One structured logger per process; request logs add `reqId`, `tenant` and `userId` as children. */
 export function createLogger(config: Partial<Pick<Config, 'LOG_LEVEL' | 'LOG_FORMAT'>> & Pick<Config, 'LOG_LEVEL'>, name = 'eas'): Logger {
   const pretty = wantsPrettyLogs(config.LOG_FORMAT ?? 'auto');
   return pino({
     name,
     level: config.LOG_LEVEL,
-    redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.refreshToken'],
+    redact: LOG_REDACT_PATHS,
     // pino-pretty runs in pino's transport thread, so formatting never blocks a request; it is
     // loaded only on a terminal.
     ...(pretty
