@@ -5,7 +5,7 @@ import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
 import { sendWebhook } from './deliver.ts';
 import { recordAttempt, recordDelivered } from './deliveryLog.ts';
-import type { EndpointRecord } from './endpoints.ts';
+import { deliveredTypes, type EndpointRecord } from './endpoints.ts';
 import { leaseState } from './lease.ts';
 import { nextRetryDelay, type RetryPolicy } from './schedule.ts';
 import type { SecretBox } from './secrets.ts';
@@ -46,7 +46,9 @@ export type DeliveryRunDeps = {
 export function createDeliveryRun(deps: DeliveryRunDeps) {
   const { pool, secrets, targets, retry, timeoutMs, leaseMs, random, logger, stop, triggers } = deps;
   return async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
-    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes, { trusted: true });
+    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), deliveredTypes(endpoint.eventTypes), {
+      trusted: true,
+    });
     if (page.changes.length === 0) return { delivered: 0, more: false };
     const secret = secrets.open(endpoint.secretSealed);
     const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date }> = [];

@@ -3,7 +3,7 @@ import type { ValueExpression } from 'slonik';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 import { changeAfter, inFeedOrder } from '../../projections/changes/queries.ts';
-import { endpointColumns, endpointRow, toEndpoint, type EndpointRecord } from './endpoints.ts';
+import { ALWAYS_DELIVERED, endpointColumns, endpointRow, toEndpoint, type EndpointRecord } from './endpoints.ts';
 
 /**
  * The delivery lease: one delivery in flight per endpoint. Who has work and no holder, taking
@@ -79,7 +79,7 @@ export async function dueEndpoints(
       where e.status = 'active' ${onlyId === undefined ? sql.fragment`` : sql.fragment`and e.id = ${onlyId}`}
         and (e.next_attempt_at is null or e.next_attempt_at <= now())
         and (e.lease_until is null or e.lease_until < now())
-        and ${changeAfter(order, sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`, sql.fragment`e.event_types`)}
+        and ${changeAfter(order, sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`, sql.fragment`array_append(e.event_types, ${ALWAYS_DELIVERED}::text)`)}
       limit ${limit}
     `),
   );
