@@ -76,7 +76,10 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
     // The person as last seen before any erasure: whom a repeated erasure still has to forget
     // (a backup restored under a log that holds the erasure brings their login and key back).
     const person = fold(history.filter((e) => e.type !== 'EmployeeErased'));
-    const known = person.kind === 'hired' ? { email: person.email, hadRole: person.roleId !== null } : { email: null, hadRole: false };
+    // A field that no longer opens reads null whatever its type says (a key destroyed by an
+    // erasure whose event a restored log lacks): then there is no address to release or forget.
+    const email: string | null = person.kind === 'hired' ? (person.email as string | null) : null;
+    const known = { email, hadRole: person.kind === 'hired' && person.roleId !== null };
     if (state.kind === 'erased' && events.length === 0) {
       await ports.pool.transaction((tx) => completeErasure(tx, ports, { tenantId, employeeId, erasedAt: state.erasedAt, ...known }));
       return { id: employeeId, erasedAt: state.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };
@@ -84,14 +87,10 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
     if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
     const erasedAt = metadata.now;
     const meta = eventMetadata(metadata);
-    const release = await planRelease(ports.store, {
-      emailHash: ports.emailHash,
-      tenantId,
-      email: person.email,
-      employeeId,
-      now: metadata.now,
-      metadata: meta,
-    });
+    const release =
+      email === null
+        ? null
+        : await planRelease(ports.store, { emailHash: ports.emailHash, tenantId, email, employeeId, now: metadata.now, metadata: meta });
     const requests: AppendRequest[] = [
       ...(release ? [release] : []),
       { streamId, events: events.map((e) => ({ id: randomUUID(), ...e, metadata: meta })), expectedRevision: recorded.length - 1 },
