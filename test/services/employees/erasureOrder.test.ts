@@ -83,3 +83,15 @@ describe('when the log is in PostgreSQL and what follows the append fails', () =
     expect(await keys.isDestroyed(tenantId, id)).toBe(false);
   });
 });
+
+describe('when the key is destroyed but the log lacks the erasure (a log restored from before it)', () => {
+  it('erases again without an address to release or forget', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hired(tenantId);
+    await db.pool.transaction((tx) => keys.destroy(tenantId, id, tx));
+    const ports = erasurePorts({ store, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    const result = await eraseEmployee(ports, id, metadata(tenantId, '2026-03-01T00:00:00.000Z'));
+    expect(result).toMatchObject({ id, erasedAt: '2026-03-01T00:00:00.000Z', fresh: true });
+    expect((await store.readStream(employeeStreamId(tenantId, id))).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeErased']);
+  });
+});
