@@ -16,10 +16,10 @@ import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEven
 /**
  * Email uniqueness per tenant without a unique index the event store does not have: one small
  * stream per normalised address, whose last event says who holds it (`EmployeeEmailReserved`) or
- * that it is free (`EmployeeEmailReleased`). The address itself is in neither the stream's name
- * nor its events: the name carries a keyed hash of it (shared/personal-data/emailHash.ts), so an
- * erased employee's address cannot be read back from its reservation. It works the same on every adapter of the port,
- * because it only uses optimistic concurrency and the atomic multi-stream append.
+ * that it is free (`EmployeeEmailReleased`). It works the same on every adapter of the port,
+ * because it only uses optimistic concurrency and the atomic multi-stream append. The address is
+ * in neither the stream's name nor its events: the name carries a keyed hash of it
+ * (shared/personal-data/emailHash.ts), so an erased employee's address cannot be read back.
  *
  * Invariant: the address an employee currently has is reserved by that employee. It holds under
  * any interleaving because a reservation stream only changes in the same atomic append
@@ -49,11 +49,11 @@ export type EmailReleased = { readonly type: 'EmployeeEmailReleased'; readonly d
 /** Longer than any writer takes between a reservation and its separate append to the employee stream. */
 const IN_FLIGHT_GRACE_MS = 30_000;
 
+export const RESERVATION_STREAM_PREFIX = 'employee-email-hmac-';
+
 /** The reservation stream of `email` in the tenant, named by the address's keyed hash. */
 export const emailReservationStreamId = (emailHash: EmailHash, tenantId: string, email: string): string =>
   `${RESERVATION_STREAM_PREFIX}${tenantId}-${emailHash(tenantId, email)}`;
-
-export const RESERVATION_STREAM_PREFIX = 'employee-email-hmac-';
 
 type Holder = { readonly employeeId: string; readonly since: string } | null;
 
