@@ -4,7 +4,7 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres/e
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import type { DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
 import { erasurePorts } from '../../../services/employees/capability.ts';
-import { hireEmployee } from '../../../services/employees/commands.ts';
+import { changeEmployeeStatus, hireEmployee } from '../../../services/employees/commands.ts';
 import { employeeStreamId } from '../../../services/employees/contract.ts';
 import { eraseEmployee, type ErasurePorts } from '../../../services/employees/erasure.ts';
 import { listErasures } from '../../../services/employees/erasureLedger.ts';
@@ -93,5 +93,34 @@ describe('when the key is destroyed but the log lacks the erasure (a log restore
     const result = await eraseEmployee(ports, id, metadata(tenantId, '2026-03-01T00:00:00.000Z'));
     expect(result).toMatchObject({ id, erasedAt: '2026-03-01T00:00:00.000Z', fresh: true });
     expect((await store.readStream(employeeStreamId(tenantId, id))).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeErased']);
+  });
+});
+
+describe('when the employee changes between the erasure reading it and appending', () => {
+  it('decides again on the fresh stream and erases', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hired(tenantId);
+    const streamId = employeeStreamId(tenantId, id);
+    let raced = false;
+    const racing: EventStore = {
+      ...store,
+      readStream: async (read, options) => {
+        const events = await store.readStream(read, options);
+        if (read === streamId && !raced) {
+          raced = true;
+          await changeEmployeeStatus(
+            { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
+            id,
+            metadata(tenantId, '2026-04-01T00:00:00.000Z'),
+            { status: 'on_leave' },
+          );
+        }
+        return events;
+      },
+    };
+    const ports = erasurePorts({ store: racing, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    expect(await eraseEmployee(ports, id, metadata(tenantId, '2026-04-02T00:00:00.000Z'))).toMatchObject({ fresh: true });
+    expect(raced).toBe(true);
+    expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeStatusChanged', 'EmployeeErased']);
   });
 });
