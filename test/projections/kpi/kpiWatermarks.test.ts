@@ -182,20 +182,29 @@ describe('KPI asOf and watermarks', () => {
         // an instant whose samples are not all applied. The revenue series waits for billing only.
         const heldAt = await readKpiSummaryAt({ pool: db.pool, eventStore: store, usage }, idle.tenantId, Date.now());
         expect(Date.parse(heldAt.asOf)).toBe(now - 2 * HOUR);
-        const instants = seriesInstants(Date.now() - 5 * HOUR, Date.now(), 'hour') ?? [];
+        // A range up to an hour ahead reaches the horizon: its last point is the open bucket, at asOf.
+        const range = { from: Date.now() - 5 * HOUR, to: Date.now() + HOUR };
+        const instants = seriesInstants(range.from, range.to, 'hour') ?? [];
         const dau = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, {
           metric: 'dau',
           interval: 'hour',
+          ...range,
           instants,
         });
         expect(Date.parse(dau.asOf)).toBe(now - 2 * HOUR);
-        expect(dau.points.map((p) => p.at)).toEqual(instants.filter((t) => t <= now - 2 * HOUR).map((t) => new Date(t).toISOString()));
+        expect(dau.points.map((p) => p.at)).toEqual(
+          [...instants.filter((t) => t <= now - 2 * HOUR), now - 2 * HOUR].map((t) => new Date(t).toISOString()),
+        );
+        expect(dau.points.at(-1)).toEqual({ at: dau.asOf, value: 1, partial: true });
         const mrr = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, {
           metric: 'mrr',
           interval: 'hour',
+          ...range,
           instants,
         });
-        expect(mrr.points).toHaveLength(instants.length);
+        // Billing is caught up: every boundary up to now, then the open bucket at now.
+        expect(mrr.points.filter((p) => !p.partial)).toHaveLength(instants.filter((t) => t <= Date.parse(mrr.asOf)).length);
+        expect(mrr.points.at(-1)).toMatchObject({ at: mrr.asOf, partial: true });
       },
     );
   });
