@@ -10,7 +10,11 @@ import { Registry } from 'prom-client';
 import { expect } from 'vitest';
 import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { START } from '../../shared/event-store/port.ts';
-import type { UsageSample } from '../../shared/metrics-bus/port.ts';
+import type { UsageSample, UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
+import { createInProcessBus } from '../../shared/metrics-bus/inProcess.ts';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import { startKpiConsumer } from '../../projections/kpi/consumer.ts';
+import { usageSamples } from '../../services/analytics/usageSamples.ts';
 import { runProjection } from '../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
@@ -38,8 +42,17 @@ const DAY = 24 * HOUR;
 
 export type DashboardHarness = Awaited<ReturnType<typeof start>>;
 
+export type DashboardHarnessOptions = {
+  /**
+   * The gateway's own requests become usage samples, through an in-process bus and the KPI
+   * consumer into the rollups, as `npm start` wires them. `record` picks the samples that count
+   * (default: all), so a test can keep the page's own reads out of what it measures.
+   */
+  readonly usage?: { readonly record?: (sample: UsageSample) => boolean };
+};
+
 /** The gateway with the analytics routes and the page, the KPI projector, and chromium; `close` stops them all. */
-export async function startDashboardHarness(): Promise<DashboardHarness> {
+export async function startDashboardHarness(options: DashboardHarnessOptions = {}): Promise<DashboardHarness> {
   if (!existsSync(CHROMIUM)) {
     throw new Error(
       `chromium not found at ${CHROMIUM}: install Debian's package (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`,
@@ -51,14 +64,14 @@ export async function startDashboardHarness(): Promise<DashboardHarness> {
     for (const stop of stops.splice(0).reverse()) await stop();
   };
   try {
-    return await start(stops, stopAll);
+    return await start(stops, stopAll, options);
   } catch (error) {
     await stopAll();
     throw error;
   }
 }
 
-async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<void>) {
+async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<void>, options: DashboardHarnessOptions) {
   const db = await createTestDatabase();
   stops.push(() => db.drop());
   const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
@@ -74,6 +87,7 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     logger: pino({ level: 'silent' }),
   });
   stops.push(() => limiter.close());
+  const usage = await usagePipeline(db.pool, options.usage, stops);
   const app = await createGateway({
     config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
     readiness: [],
@@ -82,7 +96,8 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     v1: authCapabilities(
       auth,
       rateLimited(limiter),
-      analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }),
+      ...(usage ? [usageSamples(usage.publisher)] : []),
+      analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000, ...(usage ? { usage: { source: usage.source } } : {}) }),
       billingRoutes({ store }),
     ),
     publicRoutes: [jwksRoutes(auth), dashboardRoutes],
@@ -181,8 +196,8 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     return tenant;
   }
 
-  async function signIn(page: Page, tenant: TestTenant, email: string, password: string) {
-    await page.goto(`${base}/dashboard`);
+  async function signIn(page: Page, tenant: TestTenant, email: string, password: string, path = '/dashboard') {
+    await page.goto(`${base}${path}`);
     await page.waitForSelector('#signin-form');
     await page.type('#tenant', tenant.slug);
     await page.type('#email', email);
@@ -242,6 +257,7 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
   return {
     db,
     auth,
+    base,
     browser,
     seededTenant,
     signIn,
@@ -285,3 +301,18 @@ export async function chartsSettled(page: Page, range: string, timeout: number) 
 
 export const cardValue = (page: Page, metric: string) =>
   page.$eval(`.value[data-metric="${metric}"]`, (el) => ({ value: Number(el.getAttribute('data-value')), text: el.textContent ?? '' }));
+
+/** The in-process bus from the gateway's usage hook to the KPI consumer, filtered by `record`; stopped by `stops`. */
+async function usagePipeline(pool: DatabasePool, usage: DashboardHarnessOptions['usage'], stops: Array<() => Promise<unknown>>) {
+  if (!usage) return undefined;
+  const bus = createInProcessBus();
+  const consumer = await startKpiConsumer(pool, bus.source, `kpi-${randomUUID()}`);
+  stops.push(() => consumer.stop());
+  const record = usage.record ?? (() => true);
+  const publisher: UsageSamplePublisher = {
+    publish: (sample) => void (record(sample) && bus.publisher.publish(sample)),
+    flush: (timeoutMs) => bus.publisher.flush(timeoutMs),
+    close: () => bus.publisher.close(),
+  };
+  return { publisher, source: bus.source };
+}

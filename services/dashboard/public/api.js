@@ -123,7 +123,8 @@ export function onApiEvents(handlers) {
   Object.assign(hooks, handlers);
 }
 
-const limited = () => gate.queued > 0 || Date.now() < gate.notBefore;
+/** Whether calls wait on the rate limit now (queued, or before the announced time). */
+export const limited = () => gate.queued > 0 || Date.now() < gate.notBefore;
 
 /**
  * Reads an API answer's rate-limit fields into the gate.

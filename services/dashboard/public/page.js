@@ -1,12 +1,13 @@
 // @ts-check
 /* The analysts' KPI page, and its entry. Plain browser JavaScript, no build step, no framework:
  * sign in → summary cards (GET /v1/analytics/kpi) → one chart per metric
- * (GET /v1/analytics/kpi/series) over the chosen range. A 403 shows what is missing instead of an
+ * (GET /v1/analytics/kpi/series) over the chosen range, ending with the bucket still open; both
+ * reload every minute. A 403 shows what is missing instead of an
  * empty page. The status line says how long calls wait on the rate limit. Each chart loads and
  * fails on its own, and a range change aborts the calls of the one before, waits included, so an
  * old answer never replaces a newer chart. */
-/* global document, window, URLSearchParams, AbortController, setInterval, clearInterval */
-import { api, gate, HttpError, isAbort, onApiEvents, send, session } from './api.js';
+/* global document, window, URLSearchParams, AbortController, setInterval, clearInterval, setTimeout, clearTimeout */
+import { api, gate, HttpError, isAbort, limited, onApiEvents, send, session } from './api.js';
 import { chartError, chartFigure, drawChart } from './charts.js';
 import { formatter } from './format.js';
 
@@ -22,6 +23,17 @@ const METRICS = [
 ];
 const HOUR = 3600e3;
 const DAY = 24 * HOUR;
+/** One bucket of each interval: a range ends one bucket ahead, so it reaches the open bucket even on a clock a little behind the server's. */
+const BUCKET = { hour: HOUR, day: DAY, week: 7 * DAY };
+/**
+ * How often the cards and charts reload while the page is visible: `?refresh=<seconds>` (at
+ * least 5), else every minute. A reload is 8 calls from the tenant's rate limit, shared by all
+ * its users, so the default stays low.
+ */
+const REFRESH_MS = (() => {
+  const seconds = Number(new URLSearchParams(window.location.search).get('refresh'));
+  return Number.isFinite(seconds) && seconds >= 5 ? seconds * 1000 : 60_000;
+})();
 /** @type {Record<string, { span: number, interval: 'hour' | 'day' | 'week' }>} */
 const RANGES = {
   '24h': { span: DAY, interval: 'hour' },
@@ -186,9 +198,14 @@ async function loadCharts(rangeKey) {
   const controller = restart('charts');
   const { signal } = controller;
   const range = RANGES[rangeKey] || RANGES['7d'];
-  const to = new Date();
+  const now = Date.now();
   /** @type {View} */
-  const view = { rangeKey, from: new Date(to.getTime() - range.span).toISOString(), to: to.toISOString(), interval: range.interval };
+  const view = {
+    rangeKey,
+    from: new Date(now - range.span).toISOString(),
+    to: new Date(now + BUCKET[range.interval]).toISOString(),
+    interval: range.interval,
+  };
   setStatus('Loading charts…');
   $('charts').setAttribute('aria-busy', 'true');
   await Promise.all(METRICS.map((metric) => loadChart(metric, view, controller)));
@@ -196,6 +213,43 @@ async function loadCharts(rangeKey) {
   $('charts').setAttribute('aria-busy', 'false');
   $('charts').dataset.range = rangeKey;
   chartsStatus(view, signal);
+}
+
+/** The load in progress (sign-in, a range change, a reload), or null: a reload never aborts one. */
+/** @type {Promise<unknown> | null} */
+let loading = null;
+/** @type {ReturnType<typeof setTimeout> | null} */
+let nextReload = null;
+
+/**
+ * Runs a load, remembered as the one in progress until it settles; the next reload is due
+ * REFRESH_MS after it.
+ * @param {() => Promise<unknown>} load
+ */
+function tracked(load) {
+  const current = load().finally(() => {
+    if (loading !== current) return;
+    loading = null;
+    scheduleReload();
+  });
+  loading = current;
+  return current;
+}
+
+function scheduleReload() {
+  if (nextReload) clearTimeout(nextReload);
+  nextReload = setTimeout(reload, REFRESH_MS);
+}
+
+/**
+ * A reload of the cards and the charts of the current range. Put off while something loads, the
+ * tab is hidden or calls wait on the rate limit: a reload must not spend the tokens the tenant's
+ * other users (or this page's "Try again") are waiting for.
+ */
+function reload() {
+  if (!session.get()?.accessToken || !$('signin').hidden) return; // signed out: sign-in starts them again
+  if (loading || document.visibilityState !== 'visible' || $('dashboard').hidden || limited()) return scheduleReload();
+  tracked(loadAll).catch(() => undefined);
 }
 
 async function loadAll() {
@@ -236,7 +290,7 @@ $('signin-form').addEventListener('submit', async (event) => {
       error instanceof HttpError && error.status === 401 ? 'Wrong email or password.' : `Sign-in failed: ${messageOf(error)}`;
     return;
   }
-  await loadAll();
+  await tracked(loadAll);
   $('main').focus();
 });
 
@@ -244,10 +298,12 @@ onApiEvents({ gateChanged: paintStatus, expired: signOut });
 $('signout').addEventListener('click', () => signOut('You are signed out.'));
 for (const input of document.querySelectorAll('input[name="range"]')) {
   input.addEventListener('change', () =>
-    loadCharts(/** @type {HTMLInputElement} */ (input).value).catch((error) => setStatus(`Could not load the charts: ${messageOf(error)}`)),
+    tracked(() => loadCharts(/** @type {HTMLInputElement} */ (input).value)).catch((error) =>
+      setStatus(`Could not load the charts: ${messageOf(error)}`),
+    ),
   );
 }
 
-if (session.get()?.accessToken) loadAll();
+if (session.get()?.accessToken) tracked(loadAll);
 else show('signin');
 window.kpiDashboard = { ready: true };
