@@ -16,7 +16,10 @@ export interface paths {
             parameters: {
                 query?: never;
                 header: {
-                    /** @description Tenant slug */
+                    /**
+                     * @description Tenant slug
+                     * @example acme
+                     */
                     "x-tenant": string;
                 };
                 path?: never;
@@ -98,7 +101,10 @@ export interface paths {
             parameters: {
                 query?: never;
                 header: {
-                    /** @description Tenant slug */
+                    /**
+                     * @description Tenant slug
+                     * @example acme
+                     */
                     "x-tenant": string;
                 };
                 path?: never;

@@ -3,11 +3,22 @@ import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify'
 import fp from 'fastify-plugin';
 import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
 
+/** The placeholder Scalar hard-codes into every API-key value field: base64 text, not an example. */
+const SCALAR_KEY_PLACEHOLDER = 'QUxMIFlPVVIgQkFTRSBBUkUgQkVMT05HIFRPIFVT';
+
+/** The tenant slug the page fills in as its example, as the X-Tenant parameter's schema does (services/tenants/tenants.ts). */
+export const EXAMPLE_TENANT = 'acme';
+
 /**
  * The Scalar page's configuration. It must work on a machine without internet and must not send
  * the API's description anywhere: no web fonts from Scalar's CDN, no "Ask AI" agent, no MCP
  * generator, no developer-tools toolbar (its "Deploy"/"Share" actions talk to scalar.com), no
  * request proxy, no telemetry. "Try it" requests go straight to this service.
+ *
+ * The page declares its icon (none), or the browser asks for /favicon.ico and logs the 404. The
+ * X-Tenant scheme is an API key to Scalar, whose value field has a fixed placeholder and is
+ * masked like a secret: it starts with the example slug instead, shown in clear (a slug is no
+ * secret), and the placeholder is hidden once the field is cleared. Its only API key is X-Tenant.
  */
 export const apiReferenceConfiguration = {
   url: '/v1/openapi.json',
@@ -18,7 +29,12 @@ export const apiReferenceConfiguration = {
   showDeveloperTools: 'never',
   hideClientButton: true,
   documentDownloadType: 'json',
-  customCss: '.darklight-reference a[href*="scalar.com"] { display: none; }',
+  customCss:
+    '.darklight-reference a[href*="scalar.com"] { display: none; }\n' +
+    `input.scalar-password-input[placeholder="${SCALAR_KEY_PLACEHOLDER}"] { -webkit-text-security: none; text-security: none; }\n` +
+    `input[placeholder="${SCALAR_KEY_PLACEHOLDER}"]::placeholder { color: transparent; }`,
+  authentication: { securitySchemes: { tenant: { value: EXAMPLE_TENANT } } },
+  favicon: 'data:,',
 } as const;
 
 /**
