@@ -1,11 +1,7 @@
-import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
 import { randomUUID } from 'node:crypto';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
-import puppeteer, { type Page } from 'puppeteer-core';
+import type { Page } from 'puppeteer-core';
 import { Registry } from 'prom-client';
 import { expect } from 'vitest';
 import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
@@ -28,6 +24,7 @@ import type { Plan, RateLimitOverride } from '../../services/gateway/requestCont
 import { createRateLimiter } from '../../shared/rate-limit/limiter.ts';
 import { createRedisRateLimitStore } from '../../shared/rate-limit/redis.ts';
 import { dashboardRoutes } from '../../services/dashboard/routes.ts';
+import { launchChromium } from './chromium.ts';
 import { createTestDatabase } from './database.ts';
 import { authCapabilities, authHeaders, createTestAuth, createTestUser, provisionTenant, type TestTenant } from './auth.ts';
 
@@ -36,7 +33,6 @@ import { authCapabilities, authHeaders, createTestAuth, createTestUser, provisio
  * browser download). The gateway listens on a real port, with the per-tenant rate limit in Redis
  * as in production; the page signs in through the API.
  */
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 
@@ -53,11 +49,6 @@ export type DashboardHarnessOptions = {
 
 /** The gateway with the analytics routes and the page, the KPI projector, and chromium; `close` stops them all. */
 export async function startDashboardHarness(options: DashboardHarnessOptions = {}): Promise<DashboardHarness> {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(
-      `chromium not found at ${CHROMIUM}: install Debian's package (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`,
-    );
-  }
   // What is started, stopped in reverse order by `close`, or at once if a later step fails.
   const stops: Array<() => Promise<unknown>> = [];
   const stopAll = async () => {
@@ -104,24 +95,9 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
   });
   stops.push(() => app.close());
   const base = await app.listen({ host: '127.0.0.1', port: 0 });
-  const profile = await mkdtemp(join(tmpdir(), 'eas-chromium-'));
-  stops.push(() => rm(profile, { recursive: true, force: true }));
-  const browser = await puppeteer.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      `--user-data-dir=${profile}`,
-    ],
-  });
-  stops.push(() => browser.close());
+  const chromium = await launchChromium();
+  stops.push(() => chromium.close());
+  const browser = chromium.browser;
 
   /**
    * Seeds a tenant (Pro unless told): 3 customers (c3 cancelled 2 days ago), 4 users in the last

@@ -1,11 +1,9 @@
-import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { mkdir } from 'node:fs/promises';
 import type { FastifyInstance } from 'fastify';
-import puppeteer, { type Browser } from 'puppeteer-core';
+import type { Browser } from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp, createTestAuth } from '../../support/auth.ts';
+import { launchChromium } from '../../support/chromium.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 /**
@@ -13,46 +11,30 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
  * sees in the browser's console and in the X-Tenant field. The gateway has the auth routes (login
  * declares X-Tenant as a parameter) and the authenticated scope (X-Tenant as a security scheme).
  */
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 let db: TestDatabase | undefined;
 let app: FastifyInstance | undefined;
-let browser: Browser | undefined;
-let profile: string | undefined;
+let chromium: Awaited<ReturnType<typeof launchChromium>> | undefined;
+let browser: Browser;
 let base: string;
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(`chromium not found at ${CHROMIUM}: install Debian's package (apt-get install -y chromium) or set CHROMIUM_PATH`);
-  }
   db = await createTestDatabase();
   app = await createTestApp(await createTestAuth(db.pool));
   base = await app.listen({ host: '127.0.0.1', port: 0 });
-  profile = await mkdtemp(join(tmpdir(), 'eas-chromium-'));
-  browser = await puppeteer.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--no-first-run',
-      '--disable-background-networking',
-      `--user-data-dir=${profile}`,
-    ],
-  });
+  chromium = await launchChromium();
+  browser = chromium.browser;
 }, 60_000);
 
 afterAll(async () => {
-  await browser?.close();
+  await chromium?.close();
   await app?.close();
   await db?.drop();
-  if (profile) await rm(profile, { recursive: true, force: true });
 });
 
 describe('GET /docs in headless chromium', () => {
   describe('when a reader opens the API reference', () => {
     it('logs no 404 and fails no request', async () => {
-      const page = await browser!.newPage();
+      const page = await browser.newPage();
       const console404: string[] = [];
       const failed: string[] = [];
       page.on('console', (message) => {
@@ -68,7 +50,7 @@ describe('GET /docs in headless chromium', () => {
     }, 60_000);
 
     it('shows an example tenant slug in the X-Tenant field and in the snippets, not the library placeholder', async () => {
-      const page = await browser!.newPage();
+      const page = await browser.newPage();
       await page.goto(`${base}/docs`, { waitUntil: 'networkidle0' });
       await page.waitForFunction(`document.body.innerText.includes('X-Tenant')`, { timeout: 20_000 });
       // The X-Tenant scheme's value field, by its label in the Authentication block (its only API key).
