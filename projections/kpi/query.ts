@@ -61,8 +61,10 @@ export async function readKpiSummary(deps: KpiReadDeps, tenantId: string, now: n
 }
 
 /**
- * The summary at `asOf`, an instant the horizon has reached but not passed (the summary now, and
- * `kpi?at=` at or after the horizon): usage at minute resolution, which only the horizon allows.
+ * The summary at `asOf`, the combined horizon (`kpiHorizon(…, 'both')`: the earlier of the billing
+ * and usage watermarks), read now: the summary, and `kpi?at=` at or after now. Usage at minute
+ * resolution (`usageAtHorizon`) counts users by their latest request, so it is only right while no
+ * request can be later than the instant asked about: never for an `at` in the past.
  */
 export async function readKpiSummaryAtHorizon(deps: KpiReadDeps, tenantId: string, asOf: number): Promise<KpiSummary> {
   return withTenant(deps.pool, tenantId, async (tx) => {

@@ -334,17 +334,17 @@ async function closedValues(
 }
 
 /**
- * The KPI summary as it was at `at` (`GET /v1/analytics/kpi?at=`): asOf = min(at, horizon).
- * At or after the horizon, the summary now. Before it: usage from the rollups at hour resolution (see above), revenue as of asOf. The usage windows
- * end at asOf rounded *down* to the hour: the rollups cannot split an hour, and a summary of how
- * things were at an instant must not count requests made after it (rounding up did, and left out
- * the first part of the hour 24 h earlier).
+ * The KPI summary as it was at `at` (`GET /v1/analytics/kpi?at=`), answered at asOf =
+ * min(at, horizon). An `at` at or after `now` is the summary now, at minute resolution: no
+ * request after it can exist yet. An earlier `at`, even one past a lagging horizon, is read from
+ * the rollups at hour resolution (see above): `kpi_user_activity` holds each user's latest
+ * request, which may come after `at`. The usage windows end at asOf rounded down to the hour, as
+ * the rollups cannot split an hour and nothing made after `at` may be counted; revenue is exact.
  */
 export async function readKpiSummaryAt(deps: KpiReadDeps, tenantId: string, at: number, now: number = Date.now()): Promise<KpiSummary> {
   const horizon = await kpiHorizon(deps, now, 'both');
-  // Not reached yet: as it is now, at minute resolution (which only the horizon allows).
-  if (at >= horizon) return readKpiSummaryAtHorizon(deps, tenantId, horizon);
-  const asOf = at;
+  if (at >= now) return readKpiSummaryAtHorizon(deps, tenantId, horizon);
+  const asOf = Math.min(at, horizon);
   const end = floorTo('hour', asOf);
   return withTenant(deps.pool, tenantId, async (tx) => {
     const day = await loadWindow(tx, tenantId, end - DAY, end, { latency: true, users: true });
