@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { sql, withTenant, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialized, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
-import { addIntervals, DAY, floorTo, type SeriesInterval } from './intervals.ts';
+import { addIntervals, DAY, floorTo, MAX_SERIES_POINTS, seriesInstants, type SeriesInterval } from './intervals.ts';
 import { kpiHorizon, readKpiSummaryAtHorizon, type KpiReadDeps, type KpiSummary } from './query.ts';
 import { openBucketValue } from './openBucket.ts';
 import { seriesPoint, withOpenBucket, type SeriesPoint } from '../../shared/series/openBucket.ts';
@@ -236,19 +236,24 @@ export type KpiSeries = {
 };
 
 /**
- * One metric over `[from, to]` at `instants` (from `seriesInstants`, so aligned to `interval`).
- * Points after the metric's horizon (now, or the watermark of its pending inputs) are left out;
- * when the range reaches the horizon, the last point is the bucket still open, at the horizon
- * (`withOpenBucket`), with the summary's numbers there (`openBucketValue`).
+ * One metric at every `interval` boundary in `[from, to]` (`seriesInstants`). Points after the
+ * metric's horizon (now, or the watermark of its pending inputs) are left out; when the range
+ * reaches the horizon, the last point is the bucket still open, at the horizon (`withOpenBucket`),
+ * with the summary's numbers there (`openBucketValue`). `null` when the answer would have more
+ * than `MAX_SERIES_POINTS` points, the open one included: counted against the horizon read for
+ * the answer, so a past range of exactly that many boundaries fits whatever `to` is.
  */
 export async function readKpiSeries(
   deps: KpiReadDeps,
   tenantId: string,
-  query: { metric: KpiMetric; interval: SeriesInterval; from: number; to: number; instants: readonly number[] },
+  query: { metric: KpiMetric; interval: SeriesInterval; from: number; to: number },
   now: number = Date.now(),
-): Promise<KpiSeries> {
+): Promise<KpiSeries | null> {
+  const instants = seriesInstants(query.from, query.to, query.interval);
+  if (!instants) return null;
   const asOf = await kpiHorizon(deps, now, isRevenueMetric(query.metric) ? 'billing' : 'usage');
-  const answered = withOpenBucket(query.instants, query, asOf);
+  const answered = withOpenBucket(instants, query, asOf);
+  if (answered.length > MAX_SERIES_POINTS) return null;
   const open = answered.find((p) => p.partial);
   const closed = answered.filter((p) => !p.partial).map((p) => p.at);
   return withTenant(deps.pool, tenantId, async (tx) => {

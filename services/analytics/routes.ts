@@ -7,7 +7,7 @@ import { parsePosition, type EventStore } from '../../shared/event-store/port.ts
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../projections/kpi/query.ts';
-import { floorTo, MAX_SERIES_POINTS, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/intervals.ts';
+import { MAX_SERIES_POINTS, SERIES_INTERVALS } from '../../projections/kpi/intervals.ts';
 import { KPI_METRICS, readKpiSeries, readKpiSummaryAt } from '../../projections/kpi/series.ts';
 import { seriesPointSchema } from '../../shared/series/openBucket.ts';
 import { problemSchema } from '../gateway/problems.ts';
@@ -123,15 +123,13 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         const { metric, interval, from, to } = request.query;
         if (from > to)
           throw new BadRequestError('from must not be after to', { errors: [{ path: 'from', message: 'must not be after to' }] });
-        const instants = seriesInstants(from, to, interval);
-        // The bucket `to` falls in, when `to` is not a boundary, may be the open one: it counts.
-        const open = floorTo(interval, to) === to ? 0 : 1;
-        if (!instants || instants.length + open > MAX_SERIES_POINTS) {
+        const series = await readKpiSeries(kpiPorts, auth.tenantId, { metric, interval, from, to }, now());
+        if (!series) {
           throw new BadRequestError(`More than ${MAX_SERIES_POINTS} points; narrow the range or choose a longer interval`, {
             errors: [{ path: 'interval', message: `more than ${MAX_SERIES_POINTS} points` }],
           });
         }
-        return readKpiSeries(kpiPorts, auth.tenantId, { metric, interval, from, to, instants }, now());
+        return series;
       },
     );
   };

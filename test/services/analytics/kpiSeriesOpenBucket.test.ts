@@ -169,6 +169,16 @@ describe('GET /v1/analytics/kpi/series: the bucket still open', () => {
     });
   });
 
+  describe('when a past range has exactly 1,000 boundaries and a `to` between two', () => {
+    it('answers the 1,000 closed points: the bucket `to` falls in is closed, so no open point joins them', async () => {
+      const lastBoundary = Date.UTC(2026, 9, 14, 9); // the hour before NOW's
+      const from = lastBoundary - 999 * HOUR;
+      const answer = await series('dau', from, lastBoundary + 30 * MINUTE, 'hour');
+      expect(answer.points).toHaveLength(1_000);
+      expect(answer.points.at(-1)).toEqual({ at: iso(lastBoundary), value: 1 }); // u2, 08:37
+    });
+  });
+
   describe('when a client reads the OpenAPI document', () => {
     it('finds the partial flag on the series point', async () => {
       const doc = (await app.inject({ url: '/v1/openapi.json' })).json<{ components: { schemas: Record<string, unknown> } }>();
