@@ -65,8 +65,13 @@ function resetFigure(metric, rangeKey) {
   return figure;
 }
 
-/** What the open bucket is called on a chart of this interval. */
-const OPEN_BUCKET = { hour: 'this hour', day: 'today', week: 'this week', month: 'this month' };
+/**
+ * What the open bucket is called on a chart of this interval. Buckets are UTC (days from 00:00
+ * UTC, weeks from Monday): "today" in the browser's zone would be another bucket for most users.
+ */
+const OPEN_BUCKET = { hour: 'this UTC hour', day: 'this UTC day', week: 'this UTC week', month: 'this UTC month' };
+/** uPlot draws its time axis in this zone: the series' buckets, not the browser's. */
+const UTC = 'Etc/UTC';
 
 /**
  * The legend under a chart with an open bucket: a solid swatch for closed buckets, a dashed one
@@ -134,8 +139,9 @@ export function drawChart(metric, series, rangeKey) {
       height: 180,
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), UTC),
       axes: [
-        { stroke: '#374151' },
+        { stroke: '#374151', label: 'UTC', labelSize: 18 },
         { stroke: '#374151', size: 80, values: (_u, ticks) => ticks.map(compact(metric.kind, series.currency)) },
       ],
       series: [

@@ -76,8 +76,8 @@ describe('GET /dashboard: the bucket still open', () => {
         expect(chart.empty, `${metric} says "No data" while the summary shows activity`).toBe(false);
         expect(Date.parse(chart.partialAt ?? '')).toBeGreaterThanOrEqual(calledAt);
         // Drawn apart from the closed hours: a dashed segment and marker, named by a legend and the caption.
-        expect(chart.legend).toContain('this hour so far (partial)');
-        expect(chart.caption).toContain('(this hour so far)');
+        expect(chart.legend).toContain('this UTC hour so far (partial)');
+        expect(chart.caption).toContain('(this UTC hour so far)');
       }
       // No billing yet: the summary says €0 and the revenue charts say so too.
       expect((await cardValue(page, 'mrr')).value).toBe(0);
