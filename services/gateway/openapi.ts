@@ -2,12 +2,17 @@ import fastifySwagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
+import { EXAMPLE_TENANT_SLUG } from '../tenants/tenants.ts';
 
 /** The placeholder Scalar hard-codes into every API-key value field: base64 text, not an example. */
 const SCALAR_KEY_PLACEHOLDER = 'QUxMIFlPVVIgQkFTRSBBUkUgQkVMT05HIFRPIFVT';
 
-/** The tenant slug the page fills in as its example, as the X-Tenant parameter's schema does (services/tenants/tenants.ts). */
-export const EXAMPLE_TENANT = 'acme';
+/**
+ * The X-Tenant scheme's value field, and no other API key or password field: Scalar lists a
+ * scheme as a row it labels "<Scheme name>: <in>" (`tenant` below), then a Name row (the header's
+ * name), then the Value row.
+ */
+const TENANT_FIELD = 'tr:has(> td[aria-label="Tenant: header"]) + tr + tr input';
 
 /**
  * The Scalar page's configuration. It must work on a machine without internet and must not send
@@ -18,7 +23,7 @@ export const EXAMPLE_TENANT = 'acme';
  * The page declares its icon (none), or the browser asks for /favicon.ico and logs the 404. The
  * X-Tenant scheme is an API key to Scalar, whose value field has a fixed placeholder and is
  * masked like a secret: it starts with the example slug instead, shown in clear (a slug is no
- * secret), and the placeholder is hidden once the field is cleared. Its only API key is X-Tenant.
+ * secret), and the placeholder is hidden once the field is cleared.
  */
 export const apiReferenceConfiguration = {
   url: '/v1/openapi.json',
@@ -31,9 +36,9 @@ export const apiReferenceConfiguration = {
   documentDownloadType: 'json',
   customCss:
     '.darklight-reference a[href*="scalar.com"] { display: none; }\n' +
-    `input.scalar-password-input[placeholder="${SCALAR_KEY_PLACEHOLDER}"] { -webkit-text-security: none; text-security: none; }\n` +
-    `input[placeholder="${SCALAR_KEY_PLACEHOLDER}"]::placeholder { color: transparent; }`,
-  authentication: { securitySchemes: { tenant: { value: EXAMPLE_TENANT } } },
+    `${TENANT_FIELD}.scalar-password-input { -webkit-text-security: none; text-security: none; }\n` +
+    `${TENANT_FIELD}[placeholder="${SCALAR_KEY_PLACEHOLDER}"]::placeholder { color: transparent; }`,
+  authentication: { securitySchemes: { tenant: { value: EXAMPLE_TENANT_SLUG } } },
   favicon: 'data:,',
 } as const;
 
@@ -87,6 +92,7 @@ export const openApiPlugin = fp(
             bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
             // Declared as a scheme rather than a parameter of each operation: like the token, a
             // client sets it once for every call (login and refresh declare it as a parameter).
+            // The reference page finds its value field by this name (TENANT_FIELD above).
             tenant: {
               type: 'apiKey',
               in: 'header',

@@ -2,6 +2,7 @@ import { mkdir } from 'node:fs/promises';
 import type { FastifyInstance } from 'fastify';
 import type { Browser } from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EXAMPLE_TENANT_SLUG } from '../../../services/tenants/tenants.ts';
 import { createTestApp, createTestAuth } from '../../support/auth.ts';
 import { launchChromium } from '../../support/chromium.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
@@ -67,12 +68,19 @@ describe('GET /docs in headless chromium', () => {
           scheme: row?.previousElementSibling?.textContent ?? '',
         };
       })()`);
-      expect(field).toMatchObject({ value: 'acme', masked: 'none' });
+      expect(field).toMatchObject({ value: EXAMPLE_TENANT_SLUG, masked: 'none' });
       expect((field as { scheme: string }).scheme).toContain('X-Tenant');
       // Cleared, the field shows no placeholder rather than the library's base64 text.
       expect((field as { placeholderColor: string }).placeholderColor).toBe('rgba(0, 0, 0, 0)');
+      // Only that field is shown in clear: the bearer token's field keeps its mask.
+      const bearerMask = await page.evaluate(`(() => {
+        const label = [...document.querySelectorAll('label')].find((l) => l.textContent.trim() === 'Bearer Token');
+        const input = label ? document.getElementById(label.htmlFor) : null;
+        return input ? getComputedStyle(input).getPropertyValue('-webkit-text-security') : null;
+      })()`);
+      expect(bearerMask).toBe('disc');
       // The login operation declares X-Tenant as a parameter: its snippet carries the example too.
-      expect(await page.evaluate(`document.body.innerText.includes("--header 'x-tenant: acme'")`)).toBe(true);
+      expect(await page.evaluate(`document.body.innerText.includes("--header 'x-tenant: ${EXAMPLE_TENANT_SLUG}'")`)).toBe(true);
       await mkdir('reports', { recursive: true });
       await page.screenshot({ path: 'reports/docs.png' });
       await page.close();
