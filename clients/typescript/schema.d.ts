@@ -16,7 +16,10 @@ export interface paths {
             parameters: {
                 query?: never;
                 header: {
-                    /** @description Tenant slug */
+                    /**
+                     * @description Tenant slug
+                     * @example acme
+                     */
                     "x-tenant": string;
                 };
                 path?: never;
@@ -98,7 +101,10 @@ export interface paths {
             parameters: {
                 query?: never;
                 header: {
-                    /** @description Tenant slug */
+                    /**
+                     * @description Tenant slug
+                     * @example acme
+                     */
                     "x-tenant": string;
                 };
                 path?: never;
@@ -1786,6 +1792,16 @@ export interface components {
             cursor: string;
             createdAt: string;
         };
+        SeriesPointInput: {
+            /** @description ISO 8601 UTC instant: an interval boundary, or the series `asOf` for the open bucket */
+            at: string;
+            value: number;
+            /**
+             * @description Present (true) only on the last point while its bucket is still open: the value so far, as of `at`
+             * @constant
+             */
+            partial?: true;
+        };
         KpiSummaryInput: {
             /** @description Monthly recurring revenue, major currency units (exact, rounded to 4 decimals) */
             mrr: number;
@@ -1811,14 +1827,10 @@ export interface components {
             interval: "hour" | "day" | "week" | "month";
             /** @description ISO 4217 currency of mrr / arr points; null before the first billing event */
             currency?: string | null;
-            /** @description Points after this instant (the KPI watermark) are left out */
+            /** @description Points after this instant (the KPI watermark) are left out; the open bucket, if any, is answered as of it */
             asOf: string;
-            /** @description The metric as of each instant (requests: count in the interval ending at the instant) */
-            points: {
-                /** @description ISO 8601 UTC instant */
-                at: string;
-                value: number;
-            }[];
+            /** @description The metric as of each interval boundary in [from, to] (requests: count in the interval ending at the boundary); when the range reaches asOf, a last point at asOf for the bucket still open, flagged partial (requests: count so far) */
+            points: components["schemas"]["SeriesPointInput"][];
         };
         Problem: {
             /** @description URI reference naming the problem type */
@@ -1902,6 +1914,16 @@ export interface components {
             cursor: string;
             createdAt: string;
         };
+        SeriesPoint: {
+            /** @description ISO 8601 UTC instant: an interval boundary, or the series `asOf` for the open bucket */
+            at: string;
+            value: number;
+            /**
+             * @description Present (true) only on the last point while its bucket is still open: the value so far, as of `at`
+             * @constant
+             */
+            partial?: true;
+        };
         KpiSummary: {
             /** @description Monthly recurring revenue, major currency units (exact, rounded to 4 decimals) */
             mrr: number;
@@ -1927,14 +1949,10 @@ export interface components {
             interval: "hour" | "day" | "week" | "month";
             /** @description ISO 4217 currency of mrr / arr points; null before the first billing event */
             currency?: string | null;
-            /** @description Points after this instant (the KPI watermark) are left out */
+            /** @description Points after this instant (the KPI watermark) are left out; the open bucket, if any, is answered as of it */
             asOf: string;
-            /** @description The metric as of each instant (requests: count in the interval ending at the instant) */
-            points: {
-                /** @description ISO 8601 UTC instant */
-                at: string;
-                value: number;
-            }[];
+            /** @description The metric as of each interval boundary in [from, to] (requests: count in the interval ending at the boundary); when the range reaches asOf, a last point at asOf for the bucket still open, flagged partial (requests: count so far) */
+            points: components["schemas"]["SeriesPoint"][];
         };
     };
     responses: never;

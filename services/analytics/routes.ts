@@ -7,8 +7,9 @@ import { parsePosition, type EventStore } from '../../shared/event-store/port.ts
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../projections/kpi/query.ts';
-import { MAX_SERIES_POINTS, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/intervals.ts';
+import { MAX_SERIES_POINTS, SERIES_INTERVALS } from '../../projections/kpi/intervals.ts';
 import { KPI_METRICS, readKpiSeries, readKpiSummaryAt } from '../../projections/kpi/series.ts';
+import { seriesPointSchema } from '../../shared/series/openBucket.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
@@ -58,11 +59,14 @@ export const kpiSeriesSchema = z
     metric: z.enum(KPI_METRICS),
     interval: z.enum(SERIES_INTERVALS),
     currency: z.string().nullable().optional().describe('ISO 4217 currency of mrr / arr points; null before the first billing event'),
-    asOf: z.string().describe('Points after this instant (the KPI watermark) are left out'),
+    asOf: z.string().describe('Points after this instant (the KPI watermark) are left out; the open bucket, if any, is answered as of it'),
     points: z
-      .array(z.object({ at: z.string().describe('ISO 8601 UTC instant'), value: z.number() }))
+      .array(seriesPointSchema)
       .max(MAX_SERIES_POINTS)
-      .describe('The metric as of each instant (requests: count in the interval ending at the instant)'),
+      .describe(
+        'The metric as of each interval boundary in [from, to] (requests: count in the interval ending at the boundary); ' +
+          'when the range reaches asOf, a last point at asOf for the bucket still open, flagged partial (requests: count so far)',
+      ),
   })
   .meta({ id: 'KpiSeries' });
 
@@ -119,13 +123,13 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         const { metric, interval, from, to } = request.query;
         if (from > to)
           throw new BadRequestError('from must not be after to', { errors: [{ path: 'from', message: 'must not be after to' }] });
-        const instants = seriesInstants(from, to, interval);
-        if (!instants) {
+        const series = await readKpiSeries(kpiPorts, auth.tenantId, { metric, interval, from, to }, now());
+        if (!series) {
           throw new BadRequestError(`More than ${MAX_SERIES_POINTS} points; narrow the range or choose a longer interval`, {
             errors: [{ path: 'interval', message: `more than ${MAX_SERIES_POINTS} points` }],
           });
         }
-        return readKpiSeries(kpiPorts, auth.tenantId, { metric, interval, instants }, now());
+        return series;
       },
     );
   };

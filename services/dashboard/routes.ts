@@ -23,6 +23,7 @@ const FILES: Record<string, { path: string; type: string }> = {
   '/dashboard/api.js': { path: join(here, 'api.js'), type: 'text/javascript; charset=utf-8' },
   '/dashboard/format.js': { path: join(here, 'format.js'), type: 'text/javascript; charset=utf-8' },
   '/dashboard/charts.js': { path: join(here, 'charts.js'), type: 'text/javascript; charset=utf-8' },
+  '/dashboard/reload.js': { path: join(here, 'reload.js'), type: 'text/javascript; charset=utf-8' },
   '/dashboard/app.css': { path: join(here, 'app.css'), type: 'text/css; charset=utf-8' },
   '/dashboard/vendor/uPlot.iife.min.js': { path: join(uplotDist, 'uPlot.iife.min.js'), type: 'text/javascript; charset=utf-8' },
   '/dashboard/vendor/uPlot.min.css': { path: join(uplotDist, 'uPlot.min.css'), type: 'text/css; charset=utf-8' },

@@ -2,12 +2,28 @@ import fastifySwagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
+import { EXAMPLE_TENANT_SLUG } from '../tenants/tenants.ts';
+
+/** The placeholder Scalar hard-codes into every API-key value field: base64 text, not an example. */
+const SCALAR_KEY_PLACEHOLDER = 'QUxMIFlPVVIgQkFTRSBBUkUgQkVMT05HIFRPIFVT';
+
+/**
+ * The X-Tenant scheme's value field, and no other API key or password field: Scalar lists a
+ * scheme as a row it labels "<Scheme name>: <in>" (`tenant` below), then a Name row (the header's
+ * name), then the Value row.
+ */
+const TENANT_FIELD = 'tr:has(> td[aria-label="Tenant: header"]) + tr + tr input';
 
 /**
  * The Scalar page's configuration. It must work on a machine without internet and must not send
  * the API's description anywhere: no web fonts from Scalar's CDN, no "Ask AI" agent, no MCP
  * generator, no developer-tools toolbar (its "Deploy"/"Share" actions talk to scalar.com), no
  * request proxy, no telemetry. "Try it" requests go straight to this service.
+ *
+ * The page declares its icon (none), or the browser asks for /favicon.ico and logs the 404. The
+ * X-Tenant scheme is an API key to Scalar, whose value field has a fixed placeholder and is
+ * masked like a secret: it starts with the example slug instead, shown in clear (a slug is no
+ * secret), and the placeholder is hidden once the field is cleared.
  */
 export const apiReferenceConfiguration = {
   url: '/v1/openapi.json',
@@ -18,7 +34,12 @@ export const apiReferenceConfiguration = {
   showDeveloperTools: 'never',
   hideClientButton: true,
   documentDownloadType: 'json',
-  customCss: '.darklight-reference a[href*="scalar.com"] { display: none; }',
+  customCss:
+    '.darklight-reference a[href*="scalar.com"] { display: none; }\n' +
+    `${TENANT_FIELD}.scalar-password-input { -webkit-text-security: none; text-security: none; }\n` +
+    `${TENANT_FIELD}[placeholder="${SCALAR_KEY_PLACEHOLDER}"]::placeholder { color: transparent; }`,
+  authentication: { securitySchemes: { tenant: { value: EXAMPLE_TENANT_SLUG } } },
+  favicon: 'data:,',
 } as const;
 
 /**
@@ -71,6 +92,7 @@ export const openApiPlugin = fp(
             bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
             // Declared as a scheme rather than a parameter of each operation: like the token, a
             // client sets it once for every call (login and refresh declare it as a parameter).
+            // The reference page finds its value field by this name (TENANT_FIELD above).
             tenant: {
               type: 'apiKey',
               in: 'header',

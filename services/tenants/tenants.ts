@@ -10,8 +10,16 @@ export const tenantSlugSchema = z
   .max(63)
   .regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/, 'must be 1-63 lowercase letters, digits or inner hyphens');
 
+/**
+ * The example slug of the API document: the `X-Tenant` parameter's example, and the value the
+ * API reference page fills in (services/gateway/openapi.ts), so "Try it" and the snippets agree.
+ */
+export const EXAMPLE_TENANT_SLUG = 'acme';
+
 /** The `X-Tenant` header every /v1 request carries, as a header schema. */
-export const tenantHeaders = z.object({ 'x-tenant': tenantSlugSchema.describe('Tenant slug') });
+export const tenantHeaders = z.object({
+  'x-tenant': tenantSlugSchema.describe('Tenant slug').meta({ examples: [EXAMPLE_TENANT_SLUG] }),
+});
 
 export const rateLimitOverrideSchema = z.object({
   perMinute: z.number().int().positive(),

@@ -1,16 +1,16 @@
-import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
 import { randomUUID } from 'node:crypto';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
-import puppeteer, { type Page } from 'puppeteer-core';
+import type { Page } from 'puppeteer-core';
 import { Registry } from 'prom-client';
 import { expect } from 'vitest';
 import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { START } from '../../shared/event-store/port.ts';
-import type { UsageSample } from '../../shared/metrics-bus/port.ts';
+import type { UsageSample, UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
+import { createInProcessBus } from '../../shared/metrics-bus/inProcess.ts';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import { startKpiConsumer } from '../../projections/kpi/consumer.ts';
+import { usageSamples } from '../../services/analytics/usageSamples.ts';
 import { runProjection } from '../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
@@ -24,6 +24,7 @@ import type { Plan, RateLimitOverride } from '../../services/gateway/requestCont
 import { createRateLimiter } from '../../shared/rate-limit/limiter.ts';
 import { createRedisRateLimitStore } from '../../shared/rate-limit/redis.ts';
 import { dashboardRoutes } from '../../services/dashboard/routes.ts';
+import { launchChromium } from './chromium.ts';
 import { createTestDatabase } from './database.ts';
 import { authCapabilities, authHeaders, createTestAuth, createTestUser, provisionTenant, type TestTenant } from './auth.ts';
 
@@ -32,33 +33,36 @@ import { authCapabilities, authHeaders, createTestAuth, createTestUser, provisio
  * browser download). The gateway listens on a real port, with the per-tenant rate limit in Redis
  * as in production; the page signs in through the API.
  */
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 
 export type DashboardHarness = Awaited<ReturnType<typeof start>>;
 
+export type DashboardHarnessOptions = {
+  /**
+   * The gateway's own requests become usage samples, through an in-process bus and the KPI
+   * consumer into the rollups, as `npm start` wires them. `record` picks the samples that count
+   * (default: all), so a test can keep the page's own reads out of what it measures.
+   */
+  readonly usage?: { readonly record?: (sample: UsageSample) => boolean };
+};
+
 /** The gateway with the analytics routes and the page, the KPI projector, and chromium; `close` stops them all. */
-export async function startDashboardHarness(): Promise<DashboardHarness> {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(
-      `chromium not found at ${CHROMIUM}: install Debian's package (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`,
-    );
-  }
+export async function startDashboardHarness(options: DashboardHarnessOptions = {}): Promise<DashboardHarness> {
   // What is started, stopped in reverse order by `close`, or at once if a later step fails.
   const stops: Array<() => Promise<unknown>> = [];
   const stopAll = async () => {
     for (const stop of stops.splice(0).reverse()) await stop();
   };
   try {
-    return await start(stops, stopAll);
+    return await start(stops, stopAll, options);
   } catch (error) {
     await stopAll();
     throw error;
   }
 }
 
-async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<void>) {
+async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<void>, options: DashboardHarnessOptions) {
   const db = await createTestDatabase();
   stops.push(() => db.drop());
   const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
@@ -74,6 +78,7 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     logger: pino({ level: 'silent' }),
   });
   stops.push(() => limiter.close());
+  const usage = await usagePipeline(db.pool, options.usage, stops);
   const app = await createGateway({
     config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
     readiness: [],
@@ -82,31 +87,17 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     v1: authCapabilities(
       auth,
       rateLimited(limiter),
-      analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }),
+      ...(usage ? [usageSamples(usage.publisher)] : []),
+      analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000, ...(usage ? { usage: { source: usage.source } } : {}) }),
       billingRoutes({ store }),
     ),
     publicRoutes: [jwksRoutes(auth), dashboardRoutes],
   });
   stops.push(() => app.close());
   const base = await app.listen({ host: '127.0.0.1', port: 0 });
-  const profile = await mkdtemp(join(tmpdir(), 'eas-chromium-'));
-  stops.push(() => rm(profile, { recursive: true, force: true }));
-  const browser = await puppeteer.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      `--user-data-dir=${profile}`,
-    ],
-  });
-  stops.push(() => browser.close());
+  const chromium = await launchChromium();
+  stops.push(() => chromium.close());
+  const browser = chromium.browser;
 
   /**
    * Seeds a tenant (Pro unless told): 3 customers (c3 cancelled 2 days ago), 4 users in the last
@@ -181,8 +172,8 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     return tenant;
   }
 
-  async function signIn(page: Page, tenant: TestTenant, email: string, password: string) {
-    await page.goto(`${base}/dashboard`);
+  async function signIn(page: Page, tenant: TestTenant, email: string, password: string, path = '/dashboard') {
+    await page.goto(`${base}${path}`);
     await page.waitForSelector('#signin-form');
     await page.type('#tenant', tenant.slug);
     await page.type('#email', email);
@@ -242,6 +233,7 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
   return {
     db,
     auth,
+    base,
     browser,
     seededTenant,
     signIn,
@@ -285,3 +277,18 @@ export async function chartsSettled(page: Page, range: string, timeout: number) 
 
 export const cardValue = (page: Page, metric: string) =>
   page.$eval(`.value[data-metric="${metric}"]`, (el) => ({ value: Number(el.getAttribute('data-value')), text: el.textContent ?? '' }));
+
+/** The in-process bus from the gateway's usage hook to the KPI consumer, filtered by `record`; stopped by `stops`. */
+async function usagePipeline(pool: DatabasePool, usage: DashboardHarnessOptions['usage'], stops: Array<() => Promise<unknown>>) {
+  if (!usage) return undefined;
+  const bus = createInProcessBus();
+  const consumer = await startKpiConsumer(pool, bus.source, `kpi-${randomUUID()}`);
+  stops.push(() => consumer.stop());
+  const record = usage.record ?? (() => true);
+  const publisher: UsageSamplePublisher = {
+    publish: (sample) => void (record(sample) && bus.publisher.publish(sample)),
+    flush: (timeoutMs) => bus.publisher.flush(timeoutMs),
+    close: () => bus.publisher.close(),
+  };
+  return { publisher, source: bus.source };
+}
