@@ -40,7 +40,8 @@ export type SessionDeps = {
   readonly gate?: VerificationGate;
   /**
    * All logins and refreshes of this process together (a token bucket; default burst 200,
-   * 6,000 a minute): past it, 503 with Retry-After before any work is done.
+   * 6,000 a minute): past it, 503 with Retry-After before the lookups and the hashing. Only
+   * requests that the per-address bounds have let through take a token.
    */
   readonly globalLimit?: BucketPolicy;
 };
@@ -62,7 +63,11 @@ export function createSessions(deps: SessionDeps): Sessions {
   const gate = deps.gate ?? createVerificationGate();
   const globalLimit = deps.globalLimit ?? DEFAULT_GLOBAL_AUTH_LIMIT;
   let globalBucket: BucketState | undefined;
-  /** The process-wide bound on login + refresh: refuses before any lookup or hashing. */
+  /**
+   * The process-wide bound on login + refresh, taken only after the per-address bounds have
+   * admitted the request: a token taken before them would let one address that they refuse
+   * (cheaply) drain the bucket, and every tenant's logins would then get 503.
+   */
   const admitGlobally = () => {
     const { state, decision } = takeToken(globalBucket, globalLimit, deps.now() * 1000);
     globalBucket = state;
@@ -76,7 +81,6 @@ export function createSessions(deps: SessionDeps): Sessions {
 
   return {
     async login(tenantSlug, email, password, client = UNKNOWN_CLIENT) {
-      admitGlobally();
       // The one normalisation (shared/email.ts): the same key the account lookup uses.
       const attempt = { account: `${tenantSlug}\n${normaliseEmail(email)}`, ip: client.ip };
       const retryAfter = await deps.throttle.retryAfterSeconds(attempt);
@@ -84,8 +88,10 @@ export function createSessions(deps: SessionDeps): Sessions {
       // Every path below does one argon2 verification (a dummy one when there is no account),
       // so unknown tenant, unknown e-mail and wrong password take about the same time.
       // At most one verification per core at a time, shared fairly between client addresses; the
-      // lookups run inside the gate too, so requests it refuses cost no database work either.
+      // lookups run inside the gate too, so requests it refuses cost no database work either. The
+      // shared bucket is asked last, once the address's own turn has come.
       const { tenant, credentials, passwordOk } = await gate.run(client.ip, async () => {
+        admitGlobally();
         const tenant = await deps.tenants.bySlug(tenantSlug);
         const credentials = tenant ? await withTenant(deps.pool, tenant.id, (tx) => findLoginCredentials(tx, tenant.id, email)) : null;
         return { tenant, credentials, passwordOk: await verifyPassword(credentials?.passwordHash ?? null, password) };
@@ -102,9 +108,9 @@ export function createSessions(deps: SessionDeps): Sessions {
     },
 
     async refresh(tenantSlug, refreshToken, client = UNKNOWN_CLIENT) {
-      admitGlobally();
       const retryAfter = await deps.throttle.ipRetryAfterSeconds(client.ip);
       if (retryAfter > 0) throw refuse(retryAfter, 'logins or refreshes from this address');
+      admitGlobally();
       const tenant = await deps.tenants.bySlug(tenantSlug);
       if (!tenant) {
         await deps.throttle.recordIpFailure(client.ip);
