@@ -9,6 +9,7 @@ import { healthRoutes, type ReadinessCheck } from './health.ts';
 import { openApiPlugin, openApiRoutes } from './openapi.ts';
 import { httpMetricsPlugin } from './httpMetrics.ts';
 import { deprecationPlugin } from './deprecation.ts';
+import { refuseOversizedBody } from './bodyLimit.ts';
 
 export type GatewayOptions = {
   readonly config: Pick<Config, 'BODY_LIMIT_BYTES' | 'LOG_LEVEL' | 'NODE_ENV'>;
@@ -103,6 +104,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
       return sendProblem(request, reply, 503, 'This instance is shutting down; retry (another instance will answer)');
     }
   });
+  app.addHook('onRequest', refuseOversizedBody(options.config.BODY_LIMIT_BYTES));
   // A request in flight when closing starts ends its connection with its answer: Node's
   // server.close() closes only the connections idle at that moment, so a keep-alive client would
   // otherwise hold the drain open until its keep-alive timeout (72 s) and the shutdown timer's exit 1.

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError } from 'slonik';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
 import { AppError } from '../../shared/errors.ts';
+import { drainRefusedBody } from './drainRefusedBody.ts';
 
 /** RFC 9457 problem details, the body of every error response. */
 export const problemSchema = z
@@ -78,12 +79,14 @@ export function sendProblem(
   return reply.code(status).type(PROBLEM_CONTENT_TYPE).serializer(JSON.stringify).send(body);
 }
 
+export const BODY_TOO_LARGE_DETAIL = 'The request body is larger than this service accepts';
+
 const FASTIFY_CODES: Record<string, [status: number, detail: string]> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: [415, 'This endpoint accepts application/json request bodies'],
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: [400, 'Content-Length does not match the body'],
   FST_ERR_CTP_EMPTY_JSON_BODY: [400, 'The request body is empty but Content-Type is application/json'],
   FST_ERR_CTP_INVALID_JSON_BODY: [400, 'The request body is not valid JSON'],
-  FST_ERR_CTP_BODY_TOO_LARGE: [413, 'The request body is larger than this service accepts'],
+  FST_ERR_CTP_BODY_TOO_LARGE: [413, BODY_TOO_LARGE_DETAIL],
   FST_ERR_CTP_INVALID_TYPE: [400, 'The Content-Type header is not valid'],
 };
 
@@ -116,6 +119,9 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   if (code === 'FST_ERR_CTP_INVALID_JSON_BODY' || (error instanceof SyntaxError && 'statusCode' in error)) {
     return sendProblem(request, reply, 400, 'The request body is not valid JSON');
   }
+  // The parser stopped reading a body over the limit that came without a length: read the rest
+  // away before the connection may close, so that the client gets this answer, not a reset.
+  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') drainRefusedBody(request, reply);
   const known = FASTIFY_CODES[code];
   if (known) return sendProblem(request, reply, known[0], known[1]);
   const statusCode = 'statusCode' in error && typeof error.statusCode === 'number' ? error.statusCode : 500;
