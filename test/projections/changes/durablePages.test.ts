@@ -1,0 +1,84 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { sql } from '../../../shared/db/pool.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
+import { comparePositions, type EventStore } from '../../../shared/event-store/port.ts';
+import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
+import { runProjection } from '../../../shared/projections/follow.ts';
+import type { Projection } from '../../../shared/projections/projection.ts';
+import { changesProjection } from '../../../projections/changes/changesProjection.ts';
+import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { provisionTenant } from '../../support/auth.ts';
+import { hire, logPositionsOf } from '../../support/harness/changes.ts';
+import { waitFor } from '../../support/waitFor.ts';
+
+/**
+ * Regression: the change feed's pages committed with `synchronous_commit = off`, so PostgreSQL
+ * showed a page to readers before it was on disk; after a database crash a cursor a client had
+ * been given named a change the table no longer held, and the feed answered 400 "unknown cursor"
+ * until the projector applied the page again. The crash cannot be staged on the shared server:
+ * the test looks, inside each page's own transaction, at the commit mode the page will commit
+ * with (PostgreSQL makes a synchronous commit visible only after its WAL flush).
+ */
+let db: TestDatabase;
+let store: EventStore;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+});
+afterAll(async () => {
+  await store?.close();
+  await db?.drop();
+});
+
+/** `projection` as it is, whose handler first records the transaction's `synchronous_commit`. */
+function observed<T extends string>(projection: Projection<T>) {
+  const modes: string[] = [];
+  const watched: Projection<T> = {
+    ...projection,
+    async handle(tx, events, tables) {
+      modes.push(await tx.oneFirst(sql.type(z.object({ mode: z.string() }))`select current_setting('synchronous_commit') as mode`));
+      await projection.handle(tx, events, tables);
+    },
+  };
+  return { watched, modes };
+}
+
+/** Runs the projection live over a few pages of hires and renames; the commit modes its pages had. */
+async function pageModes<T extends string>(projection: Projection<T>): Promise<string[]> {
+  const { watched, modes } = observed(projection);
+  const projector = runProjection(db.pool, store, watched, { pollIntervalMs: 50, batchSize: 3 });
+  try {
+    await waitFor(() => readCheckpoint(db.pool, projection.name));
+    const tenant = await provisionTenant(db.pool);
+    for (let i = 0; i < 3; i++) {
+      const employee = await hire(store, tenant.tenantId, `durable-${i}`);
+      await employee.rename(`durable-${i}-renamed`);
+    }
+    const last = (await logPositionsOf(store, tenant.tenantId)).at(-1);
+    if (!last) throw new Error('nothing was written');
+    await waitFor(async () => {
+      const checkpoint = await readCheckpoint(db.pool, projection.name);
+      return checkpoint && comparePositions(checkpoint.position, last) >= 0 && modes.length >= 2;
+    });
+    return modes;
+  } finally {
+    await projector.stop();
+  }
+}
+
+describe('the commit of a live projection page', () => {
+  it('is synchronous for the change feed: no reader sees a change, nor its cursor, before it is on disk', async () => {
+    const modes = await pageModes(changesProjection);
+    expect(modes.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(modes)).toEqual(new Set(['on']));
+  });
+
+  it('stays asynchronous for a model read by value (employees), which a crash only sets back', async () => {
+    const modes = await pageModes(employeesProjection);
+    expect(modes.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(modes)).toEqual(new Set(['off']));
+  });
+});
