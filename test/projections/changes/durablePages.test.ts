@@ -1,14 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { sql } from '../../../shared/db/pool.ts';
+import { createDatabasePool, sql } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { comparePositions, type EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection } from '../../../shared/projections/follow.ts';
+import { listParkedEvents, retryParkedEvents } from '../../../shared/projections/parking.ts';
 import type { Projection } from '../../../shared/projections/projection.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { createTestDatabase, sqlAt, type TestDatabase } from '../../support/database.ts';
 import { provisionTenant } from '../../support/auth.ts';
 import { hire, logPositionsOf } from '../../support/harness/changes.ts';
 import { waitFor } from '../../support/waitFor.ts';
@@ -33,13 +34,17 @@ afterAll(async () => {
   await db?.drop();
 });
 
-/** `projection` as it is, whose handler first records the transaction's `synchronous_commit`. */
-function observed<T extends string>(projection: Projection<T>) {
+/**
+ * `projection` as it is, whose handler first records the transaction's `synchronous_commit`, and
+ * refuses (a deterministic failure) the events `refuse` names.
+ */
+function observed<T extends string>(projection: Projection<T>, refuse: (streamId: string) => boolean = () => false) {
   const modes: string[] = [];
   const watched: Projection<T> = {
     ...projection,
     async handle(tx, events, tables) {
       modes.push(await tx.oneFirst(sql.type(z.object({ mode: z.string() }))`select current_setting('synchronous_commit') as mode`));
+      if (events.some((e) => refuse(e.streamId))) throw new Error('refused by the test');
       await projection.handle(tx, events, tables);
     },
   };
@@ -69,7 +74,7 @@ async function pageModes<T extends string>(projection: Projection<T>): Promise<s
   }
 }
 
-describe('the commit of a live projection page', () => {
+describe('the commit of a projection page', () => {
   it('is synchronous for the change feed: no reader sees a change, nor its cursor, before it is on disk', async () => {
     const modes = await pageModes(changesProjection);
     expect(modes.length).toBeGreaterThanOrEqual(2);
@@ -80,5 +85,34 @@ describe('the commit of a live projection page', () => {
     const modes = await pageModes(employeesProjection);
     expect(modes.length).toBeGreaterThanOrEqual(2);
     expect(new Set(modes)).toEqual(new Set(['off']));
+  });
+
+  it("is synchronous for an operator's retry of a parked change of the feed, too", async () => {
+    const tenant = await provisionTenant(db.pool);
+    let failing = true;
+    const { watched, modes } = observed(changesProjection, (streamId) => failing && streamId.includes(tenant.tenantId));
+    const projector = runProjection(db.pool, store, watched, { pollIntervalMs: 50, isolation: { maxAttempts: 1 } });
+    try {
+      await waitFor(() => readCheckpoint(db.pool, changesProjection.name));
+      await hire(store, tenant.tenantId, 'parked');
+      await waitFor(async () => (await listParkedEvents(db.pool, changesProjection.name)).length > 0);
+    } finally {
+      await projector.stop();
+    }
+    failing = false;
+    modes.length = 0;
+    // A database whose default is asynchronous (a deployment's choice) must not make it so.
+    await sqlAt(db.url, `alter database "${db.name}" set synchronous_commit = off`);
+    const operator = await createDatabasePool(db.url, { maximumPoolSize: 1 });
+    try {
+      expect(await operator.oneFirst(sql.type(z.object({ mode: z.string() }))`select current_setting('synchronous_commit') as mode`)).toBe(
+        'off',
+      );
+      const retried = await retryParkedEvents(operator, watched, { employee_changes: sql.identifier(['employee_changes']) });
+      expect(retried).toEqual({ retried: 1, stillParked: 0 });
+      expect(modes).toEqual(['on']);
+    } finally {
+      await operator.end();
+    }
   });
 });
