@@ -21,7 +21,15 @@ export function drainRefusedBody(request: FastifyRequest, reply: FastifyReply, l
   let drained = 0;
   const stop = () => socket.destroy();
   const timer = setTimeout(stop, limit.ms).unref();
-  const done = () => clearTimeout(timer);
+  // A gateway that starts closing waits for every connection still receiving a request: this
+  // one ends once its answer is out rather than holding the drain for its bound.
+  const shutdown = request.server.shutdownSignal;
+  const onShutdown = () => (reply.raw.writableFinished ? stop() : reply.raw.once('finish', stop));
+  shutdown.addEventListener('abort', onShutdown, { once: true });
+  const done = () => {
+    clearTimeout(timer);
+    shutdown.removeEventListener('abort', onShutdown);
+  };
   incoming.on('data', (chunk: Buffer) => {
     drained += chunk.length;
     if (drained > limit.bytes) stop();

@@ -2,8 +2,10 @@ import { execFile } from 'node:child_process';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
+import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
+import { createGateway } from '../../../services/gateway/app.ts';
 import { DRAIN_LIMIT } from '../../../services/gateway/drainRefusedBody.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
@@ -137,4 +139,30 @@ describe('when a client sends a body over the limit', () => {
       socket.destroy();
     }
   }, 60_000);
+
+  it('a gateway that starts closing ends a connection it is draining at once, not after the bound', async () => {
+    const gateway = await createGateway({
+      config: { BODY_LIMIT_BYTES: MB, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
+      readiness: [],
+      registry: new Registry(),
+      v1: [],
+    });
+    await gateway.listen({ host: '127.0.0.1', port: 0 });
+    const socket = connect((gateway.server.address() as AddressInfo).port, '127.0.0.1');
+    socket.on('error', () => undefined);
+    try {
+      const refused = readUntil(socket, oneResponse);
+      socket.write(`POST /v1/anything HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${100 * MB}\r\n\r\n`);
+      socket.write(Buffer.alloc(MB, 0x20));
+      expect((await refused).received).toMatch(/^HTTP\/1\.1 413 /);
+      const ended = readUntil(socket, () => false);
+      const started = performance.now();
+      await gateway.close();
+      expect(performance.now() - started).toBeLessThan(DRAIN_LIMIT.ms / 2);
+      expect((await ended).closed).toBe(true);
+    } finally {
+      socket.destroy();
+      await gateway.close();
+    }
+  });
 });
