@@ -152,7 +152,7 @@ describe('when one address floods junk logins at about 150 a second', () => {
       flooded.push(await correctLogin());
       await flood.off();
     };
-    for (let round = 0; round < 40; round++) {
+    for (let round = 0; round < 60; round++) {
       if (round % 2 === 0) {
         quiet.push(await correctLogin());
         await measureFlooded();
