@@ -2,6 +2,8 @@ import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
+import { IP_FAILURE_LIMIT } from '../../../services/auth/loginThrottle.ts';
+import { DEFAULT_MAX_REFRESHES_IN_FLIGHT_PER_ADDRESS, DEFAULT_REFRESH_LIMIT_PER_ADDRESS } from '../../../services/auth/sessions.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { createTestApp, createTestAuth, createTestUser, provisionTenant } from '../../support/auth.ts';
 import { waitFor } from '../../support/waitFor.ts';
@@ -116,6 +118,61 @@ describe('when one address is refused by the per-address bounds', () => {
     // 401 (an unknown token), not 503: the shared bucket still had a token for this address.
     expect((await refreshFrom(app, '192.0.2.22', tenant.slug, 'another-guess')).statusCode).toBe(401);
   });
+});
+
+describe('when one address refreshes in bulk', () => {
+  // A shared bucket as deep as the default (burst 200) that barely refills, so that whatever one
+  // address takes from it stays taken while the other address logs in.
+  const slowShared = { burst: 200, perMinute: 1 };
+  const counts = (statuses: readonly number[]) =>
+    Object.fromEntries([...new Set(statuses)].map((s) => [s, statuses.filter((x) => x === s).length]));
+
+  it('300 concurrent junk refreshes from it leave the shared bucket to others', async () => {
+    const { app } = await gateway({ globalAuthLimit: slowShared });
+    const tenant = await provisionTenant(db.pool);
+    const user = await createTestUser(db.pool, tenant, 'employee');
+    // All of them arrive before the first failure is counted: only the in-flight cap stops them.
+    const junk = await Promise.all(Array.from({ length: 300 }, (_, i) => refreshFrom(app, '198.51.100.40', tenant.slug, `guess-${i}`)));
+    const statuses = junk.map((r) => r.statusCode);
+    // The in-flight cap refuses most at once; the few that pass fail, until the failure counter
+    // (40 a minute) would refuse the address too. None is refused by the shared bucket.
+    expect(statuses.filter((s) => s !== 401 && s !== 429)).toEqual([]);
+    expect(counts(statuses)[401]).toBeLessThanOrEqual(DEFAULT_MAX_REFRESHES_IN_FLIGHT_PER_ADDRESS + IP_FAILURE_LIMIT);
+    expect((await loginFrom(app, '192.0.2.40', tenant.slug, user.email, user.password)).statusCode).toBe(200);
+  });
+
+  it('an insider refreshing many sessions in a loop is bounded by its own address, not by the shared bucket', async () => {
+    const { app } = await gateway({ globalAuthLimit: slowShared });
+    const tenant = await provisionTenant(db.pool);
+    const insider = await createTestUser(db.pool, tenant, 'employee');
+    const victim = await createTestUser(db.pool, tenant, 'employee');
+    const insiderIp = '198.51.100.41';
+    const sessions: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const login = await loginFrom(app, insiderIp, tenant.slug, insider.email, insider.password);
+      expect(login.statusCode).toBe(200);
+      sessions.push(login.json<{ refreshToken: string }>().refreshToken);
+    }
+    // Ten families refreshed in parallel, 40 times each, retrying whatever is refused.
+    const statuses: number[] = [];
+    await Promise.all(
+      sessions.map(async (first) => {
+        let token = first;
+        for (let i = 0; i < 40; i++) {
+          const response = await refreshFrom(app, insiderIp, tenant.slug, token);
+          statuses.push(response.statusCode);
+          if (response.statusCode === 200) token = response.json<{ refreshToken: string }>().refreshToken;
+        }
+      }),
+    );
+    const refused = counts(statuses);
+    expect(refused[503]).toBeUndefined();
+    // The per-address burst, plus what flows back (2 a second) while the loop runs.
+    expect(refused[200]).toBeGreaterThanOrEqual(DEFAULT_REFRESH_LIMIT_PER_ADDRESS.burst);
+    expect(refused[200]).toBeLessThan(slowShared.burst - sessions.length);
+    expect(refused[429]).toBeGreaterThan(0);
+    expect((await loginFrom(app, '192.0.2.41', tenant.slug, victim.email, victim.password)).statusCode).toBe(200);
+  }, 60_000);
 });
 
 describe('when one address floods junk logins at about 150 a second', () => {
