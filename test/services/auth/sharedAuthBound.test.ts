@@ -99,7 +99,9 @@ describe('when one address is refused by the per-address bounds', () => {
 
   it('logins the verification gate refuses for their address take nothing from the shared bucket either', async () => {
     // The gate lets one address have 4 logins running or waiting: 6 of these 10 are refused by it.
-    const { app } = await gateway({ globalAuthLimit: { burst: 5, perMinute: 1 } });
+    // A long maxWaitMs: the fourth queued login waits for three verifications, however slow the
+    // machine is, so only the per-address cap may refuse.
+    const { app } = await gateway({ globalAuthLimit: { burst: 5, perMinute: 1 }, loginGate: { maxWaitMs: 60_000 } });
     const tenant = await provisionTenant(db.pool);
     const user = await createTestUser(db.pool, tenant, 'employee');
     const junk = await Promise.all(
@@ -179,7 +181,9 @@ describe('when one address floods junk logins at about 150 a second', () => {
   it('a correct login for another tenant from another address never gets 503 and keeps its p95 within 2 × quiet', async () => {
     // A shared bucket the flood alone would empty within a second (50 a second, burst 20); the
     // default (burst 200) only takes longer to empty. Correct logins need about 10 a second.
-    const { app, auth } = await gateway({ globalAuthLimit: { burst: 20, perMinute: 3_000 } });
+    // The address's failure window outlasts the measurement: with the default minute it could
+    // expire mid-way and let the flood's next 40 failures be verified beside the correct logins.
+    const { app, auth } = await gateway({ globalAuthLimit: { burst: 20, perMinute: 3_000 }, loginThrottle: { ipWindowSeconds: 3_600 } });
     const victim = await provisionTenant(db.pool);
     const user = await createTestUser(db.pool, victim, 'employee');
     const floodIp = '198.51.100.30';
