@@ -21,7 +21,7 @@ export type GatewayOptions = {
   readonly publicRoutes?: readonly FastifyPluginAsync[];
   /** The process's pino logger; without one the gateway makes its own at LOG_LEVEL. */
   readonly logger?: FastifyBaseLogger;
-  /** OpenTelemetry's Fastify instrumentation, when tracing is on: registered before anything else. */
+  /** OpenTelemetry's Fastify instrumentation, when tracing is on: registered before every hook that works for a request and every route. */
   readonly tracing?: FastifyPluginCallback;
   /**
    * Fastify `trustProxy` (config TRUST_PROXY): whose X-Forwarded-For gives `request.ip`. A hop
@@ -104,7 +104,6 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
       return sendProblem(request, reply, 503, 'This instance is shutting down; retry (another instance will answer)');
     }
   });
-  app.addHook('onRequest', refuseOversizedBody(options.config.BODY_LIMIT_BYTES));
   // A request in flight when closing starts ends its connection with its answer: Node's
   // server.close() closes only the connections idle at that moment, so a keep-alive client would
   // otherwise hold the drain open until its keep-alive timeout (72 s) and the shutdown timer's exit 1.
@@ -116,6 +115,8 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
 
   // Tier 1: infrastructure (tracing first, so every later hook and route is inside the request's span).
   if (options.tracing) await app.register(options.tracing);
+  // Before every other hook that works for a request (authentication, rate limits), and in its span.
+  app.addHook('onRequest', refuseOversizedBody(options.config.BODY_LIMIT_BYTES));
   await app.register(httpMetricsPlugin, { registry: options.registry });
   await app.register(openApiPlugin);
   await app.register(deprecationPlugin);
