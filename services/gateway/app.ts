@@ -10,6 +10,7 @@ import { openApiPlugin, openApiRoutes } from './openapi.ts';
 import { httpMetricsPlugin } from './httpMetrics.ts';
 import { deprecationPlugin } from './deprecation.ts';
 import { refuseOversizedBody } from './bodyLimit.ts';
+import { drainUnreadBody } from './drainRefusedBody.ts';
 
 export type GatewayOptions = {
   readonly config: Pick<Config, 'BODY_LIMIT_BYTES' | 'LOG_LEVEL' | 'NODE_ENV'>;
@@ -21,7 +22,10 @@ export type GatewayOptions = {
   readonly publicRoutes?: readonly FastifyPluginAsync[];
   /** The process's pino logger; without one the gateway makes its own at LOG_LEVEL. */
   readonly logger?: FastifyBaseLogger;
-  /** OpenTelemetry's Fastify instrumentation, when tracing is on: registered before every hook that works for a request and every route. */
+  /**
+   * OpenTelemetry's Fastify instrumentation, when tracing is on: registered before every hook
+   * that works for a request and before every route.
+   */
   readonly tracing?: FastifyPluginCallback;
   /**
    * Fastify `trustProxy` (config TRUST_PROXY): whose X-Forwarded-For gives `request.ip`. A hop
@@ -117,6 +121,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   if (options.tracing) await app.register(options.tracing);
   // Before every other hook that works for a request (authentication, rate limits), and in its span.
   app.addHook('onRequest', refuseOversizedBody(options.config.BODY_LIMIT_BYTES));
+  app.addHook('onSend', drainUnreadBody);
   await app.register(httpMetricsPlugin, { registry: options.registry });
   await app.register(openApiPlugin);
   await app.register(deprecationPlugin);

@@ -7,7 +7,6 @@ import { z } from 'zod';
 import { BackendTerminatedError, BackendTerminatedUnexpectedlyError, ConnectionError } from 'slonik';
 import { sqlStateOf } from '../../shared/db/sqlState.ts';
 import { AppError } from '../../shared/errors.ts';
-import { drainRefusedBody } from './drainRefusedBody.ts';
 
 /** RFC 9457 problem details, the body of every error response. */
 export const problemSchema = z
@@ -119,9 +118,6 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   if (code === 'FST_ERR_CTP_INVALID_JSON_BODY' || (error instanceof SyntaxError && 'statusCode' in error)) {
     return sendProblem(request, reply, 400, 'The request body is not valid JSON');
   }
-  // The parser stopped reading a body over the limit that came without a length: read the rest
-  // away before the connection may close, so that the client gets this answer, not a reset.
-  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') drainRefusedBody(request, reply);
   const known = FASTIFY_CODES[code];
   if (known) return sendProblem(request, reply, known[0], known[1]);
   const statusCode = 'statusCode' in error && typeof error.statusCode === 'number' ? error.statusCode : 500;
