@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
 import { comparePositions, type EventStore, type GlobalPosition, type RecordedEvent } from '../event-store/port.ts';
 import { checkpointRow, readCheckpoint, toCheckpoint, type Checkpoint } from './checkpoints.ts';
+import { pageCommitMode } from './commitMode.ts';
 import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
@@ -114,7 +115,7 @@ export function runProjection<T extends string>(
   // projector applies them again from the log; what readers see stays all or nothing per page.
   // A projection with `durablePages` commits synchronously: PostgreSQL makes a commit visible
   // only after its flush, so no reader sees a row that a crash could take back.
-  const commitMode = projection.durablePages ? 'on' : 'off';
+  const commitMode = pageCommitMode(projection);
   const compareAndSet = (events: readonly RecordedEvent[], expected: GlobalPosition, to: GlobalPosition) => sql.type(checkpointRow)`
     with commit_mode as materialized (select set_config('synchronous_commit', ${commitMode}, true))
     update projection_checkpoints

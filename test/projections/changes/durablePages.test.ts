@@ -6,6 +6,7 @@ import { comparePositions, type EventStore } from '../../../shared/event-store/p
 import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection } from '../../../shared/projections/follow.ts';
 import { listParkedEvents, retryParkedEvents } from '../../../shared/projections/parking.ts';
+import { replayProjection } from '../../../shared/projections/replay.ts';
 import type { Projection } from '../../../shared/projections/projection.ts';
 import { changesProjection } from '../../../projections/changes/changesProjection.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
@@ -113,6 +114,37 @@ describe('the commit of a projection page', () => {
       expect(modes).toEqual(['on']);
     } finally {
       await operator.end();
+    }
+  });
+
+  it('is synchronous for the swap of a replay of the feed, whatever the database default', async () => {
+    const tenant = await provisionTenant(db.pool);
+    await hire(store, tenant.tenantId, 'replayed');
+    await sqlAt(db.url, `alter database "${db.name}" set synchronous_commit = off`);
+    // What each write of the feed's checkpoint row commits with: the swap is the one that moves it
+    // to the replay's end (a trigger sees the transaction's setting as it will commit).
+    await sqlAt(
+      db.url,
+      `create table checkpoint_commit_modes (at serial primary key, mode text not null);
+       create function record_checkpoint_commit_mode() returns trigger language plpgsql as $f$
+       begin
+         insert into checkpoint_commit_modes (mode) values (current_setting('synchronous_commit'));
+         return new;
+       end $f$;
+       create trigger record_checkpoint_commit_mode after insert or update on projection_checkpoints
+         for each row when (new.name = '${changesProjection.name}') execute function record_checkpoint_commit_mode();`,
+    );
+    const operator = await createDatabasePool(db.url, { maximumPoolSize: 4 });
+    try {
+      expect(await operator.oneFirst(sql.type(z.object({ mode: z.string() }))`select current_setting('synchronous_commit') as mode`)).toBe(
+        'off',
+      );
+      await replayProjection(operator, store, changesProjection);
+      const modes = await sqlAt<{ mode: string }>(db.url, 'select mode from checkpoint_commit_modes order by at');
+      expect(modes.at(-1)?.mode).toBe('on');
+    } finally {
+      await operator.end();
+      await sqlAt(db.url, 'drop trigger record_checkpoint_commit_mode on projection_checkpoints');
     }
   });
 });
