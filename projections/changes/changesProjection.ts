@@ -171,6 +171,9 @@ export const changesProjection = defineProjection({
   // Version 2 added `seq` (apply order), which the feed pages by.
   version: 2,
   eventTypes: EMPLOYEE_EVENT_TYPES,
+  // Each row is a cursor a client may store and hand back: a page a reader has seen must survive
+  // a database crash, or the feed would answer that cursor as unknown until the page came back.
+  durablePages: true,
   tables: {
     employee_changes: (table, named) => [
       sql.fragment`create table ${table} (

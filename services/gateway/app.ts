@@ -9,6 +9,8 @@ import { healthRoutes, type ReadinessCheck } from './health.ts';
 import { openApiPlugin, openApiRoutes } from './openapi.ts';
 import { httpMetricsPlugin } from './httpMetrics.ts';
 import { deprecationPlugin } from './deprecation.ts';
+import { refuseOversizedBody } from './bodyLimit.ts';
+import { drainUnreadBody } from './drainRefusedBody.ts';
 
 export type GatewayOptions = {
   readonly config: Pick<Config, 'BODY_LIMIT_BYTES' | 'LOG_LEVEL' | 'NODE_ENV'>;
@@ -20,7 +22,10 @@ export type GatewayOptions = {
   readonly publicRoutes?: readonly FastifyPluginAsync[];
   /** The process's pino logger; without one the gateway makes its own at LOG_LEVEL. */
   readonly logger?: FastifyBaseLogger;
-  /** OpenTelemetry's Fastify instrumentation, when tracing is on: registered before anything else. */
+  /**
+   * OpenTelemetry's Fastify instrumentation, when tracing is on: registered before every hook
+   * that works for a request and before every route.
+   */
   readonly tracing?: FastifyPluginCallback;
   /**
    * Fastify `trustProxy` (config TRUST_PROXY): whose X-Forwarded-For gives `request.ip`. A hop
@@ -114,6 +119,9 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
 
   // Tier 1: infrastructure (tracing first, so every later hook and route is inside the request's span).
   if (options.tracing) await app.register(options.tracing);
+  // Before every other hook that works for a request (authentication, rate limits), and in its span.
+  app.addHook('onRequest', refuseOversizedBody(options.config.BODY_LIMIT_BYTES));
+  app.addHook('onSend', drainUnreadBody);
   await app.register(httpMetricsPlugin, { registry: options.registry });
   await app.register(openApiPlugin);
   await app.register(deprecationPlugin);

@@ -11,7 +11,7 @@ import { latestChange, readChanges } from '../../projections/changes/queries.ts'
 import { encodeCursor } from '../changes/cursor.ts';
 import { changeTypeSchema, cursorSchema, parseAfter } from '../changes/routes.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requestSignal, requireAuth } from '../gateway/requestContext.ts';
+import { requestSignal, requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { generateSigningSecret, type SecretBox } from './secrets.ts';
 import { listDeliveries } from './deliveryLog.ts';
 import { deleteEndpoint, findEndpoint, insertEndpoint, listEndpoints, type EndpointRecord } from './endpoints.ts';
@@ -228,9 +228,12 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
               );
               return false;
             });
-          for (let attempt = 0; !signal.aborted && (await stillRevoked()); attempt++) {
-            await setTimeout(handOffPollMs(attempt), undefined, { signal }).catch(() => undefined);
-          }
+          // A wait the replay's semantics ask for, not the service's work: latency leaves it out.
+          await waitOnPurpose(request, async () => {
+            for (let attempt = 0; !signal.aborted && (await stillRevoked()); attempt++) {
+              await setTimeout(handOffPollMs(attempt), undefined, { signal }).catch(() => undefined);
+            }
+          });
         }
         await wakeDispatch(tenantId);
         return reply.code(202).send(toView(endpoint));
