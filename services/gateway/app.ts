@@ -9,6 +9,7 @@ import { healthRoutes, type ReadinessCheck } from './health.ts';
 import { openApiPlugin, openApiRoutes } from './openapi.ts';
 import { httpMetricsPlugin } from './httpMetrics.ts';
 import { deprecationPlugin } from './deprecation.ts';
+import { securityHeadersPlugin } from './securityHeaders.ts';
 
 export type GatewayOptions = {
   readonly config: Pick<Config, 'BODY_LIMIT_BYTES' | 'LOG_LEVEL' | 'NODE_ENV'>;
@@ -91,6 +92,8 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   app.setNotFoundHandler((request, reply) =>
     sendProblem(request, reply, 404, `No route ${request.method} ${request.url.split('?')[0]}; this service serves /v1`),
   );
+  // Before the hooks below, so that even the 503 of a closing instance carries them.
+  await app.register(securityHeadersPlugin);
   const shutdown = new AbortController();
   app.decorate('shutdownSignal', shutdown.signal);
   const startClosing = async () => shutdown.abort();
