@@ -43,8 +43,10 @@ export function authRoutes(deps: AuthDeps): V1Capability {
       app.post(
         '/auth/login',
         {
+          config: { responseHeaders: ['Cache-Control'] },
           schema: {
             tags: ['auth'],
+            operationId: 'login',
             summary: 'Log in with e-mail and password',
             security: [],
             headers: tenantHeaders,
@@ -58,8 +60,10 @@ export function authRoutes(deps: AuthDeps): V1Capability {
       app.post(
         '/auth/refresh',
         {
+          config: { responseHeaders: ['Cache-Control'] },
           schema: {
             tags: ['auth'],
+            operationId: 'refreshToken',
             summary: 'Exchange a refresh token for a new token pair (the old refresh token is used up)',
             security: [],
             headers: tenantHeaders,
@@ -87,9 +91,10 @@ export function sessionRoutes(deps: AuthDeps): V1Capability {
     app.post(
       '/auth/logout',
       {
-        config: { permission: 'session:end' },
+        config: { permission: 'session:end', responseHeaders: ['Cache-Control'] },
         schema: {
           tags: ['auth'],
+          operationId: 'logout',
           summary: "End the caller's session: revoke the refresh token and its successors",
           body: refreshBody,
           response: { 204: z.null().describe('Revoked (also for an unknown or foreign token)'), 400: problemSchema, 401: problemSchema },
@@ -122,6 +127,7 @@ export function rolesRoutes(deps: Pick<AuthDeps, 'pool'>): V1Capability {
         config: { permission: 'roles:read' },
         schema: {
           tags: ['auth'],
+          operationId: 'listRoles',
           summary: "The tenant's roles (use an id as an employee's roleId)",
           response: { 200: z.object({ data: z.array(roleSchema) }), 401: problemSchema, 403: problemSchema },
         },

@@ -1,7 +1,8 @@
 import fastifySwagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
-import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
+import { ACCESS_TOKEN_TTL_SECONDS } from '../auth/tokens.ts';
+import { commonResponsesPlugin, contractTransform, contractTransformObject } from './openApiContract.ts';
 
 /**
  * The Scalar page's configuration. It must work on a machine without internet and must not send
@@ -54,6 +55,16 @@ const apiReferencePage: FastifyPluginAsync = async (app) => {
   }
 };
 
+/**
+ * Relative: the origin that served the document, whichever deployment that is. `x-internal: false`
+ * says the API is meant for integrators outside, which inventory tools ask every server to state.
+ */
+const thisDeployment = {
+  url: '/',
+  description: 'This deployment (production, staging or local): the origin serving this document',
+  'x-internal': false,
+};
+
 /** OpenAPI 3.1 generated from the routes' zod schemas; served at /v1/openapi.json and /docs. */
 export const openApiPlugin = fp(
   async (app) => {
@@ -68,7 +79,12 @@ export const openApiPlugin = fp(
         },
         components: {
           securitySchemes: {
-            bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
+            bearerAuth: {
+              type: 'http',
+              scheme: 'bearer',
+              bearerFormat: 'JWT',
+              description: `An access token from \`POST /v1/auth/login\` or \`/v1/auth/refresh\`: a JWS signed with EdDSA (Ed25519), valid ${ACCESS_TOKEN_TTL_SECONDS / 60} minutes (\`expiresIn\`), then refreshed with the single-use refresh token. The public keys are at \`GET /.well-known/jwks.json\` (by \`kid\`). Verification follows RFC8725: the algorithm, issuer, audience and \`typ: at+jwt\` are pinned, \`alg: none\` and HMAC are refused.`,
+            },
             // Declared as a scheme rather than a parameter of each operation: like the token, a
             // client sets it once for every call (login and refresh declare it as a parameter).
             tenant: {
@@ -81,10 +97,18 @@ export const openApiPlugin = fp(
           },
         },
         security: [{ bearerAuth: [], tenant: [] }],
+        servers: [thisDeployment],
+        tags: [
+          { name: 'auth', description: 'Sign in, refresh and end sessions; the tenant’s roles' },
+          { name: 'employees', description: 'Employees as event-sourced aggregates: hire, change, read, history, and the change feed' },
+          { name: 'webhooks', description: 'Endpoints that receive the change feed as signed HTTP deliveries, and their delivery log' },
+          { name: 'analytics', description: 'KPIs now and over time, and the billing events they are computed from' },
+        ],
       },
-      transform: jsonSchemaTransform,
-      transformObject: jsonSchemaTransformObject,
+      transform: contractTransform,
+      transformObject: contractTransformObject,
     });
+    await app.register(commonResponsesPlugin);
     await app.register(apiReferencePage);
   },
   { name: 'openapi' },

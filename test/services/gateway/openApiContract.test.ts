@@ -1,0 +1,190 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { authHeaders, provisionTenant } from '../../support/auth.ts';
+import { baseline, send } from '../../support/openApiFuzz/requests.ts';
+import { app, auth, db, doc, ops, startTarget, stopTarget } from '../../support/openApiFuzz/target.ts';
+import type { Op } from '../../support/openApiFuzz/types.ts';
+
+/**
+ * The contract the document states beyond its schemas, for every operation (routes added later
+ * included): a stable operationId, declared tags, 429 and the rate-limit headers where the
+ * service limits, and every declared response header really sent — checked by driving each
+ * operation of the live gateway (`gatewayRoutes`, as the gateway role mounts it).
+ */
+beforeAll(startTarget, 120_000);
+afterAll(stopTarget);
+
+type HeaderRef = { $ref: string };
+type Response = { headers?: Record<string, HeaderRef> };
+type ContractDoc = {
+  tags?: Array<{ name: string; description?: string }>;
+  components: { headers?: Record<string, { required?: boolean }>; securitySchemes?: Record<string, { description?: string }> };
+};
+type ContractOperation = { operationId?: string; tags?: string[]; responses: Record<string, Response>; security?: unknown[] };
+
+const contract = () => doc as unknown as ContractDoc;
+const operationOf = (op: Op) => op.operation as unknown as ContractOperation;
+const name = (op: Op) => `${op.method} ${op.path}`;
+const headersOf = (op: Op, status: number | string) => Object.keys(operationOf(op).responses[String(status)]?.headers ?? {});
+const isRequired = (header: string) => contract().components.headers?.[header]?.required === true;
+/** Operations of the authenticated scope: the document's global security, no `security: []` of their own. */
+const authenticatedOps = () => ops.filter((op) => operationOf(op).security === undefined);
+
+/**
+ * Published operationIds: part of the compatibility policy (docs/versioning.md). A generated
+ * client names its methods after them, so one renamed or removed breaks its users' code.
+ */
+const PUBLISHED_OPERATION_IDS = [
+  'login',
+  'refreshToken',
+  'logout',
+  'listRoles',
+  'listEmployeeChanges',
+  'createWebhook',
+  'listWebhooks',
+  'deleteWebhook',
+  'listWebhookDeliveries',
+  'replayWebhook',
+  'createEmployee',
+  'listEmployees',
+  'getEmployee',
+  'updateEmployee',
+  'changeEmployeeStatus',
+  'assignEmployeeRole',
+  'getEmployeeHistory',
+  'getKpiSummary',
+  'getKpiSeries',
+  'recordBillingEvents',
+];
+
+describe('the document names and groups every operation', () => {
+  it('gives each operation a unique camelCase operationId, and keeps every published one', () => {
+    const ids = ops.map((op) => operationOf(op).operationId);
+    expect(ops.filter((op) => !/^[a-z][A-Za-z0-9]*$/.test(operationOf(op).operationId ?? '')).map(name)).toEqual([]);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(ids).toEqual(expect.arrayContaining(PUBLISHED_OPERATION_IDS));
+  });
+
+  it('declares every tag an operation uses, each with a description', () => {
+    const declared = new Map((contract().tags ?? []).map((tag) => [tag.name, tag.description ?? '']));
+    const used = new Set(ops.flatMap((op) => operationOf(op).tags ?? []));
+    expect(ops.filter((op) => (operationOf(op).tags ?? []).length === 0).map(name)).toEqual([]);
+    expect([...used].filter((tag) => !declared.get(tag))).toEqual([]);
+  });
+
+  it('describes the bearer scheme: EdDSA, 15-minute tokens, where the keys are (RFC 8725)', () => {
+    const description = contract().components.securitySchemes?.bearerAuth?.description ?? '';
+    expect(description).toMatch(/EdDSA/);
+    expect(description).toMatch(/15 minutes/);
+    expect(description).toContain('/.well-known/jwks.json');
+    expect(description).toContain('RFC8725');
+  });
+});
+
+describe('the document declares the answers and headers the service gives', () => {
+  it('declares 429 with Retry-After and the bucket’s headers on every rate-limited operation', () => {
+    const missing = authenticatedOps().flatMap((op) =>
+      ['Retry-After', 'RateLimit', 'RateLimit-Policy'].filter((h) => !headersOf(op, 429).includes(h)).map((h) => `${name(op)} 429 ${h}`),
+    );
+    expect(authenticatedOps().length).toBeGreaterThan(10);
+    expect(missing).toEqual([]);
+  });
+
+  it('declares X-Request-Id everywhere, RateLimit on limited 2xx, Retry-After on 429/503, Location on 201', () => {
+    const missing: string[] = [];
+    for (const op of ops) {
+      for (const status of Object.keys(operationOf(op).responses)) {
+        const has = headersOf(op, status);
+        const want = [
+          'X-Request-Id',
+          ...(['429', '503'].includes(status) ? ['Retry-After'] : []),
+          ...(status === '201' ? ['Location'] : []),
+          ...(status.startsWith('2') && operationOf(op).security === undefined ? ['RateLimit', 'RateLimit-Policy'] : []),
+        ];
+        missing.push(...want.filter((h) => !has.includes(h)).map((h) => `${name(op)} ${status} ${h}`));
+      }
+      if (!operationOf(op).responses['503']) missing.push(`${name(op)} 503`);
+    }
+    expect(missing).toEqual([]);
+  });
+});
+
+describe('every declared header is really sent', () => {
+  it('sends each required header an operation declares, on the baseline answer of every operation', async () => {
+    const failures: string[] = [];
+    const answered = new Set<number>();
+    for (const op of ops) {
+      const response = await send(op, baseline(op));
+      answered.add(response.statusCode);
+      for (const header of headersOf(op, response.statusCode).filter(isRequired)) {
+        if (response.headers[header.toLowerCase()] === undefined) failures.push(`${name(op)} → ${response.statusCode}: no ${header}`);
+      }
+    }
+    expect(failures).toEqual([]);
+    expect([...answered]).toEqual(expect.arrayContaining([200, 201, 202, 204]));
+  });
+
+  it('answers 401 with WWW-Authenticate and X-Request-Id on every authenticated operation', async () => {
+    const failures: string[] = [];
+    for (const op of authenticatedOps()) {
+      const spec = baseline(op);
+      delete spec.headers.authorization;
+      const response = await send(op, spec);
+      expect(response.statusCode, name(op)).toBe(401);
+      for (const header of headersOf(op, 401)) if (!response.headers[header.toLowerCase()]) failures.push(`${name(op)}: no ${header}`);
+    }
+    expect(failures).toEqual([]);
+  });
+
+  it('sends RateLimit and RateLimit-Policy on the answers a limited tenant gets, wherever they are declared', async () => {
+    // A tenant on a limited plan (the fuzz tenants are unlimited, and unlimited answers carry no bucket).
+    const limited = await authHeaders(auth, await provisionTenant(db.pool, { plan: 'pro' }), 'admin');
+    const failures: string[] = [];
+    let counted = 0;
+    for (const op of authenticatedOps()) {
+      const response = await send(op, { ...baseline(op), headers: { ...baseline(op).headers, ...limited } });
+      const declared = headersOf(op, response.statusCode);
+      if (!declared.includes('RateLimit')) continue;
+      counted++;
+      for (const header of ['RateLimit', 'RateLimit-Policy', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset']) {
+        if (declared.includes(header) && !response.headers[header.toLowerCase()])
+          failures.push(`${name(op)} → ${response.statusCode}: no ${header}`);
+      }
+    }
+    expect(failures).toEqual([]);
+    expect(counted).toBe(authenticatedOps().length);
+  });
+
+  it('sends Retry-After and the bucket’s headers with the 429 of a tenant out of tokens', async () => {
+    const tenant = await provisionTenant(db.pool, { plan: 'starter', rateLimitOverride: { perMinute: 1, burst: 1 } });
+    const headers = await authHeaders(auth, tenant, 'admin');
+    const first = await app.inject({ method: 'GET', url: '/v1/roles', headers });
+    expect(first.statusCode).toBe(200);
+    const refused = await app.inject({ method: 'GET', url: '/v1/roles', headers });
+    expect(refused.statusCode).toBe(429);
+    const listRoles = ops.find((op) => operationOf(op).operationId === 'listRoles');
+    if (!listRoles) throw new Error('no listRoles in the document');
+    for (const header of headersOf(listRoles, 429)) expect(refused.headers[header.toLowerCase()], header).toBeDefined();
+    expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0);
+  });
+
+  it('sends Location and ETag on a create, X-Log-Position to read it back, and X-Consistency on that read', async () => {
+    const create = ops.find((op) => operationOf(op).operationId === 'createEmployee');
+    if (!create) throw new Error('no createEmployee in the document');
+    const created = await send(create, baseline(create));
+    expect(created.statusCode, created.body).toBe(201);
+    // (The fuzz tenant is unlimited: no bucket headers here; the test above checks those.)
+    for (const header of ['Location', 'ETag', 'X-Log-Position', 'X-Request-Id']) {
+      expect(headersOf(create, 201)).toContain(header);
+      expect(created.headers[header.toLowerCase()], header).toBeDefined();
+    }
+    expect(created.headers.location).toBe(`/v1/employees/${created.json<{ id: string }>().id}`);
+
+    const list = ops.find((op) => operationOf(op).operationId === 'listEmployees');
+    if (!list) throw new Error('no listEmployees in the document');
+    const spec = baseline(list);
+    const listed = await send(list, { ...spec, headers: { ...spec.headers, 'x-min-position': String(created.headers['x-log-position']) } });
+    expect(listed.statusCode).toBe(200);
+    expect(headersOf(list, 200)).toContain('X-Consistency');
+    expect(listed.headers['x-consistency']).toBe('consistent');
+  });
+});
