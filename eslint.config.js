@@ -34,7 +34,19 @@ const floors = [
 ];
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.data/', '.tmp/', '.kafka/', 'reports/', 'bench/results/', 'bench/.*'] },
+  {
+    ignores: [
+      'node_modules/',
+      '.data/',
+      '.tmp/',
+      '.kafka/',
+      'reports/',
+      'bench/results/',
+      'bench/.*',
+      'clients/typescript/dist/',
+      'test/clients/consumer/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

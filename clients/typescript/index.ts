@@ -15,8 +15,10 @@ export type { paths, components, operations } from './schema.d.ts';
  * It sends `X-Tenant` and the bearer token on every call; when the access token has expired (a
  * 401), it rotates the refresh token once and repeats the request. Only a 401 from the refresh
  * ends the session: a 429, a 503 (a gateway draining during a deploy) or a network error is
- * retried, and if it persists the refresh throws with the session kept. Errors come back as
- * RFC 9457 problem details in `error`.
+ * retried, and if it persists the refresh throws with the session kept. A call refused with 429
+ * is sent again after its Retry-After (the limiter refuses before any work, so this is safe for
+ * every method), up to `rateLimitRetries` times. Errors come back as RFC 9457 problem details in
+ * `error`.
  */
 export type Session = { readonly accessToken: string; readonly refreshToken: string; readonly expiresAt: number };
 
@@ -26,6 +28,8 @@ export type EasClientOptions = {
   readonly fetch?: (request: Request) => Promise<Response>;
   /** Called whenever tokens change (login, refresh, logout → null), e.g. to persist them. */
   readonly onSession?: (session: Session | null) => void;
+  /** How many times a call answered 429 is sent again after its Retry-After (default 2; 0: never). */
+  readonly rateLimitRetries?: number;
 };
 
 export type EasClient = {
@@ -55,6 +59,7 @@ const SESSION_FREE = new Set(['/v1/auth/login', '/v1/auth/refresh']);
 const REFRESH_RETRIES = 4;
 /** The longest single wait in seconds: a longer Retry-After is reported at once, not waited for. */
 const MAX_RETRY_WAIT_S = 30;
+const RATE_LIMIT_RETRIES = 2;
 
 /** Retry-After in seconds (delta-seconds or an HTTP date), or null when absent or unreadable. */
 function retryAfterSeconds(response: Response): number | null {
@@ -144,14 +149,30 @@ export function createEasClient(options: EasClientOptions): EasClient {
     return new Request(request, { headers });
   };
 
-  const sessionFetch = async (request: Request): Promise<Response> => {
-    const path = new URL(request.url).pathname;
-    if (SESSION_FREE.has(path)) return fetchImpl(withAuth(request, null));
+  /** Sends with the session's token; after a 401, refreshes once and sends again. */
+  const sendSigned = async (request: Request): Promise<Response> => {
     const retry = request.clone(); // the body can be sent once; keep a copy for the retry
     const response = await fetchImpl(withAuth(request, current));
     if (response.status !== 401 || !current) return response;
+    await response.body?.cancel();
     await refresh();
     return fetchImpl(withAuth(retry, current));
+  };
+
+  const rateLimitRetries = options.rateLimitRetries ?? RATE_LIMIT_RETRIES;
+  const sessionFetch = async (request: Request): Promise<Response> => {
+    const path = new URL(request.url).pathname;
+    if (SESSION_FREE.has(path)) return fetchImpl(withAuth(request, null));
+    let pending = request;
+    for (let attempt = 0; ; attempt++) {
+      const next = attempt < rateLimitRetries ? pending.clone() : undefined;
+      const response = await sendSigned(pending);
+      const wait = response.status === 429 ? retryAfterSeconds(response) : null;
+      if (!next || wait === null || wait > MAX_RETRY_WAIT_S) return response;
+      await response.body?.cancel();
+      await delay(wait);
+      pending = next;
+    }
   };
 
   const api = createClient<paths>({ baseUrl: options.baseUrl, fetch: sessionFetch });
