@@ -19,7 +19,7 @@ type HeaderObject = { description: string; required?: boolean; schema: Record<st
 type Json = Record<string, unknown>;
 
 const text = (maxLength: number, extra: Json = {}) => ({ type: 'string', maxLength, ...extra });
-const seconds = { type: 'integer', format: 'int32', minimum: 0, maximum: 2_147_483_647 };
+const wholeNumber = { type: 'integer', format: 'int32', minimum: 0, maximum: 2_147_483_647 };
 
 /**
  * Every response header the service sends with meaning for a client, declared once under
@@ -42,10 +42,10 @@ export const RESPONSE_HEADERS: Record<string, HeaderObject> = {
     description: 'The tenant’s policy: `"burst";q=<burst>;w=<seconds to refill the whole bucket>` (q/w is the sustained rate).',
     schema: text(64, { pattern: '^"burst";q=\\d+;w=\\d+$' }),
   },
-  'RateLimit-Limit': { description: 'The burst (q of RateLimit-Policy), for clients that read the older trio.', schema: seconds },
-  'RateLimit-Remaining': { description: 'Whole tokens left (r of RateLimit).', schema: seconds },
-  'RateLimit-Reset': { description: 'Seconds (t of RateLimit).', schema: seconds },
-  'Retry-After': { description: 'Seconds to wait before retrying.', required: true, schema: seconds },
+  'RateLimit-Limit': { description: 'The burst (q of RateLimit-Policy), for clients that read the older trio.', schema: wholeNumber },
+  'RateLimit-Remaining': { description: 'Whole tokens left (r of RateLimit).', schema: wholeNumber },
+  'RateLimit-Reset': { description: 'Seconds (t of RateLimit).', schema: wholeNumber },
+  'Retry-After': { description: 'Seconds to wait before retrying.', required: true, schema: wholeNumber },
   'WWW-Authenticate': {
     description: 'The Bearer challenge (RFC 6750), with `error="invalid_token"` when a token was sent but refused.',
     required: true,
