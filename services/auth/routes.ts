@@ -35,15 +35,11 @@ export function authRoutes(deps: AuthDeps): V1Capability {
   return async (v1) => {
     await v1.register(async (scope: FastifyInstance) => {
       const app = scope.withTypeProvider<ZodTypeProvider>();
-      app.addHook('onSend', async (_request, reply) => {
-        reply.header('cache-control', 'no-store');
-      });
       const problems = { 400: problemSchema, 401: problemSchema, 429: problemSchema, 503: problemSchema };
 
       app.post(
         '/auth/login',
         {
-          config: { responseHeaders: ['Cache-Control'] },
           schema: {
             tags: ['auth'],
             operationId: 'login',
@@ -60,7 +56,6 @@ export function authRoutes(deps: AuthDeps): V1Capability {
       app.post(
         '/auth/refresh',
         {
-          config: { responseHeaders: ['Cache-Control'] },
           schema: {
             tags: ['auth'],
             operationId: 'refreshToken',
@@ -85,13 +80,10 @@ export function authRoutes(deps: AuthDeps): V1Capability {
 export function sessionRoutes(deps: AuthDeps): V1Capability {
   return async (v1) => {
     const app = v1.withTypeProvider<ZodTypeProvider>();
-    app.addHook('onSend', async (_request, reply) => {
-      reply.header('cache-control', 'no-store');
-    });
     app.post(
       '/auth/logout',
       {
-        config: { permission: 'session:end', responseHeaders: ['Cache-Control'] },
+        config: { permission: 'session:end' },
         schema: {
           tags: ['auth'],
           operationId: 'logout',

@@ -4,7 +4,7 @@ import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-pro
 import { problemSchema } from './problems.ts';
 
 /** Headers a route sends on its success answers, beyond those the gateway adds to every route of its kind. */
-export type SuccessHeader = 'ETag' | 'X-Log-Position' | 'X-Consistency' | 'Cache-Control';
+export type SuccessHeader = 'ETag' | 'X-Log-Position' | 'X-Consistency';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -65,7 +65,11 @@ export const RESPONSE_HEADERS: Record<string, HeaderObject> = {
     description: '`consistent` when the read model had reached the X-Min-Position asked for, `stale` when the wait ended first.',
     schema: { type: 'string', enum: ['consistent', 'stale'] },
   },
-  'Cache-Control': { description: 'Tokens are never stored by caches.', required: true, schema: { type: 'string', const: 'no-store' } },
+  'Cache-Control': {
+    description: '`no-store`: an answer is for one tenant and caller (tokens among them), and no cache may keep it.',
+    required: true,
+    schema: { type: 'string', const: 'no-store' },
+  },
   Deprecation: { description: 'RFC 9745: `@<unix seconds>`, when this operation was deprecated.', required: true, schema: text(24) },
   Sunset: { description: 'RFC 8594: the HTTP-date after which this operation answers 410.', required: true, schema: text(40) },
   Link: { description: 'Where the deprecation is explained (`rel="deprecation"`).', schema: text(2048) },
@@ -79,7 +83,8 @@ const RATE_LIMIT_HEADERS = ['RateLimit', 'RateLimit-Policy', 'RateLimit-Limit', 
 type RouteFacts = Pick<NonNullable<RouteOptions['config']>, 'responseHeaders' | 'rateLimited' | 'deprecation'>;
 
 /**
- * The headers a response with `status` carries. X-Request-Id always; the bucket's headers on
+ * The headers a response with `status` carries. X-Request-Id and Cache-Control always (every
+ * operation of the document is under /v1, whose answers are not cached); the bucket's headers on
  * every answer the limiter counted — all but 401, which authentication gives before the bucket
  * is known (a 400 or 403 may come from either side, so there they may be absent); Retry-After on
  * 429 and 503 (every 503, also a draining instance's); the challenge on 401; Location on 201.
@@ -89,6 +94,7 @@ export function headersFor(status: string, route: RouteFacts): string[] {
   const success = code >= 200 && code < 300;
   return [
     'X-Request-Id',
+    'Cache-Control',
     ...(route.rateLimited && (success || (code >= 400 && code < 500 && code !== 401)) ? RATE_LIMIT_HEADERS : []),
     ...(code === 429 || code === 503 ? ['Retry-After'] : []),
     ...(code === 401 ? ['WWW-Authenticate'] : []),
