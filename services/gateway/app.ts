@@ -128,10 +128,10 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   // Tier 3: the versioned API.
   await app.register(
     async (v1) => {
-      // API answers are per tenant and caller (tokens among them): no cache may keep one. On
-      // every answer, the early ones too (a closing instance's 503); a route may set its own.
+      // API answers are per tenant and caller (tokens among them): no cache may keep one. In
+      // onSend, so that the early answers have it too (a closing instance's 503).
       v1.addHook('onSend', (_request, reply, payload, done) => {
-        if (!reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
+        reply.header('cache-control', 'no-store');
         done(null, payload);
       });
       await v1.register(openApiRoutes);

@@ -75,8 +75,6 @@ export const RESPONSE_HEADERS: Record<string, HeaderObject> = {
   Link: { description: 'Where the deprecation is explained (`rel="deprecation"`).', schema: text(2048) },
 };
 
-export type ResponseHeaderName = keyof typeof RESPONSE_HEADERS;
-
 const RATE_LIMIT_HEADERS = ['RateLimit', 'RateLimit-Policy', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset'];
 
 /** The facts of a route that decide its headers, read from its config. */
