@@ -1,7 +1,7 @@
-import { execFile, spawn } from 'node:child_process';
-import { cp, mkdtemp, rm } from 'node:fs/promises';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
@@ -26,8 +26,9 @@ import { waitFor } from '../support/waitFor.ts';
 
 /**
  * The typed client as another project gets it: `npm pack` of clients/typescript (its prepack
- * builds JavaScript and declarations), `npm install <tarball>` into a copy of test/clients/consumer,
- * tsc on the consumer with the package's own declarations, and Node running it against a live
+ * builds JavaScript and declarations), `npm install --offline` of that tarball and of its runtime
+ * dependencies (packed from this project's node_modules, so no registry is asked) into a copy of
+ * test/clients/consumer, tsc on the consumer with the package's own declarations, and Node running it against a live
  * gateway: login, create, list, a token that expires (the gateway's clock moves 16 minutes), and
  * a tenant bucket that runs dry.
  */
@@ -44,6 +45,8 @@ let projector: ProjectorHandle;
 let auth: AuthDeps;
 let app: FastifyInstance;
 let baseUrl: string;
+/** The consumer's Node process, ended in afterAll if a failed assertion left it running. */
+let consumer: ChildProcess | undefined;
 /** What consumer.ts reports (its own type: that file compiles against the installed package only). */
 type Call = { method: string; path: string; status: number; retryAfter: string | null; at: number };
 type Report = {
@@ -87,6 +90,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
+  if (consumer && consumer.exitCode === null && consumer.signalCode === null) consumer.kill('SIGKILL');
   await app?.close();
   await auth?.close();
   await projector?.stop();
@@ -95,8 +99,45 @@ afterAll(async () => {
   if (work) await rm(work, { recursive: true, force: true });
 });
 
+/** Where Node would find `name` from a package in `from`: its own node_modules, then each parent folder's. */
+async function packageDir(name: string, from: string): Promise<string> {
+  for (let dir = from; ; dir = dirname(dir)) {
+    const candidate = join(dir, 'node_modules', name);
+    if (
+      await readFile(join(candidate, 'package.json')).then(
+        () => true,
+        () => false,
+      )
+    )
+      return candidate;
+    if (dirname(dir) === dir) throw new Error(`${name} is not installed (needed from ${from})`);
+  }
+}
+
+/**
+ * Tarballs of the client's runtime dependencies, transitively, packed from the copies this
+ * project installed: `npm install --offline` then needs no registry (a fresh clone's npm cache
+ * may lack the packages' metadata, and tests must not depend on the network).
+ */
+async function packDependencies(manifestDir: string, into: string, seen = new Set<string>()): Promise<string[]> {
+  const manifest = JSON.parse(await readFile(join(manifestDir, 'package.json'), 'utf8')) as { dependencies?: Record<string, string> };
+  const tarballs: string[] = [];
+  for (const name of Object.keys(manifest.dependencies ?? {})) {
+    const dir = await packageDir(name, manifestDir);
+    if (seen.has(dir)) continue;
+    seen.add(dir);
+    const { stdout } = await run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', into, dir], { cwd: into });
+    const [packed] = JSON.parse(stdout) as Array<{ filename: string }>;
+    tarballs.push(join(into, packed?.filename ?? ''), ...(await packDependencies(dir, into, seen)));
+  }
+  return tarballs;
+}
+
 describe('when another project installs the packed client', () => {
   it('packs a tarball with JavaScript, declarations and the README, and nothing else', async () => {
+    // Left over from an earlier build of a source file since removed: the build starts from an empty dist/.
+    await mkdir(join(CLIENT_DIR, 'dist'), { recursive: true });
+    await writeFile(join(CLIENT_DIR, 'dist', 'removed.js'), 'export {};\n');
     const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', work], { cwd: CLIENT_DIR, timeout: 120_000 });
     const [packed] = JSON.parse(stdout) as Array<{ filename: string; name: string; files: Array<{ path: string }> }>;
     expect(packed?.name).toBe('@employee-analytics/client');
@@ -110,9 +151,12 @@ describe('when another project installs the packed client', () => {
 
     project = join(work, 'consumer');
     await cp(join(ROOT, 'test/clients/consumer'), project, { recursive: true });
-    // openapi-fetch comes from the registry; the npm cache serves it when it holds it.
-    await run('npm', ['install', join(work, packed?.filename ?? ''), '--prefer-offline', '--no-audit', '--no-fund'], {
+    const dependencies = await packDependencies(CLIENT_DIR, work);
+    expect(dependencies.length).toBeGreaterThan(0);
+    // An empty npm cache, as on a fresh clone: --offline fails (ENOTCACHED) if anything is missing.
+    await run('npm', ['install', '--offline', '--no-audit', '--no-fund', join(work, packed?.filename ?? ''), ...dependencies], {
       cwd: project,
+      env: { ...process.env, npm_config_cache: join(work, 'npm-cache') },
       timeout: 240_000,
     });
   }, 300_000);
@@ -132,6 +176,7 @@ describe('when another project installs the packed client', () => {
     const config = { baseUrl, tenant: tenant.slug, email: user.email, password: user.password };
 
     const child = spawn(process.execPath, [join(project, 'run.mjs'), JSON.stringify(config)], { cwd: project });
+    consumer = child;
     let stdout = '';
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
