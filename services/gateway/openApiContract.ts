@@ -15,7 +15,13 @@ declare module 'fastify' {
   }
 }
 
-type HeaderObject = { description: string; required?: boolean; schema: Record<string, unknown> };
+type HeaderObject = {
+  description: string;
+  required?: boolean;
+  schema: Record<string, unknown>;
+  /** The HTTP header, when it differs from the component's name: one header required on some answers, optional on others. */
+  header?: string;
+};
 type Json = Record<string, unknown>;
 
 const text = (maxLength: number, extra: Json = {}) => ({ type: 'string', maxLength, ...extra });
@@ -51,6 +57,12 @@ export const RESPONSE_HEADERS: Record<string, HeaderObject> = {
     required: true,
     schema: text(512),
   },
+  'WWW-Authenticate-InsufficientScope': {
+    header: 'WWW-Authenticate',
+    description:
+      'On a 403 for want of a permission: the Bearer challenge with `error="insufficient_scope"` (RFC 6750) naming the permission. Absent when the 403 has another cause (a token issued for another tenant).',
+    schema: text(512),
+  },
   Location: { description: 'The path of the created resource.', required: true, schema: text(256, { format: 'uri-reference' }) },
   ETag: {
     description: 'The stream revision as a strong entity tag (`"3"`); send it back as If-Match to guard a write.',
@@ -77,15 +89,20 @@ export const RESPONSE_HEADERS: Record<string, HeaderObject> = {
 
 const RATE_LIMIT_HEADERS = ['RateLimit', 'RateLimit-Policy', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset'];
 
-/** The facts of a route that decide its headers, read from its config. */
-type RouteFacts = Pick<NonNullable<RouteOptions['config']>, 'responseHeaders' | 'rateLimited' | 'deprecation'>;
+/** The HTTP header a component of RESPONSE_HEADERS describes. */
+export const headerNameOf = (component: string): string => RESPONSE_HEADERS[component]?.header ?? component;
+
+/** The facts of a route that decide its headers, read from its config (a permission: the authenticated scope's route). */
+type RouteFacts = Pick<NonNullable<RouteOptions['config']>, 'responseHeaders' | 'rateLimited' | 'deprecation' | 'permission'>;
 
 /**
  * The headers a response with `status` carries. X-Request-Id and Cache-Control always (every
  * operation of the document is under /v1, whose answers are not cached); the bucket's headers on
  * every answer the limiter counted — all but 401, which authentication gives before the bucket
  * is known (a 400 or 403 may come from either side, so there they may be absent); Retry-After on
- * 429 and 503 (every 503, also a draining instance's); the challenge on 401; Location on 201.
+ * 429 and 503 (every 503, also a draining instance's); the challenge on 401, and on an
+ * authenticated route's 403 (sent when a permission is missing); Location on 201. The names are
+ * components of RESPONSE_HEADERS.
  */
 export function headersFor(status: string, route: RouteFacts): string[] {
   const code = Number(status);
@@ -96,6 +113,7 @@ export function headersFor(status: string, route: RouteFacts): string[] {
     ...(route.rateLimited && (success || (code >= 400 && code < 500 && code !== 401)) ? RATE_LIMIT_HEADERS : []),
     ...(code === 429 || code === 503 ? ['Retry-After'] : []),
     ...(code === 401 ? ['WWW-Authenticate'] : []),
+    ...(code === 403 && route.permission !== undefined ? ['WWW-Authenticate-InsufficientScope'] : []),
     ...(code === 201 ? ['Location'] : []),
     ...(success ? (route.responseHeaders ?? []) : []),
     ...(route.deprecation ? ['Deprecation', 'Sunset', ...(route.deprecation.link ? ['Link'] : [])] : []),
@@ -166,11 +184,13 @@ export const contractTransformObject: typeof jsonSchemaTransformObject = (input)
         const names = perStatus[status] ?? [];
         if (!isObject(response) || names.length === 0) continue;
         for (const name of names) used.add(name);
-        response.headers = Object.fromEntries(names.map((name) => [name, { $ref: `#/components/headers/${name}` }]));
+        response.headers = Object.fromEntries(names.map((name) => [headerNameOf(name), { $ref: `#/components/headers/${name}` }]));
       }
     }
   }
-  const headers = Object.entries(RESPONSE_HEADERS).filter(([name]) => used.has(name));
+  const headers = Object.entries(RESPONSE_HEADERS)
+    .filter(([name]) => used.has(name))
+    .map(([name, { description, required, schema }]) => [name, { description, ...(required && { required }), schema }]);
   document.components = { ...document.components, headers: Object.fromEntries(headers) };
   addIntegerFormats(document);
   return document as ReturnType<typeof jsonSchemaTransformObject>;

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RESPONSE_HEADERS } from '../../../services/gateway/openApiContract.ts';
+import { rolesAllow } from '../../../services/auth/permissions.ts';
+import { headerNameOf, RESPONSE_HEADERS } from '../../../services/gateway/openApiContract.ts';
 import { authHeaders, provisionTenant } from '../../support/auth.ts';
 import { baseline, send } from '../../support/openApiFuzz/requests.ts';
 import { app, auth, db, doc, ops, startTarget, stopTarget } from '../../support/openApiFuzz/target.ts';
@@ -26,7 +27,13 @@ const contract = () => doc as unknown as ContractDoc;
 const operationOf = (op: Op) => op.operation as unknown as ContractOperation;
 const name = (op: Op) => `${op.method} ${op.path}`;
 const headersOf = (op: Op, status: number | string) => Object.keys(operationOf(op).responses[String(status)]?.headers ?? {});
-const isRequired = (header: string) => contract().components.headers?.[header]?.required === true;
+/** Whether the component an answer's header refers to says it is always sent. */
+const isRequired = (op: Op, status: number, header: string) => {
+  const ref = operationOf(op).responses[String(status)]?.headers?.[header]?.$ref ?? '';
+  return contract().components.headers?.[ref.replace('#/components/headers/', '')]?.required === true;
+};
+/** The HTTP headers the catalogue describes (one header may have two components). */
+const CATALOGUE = [...new Set(Object.keys(RESPONSE_HEADERS).map(headerNameOf))];
 /** Operations of the authenticated scope: the document's global security, no `security: []` of their own. */
 const authenticatedOps = () => ops.filter((op) => operationOf(op).security === undefined);
 
@@ -117,11 +124,11 @@ describe('every declared header is really sent', () => {
       const response = await send(op, baseline(op));
       answered.add(response.statusCode);
       const declared = headersOf(op, response.statusCode);
-      for (const header of declared.filter(isRequired)) {
+      for (const header of declared.filter((h) => isRequired(op, response.statusCode, h))) {
         if (response.headers[header.toLowerCase()] === undefined) failures.push(`${name(op)} → ${response.statusCode}: no ${header}`);
       }
       // The other way round: a header of the catalogue sent but not declared for this answer.
-      for (const header of Object.keys(RESPONSE_HEADERS)) {
+      for (const header of CATALOGUE) {
         if (response.headers[header.toLowerCase()] !== undefined && !declared.includes(header)) {
           failures.push(`${name(op)} → ${response.statusCode}: sends ${header} undeclared`);
         }
@@ -143,6 +150,37 @@ describe('every declared header is really sent', () => {
     expect(failures).toEqual([]);
   });
 
+  it('answers 403 with the insufficient_scope challenge, declared, on every write a read-only role may not make', async () => {
+    const viewer = await authHeaders(auth, await provisionTenant(db.pool), 'employee');
+    const permissionOf = (op: Op) =>
+      auth.routes.find((r) => r.method === op.method && r.url.replace(/:(\w+)/g, '{$1}') === op.path)?.permission;
+    const writes = authenticatedOps().filter((op) => op.method !== 'GET');
+    const refused = writes.filter((op) => {
+      const permission = permissionOf(op);
+      if (!permission) throw new Error(`${name(op)} has no permission in the scope's routes`);
+      return !rolesAllow(['employee'], permission);
+    });
+    // Every write but logout (session:end): a read-only role changes nothing.
+    expect(writes.length - refused.length).toBe(1);
+    const failures: string[] = [];
+    for (const op of refused) {
+      const response = await send(op, { ...baseline(op), headers: { ...baseline(op).headers, ...viewer } });
+      expect(response.statusCode, name(op)).toBe(403);
+      const declared = headersOf(op, 403);
+      if (!declared.includes('WWW-Authenticate')) failures.push(`${name(op)} → 403: WWW-Authenticate undeclared`);
+      expect(String(response.headers['www-authenticate']), name(op)).toContain('error="insufficient_scope"');
+      for (const header of declared.filter((h) => isRequired(op, 403, h))) {
+        if (response.headers[header.toLowerCase()] === undefined) failures.push(`${name(op)} → 403: no ${header}`);
+      }
+      for (const header of CATALOGUE) {
+        if (response.headers[header.toLowerCase()] !== undefined && !declared.includes(header)) {
+          failures.push(`${name(op)} → 403: sends ${header} undeclared`);
+        }
+      }
+    }
+    expect(failures).toEqual([]);
+  });
+
   it('sends the bucket’s headers on the answers a limited tenant gets, wherever they are declared, and only there', async () => {
     // A tenant on a limited plan (the fuzz tenants are unlimited, and unlimited answers carry no bucket).
     const limited = await authHeaders(auth, await provisionTenant(db.pool, { plan: 'pro' }), 'admin');
@@ -152,7 +190,7 @@ describe('every declared header is really sent', () => {
       const response = await send(op, { ...baseline(op), headers: { ...baseline(op).headers, ...limited } });
       const declared = headersOf(op, response.statusCode);
       if (declared.includes('RateLimit')) counted++;
-      for (const header of Object.keys(RESPONSE_HEADERS)) {
+      for (const header of CATALOGUE) {
         const sent = response.headers[header.toLowerCase()] !== undefined;
         if (sent && !declared.includes(header)) failures.push(`${name(op)} → ${response.statusCode}: sends ${header} undeclared`);
         if (!sent && declared.includes(header) && header.startsWith('RateLimit'))
