@@ -34,8 +34,10 @@ const isRequired = (op: Op, status: number, header: string) => {
 };
 /** The HTTP headers the catalogue describes (one header may have two components). */
 const CATALOGUE = [...new Set(Object.keys(RESPONSE_HEADERS).map(headerNameOf))];
-/** Operations of the authenticated scope: the document's global security, no `security: []` of their own. */
-const authenticatedOps = () => ops.filter((op) => operationOf(op).security === undefined);
+/** Whether an operation opts out of authentication: `security: []` (its own non-empty list keeps it in). */
+const isPublic = (op: Op) => Array.isArray(operationOf(op).security) && operationOf(op).security?.length === 0;
+/** Operations of the authenticated scope: every one but those with `security: []`. */
+const authenticatedOps = () => ops.filter((op) => !isPublic(op));
 
 /**
  * Published operationIds: part of the compatibility policy (docs/versioning.md). A generated
@@ -106,7 +108,7 @@ describe('the document declares the answers and headers the service gives', () =
           'X-Request-Id',
           ...(['429', '503'].includes(status) ? ['Retry-After'] : []),
           ...(status === '201' ? ['Location'] : []),
-          ...(status.startsWith('2') && operationOf(op).security === undefined ? ['RateLimit', 'RateLimit-Policy'] : []),
+          ...(status.startsWith('2') && !isPublic(op) ? ['RateLimit', 'RateLimit-Policy'] : []),
         ];
         missing.push(...want.filter((h) => !has.includes(h)).map((h) => `${name(op)} ${status} ${h}`));
       }
