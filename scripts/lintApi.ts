@@ -46,7 +46,7 @@ async function lintWith(tool: LintResult['tool'], args: string[]): Promise<LintR
 export async function lintOpenApiFile(file: string): Promise<LintResult[]> {
   const path = relative(ROOT, file);
   return Promise.all([
-    lintWith('spectral', ['lint', '--ruleset', '.spectral.yaml', '--fail-severity', 'error', '--display-only-failures', path]),
+    lintWith('spectral', ['lint', '--ruleset', '.spectral.yaml', '--fail-severity', 'error', path]),
     lintWith('redocly', ['lint', '--config', 'redocly.yaml', '--format', 'stylish', path]),
   ]);
 }
