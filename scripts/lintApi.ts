@@ -12,7 +12,7 @@ import { openApiDocument } from './generateClient.ts';
  * would, with Spectral (`spectral:oas` + the OWASP API Top 10 ruleset, `.spectral.yaml`) and
  * Redocly (`recommended`, `redocly.yaml`). Exits 1 on any error; warnings are printed only. The
  * document is written to `.tmp/openapi.json` (Spectral's overrides name that path). The test
- * suite runs the same check (test/services/gateway/apiLint.test.ts).
+ * suite runs the same check (test/services/gateway/apiLint.test.ts), and that is how CI runs it.
  */
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const require = createRequire(import.meta.url);
