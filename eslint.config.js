@@ -30,6 +30,14 @@ const floors = [
     except: [`${import.meta.dirname}/services/*/contract.ts`],
     message: "projections/ may import from services/ only a capability's contract (services/<capability>/contract.ts).",
   },
+  {
+    // The gateway is the plumbing every capability plugs into: what it needs from one (the bearer
+    // scheme's description) the composition root passes in, so no capability is a floor under it.
+    target: './services/gateway',
+    from: './services/**/*',
+    except: [`${import.meta.dirname}/services/gateway/**`],
+    message: 'services/gateway/ must not import a capability: take what it needs as an option from the composition root.',
+  },
   ...noTestCode,
 ];
 

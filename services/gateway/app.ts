@@ -28,6 +28,8 @@ export type GatewayOptions = {
    * count or proxy addresses only: `true` would let a client choose its own address.
    */
   readonly trustProxy?: number | string | false | undefined;
+  /** The OpenAPI document's description of the bearer scheme (from the auth capability, via the composition root). */
+  readonly bearerAuthDescription?: string;
 };
 
 export type V1Capability = (v1: FastifyInstance) => Promise<void>;
@@ -118,7 +120,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   // Tier 1: infrastructure (tracing first, so every later hook and route is inside the request's span).
   if (options.tracing) await app.register(options.tracing);
   await app.register(httpMetricsPlugin, { registry: options.registry });
-  await app.register(openApiPlugin);
+  await app.register(openApiPlugin, { bearerAuthDescription: options.bearerAuthDescription });
   await app.register(deprecationPlugin);
 
   // Tier 2: public, unversioned routes.

@@ -1,7 +1,6 @@
 import fastifySwagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
-import { ACCESS_TOKEN_TTL_SECONDS } from '../auth/tokens.ts';
 import { commonResponsesPlugin, contractTransform, contractTransformObject } from './openApiContract.ts';
 
 /**
@@ -65,9 +64,17 @@ const thisDeployment = {
   'x-internal': false,
 };
 
+export type OpenApiOptions = {
+  /**
+   * How the bearer scheme's tokens are issued and verified: the auth capability's to say, passed
+   * in by the composition root (the gateway imports no capability).
+   */
+  readonly bearerAuthDescription?: string | undefined;
+};
+
 /** OpenAPI 3.1 generated from the routes' zod schemas; served at /v1/openapi.json and /docs. */
-export const openApiPlugin = fp(
-  async (app) => {
+export const openApiPlugin = fp<OpenApiOptions>(
+  async (app, options) => {
     await app.register(fastifySwagger, {
       openapi: {
         openapi: '3.1.0',
@@ -83,7 +90,7 @@ export const openApiPlugin = fp(
               type: 'http',
               scheme: 'bearer',
               bearerFormat: 'JWT',
-              description: `An access token from \`POST /v1/auth/login\` or \`/v1/auth/refresh\`: a JWS signed with EdDSA (Ed25519), valid ${ACCESS_TOKEN_TTL_SECONDS / 60} minutes (\`expiresIn\`), then refreshed with the single-use refresh token. The public keys are at \`GET /.well-known/jwks.json\` (by \`kid\`). Verification follows RFC8725: the algorithm, issuer, audience and \`typ: at+jwt\` are pinned, \`alg: none\` and HMAC are refused.`,
+              description: options.bearerAuthDescription ?? 'An access token from `POST /v1/auth/login` or `/v1/auth/refresh`.',
             },
             // Declared as a scheme rather than a parameter of each operation: like the token, a
             // client sets it once for every call (login and refresh declare it as a parameter).
