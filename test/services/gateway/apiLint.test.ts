@@ -8,8 +8,8 @@ import { useTestEventStore } from '../../support/database.ts';
 
 /**
  * The live OpenAPI document through the linters integrators run; this test is how CI runs them
- * (`npm run lint:api` does the same by hand): Spectral (`spectral:oas` + OWASP API Top 10, `.spectral.yaml`) and Redocly (`recommended`),
- * with no error. Then the same document with a contract break, which they must catch: the rules
+ * (`npm run lint:api` does the same by hand): Spectral (`spectral:oas` + OWASP API Top 10,
+ * `.spectral.yaml`) and Redocly (`recommended`), with no error. Then the same document with a contract break, which they must catch: the rules
  * narrowed in `.spectral.yaml` still bite.
  */
 const dir = join(fileURLToPath(new URL('../../../.tmp/', import.meta.url)), `api-lint-${randomBytes(4).toString('hex')}`);
