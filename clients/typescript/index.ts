@@ -17,8 +17,9 @@ export type { paths, components, operations } from './schema.d.ts';
  * ends the session: a 429, a 503 (a gateway draining during a deploy) or a network error is
  * retried, and if it persists the refresh throws with the session kept. A call refused with 429
  * is sent again after its Retry-After (the limiter refuses before any work, so this is safe for
- * every method), up to `rateLimitRetries` times. Errors come back as RFC 9457 problem details in
- * `error`.
+ * every method), up to `rateLimitRetries` times, with a little jitter; aborting the call's `signal`
+ * ends that wait (the call rejects with the abort's reason). Errors come back as RFC 9457 problem
+ * details in `error`.
  */
 export type Session = { readonly accessToken: string; readonly refreshToken: string; readonly expiresAt: number };
 
@@ -71,6 +72,30 @@ function retryAfterSeconds(response: Response): number | null {
 }
 
 const delay = (seconds: number) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+
+/**
+ * Waits `seconds`, or rejects with the signal's reason as soon as it aborts: a caller that gives
+ * up (a timeout, a closed page) is not kept waiting for a retry it no longer wants.
+ */
+const abortableDelay = (seconds: number, signal: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, seconds * 1000);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+
+/**
+ * Retry-After plus up to a fifth of it (at least 250 ms) at random: clients refused at the same
+ * moment, as when a tenant's bucket runs dry for all its workers, do not all come back at once.
+ */
+const withJitter = (seconds: number) => seconds + Math.random() * Math.max(0.25, seconds / 5);
 
 export function createEasClient(options: EasClientOptions): EasClient {
   const fetchImpl = options.fetch ?? ((request: Request) => globalThis.fetch(request));
@@ -170,7 +195,7 @@ export function createEasClient(options: EasClientOptions): EasClient {
       const wait = response.status === 429 ? retryAfterSeconds(response) : null;
       if (!next || wait === null || wait > MAX_RETRY_WAIT_S) return response;
       await response.body?.cancel();
-      await delay(wait);
+      await abortableDelay(withJitter(wait), request.signal);
       pending = next;
     }
   };

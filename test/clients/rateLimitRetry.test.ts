@@ -55,6 +55,20 @@ describe('when a call is refused with 429', () => {
     expect(never.received).toHaveLength(1);
   });
 
+  it('stops waiting for the retry when the caller aborts, and never sends it', async () => {
+    const { eas, received } = await gateway(1, '20');
+    const controller = new AbortController();
+    const started = Date.now();
+    const call = eas.api.POST('/v1/employees', { body: hire, signal: controller.signal });
+    setTimeout(() => controller.abort(), 300);
+    await expect(call).rejects.toMatchObject({ name: 'AbortError' });
+    const waited = Date.now() - started;
+    expect(waited).toBeGreaterThanOrEqual(250);
+    expect(waited).toBeLessThan(10_000); // well before the 20 s Retry-After
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(received).toHaveLength(1);
+  });
+
   it('does not wait for a Retry-After longer than 30 s: the caller decides', async () => {
     const { eas, received } = await gateway(1, '120');
     const started = Date.now();
