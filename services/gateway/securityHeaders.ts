@@ -1,13 +1,18 @@
 import { fastifyHelmet as helmet } from '@fastify/helmet';
 import fp from 'fastify-plugin';
 
-/** One year, the value HSTS preload lists ask for; subdomains too, since the API's host serves nothing else over HTTP. */
-const HSTS = 'max-age=31536000; includeSubDomains';
+/**
+ * One year: a browser that comes back within it stays on HTTPS without ever trying plain HTTP.
+ * No `includeSubDomains`: the service cannot know which other hosts share its domain (on a bare
+ * domain, every subdomain would be forced to HTTPS); a proxy in front may add it for its hosts.
+ */
+const HSTS = 'max-age=31536000';
 
 /**
- * The headers a reviewer of a REST API looks for (OWASP REST Security Cheat Sheet), on every
- * response: `X-Content-Type-Options: nosniff`, `Content-Security-Policy: frame-ancestors 'none'`
- * and `X-Frame-Options: DENY` (no page may frame an answer), plus helmet's other defaults.
+ * Headers that keep a browser from misusing an answer, on every response:
+ * `X-Content-Type-Options: nosniff` (a JSON body is never sniffed into HTML or script),
+ * `Content-Security-Policy: frame-ancestors 'none'` and `X-Frame-Options: DENY` (no page may
+ * frame an answer, so none can be clickjacked), plus helmet's other defaults.
  *
  * The policy is only `frame-ancestors`: JSON needs nothing else, and the two HTML pages keep their
  * own. The dashboard sends its stricter policy from its route (a header set by the handler

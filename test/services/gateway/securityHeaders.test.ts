@@ -8,14 +8,15 @@ import { authCapabilities, authHeaders, createTestAuth, provisionTenant } from '
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
 /**
- * The security headers of every response (OWASP REST Security Cheat Sheet), over real HTTP: a
- * listening gateway, once without TRUST_PROXY and once trusting the loopback proxy, since
+ * The security headers of every response, over real HTTP: a listening gateway without
+ * TRUST_PROXY, one trusting the loopback proxy and one trusting another address, since
  * Strict-Transport-Security depends on how the request arrived.
  */
 let db: TestDatabase;
 let auth: AuthDeps;
 let direct: { app: FastifyInstance; url: string };
 let proxied: { app: FastifyInstance; url: string };
+let elsewhere: { app: FastifyInstance; url: string };
 let headers: Record<string, string>;
 
 async function gateway(trustProxy?: string) {
@@ -35,12 +36,14 @@ beforeAll(async () => {
   auth = await createTestAuth(db.pool);
   direct = await gateway();
   proxied = await gateway('loopback');
+  elsewhere = await gateway('10.0.0.1');
   headers = await authHeaders(auth, await provisionTenant(db.pool), 'admin');
 }, 60_000);
 
 afterAll(async () => {
   await direct?.app.close();
   await proxied?.app.close();
+  await elsewhere?.app.close();
   await auth?.close();
   await db?.drop();
 });
@@ -75,12 +78,18 @@ describe('when the request came through a proxy that says it was HTTPS', () => {
     const https = { ...headers, 'x-forwarded-proto': 'https' };
     const trusted = await fetch(`${proxied.url}/v1/roles`, { headers: https });
     expect(trusted.status).toBe(200);
-    expect(trusted.headers.get('strict-transport-security')).toBe('max-age=31536000; includeSubDomains');
+    expect(trusted.headers.get('strict-transport-security')).toBe('max-age=31536000');
 
     // A client that writes the header itself, to a gateway that trusts no proxy: no HSTS.
     const spoofed = await fetch(`${direct.url}/v1/roles`, { headers: https });
     expect(spoofed.status).toBe(200);
     expect(spoofed.headers.get('strict-transport-security')).toBeNull();
+
+    // A gateway that trusts a proxy at another address, reached from loopback: the header is the
+    // client's own, not a trusted proxy's.
+    const untrustedPeer = await fetch(`${elsewhere.url}/v1/roles`, { headers: https });
+    expect(untrustedPeer.status).toBe(200);
+    expect(untrustedPeer.headers.get('strict-transport-security')).toBeNull();
 
     // Plain HTTP through the trusted proxy: none either.
     const plain = await fetch(`${proxied.url}/v1/roles`, { headers: { ...headers, 'x-forwarded-proto': 'http' } });
