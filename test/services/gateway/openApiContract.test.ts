@@ -3,8 +3,8 @@ import { rolesAllow } from '../../../services/auth/permissions.ts';
 import { headerNameOf, RESPONSE_HEADERS } from '../../../services/gateway/openApiContract.ts';
 import { authHeaders, provisionTenant } from '../../support/auth.ts';
 import { baseline, send } from '../../support/openApiFuzz/requests.ts';
-import { app, auth, db, doc, ops, startTarget, stopTarget } from '../../support/openApiFuzz/target.ts';
-import type { Op } from '../../support/openApiFuzz/types.ts';
+import { app, auth, context, db, doc, ops, startTarget, stopTarget } from '../../support/openApiFuzz/target.ts';
+import type { Op, RequestSpec } from '../../support/openApiFuzz/types.ts';
 
 /**
  * The contract the document states beyond its schemas, for every operation (routes added later
@@ -34,6 +34,25 @@ const isRequired = (op: Op, status: number, header: string) => {
 };
 /** The HTTP headers the catalogue describes (one header may have two components). */
 const CATALOGUE = [...new Set(Object.keys(RESPONSE_HEADERS).map(headerNameOf))];
+/** What is wrong with an answer's headers: a required one of its status not sent, or one of the catalogue sent undeclared. */
+function headerFindings(op: Op, response: { statusCode: number; headers: Record<string, unknown> }): string[] {
+  const declared = headersOf(op, response.statusCode);
+  const at = `${name(op)} → ${response.statusCode}`;
+  return [
+    ...declared
+      .filter((h) => isRequired(op, response.statusCode, h) && response.headers[h.toLowerCase()] === undefined)
+      .map((h) => `${at}: no ${h}`),
+    ...CATALOGUE.filter((h) => response.headers[h.toLowerCase()] !== undefined && !declared.includes(h)).map(
+      (h) => `${at}: sends ${h} undeclared`,
+    ),
+  ];
+}
+const byId = (operationId: string) => {
+  const op = ops.find((o) => operationOf(o).operationId === operationId);
+  if (!op) throw new Error(`no ${operationId} in the document`);
+  return op;
+};
+
 /** Whether an operation opts out of authentication: `security: []` (its own non-empty list keeps it in). */
 const isPublic = (op: Op) => Array.isArray(operationOf(op).security) && operationOf(op).security?.length === 0;
 /** Operations of the authenticated scope: every one but those with `security: []`. */
@@ -214,6 +233,55 @@ describe('every declared header is really sent', () => {
     if (!listRoles) throw new Error('no listRoles in the document');
     for (const header of headersOf(listRoles, 429)) expect(refused.headers[header.toLowerCase()], header).toBeDefined();
     expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0);
+  });
+
+  it('sends X-Log-Position, and every required header, on each write that declares it', async () => {
+    // A fresh employee, so that each write (change, status, role) is one it may make.
+    const created = await send(byId('createEmployee'), baseline(byId('createEmployee')));
+    expect(created.statusCode, created.body).toBe(201);
+    const shared = context.employeeA;
+    context.employeeA = created.json<{ id: string }>().id;
+    const failures: string[] = [];
+    const writes = ops.filter((op) =>
+      Object.keys(operationOf(op).responses).some((s) => s.startsWith('2') && headersOf(op, s).includes('X-Log-Position')),
+    );
+    try {
+      for (const op of writes) {
+        const response = await send(op, baseline(op));
+        expect(response.statusCode, `${name(op)}: ${response.body}`).toBeLessThan(300);
+        expect(String(response.headers['x-log-position']), name(op)).toMatch(/^\d+-\d+$/);
+        failures.push(...headerFindings(op, response));
+      }
+    } finally {
+      context.employeeA = shared;
+    }
+    expect(writes.map((op) => operationOf(op).operationId).sort()).toEqual(
+      ['assignEmployeeRole', 'changeEmployeeStatus', 'createEmployee', 'recordBillingEvents', 'updateEmployee'].sort(),
+    );
+    expect(failures).toEqual([]);
+  });
+
+  it('declares exactly the headers it sends on a 404, a 409 and a 422', async () => {
+    const unknownId = '01ARZ3NDEKTSV4RRFFQ69G5FAV';
+    const withBody = (spec: RequestSpec, value: Record<string, unknown>): RequestSpec => ({ ...spec, body: { kind: 'json', value } });
+    const create = byId('createEmployee');
+    const taken = baseline(create);
+    expect((await send(create, taken)).statusCode).toBe(201);
+    const role = byId('assignEmployeeRole');
+    const cases: Array<[Op, RequestSpec, number]> = [
+      [byId('getEmployee'), { ...baseline(byId('getEmployee')), pathParams: { id: unknownId } }, 404],
+      [byId('updateEmployee'), { ...baseline(byId('updateEmployee')), pathParams: { id: unknownId } }, 404],
+      [create, taken, 409],
+      [role, withBody(baseline(role), { roleId: '00000000-0000-4000-8000-000000000000' }), 422],
+    ];
+    const failures: string[] = [];
+    for (const [op, spec, status] of cases) {
+      const response = await send(op, spec);
+      expect(response.statusCode, `${name(op)}: ${response.body}`).toBe(status);
+      expect(operationOf(op).responses[String(status)], `${name(op)} declares ${status}`).toBeDefined();
+      failures.push(...headerFindings(op, response));
+    }
+    expect(failures).toEqual([]);
   });
 
   it('sends Location and ETag on a create, X-Log-Position to read it back, and X-Consistency on that read', async () => {
