@@ -131,7 +131,8 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   await app.register(
     async (v1) => {
       // API answers are per tenant and caller (tokens among them): no cache may keep one. In
-      // onSend, so that the early answers have it too (a closing instance's 503).
+      // onSend, so that the early answers have it too (a closing instance's 503). The one
+      // exception, the public OpenAPI document, overrides it in its own route.
       v1.addHook('onSend', (_request, reply, payload, done) => {
         reply.header('cache-control', 'no-store');
         done(null, payload);

@@ -284,6 +284,15 @@ describe('every declared header is really sent', () => {
     expect(failures).toEqual([]);
   });
 
+  it('lets caches keep the document itself briefly, and no answer of an operation', async () => {
+    const document = await app.inject({ method: 'GET', url: '/v1/openapi.json' });
+    expect(document.statusCode).toBe(200);
+    expect(document.headers['cache-control']).toBe('public, max-age=300');
+    const roles = await send(byId('listRoles'), baseline(byId('listRoles')));
+    expect(roles.statusCode).toBe(200);
+    expect(roles.headers['cache-control']).toBe('no-store');
+  });
+
   it('sends Location and ETag on a create, X-Log-Position to read it back, and X-Consistency on that read', async () => {
     const create = ops.find((op) => operationOf(op).operationId === 'createEmployee');
     if (!create) throw new Error('no createEmployee in the document');
