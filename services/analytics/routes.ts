@@ -86,6 +86,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         config: { permission: 'analytics:read' },
         schema: {
           tags: ['analytics'],
+          operationId: 'getKpiSummary',
           summary: 'KPI summary of the tenant (now, or as it was at `at`)',
           headers: z.object({
             'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
@@ -113,6 +114,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         config: { permission: 'analytics:read' },
         schema: {
           tags: ['analytics'],
+          operationId: 'getKpiSeries',
           summary: `One KPI over time (at most ${MAX_SERIES_POINTS.toLocaleString('en')} points)`,
           querystring: seriesQuery,
           response: { 200: kpiSeriesSchema, ...problems, 503: problemSchema },

@@ -74,6 +74,7 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
         config: { permission: 'employees:read' },
         schema: {
           tags: ['employees'],
+          operationId: 'listEmployeeChanges',
           summary:
             'Change feed: every employee change, in log order (a change applied late by an operator comes next), with the state after it',
           querystring: changesQuery,

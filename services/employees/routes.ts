@@ -121,9 +121,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.post(
       '/employees',
       {
-        config: { permission: 'employees:write' },
+        config: { permission: 'employees:write', responseHeaders: ['ETag', 'X-Log-Position'] },
         schema: {
           tags,
+          operationId: 'createEmployee',
           summary: 'Hire (create) an employee',
           body: createEmployeeBody,
           response: { 201: employeeSchema, ...problems, 409: problemSchema, 422: problemSchema },
@@ -152,9 +153,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.get(
       '/employees',
       {
-        config: { permission: 'employees:read' },
+        config: { permission: 'employees:read', responseHeaders: ['X-Consistency'] },
         schema: {
           tags,
+          operationId: 'listEmployees',
           summary: 'List employees (hiredAt desc, id desc)',
           querystring: listEmployeesQuery,
           headers: readHeaders,
@@ -173,9 +175,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.get(
       '/employees/:id',
       {
-        config: { permission: 'employees:read' },
+        config: { permission: 'employees:read', responseHeaders: ['ETag', 'X-Consistency'] },
         schema: {
           tags,
+          operationId: 'getEmployee',
           summary: 'Read one employee from its stream (strongly consistent); ETag is its stream revision',
           params,
           querystring: readQuery,
@@ -198,9 +201,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.patch(
       '/employees/:id',
       {
-        config: { permission: 'employees:write' },
+        config: { permission: 'employees:write', responseHeaders: ['ETag', 'X-Log-Position'] },
         schema: {
           tags,
+          operationId: 'updateEmployee',
           summary: 'Change name, department or email; If-Match guards against lost updates',
           params,
           headers: writeHeaders,
@@ -223,9 +227,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.post(
       '/employees/:id/status',
       {
-        config: { permission: 'employees:write' },
+        config: { permission: 'employees:write', responseHeaders: ['ETag', 'X-Log-Position'] },
         schema: {
           tags,
+          operationId: 'changeEmployeeStatus',
           summary: 'Change status (active ⇄ on_leave, active|on_leave → inactive, inactive → active)',
           params,
           headers: writeHeaders,
@@ -249,9 +254,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.put(
       '/employees/:id/role',
       {
-        config: { permission: 'roles:assign' },
+        config: { permission: 'roles:assign', responseHeaders: ['ETag', 'X-Log-Position'] },
         schema: {
           tags,
+          operationId: 'assignEmployeeRole',
           summary: "Set the employee's person's role (admin); applied to their login within seconds",
           description:
             'Records EmployeeRoleAssigned on the employee stream; the role reactor then sets the role of the user with ' +
@@ -282,6 +288,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         config: { permission: 'employees:read' },
         schema: {
           tags,
+          operationId: 'getEmployeeHistory',
           summary: "The employee's events, oldest first: the audit trail",
           params,
           response: { 200: historyResponse, ...problems },

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { Plan, RateLimitOverride } from '../gateway/requestContext.ts';
+import { EXAMPLE_TENANT_SLUG } from '../gateway/openapi.ts';
 
 export const PLANS = ['starter', 'pro', 'enterprise'] as const satisfies readonly Plan[];
 
@@ -9,12 +10,6 @@ export const tenantSlugSchema = z
   .string()
   .max(63)
   .regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/, 'must be 1-63 lowercase letters, digits or inner hyphens');
-
-/**
- * The example slug of the API document: the `X-Tenant` parameter's example, and the value the
- * API reference page fills in (services/gateway/openapi.ts), so "Try it" and the snippets agree.
- */
-export const EXAMPLE_TENANT_SLUG = 'acme';
 
 /** The `X-Tenant` header every /v1 request carries, as a header schema. */
 export const tenantHeaders = z.object({

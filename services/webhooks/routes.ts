@@ -107,6 +107,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
+          operationId: 'createWebhook',
           summary: 'Register a webhook endpoint; the signing secret is in this response only',
           body: createBody,
           response: { 201: endpointSchema.extend({ secret: z.string().describe('whsec_…: shown once') }), ...problems, 422: problemSchema },
@@ -145,6 +146,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
+          operationId: 'listWebhooks',
           summary: 'List webhook endpoints (without secrets)',
           response: { 200: z.object({ data: z.array(endpointSchema) }), ...problems },
         },
@@ -158,6 +160,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
+          operationId: 'deleteWebhook',
           summary: 'Delete a webhook endpoint and its delivery log',
           params,
           response: { 204: z.null(), ...problems, 404: problemSchema },
@@ -176,6 +179,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
+          operationId: 'listWebhookDeliveries',
           summary: 'Recent deliveries of an endpoint, newest first: attempts, status, next retry',
           description:
             'The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry whose time has not come yet whatever its age.',
@@ -198,6 +202,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
+          operationId: 'replayWebhook',
           summary: 'Redeliver every change after a cursor (also re-enables a disabled endpoint)',
           description:
             "Answers once a delivery in flight to the endpoint (if any) has finished (at most until that delivery run's lease runs out: the delivery timeout plus 30 s, 45 s by default); the next delivery the receiver gets is then the first change after `after`.",

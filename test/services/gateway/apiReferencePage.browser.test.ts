@@ -2,7 +2,7 @@ import { mkdir } from 'node:fs/promises';
 import type { FastifyInstance } from 'fastify';
 import type { Browser } from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EXAMPLE_TENANT_SLUG } from '../../../services/tenants/tenants.ts';
+import { EXAMPLE_TENANT_SLUG } from '../../../services/gateway/openapi.ts';
 import { createTestApp, createTestAuth } from '../../support/auth.ts';
 import { launchChromium } from '../../support/chromium.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
