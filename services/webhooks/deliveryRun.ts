@@ -5,10 +5,10 @@ import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
 import { sendWebhook } from './deliver.ts';
 import { recordAttempt, recordDelivered } from './deliveryLog.ts';
-import type { EndpointRecord } from './endpoints.ts';
+import { resealSecret, type EndpointRecord } from './endpoints.ts';
 import { leaseState } from './lease.ts';
 import { nextRetryDelay, type RetryPolicy } from './schedule.ts';
-import type { SecretBox } from './secrets.ts';
+import { SecretUnavailableError, type SecretBox } from './secrets.ts';
 import type { TargetPolicy } from './targets.ts';
 import type { DrainTriggers } from './triggers.ts';
 
@@ -24,7 +24,7 @@ export type DeliveryRunDeps = {
   readonly timeoutMs: number;
   readonly leaseMs: number;
   readonly random: () => number;
-  readonly logger?: Pick<Logger, 'warn'>;
+  readonly logger?: Pick<Logger, 'warn' | 'error'>;
   /** Aborted when the dispatcher closes: the run stops after the delivery in flight. */
   readonly stop: AbortSignal;
   /** Where a retry is scheduled (a delayed drain of the endpoint). */
@@ -45,10 +45,27 @@ export type DeliveryRunDeps = {
  */
 export function createDeliveryRun(deps: DeliveryRunDeps) {
   const { pool, secrets, targets, retry, timeoutMs, leaseMs, random, logger, stop, triggers } = deps;
+  /** The plain secret; one sealed under an old key is sealed again under the current one, so old keys can be retired. */
+  const openSecret = async (endpoint: EndpointRecord): Promise<string | { readonly error: string }> => {
+    let plain: string;
+    try {
+      plain = secrets.open(endpoint.secretSealed);
+    } catch (error) {
+      if (!(error instanceof SecretUnavailableError)) throw error;
+      logger?.error({ endpointId: endpoint.id, tenantId: endpoint.tenantId, err: error }, 'webhook signing secret cannot be opened');
+      return { error: error.message };
+    }
+    if (secrets.isStale(endpoint.secretSealed)) {
+      const resealed = secrets.seal(plain);
+      if (await resealSecret(pool, endpoint.tenantId, endpoint.id, endpoint.secretSealed, resealed))
+        Object.assign(endpoint, { secretSealed: resealed });
+    }
+    return plain;
+  };
   return async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
     const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes, { trusted: true });
     if (page.changes.length === 0) return { delivered: 0, more: false };
-    const secret = secrets.open(endpoint.secretSealed);
+    const secret = await openSecret(endpoint);
     const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date }> = [];
     const flush = async () => {
       const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs);
@@ -70,15 +87,17 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       if (lease.leftMs < timeoutMs + LEASE_SLACK_MS && !(await flush())) return { delivered: sent, more: false };
       sent++;
       const id = encodeCursor(change.position);
-      const outcome = await sendWebhook(
-        endpoint.url,
-        secret,
-        { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) },
-        {
-          policy: targets,
-          timeoutMs,
-        },
-      );
+      // A secret that cannot be opened is a failed attempt like any other (logged, retried on
+      // the schedule, then the endpoint disabled), not a job that throws before anything is recorded.
+      const outcome =
+        typeof secret === 'string'
+          ? await sendWebhook(
+              endpoint.url,
+              secret,
+              { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) },
+              { policy: targets, timeoutMs },
+            )
+          : ({ kind: 'failed', status: null, error: secret.error } as const);
       if (outcome.kind === 'delivered') {
         succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at: new Date() });
         continue;

@@ -72,6 +72,8 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   const batchPerJob = options.batchPerJob ?? 500;
   const random = options.random ?? Math.random;
 
+  // Operators retiring an old secrets key look for endpoints sealed under another id than this one.
+  logger?.info({ keyId: secrets.keyId }, 'webhook signing secrets sealed with this key id');
   // Aborted by close: the sweep stops, and a drain stops after the delivery in flight.
   const stop = new AbortController();
 

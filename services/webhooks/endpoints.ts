@@ -94,3 +94,14 @@ export async function deleteEndpoint(pool: DatabasePool, tenantId: string, id: s
   );
   return row !== null;
 }
+
+/** Replaces the sealed secret (sealed again under the current key), unless it changed meanwhile. */
+export async function resealSecret(pool: DatabasePool, tenantId: string, id: string, from: string, to: string): Promise<boolean> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(z.object({ id: z.string() }))`
+      update webhook_endpoints set secret_sealed = ${to} where tenant_id = ${tenantId} and id = ${id} and secret_sealed = ${from}
+      returning id::text
+    `),
+  );
+  return row !== null;
+}
