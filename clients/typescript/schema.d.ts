@@ -605,14 +605,16 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Recent deliveries of an endpoint, newest first: attempts, status, next retry
-         * @description The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry whose time has not come yet whatever its age.
+         * Recent deliveries of an endpoint, newest first: each attempt, status, next retry
+         * @description One entry per change, with each of its attempts (when, status code, duration, error). The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry whose time has not come yet whatever its age.
          */
         get: {
             parameters: {
                 query?: {
                     /** @description Page size, 1–100 (default 50) */
                     limit?: number;
+                    /** @description Only the entries in this status (e.g. `failed`, or `retrying`) */
+                    status?: "retrying" | "succeeded" | "failed";
                 };
                 header?: never;
                 path: {
@@ -630,19 +632,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            data: {
-                                /** @description The change (also the `webhook-id` header) */
-                                cursor: string;
-                                type: string;
-                                /** @enum {string} */
-                                status: "retrying" | "succeeded" | "failed";
-                                attempts: number;
-                                lastStatusCode: number | null;
-                                lastError: string | null;
-                                lastAttemptAt: string;
-                                /** @description When the next retry is due (status retrying) */
-                                nextAttemptAt: string | null;
-                            }[];
+                            data: components["schemas"]["WebhookDelivery"][];
                         };
                     };
                 };
@@ -1786,6 +1776,32 @@ export interface components {
             cursor: string;
             createdAt: string;
         };
+        WebhookDeliveryAttemptInput: {
+            /** @description When the attempt started */
+            at: string;
+            /** @description The receiver's HTTP status; null when it did not answer (timeout, connection error, refused target) */
+            statusCode: number | null;
+            /** @description How long the attempt took, DNS lookup included */
+            durationMs: number;
+            /** @description Why it failed; null on a 2xx */
+            error: string | null;
+        };
+        WebhookDeliveryInput: {
+            /** @description The change (also the `webhook-id` header) */
+            cursor: string;
+            type: string;
+            /** @enum {string} */
+            status: "retrying" | "succeeded" | "failed";
+            /** @description Attempts made for this change, in all */
+            attempts: number;
+            lastStatusCode: number | null;
+            lastError: string | null;
+            lastAttemptAt: string;
+            /** @description When the next retry is due (status retrying) */
+            nextAttemptAt: string | null;
+            /** @description Every attempt, oldest first: the latest 20 when there were more (replays add attempts) */
+            attemptLog: components["schemas"]["WebhookDeliveryAttemptInput"][];
+        };
         KpiSummaryInput: {
             /** @description Monthly recurring revenue, major currency units (exact, rounded to 4 decimals) */
             mrr: number;
@@ -1901,6 +1917,32 @@ export interface components {
             /** @description The last change delivered (or where deliveries start) */
             cursor: string;
             createdAt: string;
+        };
+        WebhookDeliveryAttempt: {
+            /** @description When the attempt started */
+            at: string;
+            /** @description The receiver's HTTP status; null when it did not answer (timeout, connection error, refused target) */
+            statusCode: number | null;
+            /** @description How long the attempt took, DNS lookup included */
+            durationMs: number;
+            /** @description Why it failed; null on a 2xx */
+            error: string | null;
+        };
+        WebhookDelivery: {
+            /** @description The change (also the `webhook-id` header) */
+            cursor: string;
+            type: string;
+            /** @enum {string} */
+            status: "retrying" | "succeeded" | "failed";
+            /** @description Attempts made for this change, in all */
+            attempts: number;
+            lastStatusCode: number | null;
+            lastError: string | null;
+            lastAttemptAt: string;
+            /** @description When the next retry is due (status retrying) */
+            nextAttemptAt: string | null;
+            /** @description Every attempt, oldest first: the latest 20 when there were more (replays add attempts) */
+            attemptLog: components["schemas"]["WebhookDeliveryAttempt"][];
         };
         KpiSummary: {
             /** @description Monthly recurring revenue, major currency units (exact, rounded to 4 decimals) */

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { ValueExpression } from 'slonik';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 
@@ -16,7 +17,29 @@ const deliveryRow = z.object({
   last_error: z.string().nullable(),
   last_attempt_at: z.string(),
   next_attempt_at: z.string().nullable(),
+  attempt_log: z.array(
+    z.object({ at: z.string(), statusCode: z.number().nullable(), durationMs: z.number(), error: z.string().nullable() }),
+  ),
 });
+
+/** One attempt as the log keeps it: when it started, the receiver's status code (none: no answer), how long it took, why it failed. */
+export type AttemptEntry = {
+  readonly at: string;
+  readonly statusCode: number | null;
+  readonly durationMs: number;
+  readonly error: string | null;
+};
+
+/**
+ * The attempts an entry keeps, the latest: the default schedule makes 9 per change, and every
+ * replay of the change adds more, which must not grow a row without bound.
+ */
+export const ATTEMPTS_KEPT = 20;
+/** Appends `added` to the entry's attempts (`d`, the row in an upsert) and keeps the latest ATTEMPTS_KEPT. */
+const appendAttempts = (added: ValueExpression) =>
+  sql.fragment`jsonb_path_query_array(d.attempt_log || ${added}, ${`$[last - ${ATTEMPTS_KEPT - 1} to last]`}::jsonpath)`;
+const attemptJson = (a: { at: Date; statusCode: number | null; durationMs: number; error: string | null }) =>
+  JSON.stringify([{ at: a.at.toISOString(), statusCode: a.statusCode, durationMs: Math.round(a.durationMs), error: a.error }]);
 
 export type DeliveryRecord = {
   readonly position: GlobalPosition;
@@ -27,14 +50,25 @@ export type DeliveryRecord = {
   readonly lastError: string | null;
   readonly lastAttemptAt: string;
   readonly nextAttemptAt: string | null;
+  /** The latest ATTEMPTS_KEPT attempts, oldest first. */
+  readonly attemptLog: readonly AttemptEntry[];
 };
 
-export async function listDeliveries(pool: DatabasePool, tenantId: string, endpointId: string, limit: number): Promise<DeliveryRecord[]> {
+export type DeliveryStatus = DeliveryRecord['status'];
+
+export async function listDeliveries(
+  pool: DatabasePool,
+  tenantId: string,
+  endpointId: string,
+  limit: number,
+  status?: DeliveryStatus,
+): Promise<DeliveryRecord[]> {
   const rows = await withTenant(pool, tenantId, (tx) =>
     tx.any(sql.type(deliveryRow)`
       select commit_position::text as commit, prepare_position::text as prepare, type, status, attempts,
-             last_status_code, last_error, last_attempt_at, next_attempt_at
+             last_status_code, last_error, last_attempt_at, next_attempt_at, attempt_log
       from webhook_deliveries where tenant_id = ${tenantId} and endpoint_id = ${endpointId}
+        ${status === undefined ? sql.fragment`` : sql.fragment`and status = ${status}`}
       order by last_attempt_at desc, commit_position desc, prepare_position desc limit ${limit}
     `),
   );
@@ -47,6 +81,7 @@ export async function listDeliveries(pool: DatabasePool, tenantId: string, endpo
     lastError: r.last_error,
     lastAttemptAt: r.last_attempt_at,
     nextAttemptAt: r.next_attempt_at,
+    attemptLog: r.attempt_log,
   }));
 }
 
@@ -54,6 +89,9 @@ export type AttemptRecord = {
   readonly change: { readonly position: GlobalPosition; readonly type: string };
   readonly statusCode: number | null;
   readonly error: string | null;
+  /** When the attempt started (the worker's clock) and how long it took. */
+  readonly at: Date;
+  readonly durationMs: number;
   /**
    * What the endpoint becomes: moved past the change, retrying it `delayMs` from now (the
    * database's now, the clock that decides when it is due), or disabled.
@@ -95,12 +133,14 @@ export async function recordAttempt(
     const status = outcome.kind === 'delivered' ? 'succeeded' : outcome.kind === 'retry' ? 'retrying' : 'failed';
     await tx.query(sql.type(z.object({}))`
       insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
-        last_status_code, last_error, last_attempt_at, next_attempt_at)
+        last_status_code, last_error, last_attempt_at, next_attempt_at, attempt_log)
       values (${id}, ${tenantId}, ${commit}, ${prepare}, ${change.type}, ${status}, 1, ${attempt.statusCode}, ${attempt.error}, now(),
-        ${outcome.kind === 'retry' ? sql.fragment`now() + make_interval(secs => ${outcome.delayMs / 1000})` : sql.fragment`null::timestamptz`})
+        ${outcome.kind === 'retry' ? sql.fragment`now() + make_interval(secs => ${outcome.delayMs / 1000})` : sql.fragment`null::timestamptz`},
+        ${attemptJson(attempt)}::jsonb)
       on conflict (endpoint_id, commit_position, prepare_position) do update set
         status = excluded.status, attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
-        last_error = excluded.last_error, last_attempt_at = excluded.last_attempt_at, next_attempt_at = excluded.next_attempt_at
+        last_error = excluded.last_error, last_attempt_at = excluded.last_attempt_at, next_attempt_at = excluded.next_attempt_at,
+        attempt_log = ${appendAttempts(sql.fragment`excluded.attempt_log`)}
     `);
     return true;
   });
@@ -116,7 +156,14 @@ export async function recordDelivered(
   tenantId: string,
   id: string,
   token: string,
-  delivered: ReadonlyArray<{ readonly position: GlobalPosition; readonly type: string; readonly statusCode: number; readonly at: Date }>,
+  delivered: ReadonlyArray<{
+    readonly position: GlobalPosition;
+    readonly type: string;
+    readonly statusCode: number;
+    /** When the attempt started, and how long it took. */
+    readonly at: Date;
+    readonly durationMs: number;
+  }>,
   /** Extends the lease by this much from now (a long run of deliveries keeps it). */
   leaseMs: number,
 ): Promise<boolean> {
@@ -137,15 +184,23 @@ export async function recordDelivered(
     if (!last) return true;
     await tx.query(sql.type(z.object({}))`
       insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
-        last_status_code, last_error, last_attempt_at, next_attempt_at)
-      select ${id}, ${tenantId}, t.commit_position, t.prepare_position, t.type, 'succeeded', 1, t.status_code, null, t.at, null
+        last_status_code, last_error, last_attempt_at, next_attempt_at, attempt_log)
+      select ${id}, ${tenantId}, t.commit_position, t.prepare_position, t.type, 'succeeded', 1, t.status_code, null, t.done_at, null, t.attempt
       from ${sql.unnest(
-        delivered.map((d) => [d.position.commit.toString(), d.position.prepare.toString(), d.type, d.statusCode, d.at.toISOString()]),
-        ['numeric', 'numeric', 'text', 'int4', 'timestamptz'],
-      )} as t(commit_position, prepare_position, type, status_code, at)
+        delivered.map((d) => [
+          d.position.commit.toString(),
+          d.position.prepare.toString(),
+          d.type,
+          d.statusCode,
+          new Date(d.at.getTime() + d.durationMs).toISOString(),
+          attemptJson({ ...d, error: null }),
+        ]),
+        ['numeric', 'numeric', 'text', 'int4', 'timestamptz', 'jsonb'],
+      )} as t(commit_position, prepare_position, type, status_code, done_at, attempt)
       on conflict (endpoint_id, commit_position, prepare_position) do update set
         status = 'succeeded', attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
-        last_error = null, last_attempt_at = excluded.last_attempt_at, next_attempt_at = null
+        last_error = null, last_attempt_at = excluded.last_attempt_at, next_attempt_at = null,
+        attempt_log = ${appendAttempts(sql.fragment`excluded.attempt_log`)}
     `);
     return true;
   });

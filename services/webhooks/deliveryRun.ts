@@ -66,7 +66,7 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
     const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes, { trusted: true });
     if (page.changes.length === 0) return { delivered: 0, more: false };
     const secret = await openSecret(endpoint);
-    const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date }> = [];
+    const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date; durationMs: number }> = [];
     const flush = async () => {
       const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs);
       const last = succeeded.at(-1);
@@ -89,6 +89,7 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       const id = encodeCursor(change.position);
       // A secret that cannot be opened is a failed attempt like any other (logged, retried on
       // the schedule, then the endpoint disabled), not a job that throws before anything is recorded.
+      const at = new Date();
       const outcome =
         typeof secret === 'string'
           ? await sendWebhook(
@@ -98,12 +99,13 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
               { policy: targets, timeoutMs },
             )
           : ({ kind: 'failed', status: null, error: secret.error } as const);
+      const durationMs = Date.now() - at.getTime();
       if (outcome.kind === 'delivered') {
-        succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at: new Date() });
+        succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at, durationMs });
         continue;
       }
       if (!(await flush())) return { delivered: sent - 1, more: false };
-      const base = { change: { position: change.position, type: change.type }, statusCode: outcome.status };
+      const base = { change: { position: change.position, type: change.type }, statusCode: outcome.status, at, durationMs };
       if (outcome.kind === 'gone') {
         await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
           ...base,

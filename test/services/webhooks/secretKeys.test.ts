@@ -38,7 +38,13 @@ const wh = useWebhooks({ secrets: gateway.proxy, dispatcherSecrets: worker.proxy
 const { admin, register } = wh;
 
 type Endpoint = { id: string; status: string; disabledReason: string | null };
-type Delivery = { status: string; attempts: number; lastStatusCode: number | null; lastError: string | null };
+type Delivery = {
+  status: string;
+  attempts: number;
+  lastStatusCode: number | null;
+  lastError: string | null;
+  attemptLog: Array<{ at: string; statusCode: number | null; error: string | null }>;
+};
 
 describe('when the worker cannot open an endpoint’s signing secret', () => {
   it('records each attempt as failed with the reason, retries on the schedule, then disables the endpoint', async () => {
@@ -72,6 +78,12 @@ describe('when the worker cannot open an endpoint’s signing secret', () => {
         for (const encoding of ['base64', 'hex', 'base64url'] as const) expect(error).not.toContain(material.toString(encoding));
       expect(error).not.toContain(endpoint.secret.slice(6));
       expect(receiver.requests).toHaveLength(0); // nothing unsigned or wrongly signed went out
+      // Every attempt is listed, the schedule's delay apart (100 ms ± 20 % in this file).
+      const attempts = log[0]?.attemptLog ?? [];
+      expect(attempts).toHaveLength(1 + FAST_RETRIES.scheduleMs.length);
+      expect(attempts.every((a) => a.statusCode === null && a.error === error)).toBe(true);
+      const times = attempts.map((a) => Date.parse(a.at));
+      for (let i = 1; i < times.length; i++) expect((times[i] ?? 0) - (times[i - 1] ?? 0)).toBeGreaterThanOrEqual(75);
     } finally {
       await receiver.close();
     }
