@@ -148,6 +148,8 @@ export const configSchema = z.object({
   WEBHOOK_DELIVERY_RETENTION_DAYS: z.coerce.number().int().min(1).max(3650).default(30),
   /** Per delivery attempt. */
   WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(15_000),
+  /** Webhook deliveries in flight at once for one tenant, across every worker: its share of the delivery slots. */
+  WEBHOOK_TENANT_CONCURRENCY: z.coerce.number().int().min(1).max(1_000).default(4),
   BOOTSTRAP_TENANT: optional(z.string().regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/)),
   BOOTSTRAP_PLAN: z.preprocess(emptyAsUndefined, z.enum(['starter', 'pro', 'enterprise']).default('starter')),
   BOOTSTRAP_ADMIN_EMAIL: optional(z.email()),

@@ -433,7 +433,10 @@ export interface paths {
             };
         };
         put?: never;
-        /** Register a webhook endpoint; the signing secret is in this response only */
+        /**
+         * Register a webhook endpoint; the signing secret is in this response only
+         * @description A tenant has at most 20 endpoints; registering one more answers 409.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -500,6 +503,15 @@ export interface paths {
                 };
                 /** @description Default Response */
                 403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                409: {
                     headers: {
                         [name: string]: unknown;
                     };

@@ -32,8 +32,8 @@ export type DeliveryRunDeps = {
 };
 
 /**
- * Delivers the endpoint's next changes in order, up to `budget`, reading them a page at a
- * time; successes are recorded (cursor moved) once per page, a failure ends the run after
+ * Delivers the endpoint's next changes in order, up to `budget` and starting none after
+ * `until` (epoch ms), reading them a page at a time; successes are recorded (cursor moved) once per page, a failure ends the run after
  * recording what succeeded before it. Returns how many were delivered and whether to go on.
  *
  * Before every send the run reads its lease (`leaseState`, a primary-key read, small beside an
@@ -62,7 +62,7 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
     }
     return plain;
   };
-  return async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
+  return async (endpoint: EndpointRecord, token: string, budget: number, until: number): Promise<{ delivered: number; more: boolean }> => {
     const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes, { trusted: true });
     if (page.changes.length === 0) return { delivered: 0, more: false };
     const secret = await openSecret(endpoint);
@@ -79,6 +79,8 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       // Closing: record what succeeded and let go (the lease is released; the rest is delivered
       // by the next one to take it, this process after a restart or another worker).
       if (stop.aborted) break;
+      // Its time is up: the job yields its slot (the rest of the page is read again next time).
+      if (Date.now() >= until) break;
       const lease = await leaseState(pool, endpoint.tenantId, endpoint.id, token);
       // Revoked by a replay, or lost: what succeeded cannot be recorded any more (the token
       // matches nothing); whoever takes the endpoint next starts from its cursor.

@@ -15,6 +15,7 @@ import { bullmqTriggers, inProcessTriggers, type DrainJob, type DrainTriggers } 
 
 export const WEBHOOK_QUEUE = 'webhook-delivery';
 export const DEFAULT_DELIVERY_RETENTION_MS = 30 * 86_400_000;
+export const DEFAULT_TENANT_CONCURRENCY = 4;
 
 export type WebhookDispatcherOptions = {
   readonly pool: DatabasePool;
@@ -35,6 +36,10 @@ export type WebhookDispatcherOptions = {
   readonly concurrency?: number;
   /** Deliveries one job makes before it yields its slot to other endpoints (read and recorded a page at a time). */
   readonly batchPerJob?: number;
+  /** How long one job may go on starting deliveries before it yields its slot (default 60 s; the attempt in flight then ends within its timeout). */
+  readonly jobBudgetMs?: number;
+  /** Deliveries in flight at once for one tenant, across every worker (default 4): its share of the slots. */
+  readonly tenantConcurrency?: number;
   readonly logger?: Pick<Logger, 'info' | 'warn' | 'error'>;
   readonly random?: () => number;
   /** The delivery log keeps an entry this long after its last attempt (default 30 days; a retry whose time has not come is always kept). */
@@ -70,6 +75,8 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   const timeoutMs = options.timeoutMs ?? 15_000;
   const leaseMs = timeoutMs + 30_000;
   const batchPerJob = options.batchPerJob ?? 500;
+  const jobBudgetMs = options.jobBudgetMs ?? 60_000;
+  const tenantShare = options.tenantConcurrency ?? DEFAULT_TENANT_CONCURRENCY;
   const random = options.random ?? Math.random;
 
   // Operators retiring an old secrets key look for endpoints sealed under another id than this one.
@@ -93,21 +100,27 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
 
   const drain = async (job: DrainJob) => {
     const token = randomUUID();
-    const endpoint = await acquireLease(pool, job.tenantId, job.endpointId, token, leaseMs);
-    if (!endpoint) return; // someone else is delivering to it, or it is gone/disabled
+    const endpoint = await acquireLease(pool, job.tenantId, job.endpointId, token, leaseMs, tenantShare);
+    // Someone else is delivering to it, it is gone/disabled, or its tenant has its share in flight.
+    if (!endpoint) return;
+    // A job yields its slot after a count and a time: slow receivers take turns with everyone else's.
+    const until = Date.now() + jobBudgetMs;
     let made = 0;
     try {
       for (;;) {
-        const run = await deliverRun(endpoint, token, batchPerJob - made);
+        const run = await deliverRun(endpoint, token, batchPerJob - made, until);
         made += run.delivered;
-        if (!run.more || made >= batchPerJob) break;
+        if (!run.more || made >= batchPerJob || Date.now() >= until) break;
       }
     } finally {
       await releaseLease(pool, job.tenantId, job.endpointId, token);
     }
     // Closes the gap between our last look and the release: work that is due now (after a
-    // replay's hand-off, the changes from its cursor) gets a job.
+    // replay's hand-off, the changes from its cursor, the rest of a run cut short) gets a job,
+    // behind those already waiting; so do the tenant's endpoints that found its share taken.
     if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await triggers.add(job);
+    const waiting = (await dueEndpoints(pool, tenantShare, { tenantId: job.tenantId })).filter((d) => d.id !== job.endpointId);
+    await triggers.addBulk(waiting.map((d) => ({ job: { endpointId: d.id, tenantId: d.tenantId }, stateSeen: d.stateSeen })));
   };
 
   const triggerOptions = { concurrency: options.concurrency ?? 16, ...(logger && { logger }) };

@@ -64,47 +64,78 @@ export async function leaseRevoked(pool: DatabasePool, tenantId: string, id: str
  * waiting for a retry, not leased, with a change of a subscribed type after their cursor; with
  * the state they were found in (the end of a lease that ran out, or `none`, and the cursor),
  * which names the sweep's job (triggers.ts).
+ *
+ * In turns across tenants: every tenant's first due endpoint, then every tenant's second, and
+ * so on (tenants in a random order within a turn), so the jobs a sweep adds, which the queue
+ * runs in that order, do not put one tenant's many endpoints ahead of everyone else's.
  * Reads across tenants (the worker's role bypasses RLS).
  */
 export async function dueEndpoints(
   pool: DatabasePool,
   limit: number,
-  onlyId?: string,
+  /** One endpoint (its id), or one tenant's. */
+  only?: string | { readonly tenantId: string },
 ): Promise<Array<{ id: string; tenantId: string; stateSeen: string }>> {
+  const scope =
+    only === undefined
+      ? sql.fragment``
+      : typeof only === 'string'
+        ? sql.fragment`and e.id = ${only}`
+        : sql.fragment`and e.tenant_id = ${only.tenantId}`;
   const rows = await inFeedOrder(pool, (order) =>
     pool.any(sql.type(z.object({ id: z.string(), tenant_id: z.string(), state_seen: z.string() }))`
-      select e.id::text, e.tenant_id::text,
-             coalesce((extract(epoch from e.lease_until) * 1000)::bigint::text, 'none') || '-' || e.cursor_commit::text || '-' || e.cursor_prepare::text as state_seen
-      from webhook_endpoints e
-      where e.status = 'active' ${onlyId === undefined ? sql.fragment`` : sql.fragment`and e.id = ${onlyId}`}
-        and (e.next_attempt_at is null or e.next_attempt_at <= now())
-        and (e.lease_until is null or e.lease_until < now())
-        and ${changeAfter(order, sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`, sql.fragment`e.event_types`)}
+      select d.id, d.tenant_id, d.state_seen from (
+        select e.id::text, e.tenant_id::text,
+               coalesce((extract(epoch from e.lease_until) * 1000)::bigint::text, 'none') || '-' || e.cursor_commit::text || '-' || e.cursor_prepare::text as state_seen,
+               row_number() over (partition by e.tenant_id order by e.next_attempt_at nulls first, e.created_at, e.id) as turn
+        from webhook_endpoints e
+        where e.status = 'active' ${scope}
+          and (e.next_attempt_at is null or e.next_attempt_at <= now())
+          and (e.lease_until is null or e.lease_until < now())
+          and ${changeAfter(order, sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`, sql.fragment`e.event_types`)}
+      ) d
+      order by d.turn, random()
       limit ${limit}
     `),
   );
   return rows.map((r) => ({ id: r.id, tenantId: r.tenant_id, stateSeen: r.state_seen }));
 }
 
-/** Takes the endpoint's delivery lease (one delivery in flight per endpoint), or null when someone holds it, or its retry is not due yet (its retry job or the sweep comes back then). */
+/**
+ * Takes the endpoint's delivery lease (one delivery in flight per endpoint), or null when someone
+ * holds it, its retry is not due yet (its retry job or the sweep comes back then), or its tenant
+ * already holds `tenantShare` leases: a tenant's share of the deliveries in flight, across every
+ * worker, so that its slow receivers cannot hold every slot (the endpoint waits for one of its
+ * tenant's runs to end, which looks for it, or for the sweep).
+ */
 export async function acquireLease(
   pool: DatabasePool,
   tenantId: string,
   id: string,
   token: string,
   leaseMs: number,
+  tenantShare = Number.POSITIVE_INFINITY,
 ): Promise<EndpointRecord | null> {
-  const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(endpointRow)`
+  const bounded = Number.isFinite(tenantShare);
+  const row = await withTenant(pool, tenantId, async (tx) => {
+    // The tenant's takers one at a time, so that the count below still holds when the lease is taken.
+    if (bounded) await tx.query(sql.type(z.object({}))`select pg_advisory_xact_lock(hashtext(${`webhook-tenant:${tenantId}`}))::text`);
+    return tx.maybeOne(sql.type(endpointRow)`
       update webhook_endpoints set lease_token = ${token}, lease_until = now() + make_interval(secs => ${leaseMs / 1000})
       where tenant_id = ${tenantId} and id = ${id} and status = 'active' and (lease_until is null or lease_until < now())
         -- Not before its retry time, by the database's clock, as dueEndpoints decides it: a
         -- worker whose clock disagreed took the lease, found the retry not due by its own clock,
         -- let go, and its follow-up found the endpoint due again, over and over for the skew.
         and (next_attempt_at is null or next_attempt_at <= now())
+        ${
+          bounded
+            ? sql.fragment`and (select count(*) from webhook_endpoints o
+                 where o.tenant_id = ${tenantId} and o.id <> ${id} and o.lease_until >= now()) < ${tenantShare}`
+            : sql.fragment``
+        }
       returning ${endpointColumns}
-    `),
-  );
+    `);
+  });
   return row ? toEndpoint(row) : null;
 }
 

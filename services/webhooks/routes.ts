@@ -14,7 +14,7 @@ import { problemSchema } from '../gateway/problems.ts';
 import { requestSignal, requireAuth } from '../gateway/requestContext.ts';
 import { generateSigningSecret, type SecretBox } from './secrets.ts';
 import { ATTEMPTS_KEPT, listDeliveries } from './deliveryLog.ts';
-import { deleteEndpoint, findEndpoint, insertEndpoint, listEndpoints, type EndpointRecord } from './endpoints.ts';
+import { deleteEndpoint, findEndpoint, insertEndpoint, listEndpoints, MAX_ENDPOINTS_PER_TENANT, type EndpointRecord } from './endpoints.ts';
 import { leaseRevoked, rewindEndpoint } from './lease.ts';
 import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
 import { boundedInt, safeText, uuid } from '../../shared/validation.ts';
@@ -129,8 +129,14 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         schema: {
           tags,
           summary: 'Register a webhook endpoint; the signing secret is in this response only',
+          description: `A tenant has at most ${MAX_ENDPOINTS_PER_TENANT} endpoints; registering one more answers 409.`,
           body: createBody,
-          response: { 201: endpointSchema.extend({ secret: z.string().describe('whsec_…: shown once') }), ...problems, 422: problemSchema },
+          response: {
+            201: endpointSchema.extend({ secret: z.string().describe('whsec_…: shown once') }),
+            ...problems,
+            409: problemSchema,
+            422: problemSchema,
+          },
         },
       },
       async (request, reply) => {

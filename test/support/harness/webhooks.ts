@@ -39,7 +39,7 @@ export function useWebhooks(
     /** The dispatcher's, when it differs from the gateway's. */
     readonly dispatcherSecrets?: SecretBox;
     /** Overrides of the dispatcher's test settings. */
-    readonly dispatcher?: Partial<Pick<WebhookDispatcherOptions, 'timeoutMs' | 'retry' | 'concurrency' | 'sweepEveryMs'>>;
+    readonly dispatcher?: Partial<Pick<WebhookDispatcherOptions, 'timeoutMs' | 'retry' | 'concurrency' | 'sweepEveryMs' | 'tenantConcurrency' | 'jobBudgetMs'>>;
   } = {},
 ): Webhooks {
   const secrets = options.secrets ?? createSecretBox(randomBytes(32));
