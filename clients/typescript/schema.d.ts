@@ -475,7 +475,7 @@ export interface paths {
                             status: "active" | "disabled";
                             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
                             disabledReason: string | null;
-                            /** @description The last change delivered (or where deliveries start) */
+                            /** @description Where deliveries stand: every change of its types up to here was delivered (or where deliveries start) */
                             cursor: string;
                             createdAt: string;
                             /** @description whsec_…: shown once */
@@ -1784,7 +1784,7 @@ export interface components {
             status: "active" | "disabled";
             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
             disabledReason: string | null;
-            /** @description The last change delivered (or where deliveries start) */
+            /** @description Where deliveries stand: every change of its types up to here was delivered (or where deliveries start) */
             cursor: string;
             createdAt: string;
         };
@@ -1926,7 +1926,7 @@ export interface components {
             status: "active" | "disabled";
             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
             disabledReason: string | null;
-            /** @description The last change delivered (or where deliveries start) */
+            /** @description Where deliveries stand: every change of its types up to here was delivered (or where deliveries start) */
             cursor: string;
             createdAt: string;
         };

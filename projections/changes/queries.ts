@@ -107,23 +107,78 @@ const UNDEFINED_COLUMN = '42703';
 const APPLY_ORDER_VERSION = 2;
 
 /**
- * SQL that holds when the tenant has a change of one of `types` after the cursor (commit,
- * prepare) in the feed's `order`. The arguments are SQL values or the caller's columns (a
- * webhook endpoint's tenant, cursor and subscribed types), so a query over other tables can ask
- * the feed without knowing its table.
+ * SQL that holds when, among the tenant's next `window` changes after the cursor (commit,
+ * prepare) in the feed's `order`, one is of `types`, or there are `window` of them (a reader
+ * filtering rare types should move its cursor past them). The arguments are SQL values or the
+ * caller's columns (a webhook endpoint's tenant, cursor and subscribed types), so a query over
+ * other tables can ask the feed without knowing its table. It reads at most `window` rows however
+ * far behind the cursor is, so its cost does not grow with the changes a filter skips.
  */
-export function changeAfter(
+export function changeWithin(
   order: FeedOrder,
   tenantId: ValueExpression,
   commit: ValueExpression,
   prepare: ValueExpression,
   types: ValueExpression,
+  window: number,
 ): FragmentSqlToken {
-  return sql.fragment`exists (
-          select 1 from employee_changes c
-          where c.tenant_id = ${tenantId}
-            and ${order.after(tenantId, commit, prepare)}
-            and c.type = any(${types}))`;
+  return sql.fragment`(
+          select coalesce(bool_or(w.type = any(${types})), false) or count(*) >= ${window}
+          from (select c.type from employee_changes c
+                where c.tenant_id = ${tenantId} and ${order.after(tenantId, commit, prepare)}
+                order by ${order.orderBy} limit ${window}) w)`;
+}
+
+export type ScannedPage = {
+  /** The changes of the types asked for among the next `window`, at most `limit`. */
+  readonly changes: readonly ChangeRecord[];
+  /**
+   * The last of the `window` changes looked at, when `changes` holds every one of the types asked
+   * for among them: a reader that has handled `changes` may move its cursor here, past the others.
+   * Null when there was nothing after the cursor, or `changes` was cut at `limit`.
+   */
+  readonly scannedTo: GlobalPosition | null;
+};
+
+/**
+ * The tenant's changes of `types` after `after` (a cursor the caller trusts: a webhook
+ * endpoint's own), looking at the next `window` changes only, in feed order. Row-level security
+ * applies.
+ */
+export async function scanChanges(
+  pool: DatabasePool,
+  tenantId: string,
+  after: GlobalPosition,
+  types: readonly string[],
+  limit: number,
+  window: number,
+): Promise<ScannedPage> {
+  const commit = after.commit.toString();
+  const prepare = after.prepare.toString();
+  const row = await inFeedOrder(pool, (order) => {
+    const looked = sql.fragment`(
+      select * from employee_changes c
+      where c.tenant_id = ${tenantId} and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
+      order by ${order.orderBy} limit ${window}) c`;
+    return withTenant(pool, tenantId, (tx) =>
+      tx.one(sql.type(pageSchema.omit({ known: true }).extend({ last: z.object({ commit: z.string(), prepare: z.string() }).nullable() }))`
+      select
+        coalesce((
+          select json_agg(json_build_object(
+            'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
+            'employeeId', c.employee_id,
+            'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+            'employee', c.employee) order by ${order.orderBy})
+          from (select * from ${looked} where c.type = any(${sql.array([...types], 'text')}) order by ${order.orderBy} limit ${limit}) c
+        ), '[]'::json) as page,
+        (select json_build_object('commit', c.commit_position::text, 'prepare', c.prepare_position::text)
+         from ${looked} order by ${order.last} limit 1) as last
+    `),
+    );
+  });
+  const changes = row.page.map(({ commit: c, prepare: p, ...rest }) => ({ ...rest, position: { commit: BigInt(c), prepare: BigInt(p) } }));
+  const scannedTo = row.last && changes.length < limit ? { commit: BigInt(row.last.commit), prepare: BigInt(row.last.prepare) } : null;
+  return { changes, scannedTo };
 }
 
 /** The tenant's last change applied (where a new webhook endpoint starts), or null when it has none. */

@@ -147,7 +147,7 @@ export async function recordAttempt(
 }
 
 /**
- * Records a run of successful deliveries and moves the cursor past the last, in one
+ * Records a run of successful deliveries and moves the cursor past the last (or to `moveTo`), in one
  * transaction, only while the lease is ours. Batching these is safe for at-least-once: a crash
  * before this commits only means those changes are delivered again (same `webhook-id`).
  */
@@ -166,13 +166,16 @@ export async function recordDelivered(
   }>,
   /** Extends the lease by this much from now (a long run of deliveries keeps it). */
   leaseMs: number,
+  /** Where the cursor goes instead of the last delivered: past later changes of types the endpoint does not take. */
+  moveTo?: GlobalPosition,
 ): Promise<boolean> {
   const last = delivered.at(-1);
+  const to = moveTo ?? last?.position;
   return withTenant(pool, tenantId, async (tx) => {
     const moved = await tx.maybeOne(sql.type(z.object({ id: z.string() }))`
       update webhook_endpoints set
-        cursor_commit = ${last ? sql.fragment`${last.position.commit.toString()}::numeric` : sql.fragment`cursor_commit`},
-        cursor_prepare = ${last ? sql.fragment`${last.position.prepare.toString()}::numeric` : sql.fragment`cursor_prepare`},
+        cursor_commit = ${to ? sql.fragment`${to.commit.toString()}::numeric` : sql.fragment`cursor_commit`},
+        cursor_prepare = ${to ? sql.fragment`${to.prepare.toString()}::numeric` : sql.fragment`cursor_prepare`},
         failed_attempts = ${last ? sql.fragment`0` : sql.fragment`failed_attempts`},
         next_attempt_at = ${last ? sql.fragment`null` : sql.fragment`next_attempt_at`},
         retrying_since = ${last ? sql.fragment`null` : sql.fragment`retrying_since`},

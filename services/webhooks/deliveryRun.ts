@@ -1,6 +1,7 @@
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
-import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
+import { scanChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
+import type { GlobalPosition } from '../../shared/event-store/port.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
 import { sendWebhook } from './deliver.ts';
@@ -29,6 +30,8 @@ export type DeliveryRunDeps = {
   readonly stop: AbortSignal;
   /** Where a retry is scheduled (a delayed drain of the endpoint). */
   readonly triggers: Pick<DrainTriggers, 'add'>;
+  /** How many changes after the cursor a run looks at (SCAN_WINDOW). */
+  readonly scanWindow: number;
 };
 
 /**
@@ -44,7 +47,7 @@ export type DeliveryRunDeps = {
  * within `timeoutMs` (deliver.ts), so it never outlives the lease.
  */
 export function createDeliveryRun(deps: DeliveryRunDeps) {
-  const { pool, secrets, targets, retry, timeoutMs, leaseMs, random, logger, stop, triggers } = deps;
+  const { pool, secrets, targets, retry, timeoutMs, leaseMs, random, logger, stop, triggers, scanWindow } = deps;
   /** The plain secret; one sealed under an old key is sealed again under the current one, so old keys can be retired. */
   const openSecret = async (endpoint: EndpointRecord): Promise<string | { readonly error: string }> => {
     let plain: string;
@@ -63,24 +66,34 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
     return plain;
   };
   return async (endpoint: EndpointRecord, token: string, budget: number, until: number): Promise<{ delivered: number; more: boolean }> => {
-    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), endpoint.eventTypes, { trusted: true });
-    if (page.changes.length === 0) return { delivered: 0, more: false };
-    const secret = await openSecret(endpoint);
+    const page = await scanChanges(pool, endpoint.tenantId, endpoint.cursor, endpoint.eventTypes, Math.min(budget, 100), scanWindow);
     const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date; durationMs: number }> = [];
-    const flush = async () => {
-      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs);
+    /** Records what succeeded (renewing the lease) and moves the cursor past it, or to `moveTo`, past changes of other types. */
+    const flush = async (moveTo?: GlobalPosition) => {
+      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs, moveTo);
       const last = succeeded.at(-1);
       if (kept && last) Object.assign(endpoint, { cursor: last.position, failedAttempts: 0, nextAttemptAt: null });
+      if (kept && moveTo) Object.assign(endpoint, { cursor: moveTo });
       succeeded.length = 0;
       return kept;
     };
+    // None of its types among the changes looked at: the cursor moves past them, so neither the
+    // sweep nor the next run reads them again.
+    if (page.changes.length === 0) {
+      if (!page.scannedTo) return { delivered: 0, more: false };
+      return { delivered: 0, more: (await flush(page.scannedTo)) && !stop.aborted };
+    }
+    const secret = await openSecret(endpoint);
     let sent = 0;
+    let whole = true;
     for (const change of page.changes) {
       // Closing: record what succeeded and let go (the lease is released; the rest is delivered
-      // by the next one to take it, this process after a restart or another worker).
-      if (stop.aborted) break;
-      // Its time is up: the job yields its slot (the rest of the page is read again next time).
-      if (Date.now() >= until) break;
+      // by the next one to take it, this process after a restart or another worker). Or its
+      // time is up: the job yields its slot (the rest of the page is read again next time).
+      if (stop.aborted || Date.now() >= until) {
+        whole = false;
+        break;
+      }
       const lease = await leaseState(pool, endpoint.tenantId, endpoint.id, token);
       // Revoked by a replay, or lost: what succeeded cannot be recorded any more (the token
       // matches nothing); whoever takes the endpoint next starts from its cursor.
@@ -145,7 +158,8 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       }
       return { delivered: sent - 1, more: false };
     }
-    const kept = await flush();
+    // Every change of its types among those looked at went out: past the others too.
+    const kept = await flush(whole ? (page.scannedTo ?? undefined) : undefined);
     return { delivered: sent, more: kept && !stop.aborted };
   };
 }

@@ -9,7 +9,7 @@ import { createDeliveryRun } from './deliveryRun.ts';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy } from './schedule.ts';
 import type { SecretBox } from './secrets.ts';
 import { trimDeliveries } from './deliveryLog.ts';
-import { acquireLease, dueEndpoints, releaseLease } from './lease.ts';
+import { acquireLease, dueEndpoints, releaseLease, SCAN_WINDOW } from './lease.ts';
 import type { TargetPolicy } from './targets.ts';
 import { bullmqTriggers, inProcessTriggers, type DrainJob, type DrainTriggers } from './triggers.ts';
 
@@ -40,6 +40,8 @@ export type WebhookDispatcherOptions = {
   readonly jobBudgetMs?: number;
   /** Deliveries in flight at once for one tenant, across every worker (default 4): its share of the slots. */
   readonly tenantConcurrency?: number;
+  /** How many changes after an endpoint's cursor the sweep and a run look at (default SCAN_WINDOW). */
+  readonly scanWindow?: number;
   readonly logger?: Pick<Logger, 'info' | 'warn' | 'error'>;
   readonly random?: () => number;
   /** The delivery log keeps an entry this long after its last attempt (default 30 days; a retry whose time has not come is always kept). */
@@ -77,6 +79,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   const batchPerJob = options.batchPerJob ?? 500;
   const jobBudgetMs = options.jobBudgetMs ?? 60_000;
   const tenantShare = options.tenantConcurrency ?? DEFAULT_TENANT_CONCURRENCY;
+  const scanWindow = options.scanWindow ?? SCAN_WINDOW;
   const random = options.random ?? Math.random;
 
   // Operators retiring an old secrets key look for endpoints sealed under another id than this one.
@@ -94,6 +97,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     random,
     ...(logger && { logger }),
     stop: stop.signal,
+    scanWindow,
     // Read at call time: the triggers are created below, before any drain runs.
     triggers: { add: (job, addOptions) => triggers.add(job, addOptions) },
   });
@@ -118,8 +122,8 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     // Closes the gap between our last look and the release: work that is due now (after a
     // replay's hand-off, the changes from its cursor, the rest of a run cut short) gets a job,
     // behind those already waiting; so do the tenant's endpoints that found its share taken.
-    if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await triggers.add(job);
-    const waiting = (await dueEndpoints(pool, tenantShare, { tenantId: job.tenantId })).filter((d) => d.id !== job.endpointId);
+    if ((await dueEndpoints(pool, 1, job.endpointId, scanWindow)).length > 0) await triggers.add(job);
+    const waiting = (await dueEndpoints(pool, tenantShare, { tenantId: job.tenantId }, scanWindow)).filter((d) => d.id !== job.endpointId);
     await triggers.addBulk(waiting.map((d) => ({ job: { endpointId: d.id, tenantId: d.tenantId }, stateSeen: d.stateSeen })));
   };
 
@@ -131,7 +135,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   let sweeping: Promise<void> | undefined;
   let again = false;
   const sweepOnce = async () => {
-    const due = await dueEndpoints(pool, 1_000);
+    const due = await dueEndpoints(pool, 1_000, undefined, scanWindow);
     await triggers.addBulk(due.map((d) => ({ job: { endpointId: d.id, tenantId: d.tenantId }, stateSeen: d.stateSeen })));
   };
   const sweep = (): Promise<void> => {

@@ -29,7 +29,7 @@ export type EndpointRecord = {
   readonly status: 'active' | 'disabled';
   readonly disabledReason: string | null;
   readonly createdAt: string;
-  /** The last change delivered (or the start position it was created/replayed at). */
+  /** The last change delivered, or a later one of a type it does not take (or the start position it was created/replayed at). */
   readonly cursor: GlobalPosition;
   readonly failedAttempts: number;
   readonly nextAttemptAt: string | null;

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { ValueExpression } from 'slonik';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
-import { changeAfter, inFeedOrder } from '../../projections/changes/queries.ts';
+import { changeWithin, inFeedOrder } from '../../projections/changes/queries.ts';
 import { endpointColumns, endpointRow, toEndpoint, type EndpointRecord } from './endpoints.ts';
 
 /**
@@ -60,8 +60,16 @@ export async function leaseRevoked(pool: DatabasePool, tenantId: string, id: str
 }
 
 /**
+ * How many changes after an endpoint's cursor the sweep and a delivery run look at: an endpoint
+ * filtering rare types is due once this many others piled up after its cursor, and its run moves
+ * the cursor past them, so neither ever reads more than this, however long the history it skips.
+ */
+export const SCAN_WINDOW = 1_000;
+
+/**
  * Endpoints that have something to deliver now and that nobody is delivering to: active, not
- * waiting for a retry, not leased, with a change of a subscribed type after their cursor; with
+ * waiting for a retry, not leased, with a change of a subscribed type among the next
+ * SCAN_WINDOW after their cursor, or SCAN_WINDOW changes of other types to move past; with
  * the state they were found in (the end of a lease that ran out, or `none`, and the cursor),
  * which names the sweep's job (triggers.ts).
  *
@@ -75,6 +83,8 @@ export async function dueEndpoints(
   limit: number,
   /** One endpoint (its id), or one tenant's. */
   only?: string | { readonly tenantId: string },
+  /** How many changes after its cursor an endpoint's check looks at (SCAN_WINDOW). */
+  scanWindow = SCAN_WINDOW,
 ): Promise<Array<{ id: string; tenantId: string; stateSeen: string }>> {
   const scope =
     only === undefined
@@ -92,7 +102,7 @@ export async function dueEndpoints(
         where e.status = 'active' ${scope}
           and (e.next_attempt_at is null or e.next_attempt_at <= now())
           and (e.lease_until is null or e.lease_until < now())
-          and ${changeAfter(order, sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`, sql.fragment`e.event_types`)}
+          and ${changeWithin(order, sql.fragment`e.tenant_id`, sql.fragment`e.cursor_commit`, sql.fragment`e.cursor_prepare`, sql.fragment`e.event_types`, scanWindow)}
       ) d
       order by d.turn, random()
       limit ${limit}

@@ -38,7 +38,7 @@ const endpointSchema = z
     events: z.array(changeTypeSchema),
     status: z.enum(['active', 'disabled']),
     disabledReason: z.string().nullable().describe('Why deliveries stopped (410 Gone, retries exhausted); replay re-enables'),
-    cursor: z.string().describe('The last change delivered (or where deliveries start)'),
+    cursor: z.string().describe('Where deliveries stand: every change of its types up to here was delivered (or where deliveries start)'),
     createdAt: z.string(),
   })
   .meta({ id: 'WebhookEndpoint' });

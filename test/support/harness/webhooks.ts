@@ -39,7 +39,12 @@ export function useWebhooks(
     /** The dispatcher's, when it differs from the gateway's. */
     readonly dispatcherSecrets?: SecretBox;
     /** Overrides of the dispatcher's test settings. */
-    readonly dispatcher?: Partial<Pick<WebhookDispatcherOptions, 'timeoutMs' | 'retry' | 'concurrency' | 'sweepEveryMs' | 'tenantConcurrency' | 'jobBudgetMs'>>;
+    readonly dispatcher?: Partial<
+      Pick<
+        WebhookDispatcherOptions,
+        'timeoutMs' | 'retry' | 'concurrency' | 'sweepEveryMs' | 'tenantConcurrency' | 'jobBudgetMs' | 'scanWindow'
+      >
+    >;
   } = {},
 ): Webhooks {
   const secrets = options.secrets ?? createSecretBox(randomBytes(32));
