@@ -122,11 +122,16 @@ export function changeWithin(
   types: ValueExpression,
   window: number,
 ): FragmentSqlToken {
-  return sql.fragment`(
-          select coalesce(bool_or(w.type = any(${types})), false) or count(*) >= ${window}
-          from (select c.type from employee_changes c
-                where c.tenant_id = ${tenantId} and ${order.after(tenantId, commit, prepare)}
-                order by ${order.orderBy} limit ${window}) w)`;
+  // The first test stops at the first change of its types; the second only runs without one.
+  return sql.fragment`(exists (
+          select 1 from (select c.type from employee_changes c
+                         where c.tenant_id = ${tenantId} and ${order.after(tenantId, commit, prepare)}
+                         order by ${order.orderBy} limit ${window}) w
+          where w.type = any(${types}))
+        or exists (
+          select 1 from employee_changes c
+          where c.tenant_id = ${tenantId} and ${order.after(tenantId, commit, prepare)}
+          order by ${order.orderBy} offset ${window - 1} limit 1))`;
 }
 
 export type ScannedPage = {
