@@ -36,8 +36,9 @@ export type DeliveryRunDeps = {
 
 /**
  * Delivers the endpoint's next changes in order, up to `budget` and starting none after
- * `until` (epoch ms), reading them a page at a time; successes are recorded (cursor moved) once per page, a failure ends the run after
- * recording what succeeded before it. Returns how many were delivered and whether to go on.
+ * `until` (epoch ms), reading them a page at a time (those of its types among the next
+ * `scanWindow` changes); successes are recorded (cursor moved) once per page, a failure ends the
+ * run after recording what succeeded before it. Returns how many were delivered and whether to go on.
  *
  * Before every send the run reads its lease (`leaseState`, a primary-key read, small beside an
  * HTTP request): a replay revokes it (lease.ts, rewindEndpoint) and the run stops there, so it

@@ -36,7 +36,10 @@ export type WebhookDispatcherOptions = {
   readonly concurrency?: number;
   /** Deliveries one job makes before it yields its slot to other endpoints (read and recorded a page at a time). */
   readonly batchPerJob?: number;
-  /** How long one job may go on starting deliveries before it yields its slot (default 60 s; the attempt in flight then ends within its timeout). */
+  /**
+   * How long one job may go on starting deliveries before it yields its slot (default 60 s; the
+   * attempt in flight then ends within its timeout).
+   */
   readonly jobBudgetMs?: number;
   /** Deliveries in flight at once for one tenant, across every worker (default 4): its share of the slots. */
   readonly tenantConcurrency?: number;
