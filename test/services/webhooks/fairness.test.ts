@@ -13,14 +13,17 @@ import { MAX_ENDPOINTS_PER_TENANT } from '../../../services/webhooks/endpoints.t
  * the production defaults that matter here: 16 slots, a 15-s attempt timeout, 4 per tenant.
  */
 const TIMEOUT_MS = 15_000;
-const wh = useWebhooks({ dispatcher: { timeoutMs: TIMEOUT_MS, concurrency: 16 } });
-const { admin, register } = wh;
 
 /** Slow receivers answer 2xx this late: within the timeout (a success), and later than the bound asserted. */
 const SLOW_MS = 14_000;
 const BOUND_MS = 10_000;
 
-describe("when another tenant's 16 receivers answer 2xx only after 14 s", () => {
+describe.each([
+  ['BullMQ jobs', false],
+  ['in-process triggers (no Redis)', true],
+])("when another tenant's 16 receivers answer 2xx only after 14 s, with %s", (_, inProcess) => {
+  const wh = useWebhooks({ inProcess, dispatcher: { timeoutMs: TIMEOUT_MS, concurrency: 16 } });
+  const { admin, register } = wh;
   it("delivers this tenant's change within 10 s, and the slow tenant holds only its share of the slots", async () => {
     const slowTenant = await admin();
     const slow = await startReceiver(() => ({ status: 204 }), { delayMs: SLOW_MS });
@@ -51,6 +54,8 @@ describe("when another tenant's 16 receivers answer 2xx only after 14 s", () => 
 });
 
 describe('the number of endpoints a tenant may register', () => {
+  const wh = useWebhooks();
+  const { admin, register } = wh;
   it(`is ${MAX_ENDPOINTS_PER_TENANT}: one more answers 409 with a problem saying so, and deleting one makes room`, async () => {
     const { headers } = await admin();
     const ids: string[] = [];

@@ -38,6 +38,8 @@ export function useWebhooks(
     readonly secrets?: SecretBox;
     /** The dispatcher's, when it differs from the gateway's. */
     readonly dispatcherSecrets?: SecretBox;
+    /** Drains as timers in the test's process (the all-in-one process without Redis) instead of BullMQ jobs. */
+    readonly inProcess?: boolean;
     /** Overrides of the dispatcher's test settings. */
     readonly dispatcher?: Partial<
       Pick<
@@ -54,7 +56,7 @@ export function useWebhooks(
     const dispatcher = await startWebhookDispatcher({
       pool: h.db.pool,
       databaseUrl: h.db.url,
-      redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      ...(!options.inProcess && { redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' }),
       prefix: `test-wh-${randomBytes(4).toString('hex')}`,
       secrets: options.dispatcherSecrets ?? secrets,
       targets: { allowHosts: ['127.0.0.1'] },
