@@ -107,8 +107,9 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
 
   const drain = async (job: DrainJob) => {
     const token = randomUUID();
-    const endpoint = await acquireLease(pool, job.tenantId, job.endpointId, token, leaseMs, tenantShare);
-    // Someone else is delivering to it, it is gone/disabled, or its tenant has its share in flight.
+    const endpoint = await acquireLease(pool, job.tenantId, job.endpointId, token, leaseMs, tenantShare, scanWindow);
+    // Someone else is delivering to it, it is gone/disabled, its tenant has its share in flight,
+    // or siblings that waited longer are due for the slots left.
     if (!endpoint) return;
     // A job yields its slot after a count and a time: slow receivers take turns with everyone else's.
     const until = Date.now() + jobBudgetMs;
@@ -122,12 +123,13 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     } finally {
       await releaseLease(pool, job.tenantId, job.endpointId, token);
     }
-    // Closes the gap between our last look and the release: work that is due now (after a
-    // replay's hand-off, the changes from its cursor, the rest of a run cut short) gets a job,
-    // behind those already waiting; so do the tenant's endpoints that found its share taken.
-    if ((await dueEndpoints(pool, 1, job.endpointId, scanWindow)).length > 0) await triggers.add(job);
+    // Closes the gap between our last look and the release: the tenant's endpoints that found its
+    // share taken get a job, longest waiting first, and then this one, if work is due now (after
+    // a replay's hand-off, the changes from its cursor, the rest of a run cut short), behind them
+    // and those already waiting: the slot it freed goes to a sibling (acquireLease keeps it so).
     const waiting = (await dueEndpoints(pool, tenantShare, { tenantId: job.tenantId }, scanWindow)).filter((d) => d.id !== job.endpointId);
     await triggers.addBulk(waiting.map((d) => ({ job: { endpointId: d.id, tenantId: d.tenantId }, stateSeen: d.stateSeen })));
+    if ((await dueEndpoints(pool, 1, job.endpointId, scanWindow)).length > 0) await triggers.add(job);
   };
 
   const triggerOptions = { concurrency: options.concurrency ?? 16, ...(logger && { logger }) };

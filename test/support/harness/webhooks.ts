@@ -44,7 +44,7 @@ export function useWebhooks(
     readonly dispatcher?: Partial<
       Pick<
         WebhookDispatcherOptions,
-        'timeoutMs' | 'retry' | 'concurrency' | 'sweepEveryMs' | 'tenantConcurrency' | 'jobBudgetMs' | 'scanWindow'
+        'timeoutMs' | 'retry' | 'concurrency' | 'sweepEveryMs' | 'tenantConcurrency' | 'jobBudgetMs' | 'batchPerJob' | 'scanWindow'
       >
     >;
   } = {},
