@@ -18,7 +18,12 @@ export type SecretBox = {
   seal(plain: string): string;
   /** The plain secret; throws SecretUnavailableError when no configured key opens it. */
   open(sealed: string): string;
-  /** Whether `sealed` is under another key than the current one (sealing it again moves it to the current key). */
+  /**
+   * Whether `sealed` opens with another key than the current one (sealing it again moves it to
+   * the current key, so the other can be retired). A secret the current key opens is never
+   * stale, in either form: sealing a `v1.` secret again as `v2.` would gain nothing and lock out
+   * a worker from before key ids while a deploy still runs both.
+   */
   isStale(sealed: string): boolean;
   /** The current key's id (what `v2.<id>.` sealed secrets name). */
   readonly keyId: string;
@@ -78,7 +83,8 @@ export function createSecretBox(current: Buffer, old: readonly Buffer[] = []): S
       }
       throw unavailable('unknown sealed-secret format');
     },
-    isStale: (sealed) => !sealed.startsWith(`v2.${keyId}.`),
+    isStale: (sealed) =>
+      sealed.startsWith('v1.') ? openWith(current, Buffer.from(sealed.slice(3), 'base64')) === null : !sealed.startsWith(`v2.${keyId}.`),
   };
 }
 

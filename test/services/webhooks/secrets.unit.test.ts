@@ -1,3 +1,4 @@
+import { createCipheriv, randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -55,5 +56,30 @@ describe('when the sealing key is rotated', () => {
       WEBHOOK_SECRETS_OLD_KEYS: [oldKey.toString('base64')],
     });
     expect(box.open(sealed)).toBe('whsec_x');
+  });
+});
+
+/** The sealed form from before key ids: `v1.` + base64 of iv, tag, ciphertext. */
+function sealWithoutKeyId(key: Buffer, plain: string): string {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, iv);
+  const body = Buffer.concat([cipher.update(plain, 'utf8'), cipher.final()]);
+  return `v1.${Buffer.concat([iv, cipher.getAuthTag(), body]).toString('base64')}`;
+}
+
+describe('whether a sealed secret is stale (sealed again at its next delivery)', () => {
+  const current = Buffer.alloc(32, 5);
+  const old = Buffer.alloc(32, 6);
+  const box = createSecretBox(current, [old]);
+
+  it('is not, for a secret the current key opens, in either form: a worker from before key ids still opens the first', () => {
+    expect(box.isStale(sealWithoutKeyId(current, 'whsec_a'))).toBe(false);
+    expect(box.isStale(box.seal('whsec_a'))).toBe(false);
+  });
+
+  it('is, for a secret only an old key opens, in either form', () => {
+    expect(box.isStale(sealWithoutKeyId(old, 'whsec_b'))).toBe(true);
+    expect(box.isStale(createSecretBox(old).seal('whsec_b'))).toBe(true);
+    expect(box.open(sealWithoutKeyId(old, 'whsec_b'))).toBe('whsec_b');
   });
 });
