@@ -161,23 +161,31 @@ export async function scanChanges(
   const commit = after.commit.toString();
   const prepare = after.prepare.toString();
   const row = await inFeedOrder(pool, (order) => {
+    // The next `window` changes after the cursor, as an index range read in feed order: the page
+    // stops reading at its `limit`-th change of `types`.
     const looked = sql.fragment`(
       select * from employee_changes c
       where c.tenant_id = ${tenantId} and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
       order by ${order.orderBy} limit ${window}) c`;
     return withTenant(pool, tenantId, (tx) =>
       tx.one(sql.type(pageSchema.omit({ known: true }).extend({ last: z.object({ commit: z.string(), prepare: z.string() }).nullable() }))`
-      select
-        coalesce((
+      select p.page,
+        -- The last change looked at matters only when the page holds every change of its types in
+        -- the window (fewer than the limit): only then is the whole window read (a subquery in a
+        -- CASE runs only when its branch is taken), while it is fresh from the page's own read. A
+        -- page cut at the limit read only up to its last change.
+        case when json_array_length(p.page) < ${limit} then (
+          select json_build_object('commit', c.commit_position::text, 'prepare', c.prepare_position::text)
+          from ${looked} order by ${order.last} limit 1)
+        end as last
+      from (select coalesce((
           select json_agg(json_build_object(
             'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
             'employeeId', c.employee_id,
             'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
             'employee', c.employee) order by ${order.orderBy})
           from (select * from ${looked} where c.type = any(${sql.array([...types], 'text')}) order by ${order.orderBy} limit ${limit}) c
-        ), '[]'::json) as page,
-        (select json_build_object('commit', c.commit_position::text, 'prepare', c.prepare_position::text)
-         from ${looked} order by ${order.last} limit 1) as last
+        ), '[]'::json) as page offset 0) p -- (offset 0: the page is built once, not once per use of p.page)
     `),
     );
   });
