@@ -30,6 +30,13 @@ const pageSchema = z.object({
   ),
 });
 
+/** The rows of `employee_changes c` as one JSON array in `order`, the shape `pageSchema` validates. */
+const pageJson = (order: FeedOrder) => sql.fragment`json_agg(json_build_object(
+    'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
+    'employeeId', c.employee_id,
+    'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    'employee', c.employee) order by ${order.orderBy})`;
+
 export type ChangesPage = {
   /**
    * False when `after` names no change of this tenant (and is not the start): neither one in the
@@ -179,11 +186,7 @@ export async function scanChanges(
           from ${looked} order by ${order.last} limit 1)
         end as last
       from (select coalesce((
-          select json_agg(json_build_object(
-            'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
-            'employeeId', c.employee_id,
-            'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-            'employee', c.employee) order by ${order.orderBy})
+          select ${pageJson(order)}
           from (select * from ${looked} where c.type = any(${sql.array([...types], 'text')}) order by ${order.orderBy} limit ${limit}) c
         ), '[]'::json) as page offset 0) p -- (offset 0: the page is built once, not once per use of p.page)
     `),
@@ -211,7 +214,7 @@ export async function latestChange(pool: DatabasePool, tenantId: string): Promis
  * The tenant's changes after `after`, in the order they were applied (log order, except a
  * change `projections retry` applied late: it comes after the ones already applied), at most
  * `limit`; and whether `after` is a position this tenant's feed ever handed out (`known`). Row-level
- * security applies. `types` (optional) keeps only those change types.
+ * security applies.
  *
  * A cursor whose change is gone (a rebuild parked it) is still the tenant's: it resumes just
  * before the first change applied after it (APPLY_ORDER), and `known` finds it among the events
@@ -223,13 +226,11 @@ export async function readChanges(
   tenantId: string,
   after: GlobalPosition,
   limit: number,
-  types?: readonly string[],
   options: { readonly trusted?: boolean } = {},
 ): Promise<ChangesPage> {
   const isStart = comparePositions(after, START) === 0;
   const commit = after.commit.toString();
   const prepare = after.prepare.toString();
-  const typeFilter = types ? sql.fragment`and c.type = any(${sql.array([...types], 'text')})` : sql.fragment``;
   const row = await inFeedOrder(pool, (order) =>
     withTenant(pool, tenantId, (tx) =>
       tx.one(sql.type(pageSchema)`
@@ -239,16 +240,11 @@ export async function readChanges(
             where tenant_id = ${tenantId} and commit_position = ${commit}::numeric and prepare_position = ${prepare}::numeric
           )) as known,
           coalesce((
-            select json_agg(json_build_object(
-              'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
-              'employeeId', c.employee_id,
-              'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-              'employee', c.employee) order by ${order.orderBy})
+            select ${pageJson(order)}
             from (
               select * from employee_changes c
               where c.tenant_id = ${tenantId}
                 and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
-                ${typeFilter}
               order by ${order.orderBy}
               limit ${limit}
             ) c
