@@ -171,14 +171,17 @@ export async function recordDelivered(
 ): Promise<boolean> {
   const last = delivered.at(-1);
   const to = moveTo ?? last?.position;
+  // A cursor that moves leaves behind whatever was being retried, even with nothing delivered
+  // (the change retried is no longer in the feed, and `moveTo` passes others): its retry state
+  // goes, else the next change would inherit its failure count and its retry deadline.
   return withTenant(pool, tenantId, async (tx) => {
     const moved = await tx.maybeOne(sql.type(z.object({ id: z.string() }))`
       update webhook_endpoints set
         cursor_commit = ${to ? sql.fragment`${to.commit.toString()}::numeric` : sql.fragment`cursor_commit`},
         cursor_prepare = ${to ? sql.fragment`${to.prepare.toString()}::numeric` : sql.fragment`cursor_prepare`},
-        failed_attempts = ${last ? sql.fragment`0` : sql.fragment`failed_attempts`},
-        next_attempt_at = ${last ? sql.fragment`null` : sql.fragment`next_attempt_at`},
-        retrying_since = ${last ? sql.fragment`null` : sql.fragment`retrying_since`},
+        failed_attempts = ${to ? sql.fragment`0` : sql.fragment`failed_attempts`},
+        next_attempt_at = ${to ? sql.fragment`null` : sql.fragment`next_attempt_at`},
+        retrying_since = ${to ? sql.fragment`null` : sql.fragment`retrying_since`},
         lease_until = now() + make_interval(secs => ${leaseMs / 1000})
       where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
       returning id::text

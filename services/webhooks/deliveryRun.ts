@@ -73,8 +73,10 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
     const flush = async (moveTo?: GlobalPosition) => {
       const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs, moveTo);
       const last = succeeded.at(-1);
-      if (kept && last) Object.assign(endpoint, { cursor: last.position, failedAttempts: 0, nextAttemptAt: null });
+      if (kept && last) Object.assign(endpoint, { cursor: last.position });
       if (kept && moveTo) Object.assign(endpoint, { cursor: moveTo });
+      // As recordDelivered does: a cursor that moved leaves any retry state behind.
+      if (kept && (last || moveTo)) Object.assign(endpoint, { failedAttempts: 0, nextAttemptAt: null, retryingSince: null });
       succeeded.length = 0;
       return kept;
     };
