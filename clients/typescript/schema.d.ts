@@ -1811,7 +1811,7 @@ export interface components {
             lastAttemptAt: string;
             /** @description When the next retry is due (status retrying) */
             nextAttemptAt: string | null;
-            /** @description Every attempt, oldest first: the latest 20 when there were more (replays add attempts) */
+            /** @description Every attempt, oldest first: the latest 20 when there were more (replays add attempts), none older than the log's retention. Empty for an entry last attempted before the service listed attempts: `attempts` still counts them */
             attemptLog: components["schemas"]["WebhookDeliveryAttemptInput"][];
         };
         KpiSummaryInput: {
@@ -1953,7 +1953,7 @@ export interface components {
             lastAttemptAt: string;
             /** @description When the next retry is due (status retrying) */
             nextAttemptAt: string | null;
-            /** @description Every attempt, oldest first: the latest 20 when there were more (replays add attempts) */
+            /** @description Every attempt, oldest first: the latest 20 when there were more (replays add attempts), none older than the log's retention. Empty for an entry last attempted before the service listed attempts: `attempts` still counts them */
             attemptLog: components["schemas"]["WebhookDeliveryAttempt"][];
         };
         KpiSummary: {

@@ -35,9 +35,16 @@ export type AttemptEntry = {
  * replay of the change adds more, which must not grow a row without bound.
  */
 export const ATTEMPTS_KEPT = 20;
-/** Appends `added` to the entry's attempts (`d`, the row in an upsert) and keeps the latest ATTEMPTS_KEPT. */
-const appendAttempts = (added: ValueExpression) =>
-  sql.fragment`jsonb_path_query_array(d.attempt_log || ${added}, ${`$[last - ${ATTEMPTS_KEPT - 1} to last]`}::jsonpath)`;
+/**
+ * Appends `added` to the entry's attempts (`d`, the row in an upsert) and keeps the latest
+ * ATTEMPTS_KEPT, none from before `since` (the log's retention: an entry attempted again keeps
+ * its row, and would otherwise keep attempts the retention said were gone). Attempt times are
+ * ISO 8601 in UTC with milliseconds, so they compare as strings.
+ */
+const appendAttempts = (added: ValueExpression, since: Date) =>
+  sql.fragment`jsonb_path_query_array(
+    jsonb_path_query_array(d.attempt_log || ${added}, '$[*] ? (@.at >= $since)', jsonb_build_object('since', ${since.toISOString()}::text)),
+    ${`$[last - ${ATTEMPTS_KEPT - 1} to last]`}::jsonpath)`;
 const attemptJson = (a: { at: Date; statusCode: number | null; durationMs: number; error: string | null }) =>
   JSON.stringify([{ at: a.at.toISOString(), statusCode: a.statusCode, durationMs: Math.round(a.durationMs), error: a.error }]);
 
@@ -92,6 +99,8 @@ export type AttemptRecord = {
   /** When the attempt started (the worker's clock) and how long it took. */
   readonly at: Date;
   readonly durationMs: number;
+  /** The entry's earlier attempts from before this go (the log's retention). */
+  readonly attemptsSince: Date;
   /**
    * What the endpoint becomes: moved past the change, retrying it `delayMs` from now (the
    * database's now, the clock that decides when it is due), or disabled.
@@ -140,7 +149,7 @@ export async function recordAttempt(
       on conflict (endpoint_id, commit_position, prepare_position) do update set
         status = excluded.status, attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
         last_error = excluded.last_error, last_attempt_at = excluded.last_attempt_at, next_attempt_at = excluded.next_attempt_at,
-        attempt_log = ${appendAttempts(sql.fragment`excluded.attempt_log`)}
+        attempt_log = ${appendAttempts(sql.fragment`excluded.attempt_log`, attempt.attemptsSince)}
     `);
     return true;
   });
@@ -167,7 +176,9 @@ export async function recordDelivered(
   /** Extends the lease by this much from now (a long run of deliveries keeps it). */
   leaseMs: number,
   /** Where the cursor goes instead of the last delivered: past later changes of types the endpoint does not take. */
-  moveTo?: GlobalPosition,
+  moveTo: GlobalPosition | undefined,
+  /** An entry's earlier attempts from before this go (the log's retention). */
+  attemptsSince: Date,
 ): Promise<boolean> {
   const last = delivered.at(-1);
   const to = moveTo ?? last?.position;
@@ -206,7 +217,7 @@ export async function recordDelivered(
       on conflict (endpoint_id, commit_position, prepare_position) do update set
         status = 'succeeded', attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
         last_error = null, last_attempt_at = excluded.last_attempt_at, next_attempt_at = null,
-        attempt_log = ${appendAttempts(sql.fragment`excluded.attempt_log`)}
+        attempt_log = ${appendAttempts(sql.fragment`excluded.attempt_log`, attemptsSince)}
     `);
     return true;
   });

@@ -32,6 +32,8 @@ export type DeliveryRunDeps = {
   readonly triggers: Pick<DrainTriggers, 'add'>;
   /** How many changes after the cursor a run looks at (SCAN_WINDOW). */
   readonly scanWindow: number;
+  /** The delivery log's retention: an entry attempted again drops its attempts older than this. */
+  readonly retentionMs: number;
 };
 
 /**
@@ -48,7 +50,8 @@ export type DeliveryRunDeps = {
  * within `timeoutMs` (deliver.ts), so it never outlives the lease.
  */
 export function createDeliveryRun(deps: DeliveryRunDeps) {
-  const { pool, secrets, targets, retry, timeoutMs, leaseMs, random, logger, stop, triggers, scanWindow } = deps;
+  const { pool, secrets, targets, retry, timeoutMs, leaseMs, random, logger, stop, triggers, scanWindow, retentionMs } = deps;
+  const attemptsSince = () => new Date(Date.now() - retentionMs);
   /** The plain secret; one sealed under an old key is sealed again under the current one, so old keys can be retired. */
   const openSecret = async (endpoint: EndpointRecord): Promise<string | { readonly error: string }> => {
     let plain: string;
@@ -71,7 +74,7 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
     const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date; durationMs: number }> = [];
     /** Records what succeeded (renewing the lease) and moves the cursor past it, or to `moveTo`, past changes of other types. */
     const flush = async (moveTo?: GlobalPosition) => {
-      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs, moveTo);
+      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs, moveTo, attemptsSince());
       const last = succeeded.at(-1);
       if (kept && last) Object.assign(endpoint, { cursor: last.position });
       if (kept && moveTo) Object.assign(endpoint, { cursor: moveTo });
@@ -123,7 +126,13 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         continue;
       }
       if (!(await flush())) return { delivered: sent - 1, more: false };
-      const base = { change: { position: change.position, type: change.type }, statusCode: outcome.status, at, durationMs };
+      const base = {
+        change: { position: change.position, type: change.type },
+        statusCode: outcome.status,
+        at,
+        durationMs,
+        attemptsSince: attemptsSince(),
+      };
       if (outcome.kind === 'gone') {
         await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
           ...base,

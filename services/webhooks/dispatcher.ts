@@ -84,6 +84,8 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   const tenantShare = options.tenantConcurrency ?? DEFAULT_TENANT_CONCURRENCY;
   const scanWindow = options.scanWindow ?? SCAN_WINDOW;
   const random = options.random ?? Math.random;
+  // The delivery log's retention: without it the log grows by a row per change per endpoint.
+  const retentionMs = options.deliveryRetentionMs ?? DEFAULT_DELIVERY_RETENTION_MS;
 
   // Operators retiring an old secrets key look for endpoints sealed under another id than this one.
   logger?.info({ keyId: secrets.keyId }, 'webhook signing secrets sealed with this key id');
@@ -101,6 +103,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     ...(logger && { logger }),
     stop: stop.signal,
     scanWindow,
+    retentionMs,
     // Read at call time: the triggers are created below, before any drain runs.
     triggers: { add: (job, addOptions) => triggers.add(job, addOptions) },
   });
@@ -177,8 +180,6 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     }
   })();
 
-  // The delivery log's retention: without it the log grows by a row per change per endpoint.
-  const retentionMs = options.deliveryRetentionMs ?? DEFAULT_DELIVERY_RETENTION_MS;
   const trim = () => trimDeliveries(pool, new Date(Date.now() - retentionMs));
   const trimLoop = (async () => {
     while (!stop.signal.aborted) {

@@ -79,7 +79,10 @@ const deliverySchema = z
     attemptLog: z
       .array(attemptSchema)
       .max(ATTEMPTS_KEPT)
-      .describe(`Every attempt, oldest first: the latest ${ATTEMPTS_KEPT} when there were more (replays add attempts)`),
+      .describe(
+        `Every attempt, oldest first: the latest ${ATTEMPTS_KEPT} when there were more (replays add attempts), none older than the log's retention. ` +
+          'Empty for an entry last attempted before the service listed attempts: `attempts` still counts them',
+      ),
   })
   .meta({ id: 'WebhookDelivery' });
 

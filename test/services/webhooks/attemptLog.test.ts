@@ -1,9 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { hire } from '../../support/harness/changes.ts';
+import { sqlAt } from '../../support/database.ts';
 import { waitFor } from '../../support/waitFor.ts';
 import { startReceiver } from '../../support/webhooks/receiver.ts';
 import { FAST_RETRIES, useWebhooks } from '../../support/harness/webhooks.ts';
 import { ATTEMPTS_KEPT } from '../../../services/webhooks/deliveryLog.ts';
+import { DEFAULT_DELIVERY_RETENTION_MS } from '../../../services/webhooks/dispatcher.ts';
 
 /** The delivery log lists every attempt of a change: when, the receiver's status code, how long, why it failed. */
 const wh = useWebhooks();
@@ -98,6 +100,47 @@ describe('the log filtered by status, and bounded per delivery', () => {
       const lastRequest = receiver.requests.filter((r) => r.id === refused).at(-1);
       expect(Math.abs((times.at(-1) ?? 0) - (lastRequest?.at ?? 0))).toBeLessThan(1_000);
       expect(receiver.requests.filter((r) => r.id === refused)).toHaveLength(rounds * perRound);
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
+describe('when a change is attempted again long after its earlier attempts', () => {
+  it('drops the attempts older than the retention from its entry, and still counts them', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver();
+    try {
+      const endpoint = await register(headers, receiver.url);
+      const e = await hire(wh.h.store, tenant.tenantId, 'aged');
+      await e.rename('aged-1');
+      const [first, second] = await wh.h.feedCursors(headers, 2);
+      await waitFor(() => receiver.acknowledged().length >= 2);
+      // The second change's attempt made longer ago than the retention (30 days here).
+      const longAgo = new Date(Date.now() - DEFAULT_DELIVERY_RETENTION_MS - 86_400_000).toISOString();
+      const aged = await sqlAt(
+        wh.h.db.url,
+        `update webhook_deliveries set attempt_log = jsonb_set(attempt_log, '{0,at}', to_jsonb($2::text))
+         where endpoint_id = $1 and jsonb_array_length(attempt_log) = 1 and status = 'succeeded'
+           and (commit_position, prepare_position) = (select commit_position, prepare_position from webhook_deliveries
+                                                      where endpoint_id = $1 order by commit_position desc, prepare_position desc limit 1)
+         returning 1`,
+        [endpoint.id, longAgo],
+      );
+      expect(aged).toHaveLength(1);
+      const replay = await wh.h.app.inject({
+        method: 'POST',
+        url: `/v1/webhooks/${endpoint.id}/replay`,
+        headers,
+        payload: { after: first },
+      });
+      expect(replay.statusCode).toBe(202);
+      const entry = await waitFor(async () => {
+        const found = (await deliveries(headers, endpoint.id)).find((d) => d.cursor === second);
+        return found?.attempts === 2 ? found : undefined;
+      });
+      expect(entry.attemptLog).toEqual([{ at: expect.any(String), statusCode: 204, durationMs: expect.any(Number), error: null }]);
+      expect(entry.attemptLog[0]?.at).not.toBe(longAgo);
     } finally {
       await receiver.close();
     }

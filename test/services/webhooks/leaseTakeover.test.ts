@@ -159,6 +159,8 @@ describe('when a webhook worker is killed mid-delivery', () => {
           deadToken,
           [{ ...stale, statusCode: 204, at: new Date(), durationMs: 5 }],
           90_000,
+          undefined,
+          new Date(0),
         );
       const staleAttempt = () =>
         recordAttempt(h.db.pool, tenant.tenantId, endpointId, deadToken, {
@@ -167,6 +169,7 @@ describe('when a webhook worker is killed mid-delivery', () => {
           error: null,
           at: new Date(),
           durationMs: 5,
+          attemptsSince: new Date(0),
           outcome: { kind: 'disable', reason: 'stale' },
         });
       const other = randomUUID();
