@@ -97,7 +97,10 @@ export interface paths {
         /** List webhook endpoints (without secrets) */
         get: operations["listWebhooks"];
         put?: never;
-        /** Register a webhook endpoint; the signing secret is in this response only */
+        /**
+         * Register a webhook endpoint; the signing secret is in this response only
+         * @description A tenant has at most 20 endpoints; registering one more answers 409.
+         */
         post: operations["createWebhook"];
         delete?: never;
         options?: never;
@@ -130,8 +133,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Recent deliveries of an endpoint, newest first: attempts, status, next retry
-         * @description The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry whose time has not come yet whatever its age.
+         * Recent deliveries of an endpoint, newest first: each attempt, status, next retry
+         * @description One entry per change, with each of its attempts (when, status code, duration, error). The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry whose time has not come yet whatever its age.
          */
         get: operations["listWebhookDeliveries"];
         put?: never;
@@ -392,9 +395,41 @@ export interface components {
             status: "active" | "disabled";
             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
             disabledReason: string | null;
-            /** @description The last change delivered (or where deliveries start) */
+            /** @description Where deliveries stand: every change of its types up to here was delivered (or where deliveries start) */
             cursor: string;
             createdAt: string;
+        };
+        WebhookDeliveryAttemptInput: {
+            /** @description When the attempt started */
+            at: string;
+            /** @description The receiver's HTTP status; null when it did not answer (timeout, connection error, refused target) */
+            statusCode: number | null;
+            /**
+             * Format: int64
+             * @description How long the attempt took, DNS lookup included
+             */
+            durationMs: number;
+            /** @description Why it failed; null on a 2xx */
+            error: string | null;
+        };
+        WebhookDeliveryInput: {
+            /** @description The change (also the `webhook-id` header) */
+            cursor: string;
+            type: string;
+            /** @enum {string} */
+            status: "retrying" | "succeeded" | "failed";
+            /**
+             * Format: int64
+             * @description Attempts made for this change, in all
+             */
+            attempts: number;
+            lastStatusCode: number | null;
+            lastError: string | null;
+            lastAttemptAt: string;
+            /** @description When the next retry is due (status retrying) */
+            nextAttemptAt: string | null;
+            /** @description Every attempt, oldest first: the latest 20 when there were more (replays add attempts), none older than the log's retention. Empty for an entry last attempted before the service listed attempts: `attempts` still counts them */
+            attemptLog: components["schemas"]["WebhookDeliveryAttemptInput"][];
         };
         SeriesPointInput: {
             /** @description ISO 8601 UTC instant: an interval boundary, or the series `asOf` for the open bucket */
@@ -527,9 +562,41 @@ export interface components {
             status: "active" | "disabled";
             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
             disabledReason: string | null;
-            /** @description The last change delivered (or where deliveries start) */
+            /** @description Where deliveries stand: every change of its types up to here was delivered (or where deliveries start) */
             cursor: string;
             createdAt: string;
+        };
+        WebhookDeliveryAttempt: {
+            /** @description When the attempt started */
+            at: string;
+            /** @description The receiver's HTTP status; null when it did not answer (timeout, connection error, refused target) */
+            statusCode: number | null;
+            /**
+             * Format: int64
+             * @description How long the attempt took, DNS lookup included
+             */
+            durationMs: number;
+            /** @description Why it failed; null on a 2xx */
+            error: string | null;
+        };
+        WebhookDelivery: {
+            /** @description The change (also the `webhook-id` header) */
+            cursor: string;
+            type: string;
+            /** @enum {string} */
+            status: "retrying" | "succeeded" | "failed";
+            /**
+             * Format: int64
+             * @description Attempts made for this change, in all
+             */
+            attempts: number;
+            lastStatusCode: number | null;
+            lastError: string | null;
+            lastAttemptAt: string;
+            /** @description When the next retry is due (status retrying) */
+            nextAttemptAt: string | null;
+            /** @description Every attempt, oldest first: the latest 20 when there were more (replays add attempts), none older than the log's retention. Empty for an entry last attempted before the service listed attempts: `attempts` still counts them */
+            attemptLog: components["schemas"]["WebhookDeliveryAttempt"][];
         };
         SeriesPoint: {
             /** @description ISO 8601 UTC instant: an interval boundary, or the series `asOf` for the open bucket */
@@ -1317,7 +1384,7 @@ export interface operations {
                         status: "active" | "disabled";
                         /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
                         disabledReason: string | null;
-                        /** @description The last change delivered (or where deliveries start) */
+                        /** @description Where deliveries stand: every change of its types up to here was delivered (or where deliveries start) */
                         cursor: string;
                         createdAt: string;
                         /** @description whsec_…: shown once */
@@ -1364,6 +1431,22 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "WWW-Authenticate": components["headers"]["WWW-Authenticate-InsufficientScope"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1562,6 +1645,8 @@ export interface operations {
             query?: {
                 /** @description Page size, 1–100 (default 50) */
                 limit?: number;
+                /** @description Only the entries in this status (e.g. `failed`, or `retrying`) */
+                status?: "retrying" | "succeeded" | "failed";
             };
             header?: never;
             path: {
@@ -1586,20 +1671,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        data: {
-                            /** @description The change (also the `webhook-id` header) */
-                            cursor: string;
-                            type: string;
-                            /** @enum {string} */
-                            status: "retrying" | "succeeded" | "failed";
-                            /** Format: int64 */
-                            attempts: number;
-                            lastStatusCode: number | null;
-                            lastError: string | null;
-                            lastAttemptAt: string;
-                            /** @description When the next retry is due (status retrying) */
-                            nextAttemptAt: string | null;
-                        }[];
+                        data: components["schemas"]["WebhookDelivery"][];
                     };
                 };
             };
