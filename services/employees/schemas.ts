@@ -62,7 +62,13 @@ export const roleAssignmentBody = z.object({ roleId: uuid().describe('RBAC role 
 export const roleAssignmentSchema = z.object({ employeeId: employeeIdSchema, roleId: z.uuid() }).meta({ id: 'EmployeeRoleAssignment' });
 
 export const changeStatusBody = z
-  .object({ status: z.enum(EMPLOYEE_STATUSES), reason: safeText(500, { trim: true, min: 1 }).optional() })
+  .object({
+    status: z.enum(EMPLOYEE_STATUSES),
+    reason: safeText(500, { trim: true, min: 1 }).optional(),
+    effectiveAt: hireInstant
+      .optional()
+      .describe('When the change took effect (ISO 8601 with offset): not after now, not before the hire date; default: now'),
+  })
   .strict();
 
 /** ISO 8601 date (`2024-05-01`) or date-time with offset, years 1900–9999; inclusive bounds. */
