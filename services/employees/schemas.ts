@@ -93,6 +93,12 @@ export const listEmployeesQuery = z
     status: z.enum(EMPLOYEE_STATUSES).optional(),
     hiredFrom: hiredBound.optional(),
     hiredTo: hiredBound.optional(),
+    asOf: hireInstant
+      .transform((iso) => Date.parse(iso))
+      .optional()
+      .describe(
+        'The list as it was at this instant (ISO 8601 with offset), by effective dates: who was employed, with the department, names and status in force then',
+      ),
     minPosition: logPosition.optional().describe('Read-your-writes: wait (≤ 2 s) until the read model reached this position'),
   })
   .strict()
