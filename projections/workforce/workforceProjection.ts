@@ -209,7 +209,7 @@ export const workforceProjection = defineProjection<Tables>({
       ...tenantScopedTable(table, named('tenant'), 'read'),
       // An as-of page walks the list order from `hired_at <= asOf` down and keeps the one version
       // of each employee in force then: about (versions per employee) rows per row returned,
-      // however far back asOf lies. docs/decisions/ records why not a range index.
+      // however far back asOf lies (docs/decisions/007-effective-dated-versions.md: why not a range index).
       sql.fragment`create index ${named('order')} on ${table} (tenant_id, hired_at desc, employee_id desc)`,
       sql.fragment`create index ${named('department')} on ${table} (tenant_id, department, hired_at desc, employee_id desc)`,
       sql.fragment`create index ${named('status')} on ${table} (tenant_id, status, hired_at desc, employee_id desc)`,
