@@ -53,6 +53,20 @@ const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES
 const recordedAtOf = (event: RecordedEvent): number =>
   instantMs(typeof event.metadata.occurredAt === 'string' ? event.metadata.occurredAt : event.recordedAt, 'occurredAt');
 
+const VERSION_COLUMNS = [
+  'tenant_id',
+  'employee_id',
+  'valid_from',
+  'valid_to',
+  'department',
+  'first_name',
+  'last_name',
+  'email',
+  'status',
+  'hired_at',
+  'previous_status',
+  'revision',
+];
 const VERSION_TYPES = ['uuid', 'text', 'timestamptz', 'timestamptz', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'text', 'int4'];
 const versionTuple = (e: Employee, v: Version) => [
   e.tenantId,
@@ -171,54 +185,117 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
   `);
 }
 
-const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => [
-  sql.fragment`create table ${table} (
-    tenant_id uuid not null,
-    ${sql.identifier([bucket])} date not null,
-    department text not null,
-    status text not null,
-    in_force bigint not null,
-    hires bigint not null,
-    exits bigint not null,
-    constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, department, status)
-  )`,
-  ...tenantScopedTable(table, named('tenant'), 'read'),
-];
+/**
+ * The bulk path of a rebuild: the same fold over the whole log in memory (one entry per employee),
+ * then every version, and the counters of the final versions, which is what the live handler's
+ * differences add up to.
+ */
+function bulkFold() {
+  const employees = new Map<string, Employee>();
+  return {
+    add(events: readonly RecordedEvent[]) {
+      for (const event of events) {
+        const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
+        if (!parsed) continue;
+        const key = keyOf(parsed.tenantId, parsed.employeeId);
+        const employee = employees.get(key) ?? { tenantId: parsed.tenantId, id: parsed.employeeId, revision: -1, versions: [] };
+        if (event.revision <= employee.revision) continue;
+        // The event store hands back what the write side stored for these types (contract.ts).
+        employee.versions = evolveVersions(employee.versions, { type: event.type, data: event.data } as EmployeeEvent, recordedAtOf(event));
+        employee.revision = event.revision;
+        if (employee.versions.length > 0) employees.set(key, employee);
+      }
+    },
+    rows() {
+      const versions: (string | number | null)[][] = [];
+      const days = new Map<string, Contribution>();
+      for (const employee of employees.values()) {
+        for (const v of employee.versions) versions.push(versionTuple(employee, v));
+        contributions(employee.tenantId, employee.versions, 1, days);
+      }
+      const months = new Map<string, Contribution>();
+      for (const d of days.values()) {
+        const month = `${d.day.slice(0, 7)}-01`;
+        const key = `${d.tenantId}\u0000${month}\u0000${d.department}\u0000${d.status}`;
+        const m = months.get(key) ?? { ...d, day: month, inForce: 0, hires: 0, exits: 0 };
+        m.inForce += d.inForce;
+        m.hires += d.hires;
+        m.exits += d.exits;
+        months.set(key, m);
+      }
+      const counters = (map: Map<string, Contribution>, bucket: 'day' | 'month') => ({
+        columns: ['tenant_id', bucket, 'department', 'status', 'in_force', 'hires', 'exits'],
+        types: ['uuid', 'date', 'text', 'text', 'int8', 'int8', 'int8'],
+        rows: [...map.values()]
+          .filter((c) => c.inForce !== 0 || c.hires !== 0 || c.exits !== 0)
+          .map((c) => [c.tenantId, c.day, c.department, c.status, c.inForce, c.hires, c.exits]),
+      });
+      return {
+        employee_versions: { columns: VERSION_COLUMNS, types: VERSION_TYPES, rows: versions },
+        workforce_day_counts: counters(days, 'day'),
+        workforce_month_counts: counters(months, 'month'),
+      };
+    },
+  };
+}
+
+const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => ({
+  create: [
+    sql.fragment`create table ${table} (
+      tenant_id uuid not null,
+      ${sql.identifier([bucket])} date not null,
+      department text not null,
+      status text not null,
+      in_force bigint not null,
+      hires bigint not null,
+      exits bigint not null
+    )`,
+    ...tenantScopedTable(table, named('tenant'), 'read'),
+  ],
+  afterLoad: [
+    sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, department, status)`,
+  ],
+});
 
 export const workforceProjection = defineProjection<Tables>({
   name: WORKFORCE_PROJECTION,
   version: 1,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
-    employee_versions: (table, named) => [
-      sql.fragment`create table ${table} (
-        tenant_id uuid not null,
-        employee_id text not null,
-        valid_from timestamptz not null,
-        valid_to timestamptz,
-        department text,
-        first_name text not null,
-        last_name text not null,
-        email text not null,
-        status text not null check (status in ('active', 'inactive', 'on_leave')),
-        hired_at timestamptz not null,
-        previous_status text,
-        revision integer not null,
-        constraint ${named('pkey')} primary key (tenant_id, employee_id, valid_from)
-      )`,
-      ...tenantScopedTable(table, named('tenant'), 'read'),
-      // An as-of page walks the list order from `hired_at <= asOf` down and keeps the one version
-      // of each employee in force then: about (versions per employee) rows per row returned,
-      // however far back asOf lies (docs/decisions/007-effective-dated-versions.md: why not a range index).
-      sql.fragment`create index ${named('order')} on ${table} (tenant_id, hired_at desc, employee_id desc)`,
-      sql.fragment`create index ${named('department')} on ${table} (tenant_id, department, hired_at desc, employee_id desc)`,
-      sql.fragment`create index ${named('status')} on ${table} (tenant_id, status, hired_at desc, employee_id desc)`,
-      // The part of a day the counters cannot split: versions starting or ending inside it.
-      sql.fragment`create index ${named('starts')} on ${table} (tenant_id, valid_from)`,
-      sql.fragment`create index ${named('ends')} on ${table} (tenant_id, valid_to) where valid_to is not null`,
-    ],
+    employee_versions: (table, named) => ({
+      create: [
+        sql.fragment`create table ${table} (
+          tenant_id uuid not null,
+          employee_id text not null,
+          valid_from timestamptz not null,
+          valid_to timestamptz,
+          department text,
+          first_name text not null,
+          last_name text not null,
+          email text not null,
+          status text not null check (status in ('active', 'inactive', 'on_leave')),
+          hired_at timestamptz not null,
+          previous_status text,
+          revision integer not null
+        )`,
+        ...tenantScopedTable(table, named('tenant'), 'read'),
+      ],
+      afterLoad: [
+        sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, employee_id, valid_from)`,
+        // An as-of page walks the list order from `hired_at <= asOf` down and keeps the one version
+        // of each employee in force then: about (versions per employee) rows per row returned,
+        // however far back asOf lies (docs/decisions/007-effective-dated-versions.md: why not a range index).
+        sql.fragment`create index ${named('order')} on ${table} (tenant_id, hired_at desc, employee_id desc)`,
+        sql.fragment`create index ${named('department')} on ${table} (tenant_id, department, hired_at desc, employee_id desc)`,
+        sql.fragment`create index ${named('status')} on ${table} (tenant_id, status, hired_at desc, employee_id desc)`,
+        // The part of a day the counters cannot split: versions starting or ending inside it.
+        sql.fragment`create index ${named('starts')} on ${table} (tenant_id, valid_from)`,
+        sql.fragment`create index ${named('ends')} on ${table} (tenant_id, valid_to) where valid_to is not null`,
+      ],
+    }),
     workforce_day_counts: counterTable('day'),
     workforce_month_counts: counterTable('month'),
   },
   handle,
+  bulk: { fold: bulkFold },
 });
