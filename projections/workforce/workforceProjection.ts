@@ -18,11 +18,11 @@ import { contributions, evolveVersions, instantMs, type Contribution, type Versi
  *   where one ends), hires and exits. The number in force at the end of a day is the sum of
  *   `in_force` up to it: whole months from the month table, the rest from the day table.
  *
- * A batch loads the versions of the employees it touches, folds its events in memory (events at
- * or below the stored revision are skipped, so applying a batch twice changes nothing), replaces
- * those employees' versions and adds the counter difference between the old and new versions: a
- * back-dated change rewrites the intervals after its effective instant and moves the counts with
- * them.
+ * A batch loads the versions of the employees it touches (except those it hires), folds its events
+ * in memory (events at or below the stored revision are skipped), replaces those employees'
+ * versions and adds the counter difference between the old and new versions: a back-dated change
+ * rewrites the intervals after its effective instant and moves the counts with them. At most
+ * three statements whatever the batch's size.
  */
 export const WORKFORCE_PROJECTION = 'employees-workforce';
 
@@ -94,8 +94,14 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
     touched.set(key, entry);
   }
   if (touched.size === 0) return;
-  const list = [...touched.values()];
-  const rows = await tx.any(sql.type(versionRow)`
+  // Only employees whose batch does not start with their hire can have versions already (a page of
+  // hires, the common case, is then one statement). Were one there all the same, the insert's
+  // primary key would refuse the page rather than count anyone twice.
+  const list = [...touched.values()].filter((k) => (k.events[0]?.revision ?? 0) > 0);
+  const rows =
+    list.length === 0
+      ? []
+      : await tx.any(sql.type(versionRow)`
     select v.tenant_id::text, v.employee_id, v.valid_from, v.valid_to, v.department, v.first_name, v.last_name, v.email,
            v.status, v.hired_at, v.previous_status, v.revision
     from ${tables.employee_versions} v
@@ -146,13 +152,15 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
   }
   if (changed.length === 0) return;
 
-  await tx.query(sql.type(z.object({}))`
+  const replaced = changed.filter((e) => before.has(keyOf(e.tenantId, e.id)));
+  if (replaced.length > 0)
+    await tx.query(sql.type(z.object({}))`
     delete from ${tables.employee_versions} v
     using unnest(${sql.array(
-      changed.map((e) => e.tenantId),
+      replaced.map((e) => e.tenantId),
       'uuid',
     )}, ${sql.array(
-      changed.map((e) => e.id),
+      replaced.map((e) => e.id),
       'text',
     )}) as k(tenant_id, employee_id)
     where v.tenant_id = k.tenant_id and v.employee_id = k.employee_id
