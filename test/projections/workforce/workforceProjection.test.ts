@@ -10,6 +10,9 @@ import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts
 import { replayProjection } from '../../../shared/projections/replay.ts';
 import { listParkedEvents } from '../../../shared/projections/parking.ts';
 import { workforceProjection } from '../../../projections/workforce/workforceProjection.ts';
+import { listEmployeesAsOf } from '../../../projections/workforce/asOf.ts';
+import { readWorkforceAt, readWorkforceSeries } from '../../../projections/workforce/series.ts';
+import { workforceBuckets } from '../../../services/analytics/workforceRoutes.ts';
 import { employeeStreamId, type EmployeeEvent, type EmployeeStatus } from '../../../services/employees/contract.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 
@@ -135,12 +138,18 @@ const derivedCounters = (pool: DatabasePool) =>
     ) x group by 1, 2, 3, 4 having (sum(in_force), sum(hires), sum(exits)) <> (0, 0, 0) order by 1, 2, 3, 4
   `);
 
+/** The tenant with the largest generated history (the reads below are checked against it). */
+const busy = randomUUID();
+
 describe('the workforce projection', () => {
-  it('keeps counters that match its versions, and a rebuild (page by page or bulk) builds the same model as the live projector', async () => {
-    await givenAHistory(randomUUID(), 30, 7);
+  beforeAll(async () => {
+    await givenAHistory(busy, 30, 7);
     await givenAHistory(randomUUID(), 10, 11);
     const end = await givenAHistory(randomUUID(), 10, 13);
     expect(await waitForCheckpoint(db.pool, workforceProjection.name, end, 30_000)).toBe(true);
+  }, 60_000);
+
+  it('keeps counters that match its versions, and a rebuild (page by page or bulk) builds the same model as the live projector', async () => {
     const live = await model(db.pool);
     expect(live.versions.length).toBeGreaterThan(50);
     expect(live.days).toEqual(await derivedCounters(db.pool));
@@ -160,6 +169,36 @@ describe('the workforce projection', () => {
     await replayProjection(db.pool, store, workforceProjection);
     expect(await model(db.pool)).toEqual(live);
   }, 120_000);
+
+  it('answers totals, headcounts and series from its counters exactly as counting its versions would', async () => {
+    const employed = sql.fragment`status in ('active', 'on_leave')`;
+    const validAt = (t: number) =>
+      sql.fragment`valid_from <= ${iso(t)}::timestamptz and (valid_to is null or valid_to > ${iso(t)}::timestamptz)`;
+    const count = (where: ReturnType<typeof sql.fragment>) =>
+      db.pool.oneFirst(
+        sql.type(z.object({ n: z.number() }))`select count(*)::int8 as n from employee_versions where tenant_id = ${busy} and ${where}`,
+      );
+    const random = lcg(3);
+    // Instants all over the history, many of them inside the day of a change.
+    const instants = Array.from({ length: 25 }, () => T0 + random(420) * DAY + random(DAY));
+    const someone = T0 + 200 * DAY;
+    expect(await count(validAt(someone))).toBeGreaterThan(10);
+    for (const t of [someone, ...instants]) {
+      const { total } = await listEmployeesAsOf(db.pool, busy, { page: 1, limit: 1, asOf: t });
+      expect(total, iso(t)).toBe(await count(validAt(t)));
+      const filtered = await listEmployeesAsOf(db.pool, busy, { page: 1, limit: 1, asOf: t, department: 'd1', status: 'active' });
+      expect(filtered.total, iso(t)).toBe(await count(sql.fragment`${validAt(t)} and department = 'd1' and status = 'active'`));
+      const summary = await readWorkforceAt(db.pool, busy, t);
+      expect(summary.headcount, iso(t)).toBe(await count(sql.fragment`${validAt(t)} and ${employed}`));
+    }
+    // A weekly series whose last bucket is open; its headcounts are the counts just before each end.
+    const now = T0 + 200 * DAY + 12 * 3_600_000;
+    const buckets = workforceBuckets(T0, T0 + 300 * DAY, 'week', now) ?? [];
+    const series = await readWorkforceSeries(db.pool, busy, { metric: 'headcount', monthly: false, buckets });
+    expect(buckets.at(-1)?.partial).toBe(true);
+    for (const [i, bucket] of buckets.entries())
+      expect(series[i], iso(bucket.start)).toBe(await count(sql.fragment`${validAt(bucket.end - 1)} and ${employed}`));
+  }, 60_000);
 
   it("parks an event it cannot apply and goes on with the others' events", async () => {
     const tenantId = randomUUID();
