@@ -26,7 +26,7 @@ export type WorkforceHarness = {
   readonly auth: AuthDeps;
   setNow(iso: string): void;
   tenant(): Promise<{ tenant: TestTenant; hr: Record<string, string>; analyst: Record<string, string> }>;
-  /** Waits until the workforce projection has applied everything written so far. */
+  /** Waits until the workforce projection has applied the write at `position` (an X-Log-Position). */
   settle(position: string): Promise<void>;
   close(): Promise<void>;
 };
@@ -80,7 +80,7 @@ export async function createWorkforceHarness(): Promise<WorkforceHarness> {
   }
 }
 
-/** Asserts a 2xx and returns the body; the log position of a write, when it has one. */
+/** Asserts a 2xx and returns the body. */
 export function ok<T>(response: LightMyRequestResponse): T {
   expect(response.statusCode, response.body).toBeLessThan(300);
   return response.json<T>();
