@@ -1171,7 +1171,7 @@ export interface paths {
                         reason?: string;
                         /**
                          * Format: date-time
-                         * @description When the change took effect (ISO 8601 with offset): not after now, not before the hire date; default: now
+                         * @description When the change took effect (ISO 8601 with offset): not after now, not before the hire date; may precede the status in force now (it then rewrites that past only). Default: now (a future hire: the hire date), unchecked
                          */
                         effectiveAt?: string;
                     };

@@ -11,7 +11,7 @@ import { employeeRowSchema } from './employeesProjection.ts';
  */
 export type EmployeeRecord = Omit<Employee, 'roleId'> & { readonly revision: number };
 
-const recordRow = employeeRowSchema.omit({ tenant_id: true, updated_at: true }).transform((r): EmployeeRecord => ({
+const recordRow = employeeRowSchema.omit({ tenant_id: true, updated_at: true, status_since: true }).transform((r): EmployeeRecord => ({
   id: r.id,
   email: r.email,
   firstName: r.first_name,

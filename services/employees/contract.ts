@@ -102,10 +102,20 @@ export type Employee = {
 };
 
 /**
- * `statusSince`: when the current status took effect (the hire date until a status change), so a
- * back-dated change can be refused when it would take effect before the change it follows.
+ * `statusSince`: when the status in force now took effect (the hire date until a status change).
+ * Status changes may be back-dated, so the status in force now is the one with the latest
+ * effective instant (ties: the later recorded), not necessarily the last recorded.
  */
 export type EmployeeState = { readonly kind: 'none' } | ({ readonly kind: 'hired'; readonly statusSince: string } & Employee);
+
+/**
+ * The instant a status change applies from in effective time: its effective instant, or the hire
+ * when that is later (a change recorded before a future hire date applies from the hire).
+ */
+export const statusAppliesFrom = (data: EmployeeStatusChanged['data'], hiredAt: string): string => {
+  const at = statusEffectiveAt(data);
+  return Date.parse(at) >= Date.parse(hiredAt) ? at : hiredAt;
+};
 
 export const initialState: EmployeeState = { kind: 'none' };
 
@@ -127,8 +137,13 @@ export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeStat
     }
     case 'EmployeeEmailChanged':
       return state.kind === 'hired' ? { ...state, email: event.data.email } : state;
-    case 'EmployeeStatusChanged':
-      return state.kind === 'hired' ? { ...state, status: event.data.to, statusSince: statusEffectiveAt(event.data) } : state;
+    case 'EmployeeStatusChanged': {
+      if (state.kind !== 'hired') return state;
+      const from = statusAppliesFrom(event.data, state.hiredAt);
+      // A change back-dated before the status in force now only rewrites the past; at the same
+      // instant the later recorded wins.
+      return Date.parse(from) >= Date.parse(state.statusSince) ? { ...state, status: event.data.to, statusSince: from } : state;
+    }
     case 'EmployeeRoleAssigned':
       return state.kind === 'hired' ? { ...state, roleId: event.data.roleId } : state;
     default: {

@@ -67,7 +67,9 @@ export const changeStatusBody = z
     reason: safeText(500, { trim: true, min: 1 }).optional(),
     effectiveAt: hireInstant
       .optional()
-      .describe('When the change took effect (ISO 8601 with offset): not after now, not before the hire date; default: now'),
+      .describe(
+        'When the change took effect (ISO 8601 with offset): not after now, not before the hire date; may precede the status in force now (it then rewrites that past only). Default: now (a future hire: the hire date), unchecked',
+      ),
   })
   .strict();
 
