@@ -24,7 +24,8 @@ export async function seedWorkforce(
       (tenant_id, employee_id, valid_from, valid_to, department, first_name, last_name, email, status, hired_at, previous_status, revision)
     select ${tenantId}::uuid, 'E' || lpad(i::text, 25, '0'), valid_from,
            lead(valid_from) over w, department, 'First', 'Last ' || i, 'p' || i || '@example.test', status, hired_at,
-           lag(status) over w, 1
+           -- previous_status is kept on versions that start with a status change only (versions.ts).
+           case when status <> lag(status) over w then lag(status) over w end, 1
     from (
       with e as (
         select i, ${end}::timestamptz - make_interval(secs => ${years * 365.25 * 86_400} * (1 - i::float8 / ${employees})) as hired_at
@@ -48,7 +49,8 @@ export async function seedWorkforce(
     select tenant_id, day, department, status, sum(in_force), sum(hires), sum(exits)
     from (
       select tenant_id, (valid_from at time zone 'UTC')::date as day, department, status, 1 as in_force,
-             (previous_status is null)::int as hires, (status = 'inactive' and previous_status <> 'inactive')::int as exits
+             (valid_from = hired_at)::int as hires,
+             (status = 'inactive' and (valid_from = hired_at or previous_status in ('active', 'on_leave')))::int as exits
       from employee_versions where tenant_id = ${tenantId}::uuid
       union all
       select tenant_id, (valid_to at time zone 'UTC')::date, department, status, -1, 0, 0

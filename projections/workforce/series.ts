@@ -72,8 +72,10 @@ async function flowsWithin(tx: DatabaseTransactionConnection, key: ReturnType<ty
     select department, sum(in_force)::int8 as in_force, sum(hires)::int8 as hires, sum(exits)::int8 as exits from (
       select coalesce(department, '') as department,
              case when ${EMPLOYED} then 1 else 0 end as in_force,
-             case when previous_status is null then 1 else 0 end as hires,
-             case when status = 'inactive' and previous_status in ('active', 'on_leave') then 1 else 0 end as exits
+             -- Only an employee's first version starts at the hire; an exit follows a status that was
+             -- not inactive, or is that first version itself (inactive from the hire: versions.ts).
+             case when valid_from = hired_at then 1 else 0 end as hires,
+             case when status = 'inactive' and (valid_from = hired_at or previous_status in ('active', 'on_leave')) then 1 else 0 end as exits
       from employee_versions where ${key} and valid_from >= ${a}::timestamptz and valid_from < ${b}::timestamptz
       union all
       select coalesce(department, ''), -1, 0, 0

@@ -4,12 +4,15 @@ import { statusEffectiveAt, type EmployeeEvent, type EmployeeStatus } from '../.
  * An employee's history in effective time: consecutive versions, each the employee as it was
  * over [validFrom, validTo) (validTo null: still in force). The first starts at the hire date.
  *
- * Every change applies from its effective instant onwards: the version in force then is split
- * there, and the changed fields are set on the part after it and on every later version. A status
- * change takes effect at its `effectiveAt` (events without one, when recorded); other changes when
- * recorded. Nothing takes effect before the hire: a change recorded before a future hire date
- * applies from the hire. The write side refuses a status change effective before the current
- * status took effect, so no later version carries a status a back-dated change must keep.
+ * A change applies from its effective instant: the version in force then is split there. A status
+ * change takes effect at its `effectiveAt` (events without one, when recorded) and holds until the
+ * next status change in effective time (ties: the later recorded wins), so a change back-dated
+ * before a later one rewrites only the interval up to it. Other changes take effect when recorded
+ * and apply to every later version. Nothing takes effect before the hire: a change recorded before
+ * a future hire date applies from the hire.
+ *
+ * A version that starts with a status change stays a version of its own even when it changes
+ * nothing (`inactive` after `inactive`): a change back-dated before it must stop there.
  */
 export type Version = {
   readonly validFrom: number;
@@ -20,11 +23,14 @@ export type Version = {
   readonly email: string;
   readonly status: EmployeeStatus;
   readonly hiredAt: number;
-  /** The status of the version before (null on the first): a version that turns it `inactive` is an exit. */
+  /**
+   * When the version starts with a status change: the status in force just before it (possibly the
+   * same). Null on the first version (the hire) and on versions that start with another change.
+   */
   readonly previousStatus: EmployeeStatus | null;
 };
 
-type Patch = Partial<Pick<Version, 'department' | 'firstName' | 'lastName' | 'email' | 'status'>>;
+type Patch = Partial<Pick<Version, 'department' | 'firstName' | 'lastName' | 'email'>>;
 
 const ATTRIBUTES = ['department', 'firstName', 'lastName', 'email', 'status'] as const;
 
@@ -35,22 +41,46 @@ export function instantMs(iso: string, what: string): number {
   return ms;
 }
 
-/** `versions` with `patch` in force from `at` on. */
-export function applyFrom(versions: readonly Version[], at: number, patch: Patch): Version[] {
-  const split: Version[] = [];
-  for (const v of versions) {
-    if (v.validTo !== null && v.validTo <= at) split.push(v);
-    else if (v.validFrom >= at) split.push({ ...v, ...patch });
-    else split.push({ ...v, validTo: at }, { ...v, ...patch, validFrom: at });
-  }
-  // Neighbours that no longer differ become one version; then each learns its predecessor's status.
-  const merged: Version[] = [];
-  for (const v of split) {
+const startsStatusChange = (v: Version, i: number): boolean => i > 0 && v.previousStatus !== null;
+
+/**
+ * `versions` with `patch` in force over [at, until) (until null: from `at` on). `statusChange`: the
+ * patch is a status change at `at`, which the version starting there records.
+ */
+function rewrite(
+  versions: readonly Version[],
+  at: number,
+  until: number | null,
+  patch: Partial<Version>,
+  statusChange: boolean,
+): Version[] {
+  const split: { v: Version; change: boolean }[] = [];
+  versions.forEach((v, i) => {
+    const change = startsStatusChange(v, i);
+    const covered = v.validFrom >= at && (until === null || v.validFrom < until);
+    if (v.validTo !== null && v.validTo <= at) split.push({ v, change });
+    else if (v.validFrom >= at)
+      split.push({ v: covered ? { ...v, ...patch } : v, change: change || (statusChange && v.validFrom === at && i > 0) });
+    else split.push({ v: { ...v, validTo: at }, change }, { v: { ...v, ...patch, validFrom: at }, change: statusChange });
+  });
+  // Neighbours that no longer differ become one version, unless the later starts with a status
+  // change; then each status change learns the status it follows.
+  const merged: { v: Version; change: boolean }[] = [];
+  for (const entry of split) {
     const last = merged.at(-1);
-    if (last && ATTRIBUTES.every((a) => last[a] === v[a])) merged[merged.length - 1] = { ...last, validTo: v.validTo };
-    else merged.push(v);
+    if (last && !entry.change && ATTRIBUTES.every((a) => last.v[a] === entry.v[a])) last.v = { ...last.v, validTo: entry.v.validTo };
+    else merged.push({ ...entry });
   }
-  return merged.map((v, i) => ({ ...v, previousStatus: i === 0 ? null : merged[i - 1]!.status }));
+  return merged.map(({ v, change }, i) => ({ ...v, previousStatus: change && i > 0 ? merged[i - 1]!.v.status : null }));
+}
+
+/** `versions` with `patch` (fields other than the status) in force from `at` on. */
+export const applyFrom = (versions: readonly Version[], at: number, patch: Patch): Version[] => rewrite(versions, at, null, patch, false);
+
+/** `versions` with `status` in force from `at` until the next status change effective after `at`. */
+export function applyStatusFrom(versions: readonly Version[], at: number, status: EmployeeStatus): Version[] {
+  const next = versions.find((v, i) => startsStatusChange(v, i) && v.validFrom > at);
+  return rewrite(versions, at, next?.validFrom ?? null, { status }, true);
 }
 
 /**
@@ -91,7 +121,7 @@ export function evolveVersions(versions: readonly Version[], event: EmployeeEven
     case 'EmployeeEmailChanged':
       return applyFrom(versions, from(recordedAt), { email: event.data.email });
     case 'EmployeeStatusChanged':
-      return applyFrom(versions, from(instantMs(statusEffectiveAt(event.data), 'effectiveAt')), { status: event.data.to });
+      return applyStatusFrom(versions, from(instantMs(statusEffectiveAt(event.data), 'effectiveAt')), event.data.to);
     case 'EmployeeRoleAssigned':
       return [...versions];
     default: {
@@ -104,8 +134,13 @@ export function evolveVersions(versions: readonly Version[], event: EmployeeEven
 /** Statuses counted in the headcount. */
 export const EMPLOYED: readonly EmployeeStatus[] = ['active', 'on_leave'];
 
-/** Whether a version starts with a change to `inactive` (an exit). */
-export const isExit = (v: Version): boolean => v.status === 'inactive' && v.previousStatus !== null && v.previousStatus !== 'inactive';
+/**
+ * Whether a version starts with an exit: a change to `inactive` from a status that was not, in
+ * effective order; or the first version when it is already `inactive` (an exit at the very hire
+ * instant: counted as a hire and an exit, never in the headcount).
+ */
+export const isExit = (v: Version, i: number): boolean =>
+  v.status === 'inactive' && (i === 0 || (v.previousStatus !== null && v.previousStatus !== 'inactive'));
 
 const DAY_MS = 86_400_000;
 /** The UTC day of an instant as `YYYY-MM-DD`. */
@@ -140,6 +175,6 @@ export function contributions(tenantId: string, versions: readonly Version[], si
     add(v.validFrom, v, 'inForce', 1);
     if (v.validTo !== null) add(v.validTo, v, 'inForce', -1);
     if (i === 0) add(v.hiredAt, v, 'hires', 1);
-    if (isExit(v)) add(v.validFrom, v, 'exits', 1);
+    if (isExit(v, i)) add(v.validFrom, v, 'exits', 1);
   });
 }

@@ -267,7 +267,9 @@ const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, na
 
 export const workforceProjection = defineProjection<Tables>({
   name: WORKFORCE_PROJECTION,
-  version: 1,
+  // 2: a status change holds until the next one in effective time; `previous_status` only on
+  // versions that start with a status change.
+  version: 2,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
     employee_versions: (table, named) => ({

@@ -130,8 +130,8 @@ const derivedCounters = (pool: DatabasePool) =>
     select tenant_id, day, department, status, sum(in_force)::int8 as in_force, sum(hires)::int8 as hires, sum(exits)::int8 as exits
     from (
       select tenant_id, (valid_from at time zone 'UTC')::date as day, coalesce(department, '') as department, status, 1 as in_force,
-             (previous_status is null)::int as hires,
-             (status = 'inactive' and previous_status is distinct from 'inactive' and previous_status is not null)::int as exits
+             (valid_from = hired_at)::int as hires,
+             (status = 'inactive' and (valid_from = hired_at or previous_status in ('active', 'on_leave')))::int as exits
       from employee_versions
       union all
       select tenant_id, (valid_to at time zone 'UTC')::date, coalesce(department, ''), status, -1, 0, 0 from employee_versions where valid_to is not null
