@@ -84,6 +84,9 @@ async function flowsWithin(tx: DatabaseTransactionConnection, key: ReturnType<ty
   `);
 }
 
+/** A read's statements add up counters and versions: all must see one state of the read model. */
+const SNAPSHOT = { snapshot: true } as const;
+
 const sum = (rows: readonly { n: number }[]) => rows.reduce((acc, r) => acc + r.n, 0);
 
 /** The value of `metric` in each bucket (consecutive, as `workforceBuckets` makes them). */
@@ -103,53 +106,58 @@ export async function readWorkforceSeries(
   const last = buckets.at(-1);
   if (!first || !last) return [];
   const key = keys(tenantId, query.department);
-  return withTenant(pool, tenantId, async (tx) => {
-    // Whole days end at `cut`; an open bucket's unfinished day is read from the versions.
-    const cut = last.partial ? floorDayMs(last.end) : last.end;
-    const atoms = query.monthly
-      ? [
-          ...(await loadAtoms(tx, key, 'month', first.start, floorMonthMs(cut))),
-          ...(await loadAtoms(tx, key, 'day', Math.max(first.start, floorMonthMs(cut)), cut)),
-        ]
-      : await loadAtoms(tx, key, 'day', first.start, cut);
-    const rest = last.partial && cut < last.end ? await flowsWithin(tx, key, cut, last.end) : [];
-    let headcount = sum(await inForceBefore(tx, key, first.start));
-    let next = 0;
-    return buckets.map((bucket) => {
-      const flow: Flow = { inForce: 0, hires: 0, exits: 0 };
-      for (; next < atoms.length && atoms[next]!.t < Math.min(bucket.end, cut); next++) {
-        const atom = atoms[next]!;
-        flow.inForce += atom.inForce;
-        flow.hires += atom.hires;
-        flow.exits += atom.exits;
-      }
-      if (bucket === last) {
-        for (const r of rest) {
-          flow.inForce += r.in_force;
-          flow.hires += r.hires;
-          flow.exits += r.exits;
+  return withTenant(
+    pool,
+    tenantId,
+    async (tx) => {
+      // Whole days end at `cut`; an open bucket's unfinished day is read from the versions.
+      const cut = last.partial ? floorDayMs(last.end) : last.end;
+      const atoms = query.monthly
+        ? [
+            ...(await loadAtoms(tx, key, 'month', first.start, floorMonthMs(cut))),
+            ...(await loadAtoms(tx, key, 'day', Math.max(first.start, floorMonthMs(cut)), cut)),
+          ]
+        : await loadAtoms(tx, key, 'day', first.start, cut);
+      const rest = last.partial && cut < last.end ? await flowsWithin(tx, key, cut, last.end) : [];
+      let headcount = sum(await inForceBefore(tx, key, first.start));
+      let next = 0;
+      return buckets.map((bucket) => {
+        const flow: Flow = { inForce: 0, hires: 0, exits: 0 };
+        for (; next < atoms.length && atoms[next]!.t < Math.min(bucket.end, cut); next++) {
+          const atom = atoms[next]!;
+          flow.inForce += atom.inForce;
+          flow.hires += atom.hires;
+          flow.exits += atom.exits;
         }
-      }
-      const start = headcount;
-      headcount += flow.inForce;
-      switch (metric) {
-        case 'headcount':
-          return headcount;
-        case 'hires':
-          return flow.hires;
-        case 'exits':
-          return flow.exits;
-        case 'turnoverRate': {
-          const average = (start + headcount) / 2;
-          return average === 0 ? 0 : Math.round((flow.exits / average) * 1e6) / 1e6;
+        if (bucket === last) {
+          for (const r of rest) {
+            flow.inForce += r.in_force;
+            flow.hires += r.hires;
+            flow.exits += r.exits;
+          }
         }
-        default: {
-          const never: never = metric;
-          throw new Error(`unknown metric ${String(never)}`);
+        const start = headcount;
+        headcount += flow.inForce;
+        switch (metric) {
+          case 'headcount':
+            return headcount;
+          case 'hires':
+            return flow.hires;
+          case 'exits':
+            return flow.exits;
+          case 'turnoverRate': {
+            const average = (start + headcount) / 2;
+            return average === 0 ? 0 : Math.round((flow.exits / average) * 1e6) / 1e6;
+          }
+          default: {
+            const never: never = metric;
+            throw new Error(`unknown metric ${String(never)}`);
+          }
         }
-      }
-    });
-  });
+      });
+    },
+    SNAPSHOT,
+  );
 }
 
 /** Headcount at `at` (inclusive), in total and per department ('' for employees without one). */
@@ -158,13 +166,18 @@ export async function readWorkforceAt(pool: DatabasePool, tenantId: string, at: 
   // In force at `at` inclusive = just before at + 1 ms: instants are whole milliseconds.
   const end = at + 1;
   const day = floorDayMs(end);
-  return withTenant(pool, tenantId, async (tx) => {
-    const byDepartment = new Map<string, number>();
-    for (const r of await inForceBefore(tx, key, day)) byDepartment.set(r.department, (byDepartment.get(r.department) ?? 0) + r.n);
-    for (const r of await flowsWithin(tx, key, day, end)) {
-      byDepartment.set(r.department, (byDepartment.get(r.department) ?? 0) + r.in_force);
-    }
-    const counted = [...byDepartment].filter(([, n]) => n !== 0).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return { headcount: counted.reduce((acc, [, n]) => acc + n, 0), byDepartment: Object.fromEntries(counted) };
-  });
+  return withTenant(
+    pool,
+    tenantId,
+    async (tx) => {
+      const byDepartment = new Map<string, number>();
+      for (const r of await inForceBefore(tx, key, day)) byDepartment.set(r.department, (byDepartment.get(r.department) ?? 0) + r.n);
+      for (const r of await flowsWithin(tx, key, day, end)) {
+        byDepartment.set(r.department, (byDepartment.get(r.department) ?? 0) + r.in_force);
+      }
+      const counted = [...byDepartment].filter(([, n]) => n !== 0).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      return { headcount: counted.reduce((acc, [, n]) => acc + n, 0), byDepartment: Object.fromEntries(counted) };
+    },
+    SNAPSHOT,
+  );
 }
