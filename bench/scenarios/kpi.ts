@@ -47,7 +47,7 @@ import { createKafkaSource } from '../../shared/metrics-bus/kafkaSource.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { startKpiConsumer } from '../../projections/kpi/consumer.ts';
 import { readKpiSummary } from '../../projections/kpi/query.ts';
-import { seriesInstants } from '../../projections/kpi/intervals.ts';
+import { seriesInstants } from '../../shared/series/intervals.ts';
 import { KPI_METRICS, readKpiSeries, type KpiMetric } from '../../projections/kpi/series.ts';
 import { ingestBillingEvents } from '../../services/billing/ingest.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { sql, withTenant, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialized, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
-import { addIntervals, DAY, floorTo, type SeriesInterval } from './intervals.ts';
+import { addIntervals, DAY, floorTo, type SeriesInterval } from '../../shared/series/intervals.ts';
 import { kpiHorizon, type KpiReadDeps, type KpiSummary } from './query.ts';
 import { loadRevenueHistories } from './revenue.ts';
 import { divideRounded, unitsToNumber } from '../../shared/money.ts';

@@ -7,7 +7,7 @@ import { parsePosition, type EventStore } from '../../shared/event-store/port.ts
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../projections/kpi/query.ts';
-import { MAX_SERIES_POINTS, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/intervals.ts';
+import { MAX_SERIES_POINTS, SERIES_INTERVALS, seriesInstants } from '../../shared/series/intervals.ts';
 import { KPI_METRICS, readKpiSeries, readKpiSummaryAt } from '../../projections/kpi/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';

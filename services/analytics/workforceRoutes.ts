@@ -6,7 +6,7 @@ import { BadRequestError } from '../../shared/errors.ts';
 import { parsePosition } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { HIRE_MIN_YEAR, instant, logPositionText, safeText } from '../../shared/validation.ts';
-import { addIntervals, MAX_SERIES_POINTS, seriesInstants } from '../../projections/kpi/intervals.ts';
+import { addIntervals, MAX_SERIES_POINTS, seriesInstants } from '../../shared/series/intervals.ts';
 import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProjection.ts';
 import { readWorkforceAt, readWorkforceSeries, WORKFORCE_METRICS, type Bucket } from '../../projections/workforce/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
