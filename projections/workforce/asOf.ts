@@ -2,7 +2,8 @@ import { sql, type DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { rangeEnd } from '../../shared/validation.ts';
 import { inTenant, pageRow, type ListEmployeesQuery } from '../employees/queries.ts';
-import { DAY_MS, floorMonthMs, pgDate, pgIso } from './instants.ts';
+import { floorTo, inclusiveEnd } from '../../shared/series/intervals.ts';
+import { pgDate, pgIso } from './instants.ts';
 
 /**
  * The directory as it was at an instant, from `employee_versions` (workforceProjection.ts): each
@@ -46,10 +47,9 @@ function totalExpression(tenantId: string, query: AsOfQuery) {
   if (query.department !== undefined) keys.push(sql.fragment`department = ${query.department}`);
   if (query.status !== undefined) keys.push(sql.fragment`status = ${query.status}`);
   const key = sql.join(keys, sql.fragment` and `);
-  // In force at asOf inclusive = in force just before end = asOf + 1 ms (instants are whole ms).
-  const end = query.asOf + 1;
-  const day = Math.floor(end / DAY_MS) * DAY_MS;
-  const month = floorMonthMs(day);
+  const end = inclusiveEnd(query.asOf);
+  const day = floorTo('day', end);
+  const month = floorTo('month', day);
   const d = pgDate;
   return sql.fragment`(
     (select coalesce(sum(in_force), 0) from workforce_month_counts where ${key} and month < ${d(month)}::date)

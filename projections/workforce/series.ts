@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
-import { floorDayMs, floorMonthMs, pgDate, pgIso } from './instants.ts';
+import { floorTo, inclusiveEnd } from '../../shared/series/intervals.ts';
+import { pgDate, pgIso } from './instants.ts';
 
 /**
  * Workforce figures over time, from the workforce read model's counters (workforceProjection.ts):
@@ -54,7 +55,7 @@ async function loadAtoms(
 
 /** Employed just before `day` (day-aligned), per department ('' for none): whole months, then days. */
 async function inForceBefore(tx: DatabaseTransactionConnection, key: ReturnType<typeof keys>, day: number) {
-  const month = floorMonthMs(day);
+  const month = floorTo('month', day);
   return tx.any(sql.type(z.object({ department: z.string(), n: z.number() }))`
     select department, sum(n)::int8 as n from (
       select department, in_force as n from workforce_month_counts where ${key} and ${EMPLOYED} and month < ${pgDate(month)}::date
@@ -111,11 +112,11 @@ export async function readWorkforceSeries(
     tenantId,
     async (tx) => {
       // Whole days end at `cut`; an open bucket's unfinished day is read from the versions.
-      const cut = last.partial ? floorDayMs(last.end) : last.end;
+      const cut = last.partial ? floorTo('day', last.end) : last.end;
       const atoms = query.monthly
         ? [
-            ...(await loadAtoms(tx, key, 'month', first.start, floorMonthMs(cut))),
-            ...(await loadAtoms(tx, key, 'day', Math.max(first.start, floorMonthMs(cut)), cut)),
+            ...(await loadAtoms(tx, key, 'month', first.start, floorTo('month', cut))),
+            ...(await loadAtoms(tx, key, 'day', Math.max(first.start, floorTo('month', cut)), cut)),
           ]
         : await loadAtoms(tx, key, 'day', first.start, cut);
       const rest = last.partial && cut < last.end ? await flowsWithin(tx, key, cut, last.end) : [];
@@ -163,9 +164,8 @@ export async function readWorkforceSeries(
 /** Headcount at `at` (inclusive), in total and per department ('' for employees without one). */
 export async function readWorkforceAt(pool: DatabasePool, tenantId: string, at: number) {
   const key = keys(tenantId, undefined);
-  // In force at `at` inclusive = just before at + 1 ms: instants are whole milliseconds.
-  const end = at + 1;
-  const day = floorDayMs(end);
+  const end = inclusiveEnd(at);
+  const day = floorTo('day', end);
   return withTenant(
     pool,
     tenantId,

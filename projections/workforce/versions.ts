@@ -1,3 +1,5 @@
+import { floorTo } from '../../shared/series/intervals.ts';
+import { pgDate } from './instants.ts';
 import { statusEffectiveAt, type EmployeeEvent, type EmployeeStatus } from '../../services/employees/contract.ts';
 
 /**
@@ -142,9 +144,8 @@ export const EMPLOYED: readonly EmployeeStatus[] = ['active', 'on_leave'];
 export const isExit = (v: Version, i: number): boolean =>
   v.status === 'inactive' && (i === 0 || (v.previousStatus !== null && v.previousStatus !== 'inactive'));
 
-const DAY_MS = 86_400_000;
 /** The UTC day of an instant as `YYYY-MM-DD`. */
-export const utcDay = (ms: number): string => new Date(Math.floor(ms / DAY_MS) * DAY_MS).toISOString().slice(0, 10);
+export const utcDay = (ms: number): string => pgDate(floorTo('day', ms));
 
 /**
  * What an employee's versions add to the daily counters, keyed by (tenant, day, department, status):

@@ -6,7 +6,7 @@ import { BadRequestError } from '../../shared/errors.ts';
 import { parsePosition } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { HIRE_MIN_YEAR, instant, logPositionText, safeText } from '../../shared/validation.ts';
-import { addIntervals, MAX_SERIES_POINTS, seriesInstants } from '../../shared/series/intervals.ts';
+import { addIntervals, inclusiveEnd, MAX_SERIES_POINTS, seriesInstants } from '../../shared/series/intervals.ts';
 import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProjection.ts';
 import { readWorkforceAt, readWorkforceSeries, WORKFORCE_METRICS, type Bucket } from '../../projections/workforce/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
@@ -81,7 +81,8 @@ export function workforceBuckets(from: number, to: number, interval: (typeof WOR
     .filter((start) => start <= now)
     .map((start) => {
       const end = addIntervals(interval, start, 1);
-      return end > now + 1 ? { start, end: now + 1, partial: true } : { start, end, partial: false };
+      const open = inclusiveEnd(now);
+      return end > open ? { start, end: open, partial: true } : { start, end, partial: false };
     });
 }
 
