@@ -3,7 +3,8 @@
  * (auth, tenant scope, rate limiter, zod, row-level security) with autocannon:
  *
  * - as-of list p99 for an instant 5 years back ÷ for today (goal ≤ 1.5: the cost must not grow
- *   with how far back asOf lies), first page and the department filter;
+ *   with how far back asOf lies), first page and the department filter; reported beside them the
+ *   same for `status=inactive` and a hire-date range (whose total counts versions);
  * - a 365-point daily headcount series p99 (goal ≤ 50 ms), and the same by department.
  *
  * The read model is seeded in SQL (bench/support/workforceSeed.ts), not through events and the
@@ -68,6 +69,11 @@ export async function runWorkforceBench() {
       'asOf 5 years back': `/employees?asOf=${fiveYearsBack}`,
       'asOf today, department': `/employees?asOf=${today}&department=d3`,
       'asOf 5 years back, department': `/employees?asOf=${fiveYearsBack}&department=d3`,
+      // The status index walk also reads the inactive versions of people who left after asOf.
+      'asOf today, status=inactive': `/employees?asOf=${today}&status=inactive`,
+      'asOf 5 years back, status=inactive': `/employees?asOf=${fiveYearsBack}&status=inactive`,
+      // With a hire-date range the total counts the matching versions instead of reading counters.
+      'asOf today, hired in the last 5 years': `/employees?asOf=${today}&hiredFrom=${fiveYearsBack}`,
       'headcount series, 365 days': `/analytics/workforce/series?metric=headcount&interval=day&from=${seriesFrom}&to=${today}`,
       'headcount series, 365 days, department': `/analytics/workforce/series?metric=headcount&interval=day&from=${seriesFrom}&to=${today}&department=d3`,
     };
@@ -90,6 +96,7 @@ export async function runWorkforceBench() {
     const ratio = (back: string, now: string) => Number((results[back]!.p99 / Math.max(results[now]!.p99, 1)).toFixed(2));
     const asOfRatio = ratio('asOf 5 years back', 'asOf today');
     const departmentRatio = ratio('asOf 5 years back, department', 'asOf today, department');
+    const inactiveRatio = ratio('asOf 5 years back, status=inactive', 'asOf today, status=inactive');
     const seriesP99 = results['headcount series, 365 days']!.p99;
     return {
       scenario: 'workforce',
@@ -101,6 +108,8 @@ export async function runWorkforceBench() {
       results,
       asOfP99Ratio: asOfRatio,
       asOfDepartmentP99Ratio: departmentRatio,
+      // Reported, not part of the goal: see docs/api.md on the status filter.
+      asOfInactiveP99Ratio: inactiveRatio,
       goal: 'as-of p99 5 years back ÷ today ≤ 1.5; 365-point headcount series p99 ≤ 50 ms',
       met: asOfRatio <= 1.5 && departmentRatio <= 1.5 && seriesP99 <= 50,
     };

@@ -41,6 +41,8 @@ function conditions(tenantId: string, query: AsOfQuery) {
 /** The number in force at `asOf` (inclusive) with these keys, from the counters and asOf's own day. */
 function totalExpression(tenantId: string, query: AsOfQuery) {
   if (query.hiredFrom || query.hiredTo) {
+    // The counters are not kept per hire date: count the matching versions, a cost that grows with
+    // the employees hired in the range (docs/api.md says so).
     return sql.fragment`(select count(*) from employee_versions where ${conditions(tenantId, query)})`;
   }
   const keys = [sql.fragment`tenant_id = ${tenantId}::uuid`];
