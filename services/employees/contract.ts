@@ -42,6 +42,7 @@ export type EmployeeStatusChanged = {
   readonly type: 'EmployeeStatusChanged';
   readonly data: {
     readonly employeeId: string;
+    /** The status in force at the effective instant (for a back-dated change, not the current one). */
     readonly from: EmployeeStatus;
     readonly to: EmployeeStatus;
     readonly reason: string | null;
