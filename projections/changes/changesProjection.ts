@@ -53,6 +53,7 @@ const lastStateRow = z.object({
   revision: z.number(),
   employee: z.record(z.string(), z.unknown()),
   role_id: z.string().nullable(),
+  status_since: z.string(),
 });
 
 /** The employee as a change carries it (stored with the change, read back by the feed). */
@@ -79,6 +80,7 @@ type ChangeRow = {
   occurredAt: string;
   employee: string;
   roleId: string | null;
+  statusSince: string;
 };
 
 async function handle(
@@ -105,7 +107,7 @@ async function handle(
   const streams = new Map<string, { applied: number; state: EmployeeState }>();
   if (known.length > 0) {
     const rows = await tx.any(sql.type(lastStateRow)`
-      select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id
+      select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id, c.status_since
       from ${tables.employee_changes} c
       join unnest(${sql.array(
         known.map((k) => k.tenantId),
@@ -119,7 +121,10 @@ async function handle(
     `);
     for (const row of rows) {
       const view = employeeView.parse(row.employee);
-      streams.set(key(row.tenant_id, row.employee_id), { applied: row.revision, state: { kind: 'hired', ...view, roleId: row.role_id } });
+      // A back-dated status change becomes the current status only if it is not older than the
+      // status in force: the fold needs when that took effect, which the view does not carry.
+      const state: EmployeeState = { kind: 'hired', ...view, roleId: row.role_id, statusSince: row.status_since };
+      streams.set(key(row.tenant_id, row.employee_id), { applied: row.revision, state });
     }
   }
 
@@ -143,6 +148,7 @@ async function handle(
       occurredAt,
       employee: JSON.stringify(toEmployeeView(stream.state)),
       roleId: stream.state.roleId,
+      statusSince: stream.state.statusSince,
     });
   }
   if (out.length === 0) return;
@@ -153,12 +159,24 @@ async function handle(
   await tx.query(sql.type(z.object({}))`
     with inserted as (
       insert into ${tables.employee_changes}
-        (tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id)
-      select u.tenant_id, u.commit_position, u.prepare_position, u.employee_id, u.revision, u.type, u.occurred_at, u.employee, u.role_id
+        (tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id, status_since)
+      select u.tenant_id, u.commit_position, u.prepare_position, u.employee_id, u.revision, u.type, u.occurred_at, u.employee, u.role_id,
+             u.status_since
       from ${sql.unnest(
-        out.map((r) => [r.tenantId, r.commit, r.prepare, r.employeeId, r.revision, r.type, r.occurredAt, r.employee, r.roleId]),
-        ['uuid', 'numeric', 'numeric', 'text', 'int4', 'text', 'timestamptz', 'jsonb', 'text'],
-      )} with ordinality as u(tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id, n)
+        out.map((r) => [
+          r.tenantId,
+          r.commit,
+          r.prepare,
+          r.employeeId,
+          r.revision,
+          r.type,
+          r.occurredAt,
+          r.employee,
+          r.roleId,
+          r.statusSince,
+        ]),
+        ['uuid', 'numeric', 'numeric', 'text', 'int4', 'text', 'timestamptz', 'jsonb', 'text', 'timestamptz'],
+      )} with ordinality as u(tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id, status_since, n)
       order by u.n
       on conflict do nothing
     )
@@ -168,8 +186,9 @@ async function handle(
 
 export const changesProjection = defineProjection({
   name: CHANGES_PROJECTION,
-  // Version 2 added `seq` (apply order), which the feed pages by.
-  version: 2,
+  // Version 2 added `seq` (apply order), which the feed pages by; 3 `status_since`, which the
+  // fold of a back-dated status change needs.
+  version: 3,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   // Each row is a cursor a client may store and hand back: a page a reader has seen must survive
   // a database crash, or the feed would answer that cursor as unknown until the page came back.
@@ -186,6 +205,7 @@ export const changesProjection = defineProjection({
         occurred_at timestamptz not null,
         employee jsonb not null,
         role_id text,
+        status_since timestamptz not null,
         seq bigint generated always as identity,
         constraint ${named('pkey')} primary key (tenant_id, commit_position, prepare_position)
       )`,

@@ -4,7 +4,14 @@ import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeStatus } from '../../services/employees/contract.ts';
+import { counterKeys, createCounterDeltas } from './counters.ts';
+import {
+  EMPLOYEE_EVENT_TYPES,
+  parseEmployeeStreamId,
+  statusAppliesFrom,
+  type EmployeeEvent,
+  type EmployeeStatus,
+} from '../../services/employees/contract.ts';
 
 /**
  * The employees read model: one row per employee (its API fields + tenant + stream revision) and
@@ -32,6 +39,8 @@ type Row = {
   department: string | null;
   status: EmployeeStatus;
   hired_at: string;
+  /** When the status in force now took effect: a back-dated change older than it rewrites only the past. */
+  status_since: string;
   revision: number;
   updated_at: string;
 };
@@ -46,74 +55,12 @@ export const employeeRowSchema = z.object({
   department: z.string().nullable(),
   status: z.enum(['active', 'inactive', 'on_leave']),
   hired_at: z.string(),
+  status_since: z.string(),
   revision: z.number(),
   updated_at: z.string(),
 });
 
 type Tables = 'employees' | 'employee_counts' | 'employee_month_counts' | 'employee_day_counts';
-
-/**
- * The UTC calendar day of an instant as `YYYY-MM-DD`. Instants from the write side and from
- * PostgreSQL are already `toISOString()` text, so slicing is enough; anything else is parsed.
- */
-export function utcDay(instant: string): string {
-  return instant.length === 24 && instant.endsWith('Z') && instant[10] === 'T'
-    ? instant.slice(0, 10)
-    : new Date(instant).toISOString().slice(0, 10);
-}
-
-/** The counters a row adds to: whole tenant, its hire month and its hire day (missing department = ''). */
-type CounterKeys = {
-  all: string;
-  month: string;
-  day: string;
-  tenant_id: string;
-  status: string;
-  department: string;
-  monthStart: string;
-  dayStart: string;
-};
-function counterKeys(row: Pick<Row, 'tenant_id' | 'status' | 'department' | 'hired_at'>): CounterKeys {
-  const department = row.department ?? '';
-  const day = utcDay(row.hired_at);
-  const month = `${day.slice(0, 7)}-01`;
-  const all = `${row.tenant_id}\u0000${row.status}\u0000${department}`;
-  return {
-    all,
-    month: `${all}\u0000${month}`,
-    day: `${all}\u0000${day}`,
-    tenant_id: row.tenant_id,
-    status: row.status,
-    department,
-    monthStart: month,
-    dayStart: day,
-  };
-}
-
-/** Counter deltas of a set of row changes, per counter table. */
-function createCounterDeltas() {
-  type Delta = { tenant_id: string; status: string; department: string; bucket: string | null; delta: number };
-  const all = new Map<string, Delta>();
-  const month = new Map<string, Delta>();
-  const day = new Map<string, Delta>();
-  const add = (map: Map<string, Delta>, key: string, k: CounterKeys, bucket: string | null, delta: number) => {
-    const entry = map.get(key);
-    if (entry) entry.delta += delta;
-    else map.set(key, { tenant_id: k.tenant_id, status: k.status, department: k.department, bucket, delta });
-  };
-  return {
-    bump(row: Pick<Row, 'tenant_id' | 'status' | 'department' | 'hired_at'>, delta: number) {
-      const k = counterKeys(row);
-      add(all, k.all, k, null, delta);
-      add(month, k.month, k, k.monthStart, delta);
-      add(day, k.day, k, k.dayStart, delta);
-    },
-    nonZero() {
-      const keep = (m: Map<string, Delta>) => [...m.values()].filter((d) => d.delta !== 0);
-      return { all: keep(all), month: keep(month), day: keep(day) };
-    },
-  };
-}
 
 function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEvent, tenantId: string): Row | undefined {
   const touched = { revision: recorded.revision, updated_at: recorded.recordedAt };
@@ -129,6 +76,7 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
         department: d.department,
         status: d.status,
         hired_at: d.hiredAt,
+        status_since: d.hiredAt,
         ...touched,
       };
     }
@@ -145,8 +93,14 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
     }
     case 'EmployeeEmailChanged':
       return row && { ...row, email: event.data.email, ...touched };
-    case 'EmployeeStatusChanged':
-      return row && { ...row, status: event.data.to, ...touched };
+    case 'EmployeeStatusChanged': {
+      if (!row) return row;
+      // The same rule as the aggregate's evolve: the status in force now is the latest effective.
+      const from = statusAppliesFrom(event.data, row.hired_at);
+      return Date.parse(from) >= Date.parse(row.status_since)
+        ? { ...row, status: event.data.to, status_since: from, ...touched }
+        : { ...row, ...touched };
+    }
     case 'EmployeeRoleAssigned':
       return row && { ...row, ...touched }; // the role itself lives with the user (services/auth)
     default: {
@@ -178,10 +132,23 @@ const EMPLOYEE_COLUMNS = [
   'department',
   'status',
   'hired_at',
+  'status_since',
   'revision',
   'updated_at',
 ] as const;
-const EMPLOYEE_TYPES = ['uuid', 'text', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'int4', 'timestamptz'] as const;
+const EMPLOYEE_TYPES = [
+  'uuid',
+  'text',
+  'text',
+  'text',
+  'text',
+  'text',
+  'text',
+  'timestamptz',
+  'timestamptz',
+  'int4',
+  'timestamptz',
+] as const;
 const employeeTuple = (r: Row) => [
   r.tenant_id,
   r.id,
@@ -191,6 +158,7 @@ const employeeTuple = (r: Row) => [
   r.department,
   r.status,
   r.hired_at,
+  r.status_since,
   r.revision,
   r.updated_at,
 ];
@@ -218,7 +186,7 @@ async function handle(
       ? []
       : await tx.any(sql.type(employeeRowSchema)`
           select e.tenant_id::text, e.id, e.email, e.first_name, e.last_name, e.department, e.status, e.hired_at,
-                 e.revision, e.updated_at
+                 e.status_since, e.revision, e.updated_at
           from ${tables.employees} e
           join unnest(${sql.array(
             known.map((k) => k.tenantId),
@@ -256,12 +224,12 @@ async function handle(
   await tx.query(sql.type(z.object({}))`
     with written as (
       insert into ${tables.employees} as t
-        (tenant_id, id, email, first_name, last_name, department, status, hired_at, revision, updated_at)
+        (tenant_id, id, email, first_name, last_name, department, status, hired_at, status_since, revision, updated_at)
       select * from ${sql.unnest(changed.map(employeeTuple), [...EMPLOYEE_TYPES])}
       on conflict (tenant_id, id) do update set
         email = excluded.email, first_name = excluded.first_name, last_name = excluded.last_name,
         department = excluded.department, status = excluded.status, hired_at = excluded.hired_at,
-        revision = excluded.revision, updated_at = excluded.updated_at
+        status_since = excluded.status_since, revision = excluded.revision, updated_at = excluded.updated_at
       where t.revision < excluded.revision
       returning t.tenant_id, t.id
     ), d as (
@@ -350,8 +318,8 @@ const counterTable = (bucket: 'month' | 'day' | null) => (table: IdentifierSqlTo
 
 export const employeesProjection = defineProjection<Tables>({
   name: EMPLOYEES_PROJECTION,
-  // 2: hire-month and hire-day counters.
-  version: 2,
+  // 2: hire-month and hire-day counters; 3: `status_since`, for back-dated status changes.
+  version: 3,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
     employees: (table, named) => ({
@@ -365,6 +333,7 @@ export const employeesProjection = defineProjection<Tables>({
           department text,
           status text not null check (status in ('active', 'inactive', 'on_leave')),
           hired_at timestamptz not null,
+          status_since timestamptz not null,
           revision integer not null,
           updated_at timestamptz not null
         )`,

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
-import { floorTo, type SeriesInterval } from './intervals.ts';
+import { floorTo, type SeriesInterval } from '../../shared/series/intervals.ts';
 import { usageAtHorizon } from './query.ts';
 import { readRevenueAsOf } from './revenue.ts';
 import type { KpiMetric } from './series.ts';

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { sql, withTenant, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialized, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
-import { addIntervals, DAY, floorTo, MAX_SERIES_POINTS, seriesInstants, type SeriesInterval } from './intervals.ts';
+import { addIntervals, DAY, floorTo, MAX_SERIES_POINTS, seriesInstants, type SeriesInterval } from '../../shared/series/intervals.ts';
 import { kpiHorizon, readKpiSummaryAtHorizon, type KpiReadDeps, type KpiSummary } from './query.ts';
 import { openBucketValue } from './openBucket.ts';
 import { seriesPoint, withOpenBucket, type SeriesPoint } from '../../shared/series/openBucket.ts';

@@ -7,12 +7,13 @@ import { parsePosition, type EventStore } from '../../shared/event-store/port.ts
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../projections/kpi/query.ts';
-import { MAX_SERIES_POINTS, SERIES_INTERVALS } from '../../projections/kpi/intervals.ts';
+import { MAX_SERIES_POINTS, SERIES_INTERVALS } from '../../shared/series/intervals.ts';
 import { KPI_METRICS, readKpiSeries, readKpiSummaryAt } from '../../projections/kpi/series.ts';
 import { seriesPointSchema } from '../../shared/series/openBucket.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
+import { workforceRoutes } from './workforceRoutes.ts';
 
 export type AnalyticsRoutesDeps = {
   readonly pool: DatabasePool;
@@ -72,13 +73,15 @@ export const kpiSeriesSchema = z
 
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } as const;
 
-/** The analytics capability: the KPI reads. Mount it inside the authenticated scope. */
+/** The analytics capability: the KPI and workforce reads. Mount it inside the authenticated scope. */
 export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;
   const kpiPorts: KpiReadDeps = { pool: deps.pool, eventStore: deps.store, ...(deps.usage ? { usage: deps.usage } : {}) };
+  const workforce = workforceRoutes({ pool: deps.pool, readWaitMs, ...(deps.now ? { now: deps.now } : {}) });
   return async (scope: FastifyInstance): Promise<void> => {
     const app = scope.withTypeProvider<ZodTypeProvider>();
+    await workforce(scope);
 
     app.get(
       '/analytics/kpi',

@@ -14,7 +14,7 @@ import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { startKpiConsumer, type KpiConsumerHandle } from '../../../projections/kpi/consumer.ts';
 import { readKpiSummary } from '../../../projections/kpi/query.ts';
-import { seriesInstants } from '../../../projections/kpi/intervals.ts';
+import { seriesInstants } from '../../../shared/series/intervals.ts';
 import { readKpiSeries, readKpiSummaryAt } from '../../../projections/kpi/series.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { ingestBillingEvents, type BillingEventInput } from '../../../services/billing/ingest.ts';
