@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
-import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
+import { analystReadable, tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
@@ -20,8 +20,11 @@ import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, type E
  */
 export const EMPLOYEES_PROJECTION = 'employees';
 
-const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) =>
-  tenantScopedTable(table, named('tenant'), 'read-write');
+// Analysts' own logins read these tables too (their tenant's rows only).
+const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => [
+  ...tenantScopedTable(table, named('tenant'), 'read-write'),
+  ...analystReadable(table, named),
+];
 
 type Row = {
   tenant_id: string;
