@@ -119,7 +119,9 @@ async function handle(
     `);
     for (const row of rows) {
       const view = employeeView.parse(row.employee);
-      streams.set(key(row.tenant_id, row.employee_id), { applied: row.revision, state: { kind: 'hired', ...view, roleId: row.role_id } });
+      // The feed shows views only; when the status took effect is not part of them and not read here.
+      const state: EmployeeState = { kind: 'hired', ...view, roleId: row.role_id, statusSince: view.hiredAt };
+      streams.set(key(row.tenant_id, row.employee_id), { applied: row.revision, state });
     }
   }
 

@@ -12,6 +12,7 @@ import { KPI_METRICS, readKpiSeries, readKpiSummaryAt } from '../../projections/
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
+import { workforceRoutes } from './workforceRoutes.ts';
 
 export type AnalyticsRoutesDeps = {
   readonly pool: DatabasePool;
@@ -68,13 +69,15 @@ export const kpiSeriesSchema = z
 
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } as const;
 
-/** The analytics capability: the KPI reads. Mount it inside the authenticated scope. */
+/** The analytics capability: the KPI and workforce reads. Mount it inside the authenticated scope. */
 export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;
   const kpiPorts: KpiReadDeps = { pool: deps.pool, eventStore: deps.store, ...(deps.usage ? { usage: deps.usage } : {}) };
+  const workforce = workforceRoutes({ pool: deps.pool, readWaitMs, ...(deps.now ? { now: deps.now } : {}) });
   return async (scope: FastifyInstance): Promise<void> => {
     const app = scope.withTypeProvider<ZodTypeProvider>();
+    await workforce(scope);
 
     app.get(
       '/analytics/kpi',

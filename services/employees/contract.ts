@@ -45,9 +45,18 @@ export type EmployeeStatusChanged = {
     readonly from: EmployeeStatus;
     readonly to: EmployeeStatus;
     readonly reason: string | null;
+    /** When the change was recorded. */
     readonly changedAt: string;
+    /**
+     * When the change took effect (HR records a leave or an exit on the day it happened). Events
+     * recorded before effective dates existed lack it: read it through `statusEffectiveAt`.
+     */
+    readonly effectiveAt?: string;
   };
 };
+
+/** The instant a status change took effect; an event without `effectiveAt` took effect when it was recorded. */
+export const statusEffectiveAt = (data: EmployeeStatusChanged['data']): string => data.effectiveAt ?? data.changedAt;
 
 export type EmployeeRoleAssigned = {
   readonly type: 'EmployeeRoleAssigned';
@@ -92,7 +101,11 @@ export type Employee = {
   readonly roleId: string | null;
 };
 
-export type EmployeeState = { readonly kind: 'none' } | ({ readonly kind: 'hired' } & Employee);
+/**
+ * `statusSince`: when the current status took effect (the hire date until a status change), so a
+ * back-dated change can be refused when it would take effect before the change it follows.
+ */
+export type EmployeeState = { readonly kind: 'none' } | ({ readonly kind: 'hired'; readonly statusSince: string } & Employee);
 
 export const initialState: EmployeeState = { kind: 'none' };
 
@@ -100,7 +113,7 @@ export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeStat
   switch (event.type) {
     case 'EmployeeHired': {
       const { employeeId, email, firstName, lastName, department, status, hiredAt } = event.data;
-      return { kind: 'hired', id: employeeId, email, firstName, lastName, department, status, hiredAt, roleId: null };
+      return { kind: 'hired', id: employeeId, email, firstName, lastName, department, status, hiredAt, roleId: null, statusSince: hiredAt };
     }
     case 'EmployeeDetailsChanged': {
       if (state.kind !== 'hired') return state;
@@ -115,7 +128,7 @@ export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeStat
     case 'EmployeeEmailChanged':
       return state.kind === 'hired' ? { ...state, email: event.data.email } : state;
     case 'EmployeeStatusChanged':
-      return state.kind === 'hired' ? { ...state, status: event.data.to } : state;
+      return state.kind === 'hired' ? { ...state, status: event.data.to, statusSince: statusEffectiveAt(event.data) } : state;
     case 'EmployeeRoleAssigned':
       return state.kind === 'hired' ? { ...state, roleId: event.data.roleId } : state;
     default: {

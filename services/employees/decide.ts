@@ -1,4 +1,4 @@
-import { ConflictError, NotFoundError } from '../../shared/errors.ts';
+import { BadRequestError, ConflictError, NotFoundError } from '../../shared/errors.ts';
 import { evolve, initialState, type EmployeeEvent, type EmployeeState, type EmployeeStatus } from './contract.ts';
 
 /**
@@ -42,7 +42,12 @@ export type ChangeEmployeeDetails = {
 
 export type ChangeEmployeeStatus = {
   readonly type: 'ChangeEmployeeStatus';
-  readonly data: { readonly status: EmployeeStatus; readonly reason?: string };
+  readonly data: {
+    readonly status: EmployeeStatus;
+    readonly reason?: string;
+    /** ISO 8601 UTC instant the change took effect; defaults to `metadata.now`. */
+    readonly effectiveAt?: string;
+  };
   readonly metadata: CommandMetadata;
 };
 
@@ -64,6 +69,21 @@ export const STATUS_TRANSITIONS: Readonly<Record<EmployeeStatus, readonly Employ
 function requireHired(state: EmployeeState): Extract<EmployeeState, { kind: 'hired' }> {
   if (state.kind !== 'hired') throw new NotFoundError('No employee with this id');
   return state;
+}
+
+/**
+ * A status change takes effect no later than now (the future is not recorded yet), not before the
+ * hire, and not before the status it replaces took effect: status changes then follow one another
+ * in effective time as they do in the stream, so the status in force today is the current status.
+ */
+function assertEffectiveAt(effectiveAt: string, current: Extract<EmployeeState, { kind: 'hired' }>, now: string): void {
+  const at = Date.parse(effectiveAt);
+  const refuse = (message: string) => {
+    throw new BadRequestError(`effectiveAt ${message}`, { errors: [{ path: 'body.effectiveAt', message }] });
+  };
+  if (at > Date.parse(now)) refuse('must not be in the future');
+  if (at < Date.parse(current.hiredAt)) refuse(`must not be before the hire date (${current.hiredAt})`);
+  if (at < Date.parse(current.statusSince)) refuse(`must not be before the current status took effect (${current.statusSince})`);
 }
 
 export function decide(command: EmployeeCommand, state: EmployeeState): EmployeeEvent[] {
@@ -111,10 +131,19 @@ export function decide(command: EmployeeCommand, state: EmployeeState): Employee
           allowed: STATUS_TRANSITIONS[current.status],
         });
       }
+      const effectiveAt = command.data.effectiveAt ?? command.metadata.now;
+      assertEffectiveAt(effectiveAt, current, command.metadata.now);
       return [
         {
           type: 'EmployeeStatusChanged',
-          data: { employeeId: current.id, from: current.status, to: status, reason: reason ?? null, changedAt: command.metadata.now },
+          data: {
+            employeeId: current.id,
+            from: current.status,
+            to: status,
+            reason: reason ?? null,
+            changedAt: command.metadata.now,
+            effectiveAt,
+          },
         },
       ];
     }

@@ -10,6 +10,8 @@ import { formatPosition, parsePosition, type EventStore, type GlobalPosition } f
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
+import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProjection.ts';
+import { listEmployeesAsOf } from '../../projections/workforce/asOf.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { rolesAllow } from '../auth/permissions.ts';
@@ -107,10 +109,11 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     reply: FastifyReply,
     header: string | undefined,
     query: GlobalPosition | undefined,
+    projection: string = EMPLOYEES_PROJECTION,
   ) => {
     const position = header !== undefined ? parsePosition(header) : query;
     if (!position) return;
-    const reached = await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, EMPLOYEES_PROJECTION, position, readWaitMs));
+    const reached = await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, projection, position, readWaitMs));
     reply.header('x-consistency', reached ? 'consistent' : 'stale');
   };
 
@@ -155,7 +158,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         config: { permission: 'employees:read' },
         schema: {
           tags,
-          summary: 'List employees (hiredAt desc, id desc)',
+          summary: 'List employees (hiredAt desc, id desc), now or as of an instant',
           querystring: listEmployeesQuery,
           headers: readHeaders,
           response: { 200: listResponse, ...problems },
@@ -163,9 +166,20 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       },
       async (request, reply) => {
         const auth = requireAuth(request);
-        await awaitPosition(request, reply, request.headers['x-min-position'], request.query.minPosition);
-        const { minPosition: _, ...query } = request.query;
-        const { data, total } = await listEmployees(deps.tenantReader ?? deps.pool, auth.tenantId, query);
+        const { minPosition, asOf, ...query } = request.query;
+        // An as-of list reads the effective-dated versions, which their own projection keeps.
+        await awaitPosition(
+          request,
+          reply,
+          request.headers['x-min-position'],
+          minPosition,
+          asOf === undefined ? EMPLOYEES_PROJECTION : WORKFORCE_PROJECTION,
+        );
+        const scope = deps.tenantReader ?? deps.pool;
+        const { data, total } =
+          asOf === undefined
+            ? await listEmployees(scope, auth.tenantId, query)
+            : await listEmployeesAsOf(scope, auth.tenantId, { ...query, asOf });
         return { data: data.map(toView), meta: { page: query.page, limit: query.limit, total } };
       },
     );

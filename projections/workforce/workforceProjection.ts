@@ -1,0 +1,224 @@
+import { z } from 'zod';
+import type { IdentifierSqlToken } from 'slonik';
+import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
+import type { RecordedEvent } from '../../shared/event-store/port.ts';
+import { defineProjection } from '../../shared/projections/projection.ts';
+import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../../services/employees/contract.ts';
+import { contributions, evolveVersions, instantMs, type Contribution, type Version } from './versions.ts';
+
+/**
+ * The workforce read model: the employee directory in effective time (versions.ts) and daily and
+ * monthly counters derived from it, for the directory as of any instant and the workforce series.
+ *
+ * - `employee_versions`: one row per version of an employee, valid over [valid_from, valid_to)
+ *   (valid_to null: in force now), with the employee's last applied stream revision on each row.
+ * - `workforce_day_counts` / `workforce_month_counts`: per (tenant, UTC day or month, department,
+ *   status) the change in the number of versions in force (`in_force`: +1 where one starts, −1
+ *   where one ends), hires and exits. The number in force at the end of a day is the sum of
+ *   `in_force` up to it: whole months from the month table, the rest from the day table.
+ *
+ * A batch loads the versions of the employees it touches, folds its events in memory (events at
+ * or below the stored revision are skipped, so applying a batch twice changes nothing), replaces
+ * those employees' versions and adds the counter difference between the old and new versions: a
+ * back-dated change rewrites the intervals after its effective instant and moves the counts with
+ * them.
+ */
+export const WORKFORCE_PROJECTION = 'employees-workforce';
+
+type Tables = 'employee_versions' | 'workforce_day_counts' | 'workforce_month_counts';
+
+const versionRow = z.object({
+  tenant_id: z.string(),
+  employee_id: z.string(),
+  valid_from: z.string(),
+  valid_to: z.string().nullable(),
+  department: z.string().nullable(),
+  first_name: z.string(),
+  last_name: z.string(),
+  email: z.string(),
+  status: z.enum(['active', 'inactive', 'on_leave']),
+  hired_at: z.string(),
+  previous_status: z.enum(['active', 'inactive', 'on_leave']).nullable(),
+  revision: z.number(),
+});
+
+type Employee = { tenantId: string; id: string; revision: number; versions: Version[] };
+
+const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
+const iso = (ms: number) => new Date(ms).toISOString();
+const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(event.type);
+
+/** When an event was recorded: the command's clock (metadata), else the store's. */
+const recordedAtOf = (event: RecordedEvent): number =>
+  instantMs(typeof event.metadata.occurredAt === 'string' ? event.metadata.occurredAt : event.recordedAt, 'occurredAt');
+
+const VERSION_TYPES = ['uuid', 'text', 'timestamptz', 'timestamptz', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'text', 'int4'];
+const versionTuple = (e: Employee, v: Version) => [
+  e.tenantId,
+  e.id,
+  iso(v.validFrom),
+  v.validTo === null ? null : iso(v.validTo),
+  v.department,
+  v.firstName,
+  v.lastName,
+  v.email,
+  v.status,
+  iso(v.hiredAt),
+  v.previousStatus,
+  e.revision,
+];
+
+async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: Readonly<Record<Tables, IdentifierSqlToken>>) {
+  const touched = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
+  for (const event of events) {
+    const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
+    if (!parsed) continue;
+    const key = keyOf(parsed.tenantId, parsed.employeeId);
+    const entry = touched.get(key) ?? { tenantId: parsed.tenantId, id: parsed.employeeId, events: [] };
+    entry.events.push(event);
+    touched.set(key, entry);
+  }
+  if (touched.size === 0) return;
+  const list = [...touched.values()];
+  const rows = await tx.any(sql.type(versionRow)`
+    select v.tenant_id::text, v.employee_id, v.valid_from, v.valid_to, v.department, v.first_name, v.last_name, v.email,
+           v.status, v.hired_at, v.previous_status, v.revision
+    from ${tables.employee_versions} v
+    join unnest(${sql.array(
+      list.map((k) => k.tenantId),
+      'uuid',
+    )}, ${sql.array(
+      list.map((k) => k.id),
+      'text',
+    )}) as k(tenant_id, employee_id)
+      on v.tenant_id = k.tenant_id and v.employee_id = k.employee_id
+    order by v.tenant_id, v.employee_id, v.valid_from
+  `);
+  const before = new Map<string, Employee>();
+  for (const r of rows) {
+    const key = keyOf(r.tenant_id, r.employee_id);
+    const employee = before.get(key) ?? { tenantId: r.tenant_id, id: r.employee_id, revision: r.revision, versions: [] };
+    employee.versions.push({
+      validFrom: Date.parse(r.valid_from),
+      validTo: r.valid_to === null ? null : Date.parse(r.valid_to),
+      department: r.department,
+      firstName: r.first_name,
+      lastName: r.last_name,
+      email: r.email,
+      status: r.status,
+      hiredAt: Date.parse(r.hired_at),
+      previousStatus: r.previous_status,
+    });
+    before.set(key, employee);
+  }
+
+  const changed: Employee[] = [];
+  const deltas = new Map<string, Contribution>();
+  for (const [key, stream] of touched) {
+    const old = before.get(key);
+    let versions: Version[] = old?.versions ?? [];
+    let revision = old?.revision ?? -1;
+    for (const recorded of stream.events) {
+      if (recorded.revision <= revision) continue; // applied by an earlier batch
+      // The event store hands back what the write side stored for these types (contract.ts).
+      versions = evolveVersions(versions, { type: recorded.type, data: recorded.data } as EmployeeEvent, recordedAtOf(recorded));
+      revision = recorded.revision;
+    }
+    if (revision === (old?.revision ?? -1) || versions.length === 0) continue;
+    changed.push({ tenantId: stream.tenantId, id: stream.id, revision, versions });
+    if (old) contributions(old.tenantId, old.versions, -1, deltas);
+    contributions(stream.tenantId, versions, 1, deltas);
+  }
+  if (changed.length === 0) return;
+
+  await tx.query(sql.type(z.object({}))`
+    delete from ${tables.employee_versions} v
+    using unnest(${sql.array(
+      changed.map((e) => e.tenantId),
+      'uuid',
+    )}, ${sql.array(
+      changed.map((e) => e.id),
+      'text',
+    )}) as k(tenant_id, employee_id)
+    where v.tenant_id = k.tenant_id and v.employee_id = k.employee_id
+  `);
+  const counts = [...deltas.values()].filter((d) => d.inForce !== 0 || d.hires !== 0 || d.exits !== 0);
+  await tx.query(sql.type(z.object({}))`
+    with inserted as (
+      insert into ${tables.employee_versions}
+        (tenant_id, employee_id, valid_from, valid_to, department, first_name, last_name, email, status, hired_at, previous_status, revision)
+      select * from ${sql.unnest(
+        changed.flatMap((e) => e.versions.map((v) => versionTuple(e, v))),
+        VERSION_TYPES,
+      )}
+    ), d as (
+      select * from ${sql.unnest(
+        counts.map((c) => [c.tenantId, c.day, c.department, c.status, c.inForce, c.hires, c.exits]),
+        ['uuid', 'date', 'text', 'text', 'int8', 'int8', 'int8'],
+      )} as d(tenant_id, day, department, status, in_force, hires, exits)
+    ), months as (
+      insert into ${tables.workforce_month_counts} as m (tenant_id, month, department, status, in_force, hires, exits)
+      select tenant_id, date_trunc('month', day)::date, department, status, sum(in_force), sum(hires), sum(exits)
+      from d group by 1, 2, 3, 4
+      on conflict (tenant_id, month, department, status) do update set
+        in_force = m.in_force + excluded.in_force, hires = m.hires + excluded.hires, exits = m.exits + excluded.exits
+    )
+    insert into ${tables.workforce_day_counts} as c (tenant_id, day, department, status, in_force, hires, exits)
+    select tenant_id, day, department, status, in_force, hires, exits from d
+    on conflict (tenant_id, day, department, status) do update set
+      in_force = c.in_force + excluded.in_force, hires = c.hires + excluded.hires, exits = c.exits + excluded.exits
+  `);
+}
+
+const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => [
+  sql.fragment`create table ${table} (
+    tenant_id uuid not null,
+    ${sql.identifier([bucket])} date not null,
+    department text not null,
+    status text not null,
+    in_force bigint not null,
+    hires bigint not null,
+    exits bigint not null,
+    constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, department, status)
+  )`,
+  ...tenantScopedTable(table, named('tenant'), 'read'),
+];
+
+export const workforceProjection = defineProjection<Tables>({
+  name: WORKFORCE_PROJECTION,
+  version: 1,
+  eventTypes: EMPLOYEE_EVENT_TYPES,
+  tables: {
+    employee_versions: (table, named) => [
+      sql.fragment`create table ${table} (
+        tenant_id uuid not null,
+        employee_id text not null,
+        valid_from timestamptz not null,
+        valid_to timestamptz,
+        department text,
+        first_name text not null,
+        last_name text not null,
+        email text not null,
+        status text not null check (status in ('active', 'inactive', 'on_leave')),
+        hired_at timestamptz not null,
+        previous_status text,
+        revision integer not null,
+        constraint ${named('pkey')} primary key (tenant_id, employee_id, valid_from)
+      )`,
+      ...tenantScopedTable(table, named('tenant'), 'read'),
+      // An as-of page walks the list order from `hired_at <= asOf` down and keeps the one version
+      // of each employee in force then: about (versions per employee) rows per row returned,
+      // however far back asOf lies. docs/decisions/ records why not a range index.
+      sql.fragment`create index ${named('order')} on ${table} (tenant_id, hired_at desc, employee_id desc)`,
+      sql.fragment`create index ${named('department')} on ${table} (tenant_id, department, hired_at desc, employee_id desc)`,
+      sql.fragment`create index ${named('status')} on ${table} (tenant_id, status, hired_at desc, employee_id desc)`,
+      // The part of a day the counters cannot split: versions starting or ending inside it.
+      sql.fragment`create index ${named('starts')} on ${table} (tenant_id, valid_from)`,
+      sql.fragment`create index ${named('ends')} on ${table} (tenant_id, valid_to) where valid_to is not null`,
+    ],
+    workforce_day_counts: counterTable('day'),
+    workforce_month_counts: counterTable('month'),
+  },
+  handle,
+});
