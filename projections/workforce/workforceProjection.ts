@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
-import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
+import { analystReadable, tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../../services/employees/contract.ts';
@@ -183,6 +183,7 @@ const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, na
     constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, department, status)
   )`,
   ...tenantScopedTable(table, named('tenant'), 'read'),
+  ...analystReadable(table, named),
 ];
 
 export const workforceProjection = defineProjection<Tables>({
@@ -207,6 +208,8 @@ export const workforceProjection = defineProjection<Tables>({
         constraint ${named('pkey')} primary key (tenant_id, employee_id, valid_from)
       )`,
       ...tenantScopedTable(table, named('tenant'), 'read'),
+      // Analysts' own logins read the workforce tables too (their tenant's rows only).
+      ...analystReadable(table, named),
       // An as-of page walks the list order from `hired_at <= asOf` down and keeps the one version
       // of each employee in force then: about (versions per employee) rows per row returned,
       // however far back asOf lies. docs/decisions/ records why not a range index.

@@ -91,10 +91,12 @@ describe("when an analyst connects with the tenant's login", () => {
   }, 60_000);
   afterAll(() => analyst?.end().catch(() => undefined));
 
-  it("reads its tenant's rows of the employee and KPI read models, and no other tenant's", async () => {
+  it("reads its tenant's rows of the employee, workforce and KPI read models, and no other tenant's", async () => {
     expect(await tenantsIn(analyst, 'employees')).toEqual([{ tenant_id: a.tenantId, n: 2 }]);
     expect(await tenantsIn(analyst, 'employee_counts')).toEqual([{ tenant_id: a.tenantId, n: 2 }]);
     expect(await tenantsIn(analyst, 'kpi_usage_days')).toEqual([{ tenant_id: a.tenantId, n: 1 }]);
+    expect(await tenantsIn(analyst, 'employee_versions')).toEqual([{ tenant_id: a.tenantId, n: 2 }]);
+    expect(await tenantsIn(analyst, 'workforce_day_counts')).toEqual([{ tenant_id: a.tenantId, n: 2 }]);
   });
 
   it('reads no more after setting app.tenant_id to another tenant, or switching to its group role', async () => {
@@ -147,7 +149,7 @@ describe("when an analyst connects with the tenant's login", () => {
 });
 
 describe("the analysts' group role", () => {
-  it('reads the employee and KPI read models and nothing else, each behind its restrictive policy', async () => {
+  it('reads the employee, workforce and KPI read models and nothing else, each behind its restrictive policy', async () => {
     const readable = await sqlAt<{ name: string; walled: boolean; rls: boolean; writes: boolean }>(
       db.url,
       `select c.relname as name, c.relrowsecurity as rls,
@@ -164,6 +166,9 @@ describe("the analysts' group role", () => {
         'employee_counts',
         'employee_month_counts',
         'employee_day_counts',
+        'employee_versions',
+        'workforce_day_counts',
+        'workforce_month_counts',
         'kpi_billing_facts',
         'kpi_subscriptions',
         'kpi_subscription_periods',
