@@ -1,7 +1,8 @@
 // @ts-check
 /* The analysts' KPI page, and its entry. Plain browser JavaScript, no build step, no framework:
  * sign in → summary cards (GET /v1/analytics/kpi) → one chart per metric
- * (GET /v1/analytics/kpi/series) over the chosen range. A 403 shows what is missing instead of an
+ * (GET /v1/analytics/kpi/series) over the chosen range, and, once opened, the Workforce section
+ * (workforce.js) over the same range. A 403 shows what is missing instead of an
  * empty page. The status line says how long calls wait on the rate limit. Each chart loads and
  * fails on its own, and a range change aborts the calls of the one before, waits included, so an
  * old answer never replaces a newer chart. */
@@ -9,6 +10,7 @@
 import { api, gate, HttpError, isAbort, onApiEvents, send, session } from './api.js';
 import { chartError, chartFigure, drawChart } from './charts.js';
 import { formatter } from './format.js';
+import { loadWorkforce } from './workforce.js';
 
 /** @type {import('./charts.js').Metric[]} */
 const METRICS = [
@@ -58,8 +60,8 @@ function show(view) {
 }
 
 /** Each kind of load's latest AbortController: a newer load (or signing out) aborts the older, waits and retries included. */
-/** @type {Record<'summary' | 'charts', AbortController | null>} */
-const loads = { summary: null, charts: null };
+/** @type {Record<'summary' | 'charts' | 'workforce', AbortController | null>} */
+const loads = { summary: null, charts: null, workforce: null };
 
 /** @param {keyof typeof loads} kind */
 function restart(kind) {
@@ -130,6 +132,27 @@ const currentRange = () => /** @type {HTMLInputElement} */ (document.querySelect
 /** @typedef {{ rangeKey: string, from: string, to: string, interval: 'hour' | 'day' | 'week' }} View */
 
 /**
+ * The window a range shows, ending now.
+ * @param {string} rangeKey
+ * @returns {View}
+ */
+function viewOf(rangeKey) {
+  const range = RANGES[rangeKey] || RANGES['7d'];
+  const to = new Date();
+  return { rangeKey, from: new Date(to.getTime() - range.span).toISOString(), to: to.toISOString(), interval: range.interval };
+}
+
+const workforceSection = () => /** @type {HTMLDetailsElement} */ ($('workforce'));
+
+/** The Workforce section over the chosen range, when it is open (it costs its own calls of the rate limit). */
+function loadWorkforceSection() {
+  if (!workforceSection().open) return;
+  loadWorkforce(viewOf(currentRange()), restart('workforce'), () => show('forbidden')).catch((error) => {
+    $('workforce-status').textContent = `Could not load the workforce charts: ${messageOf(error)}`;
+  });
+}
+
+/**
  * One metric's chart for a range's window: drawn from its series, or its own error with a "Try
  * again" that asks for this series alone (one call, not the range's seven). `controller` is the
  * range's: a newer range (or signing out) aborts it, retries included. Resolves to the error, or null.
@@ -185,10 +208,7 @@ function chartsStatus(view, signal) {
 async function loadCharts(rangeKey) {
   const controller = restart('charts');
   const { signal } = controller;
-  const range = RANGES[rangeKey] || RANGES['7d'];
-  const to = new Date();
-  /** @type {View} */
-  const view = { rangeKey, from: new Date(to.getTime() - range.span).toISOString(), to: to.toISOString(), interval: range.interval };
+  const view = viewOf(rangeKey);
   setStatus('Loading charts…');
   $('charts').setAttribute('aria-busy', 'true');
   await Promise.all(METRICS.map((metric) => loadChart(metric, view, controller)));
@@ -243,10 +263,15 @@ $('signin-form').addEventListener('submit', async (event) => {
 onApiEvents({ gateChanged: paintStatus, expired: signOut });
 $('signout').addEventListener('click', () => signOut('You are signed out.'));
 for (const input of document.querySelectorAll('input[name="range"]')) {
-  input.addEventListener('change', () =>
-    loadCharts(/** @type {HTMLInputElement} */ (input).value).catch((error) => setStatus(`Could not load the charts: ${messageOf(error)}`)),
-  );
+  input.addEventListener('change', () => {
+    loadCharts(/** @type {HTMLInputElement} */ (input).value).catch((error) => setStatus(`Could not load the charts: ${messageOf(error)}`));
+    loadWorkforceSection();
+  });
 }
+workforceSection().addEventListener('toggle', () => {
+  if (workforceSection().open) loadWorkforceSection();
+  else loads.workforce?.abort();
+});
 
 if (session.get()?.accessToken) loadAll();
 else show('signin');
