@@ -78,6 +78,11 @@ function signOut(message) {
     loads[kind] = null;
   }
   gate.notBefore = 0; // the next sign-in may be another tenant, with its own bucket
+  // Nor may it see this one's workforce: the section closes, its charts go.
+  /** @type {HTMLDetailsElement} */ ($('workforce')).open = false;
+  $('workforce-charts').replaceChildren();
+  delete $('workforce-charts').dataset.range;
+  $('workforce-status').textContent = '';
   const s = session.get();
   if (s && s.refreshToken) send('POST', '/v1/auth/logout', { body: { refreshToken: s.refreshToken } }).catch(() => undefined);
   session.clear();

@@ -86,6 +86,12 @@ describe('when an analyst opens the Workforce section', () => {
     await chartsSettled(page, '365d', 30_000);
     await mkdir('reports', { recursive: true });
     await (await page.$('#workforce'))?.screenshot({ path: 'reports/dashboard-workforce.png' });
+
+    // Signing out closes the section and forgets its charts: the next sign-in may be another tenant.
+    await page.click('#signout');
+    await page.waitForSelector('#signin:not([hidden])');
+    expect(await page.$eval('#workforce', (el) => el.hasAttribute('open'))).toBe(false);
+    expect(await page.$$('figure[data-workforce]')).toHaveLength(0);
     expect(failures).toEqual([]);
     await page.close();
   }, 90_000);
