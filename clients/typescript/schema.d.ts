@@ -784,7 +784,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List employees (hiredAt desc, id desc) */
+        /** List employees (hiredAt desc, id desc), now or as of an instant */
         get: {
             parameters: {
                 query?: {
@@ -799,6 +799,8 @@ export interface paths {
                     hiredFrom?: string;
                     /** @description ISO 8601 date or date-time with offset, years 1900–9999 */
                     hiredTo?: string;
+                    /** @description The list as it was at this instant (ISO 8601 with offset), by effective dates: who was employed, with the department, names and status in force then */
+                    asOf?: string;
                     /** @description Read-your-writes: wait (≤ 2 s) until the read model reached this position */
                     minPosition?: string;
                 };
@@ -1167,6 +1169,11 @@ export interface paths {
                         /** @enum {string} */
                         status: "active" | "inactive" | "on_leave";
                         reason?: string;
+                        /**
+                         * Format: date-time
+                         * @description When the change took effect (ISO 8601 with offset): not after now, not before the hire date; default: now
+                         */
+                        effectiveAt?: string;
                     };
                 };
             };
@@ -1419,6 +1426,152 @@ export interface paths {
                 };
                 /** @description Default Response */
                 404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/analytics/workforce": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Headcount by department, now or at an instant */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description The instant (ISO 8601 with offset); default and latest: now */
+                    at?: string;
+                };
+                header?: {
+                    /** @description Read-your-writes: wait (≤ 2 s) for this position */
+                    "x-min-position"?: string;
+                };
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WorkforceSummary"];
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/analytics/workforce/series": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Headcount, hires, exits or turnover over time (at most 1,000 points) */
+        get: {
+            parameters: {
+                query: {
+                    /** @description Which figure */
+                    metric: "headcount" | "hires" | "exits" | "turnoverRate";
+                    /** @description Bucket size (UTC days, ISO weeks from Monday, calendar months) */
+                    interval: "day" | "week" | "month";
+                    /** @description A point for every bucket that starts in [from, to] (inclusive), up to now */
+                    from: string;
+                    /** @description Last instant a bucket may start at (inclusive) */
+                    to: string;
+                    /** @description Only this department (slug) */
+                    department?: string;
+                };
+                header?: {
+                    /** @description Read-your-writes: wait (≤ 2 s) for this position */
+                    "x-min-position"?: string;
+                };
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WorkforceSeries"];
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Problem"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1786,6 +1939,34 @@ export interface components {
             cursor: string;
             createdAt: string;
         };
+        WorkforceSeriesInput: {
+            /** @enum {string} */
+            metric: "headcount" | "hires" | "exits" | "turnoverRate";
+            /** @enum {string} */
+            interval: "day" | "week" | "month";
+            department?: string;
+            /** @description headcount at the end of each bucket; hires and exits in it; turnoverRate = exits ÷ average headcount */
+            points: {
+                /** @description Start of the bucket (ISO 8601 UTC) */
+                at: string;
+                value: number;
+                /**
+                 * @description The bucket is still open: its figures so far, up to now
+                 * @constant
+                 */
+                partial?: true;
+            }[];
+        };
+        WorkforceSummaryInput: {
+            /** @description Employees active or on leave at asOf */
+            headcount: number;
+            /** @description The same by department slug ("" for employees without one) */
+            byDepartment: {
+                [key: string]: number;
+            };
+            /** @description ISO 8601 UTC instant the figures are for */
+            asOf: string;
+        };
         KpiSummaryInput: {
             /** @description Monthly recurring revenue, major currency units (exact, rounded to 4 decimals) */
             mrr: number;
@@ -1901,6 +2082,34 @@ export interface components {
             /** @description The last change delivered (or where deliveries start) */
             cursor: string;
             createdAt: string;
+        };
+        WorkforceSeries: {
+            /** @enum {string} */
+            metric: "headcount" | "hires" | "exits" | "turnoverRate";
+            /** @enum {string} */
+            interval: "day" | "week" | "month";
+            department?: string;
+            /** @description headcount at the end of each bucket; hires and exits in it; turnoverRate = exits ÷ average headcount */
+            points: {
+                /** @description Start of the bucket (ISO 8601 UTC) */
+                at: string;
+                value: number;
+                /**
+                 * @description The bucket is still open: its figures so far, up to now
+                 * @constant
+                 */
+                partial?: true;
+            }[];
+        };
+        WorkforceSummary: {
+            /** @description Employees active or on leave at asOf */
+            headcount: number;
+            /** @description The same by department slug ("" for employees without one) */
+            byDepartment: {
+                [key: string]: number;
+            };
+            /** @description ISO 8601 UTC instant the figures are for */
+            asOf: string;
         };
         KpiSummary: {
             /** @description Monthly recurring revenue, major currency units (exact, rounded to 4 decimals) */

@@ -18,11 +18,11 @@ import { contributions, evolveVersions, instantMs, type Contribution, type Versi
  *   where one ends), hires and exits. The number in force at the end of a day is the sum of
  *   `in_force` up to it: whole months from the month table, the rest from the day table.
  *
- * A batch loads the versions of the employees it touches, folds its events in memory (events at
- * or below the stored revision are skipped, so applying a batch twice changes nothing), replaces
- * those employees' versions and adds the counter difference between the old and new versions: a
- * back-dated change rewrites the intervals after its effective instant and moves the counts with
- * them.
+ * A batch loads the versions of the employees it touches (except those it hires), folds its events
+ * in memory (events at or below the stored revision are skipped), replaces those employees'
+ * versions and adds the counter difference between the old and new versions: a back-dated change
+ * rewrites the intervals after its effective instant and moves the counts with them. At most
+ * three statements whatever the batch's size.
  */
 export const WORKFORCE_PROJECTION = 'employees-workforce';
 
@@ -53,6 +53,20 @@ const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES
 const recordedAtOf = (event: RecordedEvent): number =>
   instantMs(typeof event.metadata.occurredAt === 'string' ? event.metadata.occurredAt : event.recordedAt, 'occurredAt');
 
+const VERSION_COLUMNS = [
+  'tenant_id',
+  'employee_id',
+  'valid_from',
+  'valid_to',
+  'department',
+  'first_name',
+  'last_name',
+  'email',
+  'status',
+  'hired_at',
+  'previous_status',
+  'revision',
+];
 const VERSION_TYPES = ['uuid', 'text', 'timestamptz', 'timestamptz', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'text', 'int4'];
 const versionTuple = (e: Employee, v: Version) => [
   e.tenantId,
@@ -80,8 +94,14 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
     touched.set(key, entry);
   }
   if (touched.size === 0) return;
-  const list = [...touched.values()];
-  const rows = await tx.any(sql.type(versionRow)`
+  // Only employees whose batch does not start with their hire can have versions already (a page of
+  // hires, the common case, is then one statement). Were one there all the same, the insert's
+  // primary key would refuse the page rather than count anyone twice.
+  const list = [...touched.values()].filter((k) => (k.events[0]?.revision ?? 0) > 0);
+  const rows =
+    list.length === 0
+      ? []
+      : await tx.any(sql.type(versionRow)`
     select v.tenant_id::text, v.employee_id, v.valid_from, v.valid_to, v.department, v.first_name, v.last_name, v.email,
            v.status, v.hired_at, v.previous_status, v.revision
     from ${tables.employee_versions} v
@@ -132,13 +152,15 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
   }
   if (changed.length === 0) return;
 
-  await tx.query(sql.type(z.object({}))`
+  const replaced = changed.filter((e) => before.has(keyOf(e.tenantId, e.id)));
+  if (replaced.length > 0)
+    await tx.query(sql.type(z.object({}))`
     delete from ${tables.employee_versions} v
     using unnest(${sql.array(
-      changed.map((e) => e.tenantId),
+      replaced.map((e) => e.tenantId),
       'uuid',
     )}, ${sql.array(
-      changed.map((e) => e.id),
+      replaced.map((e) => e.id),
       'text',
     )}) as k(tenant_id, employee_id)
     where v.tenant_id = k.tenant_id and v.employee_id = k.employee_id
@@ -171,57 +193,120 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
   `);
 }
 
-const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => [
-  sql.fragment`create table ${table} (
-    tenant_id uuid not null,
-    ${sql.identifier([bucket])} date not null,
-    department text not null,
-    status text not null,
-    in_force bigint not null,
-    hires bigint not null,
-    exits bigint not null,
-    constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, department, status)
-  )`,
-  ...tenantScopedTable(table, named('tenant'), 'read'),
-  ...analystReadable(table, named),
-];
+/**
+ * The bulk path of a rebuild: the same fold over the whole log in memory (one entry per employee),
+ * then every version, and the counters of the final versions, which is what the live handler's
+ * differences add up to.
+ */
+function bulkFold() {
+  const employees = new Map<string, Employee>();
+  return {
+    add(events: readonly RecordedEvent[]) {
+      for (const event of events) {
+        const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
+        if (!parsed) continue;
+        const key = keyOf(parsed.tenantId, parsed.employeeId);
+        const employee = employees.get(key) ?? { tenantId: parsed.tenantId, id: parsed.employeeId, revision: -1, versions: [] };
+        if (event.revision <= employee.revision) continue;
+        // The event store hands back what the write side stored for these types (contract.ts).
+        employee.versions = evolveVersions(employee.versions, { type: event.type, data: event.data } as EmployeeEvent, recordedAtOf(event));
+        employee.revision = event.revision;
+        if (employee.versions.length > 0) employees.set(key, employee);
+      }
+    },
+    rows() {
+      const versions: (string | number | null)[][] = [];
+      const days = new Map<string, Contribution>();
+      for (const employee of employees.values()) {
+        for (const v of employee.versions) versions.push(versionTuple(employee, v));
+        contributions(employee.tenantId, employee.versions, 1, days);
+      }
+      const months = new Map<string, Contribution>();
+      for (const d of days.values()) {
+        const month = `${d.day.slice(0, 7)}-01`;
+        const key = `${d.tenantId}\u0000${month}\u0000${d.department}\u0000${d.status}`;
+        const m = months.get(key) ?? { ...d, day: month, inForce: 0, hires: 0, exits: 0 };
+        m.inForce += d.inForce;
+        m.hires += d.hires;
+        m.exits += d.exits;
+        months.set(key, m);
+      }
+      const counters = (map: Map<string, Contribution>, bucket: 'day' | 'month') => ({
+        columns: ['tenant_id', bucket, 'department', 'status', 'in_force', 'hires', 'exits'],
+        types: ['uuid', 'date', 'text', 'text', 'int8', 'int8', 'int8'],
+        rows: [...map.values()]
+          .filter((c) => c.inForce !== 0 || c.hires !== 0 || c.exits !== 0)
+          .map((c) => [c.tenantId, c.day, c.department, c.status, c.inForce, c.hires, c.exits]),
+      });
+      return {
+        employee_versions: { columns: VERSION_COLUMNS, types: VERSION_TYPES, rows: versions },
+        workforce_day_counts: counters(days, 'day'),
+        workforce_month_counts: counters(months, 'month'),
+      };
+    },
+  };
+}
+
+const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => ({
+  create: [
+    sql.fragment`create table ${table} (
+      tenant_id uuid not null,
+      ${sql.identifier([bucket])} date not null,
+      department text not null,
+      status text not null,
+      in_force bigint not null,
+      hires bigint not null,
+      exits bigint not null
+    )`,
+    ...tenantScopedTable(table, named('tenant'), 'read'),
+    ...analystReadable(table, named),
+  ],
+  afterLoad: [
+    sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, department, status)`,
+  ],
+});
 
 export const workforceProjection = defineProjection<Tables>({
   name: WORKFORCE_PROJECTION,
   version: 1,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
-    employee_versions: (table, named) => [
-      sql.fragment`create table ${table} (
-        tenant_id uuid not null,
-        employee_id text not null,
-        valid_from timestamptz not null,
-        valid_to timestamptz,
-        department text,
-        first_name text not null,
-        last_name text not null,
-        email text not null,
-        status text not null check (status in ('active', 'inactive', 'on_leave')),
-        hired_at timestamptz not null,
-        previous_status text,
-        revision integer not null,
-        constraint ${named('pkey')} primary key (tenant_id, employee_id, valid_from)
-      )`,
-      ...tenantScopedTable(table, named('tenant'), 'read'),
-      // Analysts' own logins read the workforce tables too (their tenant's rows only).
-      ...analystReadable(table, named),
-      // An as-of page walks the list order from `hired_at <= asOf` down and keeps the one version
-      // of each employee in force then: about (versions per employee) rows per row returned,
-      // however far back asOf lies. docs/decisions/ records why not a range index.
-      sql.fragment`create index ${named('order')} on ${table} (tenant_id, hired_at desc, employee_id desc)`,
-      sql.fragment`create index ${named('department')} on ${table} (tenant_id, department, hired_at desc, employee_id desc)`,
-      sql.fragment`create index ${named('status')} on ${table} (tenant_id, status, hired_at desc, employee_id desc)`,
-      // The part of a day the counters cannot split: versions starting or ending inside it.
-      sql.fragment`create index ${named('starts')} on ${table} (tenant_id, valid_from)`,
-      sql.fragment`create index ${named('ends')} on ${table} (tenant_id, valid_to) where valid_to is not null`,
-    ],
+    employee_versions: (table, named) => ({
+      create: [
+        sql.fragment`create table ${table} (
+          tenant_id uuid not null,
+          employee_id text not null,
+          valid_from timestamptz not null,
+          valid_to timestamptz,
+          department text,
+          first_name text not null,
+          last_name text not null,
+          email text not null,
+          status text not null check (status in ('active', 'inactive', 'on_leave')),
+          hired_at timestamptz not null,
+          previous_status text,
+          revision integer not null
+        )`,
+        ...tenantScopedTable(table, named('tenant'), 'read'),
+        // Analysts' own logins read the workforce tables too (their tenant's rows only).
+        ...analystReadable(table, named),
+      ],
+      afterLoad: [
+        sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, employee_id, valid_from)`,
+        // An as-of page walks the list order from `hired_at <= asOf` down and keeps the one version
+        // of each employee in force then: about (versions per employee) rows per row returned,
+        // however far back asOf lies (docs/decisions/007-effective-dated-versions.md: why not a range index).
+        sql.fragment`create index ${named('order')} on ${table} (tenant_id, hired_at desc, employee_id desc)`,
+        sql.fragment`create index ${named('department')} on ${table} (tenant_id, department, hired_at desc, employee_id desc)`,
+        sql.fragment`create index ${named('status')} on ${table} (tenant_id, status, hired_at desc, employee_id desc)`,
+        // The part of a day the counters cannot split: versions starting or ending inside it.
+        sql.fragment`create index ${named('starts')} on ${table} (tenant_id, valid_from)`,
+        sql.fragment`create index ${named('ends')} on ${table} (tenant_id, valid_to) where valid_to is not null`,
+      ],
+    }),
     workforce_day_counts: counterTable('day'),
     workforce_month_counts: counterTable('month'),
   },
   handle,
+  bulk: { fold: bulkFold },
 });

@@ -34,7 +34,7 @@ export const ANALYSTS_ROLE = 'eas_analysts';
  * `analyst_tenant_id()`), and a restrictive one that keeps it to them. The tenant policy above
  * applies to every role and trusts `app.tenant_id`, which any session may set: without the
  * restrictive policy a login could set it to another tenant and read that tenant's rows
- * (docs/decisions/007-analyst-logins-bound-by-name.md).
+ * (docs/decisions/008-analyst-logins-bound-by-name.md).
  */
 export function analystReadable(table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken): FragmentSqlToken[] {
   const role = sql.identifier([ANALYSTS_ROLE]);
