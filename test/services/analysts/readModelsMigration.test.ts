@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { allMigrations } from '../../../services/migrations.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
+import { workforceProjection } from '../../../projections/workforce/workforceProjection.ts';
 import { applyMigrations, loadMigrations, migrate } from '../../../shared/db/migrate.ts';
 import { createDatabasePool, type DatabasePool } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
@@ -36,9 +37,10 @@ beforeAll(async () => {
   const store = createPostgresEventStore(pool);
   await replayProjection(pool, store, employeesProjection);
   await replayProjection(pool, store, kpiBillingProjection);
+  await replayProjection(pool, store, workforceProjection);
   await store.close();
-  // The employees tables as the DDL before analysts built them; the billing ones keep what they have.
-  for (const table of Object.keys(employeesProjection.tables)) {
+  // The employees and workforce tables as the DDL before analysts built them; the billing ones keep what they have.
+  for (const table of [...Object.keys(employeesProjection.tables), ...Object.keys(workforceProjection.tables)]) {
     const policies = await sqlAt<{ name: string }>(
       db.url,
       `select policyname as name from pg_policies where tablename = $1 and 'eas_analysts' = any(roles)`,
@@ -57,10 +59,16 @@ afterAll(async () => {
 describe('when the read models were built before analysts had logins', () => {
   it('the migration grants them to analysts behind the restrictive policy, once', async () => {
     expect((await analystTables()).map((t) => t.name)).not.toContain('employees');
+    expect((await analystTables()).map((t) => t.name)).not.toContain('employee_versions');
     expect(await migrate(db.url, allMigrations)).toEqual(expect.arrayContaining(['analysts/001-read-models-for-analysts']));
     const tables = await analystTables();
     expect(tables.map((t) => t.name)).toEqual(
-      expect.arrayContaining([...Object.keys(employeesProjection.tables), 'kpi_subscriptions', 'kpi_usage_days']),
+      expect.arrayContaining([
+        ...Object.keys(employeesProjection.tables),
+        ...Object.keys(workforceProjection.tables),
+        'kpi_subscriptions',
+        'kpi_usage_days',
+      ]),
     );
     expect(tables.filter((t) => !t.walled)).toEqual([]);
     const [policies] = await sqlAt<{ n: number }>(
