@@ -7,8 +7,9 @@ import {
   analystLoginNameSchema,
   createAnalystLogin,
   defaultAnalystLogin,
-  dropAnalystLogin,
   listAnalystLogins,
+  revocableAnalystLogins,
+  revokeAnalystLogin,
   type AnalystLogin,
 } from '../analysts/logins.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
@@ -37,7 +38,7 @@ async function passwordFromStdin(): Promise<string> {
 }
 
 /** The service's own connection string with the login's name (and password, when generated here) instead of the owner's. */
-function connectionString(databaseUrl: string, login: string, password: string | undefined): string {
+export function connectionString(databaseUrl: string, login: string, password: string | undefined): string {
   const url = new URL(databaseUrl);
   url.username = login;
   url.password = password ?? '';
@@ -103,15 +104,25 @@ export function registerAnalystCommands(program: Command): void {
         const slug = parseSlug(tenant);
         await withConfiguredDatabase(async (pool) => {
           const tenantId = await tenantIdOf(pool, slug);
-          const logins = (await listAnalystLogins(pool, tenantId)).filter((l) => options.login === undefined || l.login === options.login);
+          const logins = (await revocableAnalystLogins(pool, tenantId)).filter((l) => options.login === undefined || l === options.login);
           if (logins.length === 0)
             throw new NotFoundError(`no analyst login${options.login ? ` ${options.login}` : ''} for tenant ${slug}`);
-          for (const { login } of logins) {
-            const { terminated } = await dropAnalystLogin(pool, login);
+          let unfinished = 0;
+          for (const login of logins) {
+            const { terminated, dropFailure } = await revokeAnalystLogin(pool, login);
             const sessions =
               terminated === null ? 'open sessions end when they disconnect (no right to end them)' : `${terminated} open sessions ended`;
-            process.stdout.write(`dropped analyst login ${login} of tenant ${slug}; ${sessions}\n`);
+            if (dropFailure === undefined) {
+              process.stdout.write(`dropped analyst login ${login} of tenant ${slug}; ${sessions}\n`);
+            } else {
+              unfinished += 1;
+              process.stdout.write(
+                `cut the access of analyst login ${login} of tenant ${slug}; ${sessions}; ` +
+                  `its role is not dropped yet (${dropFailure}): run revoke again\n`,
+              );
+            }
           }
+          if (unfinished > 0) process.exitCode = 1;
         });
       }),
     );
