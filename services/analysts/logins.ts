@@ -21,7 +21,11 @@ export const analystLoginNameSchema = z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/
 /** The default login name of a tenant's analysts: `analyst_<slug>`, its hyphens as underscores. */
 export const defaultAnalystLogin = (slug: string) => `analyst_${slug.replaceAll('-', '_')}`;
 
-export type AnalystLoginLimits = { readonly connectionLimit: number; readonly statementTimeoutSeconds: number };
+export type AnalystLoginLimits = {
+  readonly connectionLimit: number;
+  readonly statementTimeoutSeconds: number;
+  readonly idleSessionTimeoutSeconds: number;
+};
 
 export async function createAnalystLogin(
   db: Queryable,
@@ -32,7 +36,8 @@ export async function createAnalystLogin(
   }
   await db.query(sql.type(z.object({}))`
     select from analyst_login_create(${login.name}, ${login.tenantId}::uuid, ${scramSha256Verifier(login.password)},
-                                     ${login.connectionLimit}::integer, ${`${login.statementTimeoutSeconds}s`})
+                                     ${login.connectionLimit}::integer, ${`${login.statementTimeoutSeconds}s`},
+                                     ${`${login.idleSessionTimeoutSeconds}s`})
   `);
 }
 

@@ -66,9 +66,19 @@ export function registerAnalystCommands(program: Command): void {
     )
     .option('--connection-limit <n>', 'at most this many sessions at once', integerIn(1, 100), 5)
     .option('--statement-timeout <seconds>', 'default statement (and idle-in-transaction) timeout', integerIn(1, 3600), 30)
+    .option('--idle-session-timeout <seconds>', 'default timeout of a session idle outside a transaction', integerIn(60, 86_400), 600)
     .action(
       opsAction(
-        async (tenant: string, options: { login?: string; passwordStdin?: boolean; connectionLimit: number; statementTimeout: number }) => {
+        async (
+          tenant: string,
+          options: {
+            login?: string;
+            passwordStdin?: boolean;
+            connectionLimit: number;
+            statementTimeout: number;
+            idleSessionTimeout: number;
+          },
+        ) => {
           const slug = parseSlug(tenant);
           const login = options.login ?? defaultAnalystLogin(slug);
           if (!analystLoginNameSchema.safeParse(login).success)
@@ -83,6 +93,7 @@ export function registerAnalystCommands(program: Command): void {
               password,
               connectionLimit: options.connectionLimit,
               statementTimeoutSeconds: options.statementTimeout,
+              idleSessionTimeoutSeconds: options.idleSessionTimeout,
             });
             process.stdout.write(
               `created analyst login ${login} for tenant ${slug} (${tenantId}): read-only, ` +

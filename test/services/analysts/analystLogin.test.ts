@@ -127,8 +127,12 @@ describe("when an analyst connects with the tenant's login", () => {
     expect((await sqlAt<{ n: number }>(db.url, `select sum(samples)::int as n from kpi_usage_days`))[0]?.n).toBe(30);
   });
 
-  it('has a statement timeout, a connection limit, and no way around row-level security', async () => {
+  it('has statement and idle timeouts, a connection limit, and no way around row-level security', async () => {
     expect((await analyst.query('show statement_timeout')).rows).toEqual([{ statement_timeout: '30s' }]);
+    expect((await analyst.query('show idle_in_transaction_session_timeout')).rows).toEqual([
+      { idle_in_transaction_session_timeout: '30s' },
+    ]);
+    expect((await analyst.query('show idle_session_timeout')).rows).toEqual([{ idle_session_timeout: '10min' }]);
     const [role] = await sqlAt(db.url, `select rolconnlimit, rolbypassrls, rolsuper, rolcreaterole from pg_roles where rolname = $1`, [
       login,
     ]);
