@@ -123,8 +123,31 @@ describe("when an analyst connects with the tenant's login", () => {
     await expect(analyst.query(`delete from kpi_usage_days`)).rejects.toThrow(/permission denied/);
     await expect(analyst.query(`update employees set department = 'x'`)).rejects.toThrow(/permission denied/);
     await expect(analyst.query(`create table mine (a int)`)).rejects.toThrow(/permission denied/);
+    await expect(analyst.query(`create table public.mine (a int)`)).rejects.toThrow(/permission denied for schema public/);
+    await expect(analyst.query(`select lo_from_bytea(0, 'kept')`)).rejects.toThrow(/permission denied for function/);
+    await expect(analyst.query(`select lo_create(0)`)).rejects.toThrow(/permission denied for function/);
     await analyst.query('reset default_transaction_read_only');
     expect((await sqlAt<{ n: number }>(db.url, `select sum(samples)::int as n from kpi_usage_days`))[0]?.n).toBe(30);
+  });
+
+  it('may not take advisory locks or notify, which would stall or flood the service', async () => {
+    // The keys of the migration lock and of an event stream's append lock, in every form.
+    for (const statement of [
+      'select pg_advisory_lock(7412019)',
+      'select pg_try_advisory_lock(7412019)',
+      'select pg_advisory_lock_shared(7412019)',
+      'select pg_try_advisory_xact_lock(1, 2)',
+      `select pg_advisory_xact_lock(hashtextextended('employee-x', 0))`,
+      `select pg_notify('projection_checkpoints', 'employees 1-1')`,
+    ])
+      await expect(analyst.query(statement), statement).rejects.toThrow(/permission denied for function/);
+    // The service's own roles keep them: the owner, and the tenant role its transactions switch to.
+    const [kept] = await sqlAt<{ owner: boolean; tenant: boolean }>(
+      db.url,
+      `select has_function_privilege(current_user, 'pg_advisory_xact_lock(bigint)', 'execute') as owner,
+              has_function_privilege('eas_tenant', 'pg_notify(text, text)', 'execute') as tenant`,
+    );
+    expect(kept).toEqual({ owner: true, tenant: true });
   });
 
   it('has statement and idle timeouts, a connection limit, and no way around row-level security', async () => {
