@@ -2,9 +2,9 @@
 /* The Workforce section: headcount by department, hires and exits, and the turnover rate over the
  * range the KPI charts show (GET /v1/analytics/workforce and /v1/analytics/workforce/series). The
  * page loads it when the analyst opens it, and again on a range change while it is open: a range
- * costs it up to 10 calls of the tenant's rate limit (the department summary, a headcount series
- * for the total and for each of the largest departments, hires, exits, turnover), as much again as
- * the KPI section, whose calls a Starter plan's burst of 10 barely covers. */
+ * costs it up to 11 calls of the tenant's rate limit (the department summary, a headcount series
+ * for the total and for each of the TOP_DEPARTMENTS largest departments, hires, exits, turnover):
+ * more than a Starter plan's burst of 10 alone, on top of the KPI section's calls. */
 /* global document, URLSearchParams */
 import { api, HttpError, isAbort } from './api.js';
 import { formatter } from './format.js';
