@@ -44,3 +44,16 @@ export function analystReadable(table: IdentifierSqlToken, named: (suffix: strin
     sql.fragment`create policy ${named('analyst_only')} on ${table} as restrictive to ${role} using (tenant_id = (select analyst_tenant_id()))`,
   ];
 }
+
+/**
+ * A read model's tenant table as projections build it: `tenantScopedTable` for the service's
+ * tenant role (policy `<table>_tenant`) and `analystReadable` for analysts' logins, so that no
+ * read-model table is granted to analysts without its restrictive policy.
+ */
+export function readModelTable(
+  table: IdentifierSqlToken,
+  named: (suffix: string) => IdentifierSqlToken,
+  access: 'read' | 'read-write',
+): FragmentSqlToken[] {
+  return [...tenantScopedTable(table, named('tenant'), access), ...analystReadable(table, named)];
+}
