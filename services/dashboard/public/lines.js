@@ -16,6 +16,16 @@ import { compact } from './format.js';
 const plots = new Map();
 
 /**
+ * Destroys every chart's uPlot and removes the figures: a uPlot only removed from the page would
+ * keep its window listeners and stay in this map, holding the previous tenant's data after sign-out.
+ */
+export function resetLines() {
+  for (const plot of plots.values()) plot.destroy();
+  plots.clear();
+  /** @type {HTMLElement} */ (document.getElementById('workforce-charts')).replaceChildren();
+}
+
+/**
  * A figure's part that lineFigure always creates.
  * @param {HTMLElement} figure
  * @param {string} selector

@@ -10,6 +10,7 @@
 import { api, gate, HttpError, isAbort, onApiEvents, send, session } from './api.js';
 import { chartError, chartFigure, drawChart } from './charts.js';
 import { formatter } from './format.js';
+import { resetLines } from './lines.js';
 import { loadWorkforce } from './workforce.js';
 
 /** @type {import('./charts.js').Metric[]} */
@@ -80,7 +81,7 @@ function signOut(message) {
   gate.notBefore = 0; // the next sign-in may be another tenant, with its own bucket
   // Nor may it see this one's workforce: the section closes, its charts go.
   /** @type {HTMLDetailsElement} */ ($('workforce')).open = false;
-  $('workforce-charts').replaceChildren();
+  resetLines();
   delete $('workforce-charts').dataset.range;
   $('workforce-status').textContent = '';
   const s = session.get();

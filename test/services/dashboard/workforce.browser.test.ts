@@ -1,4 +1,5 @@
 import { mkdir } from 'node:fs/promises';
+import type { Page } from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestUser } from '../../support/auth.ts';
 import {
@@ -25,6 +26,15 @@ afterAll(async () => {
 
 const sum = (values: readonly number[] = []) => values.reduce((a, b) => a + b, 0);
 
+/** uPlot charts not destroyed: each listens for `dppxchange` on the window until its destroy(). */
+async function livePlots(page: Page): Promise<number> {
+  const cdp = await page.createCDPSession();
+  const { result } = await cdp.send('Runtime.evaluate', { expression: 'window' });
+  const { listeners } = await cdp.send('DOMDebugger.getEventListeners', { objectId: result.objectId ?? '' });
+  await cdp.detach();
+  return listeners.filter((l) => l.type === 'dppxchange').length;
+}
+
 describe('when an analyst opens the Workforce section', () => {
   it('shows headcount by department, hires and exits, and turnover over the chosen range, the open bucket as partial', async () => {
     const now = Date.now();
@@ -39,6 +49,7 @@ describe('when an analyst opens the Workforce section', () => {
     await chartsSettled(page, '7d', 30_000);
     // Closed until opened: signing in asks nothing of the workforce API.
     expect(await page.$$('figure[data-workforce]')).toHaveLength(0);
+    const plotsBefore = await livePlots(page);
 
     await page.click('input[name="range"][value="30d"]');
     await page.click('#workforce > summary');
@@ -92,6 +103,8 @@ describe('when an analyst opens the Workforce section', () => {
     await page.waitForSelector('#signin:not([hidden])');
     expect(await page.$eval('#workforce', (el) => el.hasAttribute('open'))).toBe(false);
     expect(await page.$$('figure[data-workforce]')).toHaveLength(0);
+    // And its charts are destroyed, not only taken off the page.
+    expect(await livePlots(page)).toBeLessThanOrEqual(plotsBefore);
     expect(failures).toEqual([]);
     await page.close();
   }, 90_000);
