@@ -3,6 +3,7 @@ import { registerProjectionCommands } from '../services/ops/projections.ts';
 import { registerTenantCommands } from '../services/ops/tenants.ts';
 import { registerUserCommands } from '../services/ops/users.ts';
 import { registerEmployeeCommands } from '../services/ops/employees.ts';
+import { registerAnalystCommands } from '../services/ops/analysts.ts';
 
 /**
  * `npm run ops -- <command>`: the operator's CLI. Runs against the configured database
@@ -23,5 +24,6 @@ registerProjectionCommands(program);
 registerTenantCommands(program);
 registerUserCommands(program);
 registerEmployeeCommands(program);
+registerAnalystCommands(program);
 
 await program.parseAsync(process.argv);

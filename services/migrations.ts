@@ -15,4 +15,5 @@ export const allMigrations: readonly MigrationFolder[] = [
   { prefix: 'auth', folder: folder('./auth/migrations/') },
   { prefix: 'kpi', folder: folder('../projections/kpi/migrations/') },
   { prefix: 'webhooks', folder: folder('./webhooks/migrations/') },
+  { prefix: 'analysts', folder: folder('./analysts/migrations/') },
 ];

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
-import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
+import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
@@ -26,9 +26,6 @@ import {
  * revision are skipped, so applying a batch twice changes nothing.
  */
 export const EMPLOYEES_PROJECTION = 'employees';
-
-const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) =>
-  tenantScopedTable(table, named('tenant'), 'read-write');
 
 type Row = {
   tenant_id: string;
@@ -306,7 +303,7 @@ const counterTable = (bucket: 'month' | 'day' | null) => (table: IdentifierSqlTo
     bucket === null
       ? sql.fragment`create table ${table} (tenant_id uuid not null, status text not null, department text not null, count bigint not null)`
       : sql.fragment`create table ${table} (tenant_id uuid not null, ${sql.identifier([bucket])} date not null, status text not null, department text not null, count bigint not null)`,
-    ...tenantPolicy(table, named),
+    ...readModelTable(table, named, 'read-write'),
   ],
   // Range scans by (tenant, bucket), filtering status/department inside the range.
   afterLoad: [
@@ -337,7 +334,7 @@ export const employeesProjection = defineProjection<Tables>({
           revision integer not null,
           updated_at timestamptz not null
         )`,
-        ...tenantPolicy(table, named),
+        ...readModelTable(table, named, 'read-write'),
       ],
       afterLoad: [
         sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, id)`,

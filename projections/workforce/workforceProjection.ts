@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
-import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
+import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../../services/employees/contract.ts';
@@ -258,7 +258,7 @@ const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, na
       hires bigint not null,
       exits bigint not null
     )`,
-    ...tenantScopedTable(table, named('tenant'), 'read'),
+    ...readModelTable(table, named, 'read'),
   ],
   afterLoad: [
     sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, department, status)`,
@@ -288,7 +288,7 @@ export const workforceProjection = defineProjection<Tables>({
           previous_status text,
           revision integer not null
         )`,
-        ...tenantScopedTable(table, named('tenant'), 'read'),
+        ...readModelTable(table, named, 'read'),
       ],
       afterLoad: [
         sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, employee_id, valid_from)`,

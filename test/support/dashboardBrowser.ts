@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import type { Page } from 'puppeteer-core';
+import { ulid } from 'ulid';
 import { Registry } from 'prom-client';
 import { expect } from 'vitest';
 import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
@@ -12,8 +13,11 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import { startKpiConsumer } from '../../projections/kpi/consumer.ts';
 import { usageSamples } from '../../services/analytics/usageSamples.ts';
 import { runProjection } from '../../shared/projections/follow.ts';
+import type { Projection } from '../../shared/projections/projection.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
+import { workforceProjection } from '../../projections/workforce/workforceProjection.ts';
+import { changeEmployeeStatus, hireEmployee } from '../../services/employees/commands.ts';
 import { createUsageRollupSink } from '../../projections/kpi/usageRollup.ts';
 import { analyticsRoutes } from '../../services/analytics/routes.ts';
 import { billingRoutes } from '../../services/billing/routes.ts';
@@ -47,7 +51,7 @@ export type DashboardHarnessOptions = {
   readonly usage?: { readonly record?: (sample: UsageSample) => boolean };
 };
 
-/** The gateway with the analytics routes and the page, the KPI projector, and chromium; `close` stops them all. */
+/** The gateway with the analytics routes and the page, the KPI and workforce projectors, and chromium; `close` stops them all. */
 export async function startDashboardHarness(options: DashboardHarnessOptions = {}): Promise<DashboardHarness> {
   // What is started, stopped in reverse order by `close`, or at once if a later step fails.
   const stops: Array<() => Promise<unknown>> = [];
@@ -68,9 +72,11 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
   const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
   stops.push(() => store.close());
   const auth = await createTestAuth(db.pool);
-  const projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
-  stops.push(() => projector.stop());
-  await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
+  for (const projection of [kpiBillingProjection, workforceProjection] as readonly Projection[]) {
+    const projector = runProjection(db.pool, store, projection, { pollIntervalMs: 50 });
+    stops.push(() => projector.stop());
+    await waitForCheckpoint(db.pool, projection.name, START, 20_000);
+  }
   const limiter = createRateLimiter({
     store: await createRedisRateLimitStore({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `test:rl:${randomUUID()}:` }),
     failOpen: true,
@@ -172,6 +178,43 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     return tenant;
   }
 
+  /**
+   * A tenant with a small workforce history, days before `now`: hired in sales 60 and 20 days ago,
+   * in eng 10 and 5 days ago, one without a department 8 days ago; the eng hire of 10 days ago left
+   * 3 days ago. Written as commands (no rate-limit token); resolves once the workforce model has it.
+   */
+  async function workforceTenant(now: number): Promise<TestTenant> {
+    const tenant = await provisionTenant(db.pool);
+    const ports = { store, assertRoleExists: async () => undefined };
+    const metadata = { tenantId: tenant.tenantId, actor: 'spec', now: new Date(now).toISOString() };
+    const hire = async (daysAgo: number, department?: string) => {
+      const employeeId = ulid();
+      const hiredAt = new Date(now - daysAgo * DAY).toISOString();
+      const data = {
+        employeeId,
+        email: `${employeeId}@example.test`,
+        firstName: 'F',
+        lastName: 'L',
+        hiredAt,
+        ...(department && { department }),
+      };
+      await hireEmployee(ports, { type: 'HireEmployee', data, metadata });
+      return employeeId;
+    };
+    await hire(60, 'sales');
+    await hire(20, 'sales');
+    const leaver = await hire(10, 'eng');
+    await hire(5, 'eng');
+    await hire(8);
+    const exit = await changeEmployeeStatus(ports, leaver, metadata, {
+      status: 'inactive',
+      effectiveAt: new Date(now - 3 * DAY).toISOString(),
+    });
+    if (!exit.position) throw new Error('the exit was not appended');
+    expect(await waitForCheckpoint(db.pool, workforceProjection.name, exit.position, 20_000)).toBe(true);
+    return tenant;
+  }
+
   async function signIn(page: Page, tenant: TestTenant, email: string, password: string, path = '/dashboard') {
     await page.goto(`${base}${path}`);
     await page.waitForSelector('#signin-form');
@@ -236,6 +279,7 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     base,
     browser,
     seededTenant,
+    workforceTenant,
     signIn,
     recordingPage,
     starterSignedInWithEmptyBucket,
@@ -274,6 +318,49 @@ export async function chartsSettled(page: Page, range: string, timeout: number) 
     throw new Error(`the charts of ${range} did not settle within ${timeout} ms; the status line says: ${status}`, { cause: error });
   }
 }
+
+/** Waits until the Workforce section's charts of `range` are answered; on a timeout, says what the section shows. */
+export async function workforceSettled(page: Page, range: string, timeout: number) {
+  const settled = `document.querySelector('#workforce-charts')?.getAttribute('data-range') === '${range}' && document.querySelector('#workforce-charts').getAttribute('aria-busy') === 'false'`;
+  try {
+    await page.waitForFunction(settled, { timeout });
+  } catch (error) {
+    const status = await page.$eval('#workforce-status', (el) => el.textContent).catch(() => '?');
+    throw new Error(`the workforce charts of ${range} did not settle within ${timeout} ms; the section says: ${status}`, { cause: error });
+  }
+}
+
+export type WorkforceFigure = {
+  range: string | null;
+  points: number | null;
+  /** 'true' when the last bucket is still open. */
+  partial: string | null;
+  series: Array<{ label: string; values: number[] }>;
+  legend: Array<string | null>;
+  caption: string;
+  error: string | null;
+  canvas: boolean;
+};
+
+/** Each Workforce chart by id: its points, whether its last bucket is open, its series' values, its caption or its error. */
+export const workforceFigures = (page: Page): Promise<Record<string, WorkforceFigure>> =>
+  page.$$eval('figure[data-workforce]', (all) =>
+    Object.fromEntries(
+      all.map((figure) => [
+        figure.getAttribute('data-workforce'),
+        {
+          range: figure.getAttribute('data-range'),
+          points: figure.hasAttribute('data-points') ? Number(figure.getAttribute('data-points')) : null,
+          partial: figure.getAttribute('data-partial'),
+          series: JSON.parse(figure.getAttribute('data-series') ?? '[]'),
+          legend: [...figure.querySelectorAll('.series-legend li')].map((li) => li.textContent),
+          caption: figure.querySelector('figcaption')?.textContent ?? '',
+          error: figure.querySelector('.error')?.textContent ?? null,
+          canvas: figure.querySelector('canvas') !== null,
+        },
+      ]),
+    ),
+  );
 
 export const cardValue = (page: Page, metric: string) =>
   page.$eval(`.value[data-metric="${metric}"]`, (el) => ({ value: Number(el.getAttribute('data-value')), text: el.textContent ?? '' }));

@@ -1,9 +1,10 @@
 // @ts-check
 /* The analysts' KPI page, and its entry. Plain browser JavaScript, no build step, no framework:
  * sign in → summary cards (GET /v1/analytics/kpi) → one chart per metric
- * (GET /v1/analytics/kpi/series) over the chosen range, ending with the bucket still open; both
- * reload in the background (reload.js says when), quietly. A 403 shows what is missing instead of
- * an empty page. The status line says how long calls wait on the rate limit. Each chart loads and
+ * (GET /v1/analytics/kpi/series) over the chosen range, ending with the bucket still open, and,
+ * once opened, the Workforce section (workforce.js) over the same range. Summary and charts reload
+ * in the background (reload.js says when), quietly. A 403 shows what is missing instead of an
+ * empty page. The status line says how long calls wait on the rate limit. Each chart loads and
  * fails on its own, and a range change aborts the calls of the one before, waits included, so an
  * old answer never replaces a newer chart. */
 /* global document, window, URLSearchParams, AbortController, setInterval, clearInterval, setTimeout, clearTimeout */
@@ -11,6 +12,8 @@ import { api, gate, HttpError, isAbort, limited, onApiEvents, send, session } fr
 import { chartError, chartFigure, drawChart } from './charts.js';
 import { formatter } from './format.js';
 import { backgroundReload, refreshPeriodMs } from './reload.js';
+import { resetLines } from './lines.js';
+import { loadWorkforce } from './workforce.js';
 
 /** @type {import('./charts.js').Metric[]} */
 const METRICS = [
@@ -64,8 +67,8 @@ function show(view) {
 }
 
 /** Each kind of load's latest AbortController: a newer load (or signing out) aborts the older, waits and retries included. */
-/** @type {Record<'summary' | 'charts', AbortController | null>} */
-const loads = { summary: null, charts: null };
+/** @type {Record<'summary' | 'charts' | 'workforce', AbortController | null>} */
+const loads = { summary: null, charts: null, workforce: null };
 
 /** @param {keyof typeof loads} kind */
 function restart(kind) {
@@ -83,6 +86,11 @@ function signOut(message) {
   }
   gate.notBefore = 0; // the next sign-in may be another tenant, with its own bucket
   gate.budget = null;
+  // Nor may it see this one's workforce: the section closes, its charts go.
+  /** @type {HTMLDetailsElement} */ ($('workforce')).open = false;
+  resetLines();
+  delete $('workforce-charts').dataset.range;
+  $('workforce-status').textContent = '';
   const s = session.get();
   if (s && s.refreshToken) send('POST', '/v1/auth/logout', { body: { refreshToken: s.refreshToken } }).catch(() => undefined);
   session.clear();
@@ -136,6 +144,27 @@ async function loadSummary(background) {
 const currentRange = () => /** @type {HTMLInputElement} */ (document.querySelector('input[name="range"]:checked')).value;
 
 /** @typedef {{ rangeKey: string, from: string, to: string, interval: 'hour' | 'day' | 'week' }} View */
+
+/**
+ * The window a range shows, ending now.
+ * @param {string} rangeKey
+ * @returns {View}
+ */
+function viewOf(rangeKey) {
+  const range = RANGES[rangeKey] || RANGES['7d'];
+  const to = new Date();
+  return { rangeKey, from: new Date(to.getTime() - range.span).toISOString(), to: to.toISOString(), interval: range.interval };
+}
+
+const workforceSection = () => /** @type {HTMLDetailsElement} */ ($('workforce'));
+
+/** The Workforce section over the chosen range, when it is open (it costs its own calls of the rate limit). */
+function loadWorkforceSection() {
+  if (!workforceSection().open) return;
+  loadWorkforce(viewOf(currentRange()), restart('workforce'), () => show('forbidden')).catch((error) => {
+    $('workforce-status').textContent = `Could not load the workforce charts: ${messageOf(error)}`;
+  });
+}
 
 /**
  * One metric's chart for a range's window: drawn from its series, or its own error with a "Try
@@ -335,12 +364,17 @@ $('signin-form').addEventListener('submit', async (event) => {
 onApiEvents({ gateChanged: paintStatus, expired: signOut });
 $('signout').addEventListener('click', () => signOut('You are signed out.'));
 for (const input of document.querySelectorAll('input[name="range"]')) {
-  input.addEventListener('change', () =>
+  input.addEventListener('change', () => {
     tracked(() => loadCharts(/** @type {HTMLInputElement} */ (input).value)).catch((error) =>
       setStatus(`Could not load the charts: ${messageOf(error)}`),
-    ),
-  );
+    );
+    loadWorkforceSection();
+  });
 }
+workforceSection().addEventListener('toggle', () => {
+  if (workforceSection().open) loadWorkforceSection();
+  else loads.workforce?.abort();
+});
 
 if (session.get()?.accessToken) tracked(loadAll);
 else show('signin');

@@ -29,8 +29,10 @@ describe('GET /dashboard and its files', () => {
       '/dashboard/api.js',
       '/dashboard/charts.js',
       '/dashboard/format.js',
+      '/dashboard/lines.js',
       '/dashboard/page.js',
       '/dashboard/reload.js',
+      '/dashboard/workforce.js',
     ]);
 
     for (const [url, type] of [
