@@ -30,11 +30,31 @@ const floors = [
     except: [`${import.meta.dirname}/services/*/contract.ts`],
     message: "projections/ may import from services/ only a capability's contract (services/<capability>/contract.ts).",
   },
+  {
+    // The gateway is the plumbing every capability plugs into: what it needs from one (the bearer
+    // scheme's description) the composition root passes in, so no capability is a floor under it.
+    target: './services/gateway',
+    from: './services/**/*',
+    except: [`${import.meta.dirname}/services/gateway/**`],
+    message: 'services/gateway/ must not import a capability: take what it needs as an option from the composition root.',
+  },
   ...noTestCode,
 ];
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.data/', '.tmp/', '.kafka/', 'reports/', 'bench/results/', 'bench/.*'] },
+  {
+    ignores: [
+      'node_modules/',
+      '.data/',
+      '.tmp/',
+      '.kafka/',
+      'reports/',
+      'bench/results/',
+      'bench/.*',
+      'clients/typescript/dist/',
+      'test/clients/consumer/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -29,6 +29,7 @@ const scenarios: Record<string, Scenario> = {
   'employees-list': { needs: ['postgres'], run: async () => (await import('./scenarios/employeesList.ts')).runEmployeesListBench() },
   'employees-list-scale': { needs: ['postgres'], run: async () => (await import('./scenarios/employeesList.ts')).runListScaleBench() },
   'login-abuse': { needs: ['postgres'], run: async () => (await import('./scenarios/loginAbuse.ts')).runLoginAbuseBench() },
+  workforce: { needs: ['postgres'], run: async () => (await import('./scenarios/workforce.ts')).runWorkforceBench() },
   'input-limits': { needs: [], run: async () => (await import('./scenarios/inputLimits.ts')).runInputLimitsBench() },
 };
 

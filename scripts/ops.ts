@@ -5,6 +5,7 @@ import { registerUserCommands } from '../services/ops/users.ts';
 import { registerEmployeeCommands } from '../services/ops/employees.ts';
 import { registerErasureCommands } from '../services/ops/erasure.ts';
 import { registerPrivacyCommands } from '../services/ops/privacy.ts';
+import { registerAnalystCommands } from '../services/ops/analysts.ts';
 
 /**
  * `npm run ops -- <command>`: the operator's CLI. Runs against the configured database
@@ -27,5 +28,6 @@ registerUserCommands(program);
 registerEmployeeCommands(program);
 registerErasureCommands(program);
 registerPrivacyCommands(program);
+registerAnalystCommands(program);
 
 await program.parseAsync(process.argv);

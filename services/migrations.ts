@@ -15,6 +15,7 @@ export const allMigrations: readonly MigrationFolder[] = [
   { prefix: 'auth', folder: folder('./auth/migrations/') },
   { prefix: 'kpi', folder: folder('../projections/kpi/migrations/') },
   { prefix: 'webhooks', folder: folder('./webhooks/migrations/') },
+  { prefix: 'analysts', folder: folder('./analysts/migrations/') },
   { prefix: 'personal-data', folder: folder('../shared/personal-data/migrations/') },
   { prefix: 'employees', folder: folder('./employees/migrations/') },
 ];

@@ -133,6 +133,17 @@ export const configSchema = z.object({
   ),
   /** Base64 of 32 random bytes keying the e-mail uniqueness hash; unset: generated under DATA_DIR. Never changed once used. */
   EMAIL_HASH_KEY: optional(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'must be base64 of 32 bytes')),
+  /** Earlier WEBHOOK_SECRETS_KEY values, comma-separated: secrets sealed under them still open (a key rotation). */
+  WEBHOOK_SECRETS_OLD_KEYS: z
+    .string()
+    .default('')
+    .transform((v) =>
+      v
+        .split(',')
+        .map((k) => k.trim())
+        .filter(Boolean),
+    )
+    .pipe(z.array(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'each must be base64 of 32 bytes'))),
   /** Retry delays in ms, comma-separated (default ≈ 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 1 d, 1 d). */
   WEBHOOK_RETRY_SCHEDULE_MS: optional(
     z
@@ -155,6 +166,8 @@ export const configSchema = z.object({
   WEBHOOK_DELIVERY_RETENTION_DAYS: z.coerce.number().int().min(1).max(3650).default(30),
   /** Per delivery attempt. */
   WEBHOOK_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(15_000),
+  /** Webhook deliveries in flight at once for one tenant, across every worker: its share of the delivery slots. */
+  WEBHOOK_TENANT_CONCURRENCY: z.coerce.number().int().min(1).max(1_000).default(4),
   BOOTSTRAP_TENANT: optional(z.string().regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/)),
   BOOTSTRAP_PLAN: z.preprocess(emptyAsUndefined, z.enum(['starter', 'pro', 'enterprise']).default('starter')),
   BOOTSTRAP_ADMIN_EMAIL: optional(z.email()),

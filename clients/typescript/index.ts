@@ -15,8 +15,11 @@ export type { paths, components, operations } from './schema.d.ts';
  * It sends `X-Tenant` and the bearer token on every call; when the access token has expired (a
  * 401), it rotates the refresh token once and repeats the request. Only a 401 from the refresh
  * ends the session: a 429, a 503 (a gateway draining during a deploy) or a network error is
- * retried, and if it persists the refresh throws with the session kept. Errors come back as
- * RFC 9457 problem details in `error`.
+ * retried, and if it persists the refresh throws with the session kept. A call refused with 429
+ * is sent again after its Retry-After (the limiter refuses before any work, so this is safe for
+ * every method), up to `rateLimitRetries` times, with a little jitter; aborting the call's `signal`
+ * ends that wait (the call rejects with the abort's reason). Errors come back as RFC 9457 problem
+ * details in `error`.
  */
 export type Session = { readonly accessToken: string; readonly refreshToken: string; readonly expiresAt: number };
 
@@ -26,6 +29,8 @@ export type EasClientOptions = {
   readonly fetch?: (request: Request) => Promise<Response>;
   /** Called whenever tokens change (login, refresh, logout → null), e.g. to persist them. */
   readonly onSession?: (session: Session | null) => void;
+  /** How many times a call answered 429 is sent again after its Retry-After (default 2; 0: never). */
+  readonly rateLimitRetries?: number;
 };
 
 export type EasClient = {
@@ -55,6 +60,7 @@ const SESSION_FREE = new Set(['/v1/auth/login', '/v1/auth/refresh']);
 const REFRESH_RETRIES = 4;
 /** The longest single wait in seconds: a longer Retry-After is reported at once, not waited for. */
 const MAX_RETRY_WAIT_S = 30;
+const RATE_LIMIT_RETRIES = 2;
 
 /** Retry-After in seconds (delta-seconds or an HTTP date), or null when absent or unreadable. */
 function retryAfterSeconds(response: Response): number | null {
@@ -66,6 +72,30 @@ function retryAfterSeconds(response: Response): number | null {
 }
 
 const delay = (seconds: number) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+
+/**
+ * Waits `seconds`, or rejects with the signal's reason as soon as it aborts: a caller that gives
+ * up (a timeout, a closed page) is not kept waiting for a retry it no longer wants.
+ */
+const abortableDelay = (seconds: number, signal: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, seconds * 1000);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+
+/**
+ * Retry-After plus up to a fifth of it (at least 250 ms) at random: clients refused at the same
+ * moment, as when a tenant's bucket runs dry for all its workers, do not all come back at once.
+ */
+const withJitter = (seconds: number) => seconds + Math.random() * Math.max(0.25, seconds / 5);
 
 export function createEasClient(options: EasClientOptions): EasClient {
   const fetchImpl = options.fetch ?? ((request: Request) => globalThis.fetch(request));
@@ -144,14 +174,30 @@ export function createEasClient(options: EasClientOptions): EasClient {
     return new Request(request, { headers });
   };
 
-  const sessionFetch = async (request: Request): Promise<Response> => {
-    const path = new URL(request.url).pathname;
-    if (SESSION_FREE.has(path)) return fetchImpl(withAuth(request, null));
+  /** Sends with the session's token; after a 401, refreshes once and sends again. */
+  const sendSigned = async (request: Request): Promise<Response> => {
     const retry = request.clone(); // the body can be sent once; keep a copy for the retry
     const response = await fetchImpl(withAuth(request, current));
     if (response.status !== 401 || !current) return response;
+    await response.body?.cancel();
     await refresh();
     return fetchImpl(withAuth(retry, current));
+  };
+
+  const rateLimitRetries = options.rateLimitRetries ?? RATE_LIMIT_RETRIES;
+  const sessionFetch = async (request: Request): Promise<Response> => {
+    const path = new URL(request.url).pathname;
+    if (SESSION_FREE.has(path)) return fetchImpl(withAuth(request, null));
+    let pending = request;
+    for (let attempt = 0; ; attempt++) {
+      const next = attempt < rateLimitRetries ? pending.clone() : undefined;
+      const response = await sendSigned(pending);
+      const wait = response.status === 429 ? retryAfterSeconds(response) : null;
+      if (!next || wait === null || wait > MAX_RETRY_WAIT_S) return response;
+      await response.body?.cancel();
+      await abortableDelay(withJitter(wait), request.signal);
+      pending = next;
+    }
   };
 
   const api = createClient<paths>({ baseUrl: options.baseUrl, fetch: sessionFetch });

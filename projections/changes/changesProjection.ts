@@ -58,6 +58,7 @@ const lastStateRow = z.object({
   role_id: z.string().nullable(),
   type: z.string(),
   occurred_at: z.string(),
+  status_since: z.string(),
 });
 
 /**
@@ -87,6 +88,7 @@ type ChangeRow = {
   occurredAt: string;
   employee: string;
   roleId: string | null;
+  statusSince: string;
 };
 
 async function handle(
@@ -114,7 +116,7 @@ async function handle(
   if (known.length > 0) {
     const rows = await tx.any(sql.type(lastStateRow)`
       select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id, c.type,
-        to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as occurred_at
+        to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as occurred_at, c.status_since
       from ${tables.employee_changes} c
       join unnest(${sql.array(
         known.map((k) => k.tenantId),
@@ -127,6 +129,8 @@ async function handle(
       order by c.tenant_id, c.employee_id, c.revision desc
     `);
     for (const row of rows) {
+      // A back-dated status change becomes the current status only if it is not older than the
+      // status in force: the fold needs when that took effect, which the view does not carry.
       const { email, firstName, lastName, ...facts } = employeeView.parse(row.employee);
       // Personal fields read null once the person is erased, in the rows before the erasure too
       // (a rebuild after it could not open them): the state they carry on is still hired, with the
@@ -137,8 +141,8 @@ async function handle(
       >;
       const state: EmployeeState =
         row.type === CHANGE_TYPES.EmployeeErased
-          ? { kind: 'erased', ...facts, erasedAt: row.occurred_at }
-          : { kind: 'hired', ...facts, ...personal, roleId: row.role_id };
+          ? { kind: 'erased', ...facts, statusSince: row.status_since, erasedAt: row.occurred_at }
+          : { kind: 'hired', ...facts, ...personal, roleId: row.role_id, statusSince: row.status_since };
       streams.set(key(row.tenant_id, row.employee_id), { applied: row.revision, state });
     }
   }
@@ -168,6 +172,7 @@ async function handle(
         occurredAt: stream.state.erasedAt,
         employee: JSON.stringify(toErasedView(stream.state)),
         roleId: null,
+        statusSince: stream.state.statusSince,
       });
       continue;
     }
@@ -183,6 +188,7 @@ async function handle(
       occurredAt,
       employee: JSON.stringify(toEmployeeView(stream.state)),
       roleId: stream.state.roleId,
+      statusSince: stream.state.statusSince,
     });
   }
   if (out.length === 0) return;
@@ -193,12 +199,24 @@ async function handle(
   await tx.query(sql.type(z.object({}))`
     with inserted as (
       insert into ${tables.employee_changes}
-        (tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id)
-      select u.tenant_id, u.commit_position, u.prepare_position, u.employee_id, u.revision, u.type, u.occurred_at, u.employee, u.role_id
+        (tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id, status_since)
+      select u.tenant_id, u.commit_position, u.prepare_position, u.employee_id, u.revision, u.type, u.occurred_at, u.employee, u.role_id,
+             u.status_since
       from ${sql.unnest(
-        out.map((r) => [r.tenantId, r.commit, r.prepare, r.employeeId, r.revision, r.type, r.occurredAt, r.employee, r.roleId]),
-        ['uuid', 'numeric', 'numeric', 'text', 'int4', 'text', 'timestamptz', 'jsonb', 'text'],
-      )} with ordinality as u(tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id, n)
+        out.map((r) => [
+          r.tenantId,
+          r.commit,
+          r.prepare,
+          r.employeeId,
+          r.revision,
+          r.type,
+          r.occurredAt,
+          r.employee,
+          r.roleId,
+          r.statusSince,
+        ]),
+        ['uuid', 'numeric', 'numeric', 'text', 'int4', 'text', 'timestamptz', 'jsonb', 'text', 'timestamptz'],
+      )} with ordinality as u(tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id, status_since, n)
       order by u.n
       on conflict do nothing
     )
@@ -234,9 +252,13 @@ async function redactChanges(
 
 export const changesProjection = defineProjection({
   name: CHANGES_PROJECTION,
-  // Version 2 added `seq` (apply order), which the feed pages by.
-  version: 2,
+  // Version 2 added `seq` (apply order), which the feed pages by; 3 `status_since`, which the
+  // fold of a back-dated status change needs.
+  version: 3,
   eventTypes: EMPLOYEE_EVENT_TYPES,
+  // Each row is a cursor a client may store and hand back: a page a reader has seen must survive
+  // a database crash, or the feed would answer that cursor as unknown until the page came back.
+  durablePages: true,
   tables: {
     employee_changes: (table, named) => [
       sql.fragment`create table ${table} (
@@ -249,6 +271,7 @@ export const changesProjection = defineProjection({
         occurred_at timestamptz not null,
         employee jsonb not null,
         role_id text,
+        status_since timestamptz not null,
         seq bigint generated always as identity,
         constraint ${named('pkey')} primary key (tenant_id, commit_position, prepare_position)
       )`,

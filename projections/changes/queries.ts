@@ -30,6 +30,13 @@ const pageSchema = z.object({
   ),
 });
 
+/** The rows of `employee_changes c` as one JSON array in `order`, the shape `pageSchema` validates. */
+const pageJson = (order: FeedOrder) => sql.fragment`json_agg(json_build_object(
+    'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
+    'employeeId', c.employee_id,
+    'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    'employee', c.employee) order by ${order.orderBy})`;
+
 export type ChangesPage = {
   /**
    * False when `after` names no change of this tenant (and is not the start): neither one in the
@@ -107,23 +114,87 @@ const UNDEFINED_COLUMN = '42703';
 const APPLY_ORDER_VERSION = 2;
 
 /**
- * SQL that holds when the tenant has a change of one of `types` after the cursor (commit,
- * prepare) in the feed's `order`. The arguments are SQL values or the caller's columns (a
- * webhook endpoint's tenant, cursor and subscribed types), so a query over other tables can ask
- * the feed without knowing its table.
+ * SQL that holds when, among the tenant's next `window` changes after the cursor (commit,
+ * prepare) in the feed's `order`, one is of `types`, or there are `window` of them (a reader
+ * filtering rare types should move its cursor past them). The arguments are SQL values or the
+ * caller's columns (a webhook endpoint's tenant, cursor and subscribed types), so a query over
+ * other tables can ask the feed without knowing its table. It reads at most `window` rows however
+ * far behind the cursor is, so its cost does not grow with the changes a filter skips.
  */
-export function changeAfter(
+export function changeWithin(
   order: FeedOrder,
   tenantId: ValueExpression,
   commit: ValueExpression,
   prepare: ValueExpression,
   types: ValueExpression,
+  window: number,
 ): FragmentSqlToken {
-  return sql.fragment`exists (
+  // The first test stops at the first change of its types; the second only runs without one.
+  return sql.fragment`(exists (
+          select 1 from (select c.type from employee_changes c
+                         where c.tenant_id = ${tenantId} and ${order.after(tenantId, commit, prepare)}
+                         order by ${order.orderBy} limit ${window}) w
+          where w.type = any(${types}))
+        or exists (
           select 1 from employee_changes c
-          where c.tenant_id = ${tenantId}
-            and ${order.after(tenantId, commit, prepare)}
-            and c.type = any(${types}))`;
+          where c.tenant_id = ${tenantId} and ${order.after(tenantId, commit, prepare)}
+          order by ${order.orderBy} offset ${window - 1} limit 1))`;
+}
+
+export type ScannedPage = {
+  /** The changes of the types asked for among the next `window`, at most `limit`. */
+  readonly changes: readonly ChangeRecord[];
+  /**
+   * The last of the `window` changes looked at, when `changes` holds every one of the types asked
+   * for among them: a reader that has handled `changes` may move its cursor here, past the others.
+   * Null when there was nothing after the cursor, or `changes` was cut at `limit`.
+   */
+  readonly scannedTo: GlobalPosition | null;
+};
+
+/**
+ * The tenant's changes of `types` after `after` (a cursor the caller trusts: a webhook
+ * endpoint's own), looking at the next `window` changes only, in feed order. Row-level security
+ * applies.
+ */
+export async function scanChanges(
+  pool: DatabasePool,
+  tenantId: string,
+  after: GlobalPosition,
+  types: readonly string[],
+  limit: number,
+  window: number,
+): Promise<ScannedPage> {
+  const commit = after.commit.toString();
+  const prepare = after.prepare.toString();
+  const row = await inFeedOrder(pool, (order) => {
+    // The next `window` changes after the cursor, as an index range read in feed order: the page
+    // stops reading at its `limit`-th change of `types`.
+    const looked = sql.fragment`(
+      select * from employee_changes c
+      where c.tenant_id = ${tenantId} and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
+      order by ${order.orderBy} limit ${window}) c`;
+    return withTenant(pool, tenantId, (tx) =>
+      tx.one(sql.type(pageSchema.omit({ known: true }).extend({ last: z.object({ commit: z.string(), prepare: z.string() }).nullable() }))`
+      select p.page,
+        -- The last change looked at matters only when the page holds every change of its types in
+        -- the window (fewer than the limit): only then is the whole window read (a subquery in a
+        -- CASE runs only when its branch is taken), while it is fresh from the page's own read. A
+        -- page cut at the limit read only up to its last change.
+        case when json_array_length(p.page) < ${limit} then (
+          select json_build_object('commit', c.commit_position::text, 'prepare', c.prepare_position::text)
+          from ${looked} order by ${order.last} limit 1)
+        end as last
+      from (select coalesce((
+          select ${pageJson(order)}
+          from (select * from ${looked} where c.type = any(${sql.array([...types], 'text')}) order by ${order.orderBy} limit ${limit}) c
+        ), '[]'::json) as page offset 0) p -- (offset 0: the page is built once, not once per use of p.page)
+    `),
+    );
+  });
+  const changes = row.page.map(({ commit: c, prepare: p, ...rest }) => ({ ...rest, position: { commit: BigInt(c), prepare: BigInt(p) } }));
+  const scannedTo = row.last && changes.length < limit ? { commit: BigInt(row.last.commit), prepare: BigInt(row.last.prepare) } : null;
+  return { changes, scannedTo };
 }
 
 /** The tenant's last change applied (where a new webhook endpoint starts), or null when it has none. */
@@ -143,7 +214,7 @@ export async function latestChange(pool: DatabasePool, tenantId: string): Promis
  * The tenant's changes after `after`, in the order they were applied (log order, except a
  * change `projections retry` applied late: it comes after the ones already applied), at most
  * `limit`; and whether `after` is a position this tenant's feed ever handed out (`known`). Row-level
- * security applies. `types` (optional) keeps only those change types.
+ * security applies.
  *
  * A cursor whose change is gone (a rebuild parked it) is still the tenant's: it resumes just
  * before the first change applied after it (APPLY_ORDER), and `known` finds it among the events
@@ -155,13 +226,11 @@ export async function readChanges(
   tenantId: string,
   after: GlobalPosition,
   limit: number,
-  types?: readonly string[],
   options: { readonly trusted?: boolean } = {},
 ): Promise<ChangesPage> {
   const isStart = comparePositions(after, START) === 0;
   const commit = after.commit.toString();
   const prepare = after.prepare.toString();
-  const typeFilter = types ? sql.fragment`and c.type = any(${sql.array([...types], 'text')})` : sql.fragment``;
   const row = await inFeedOrder(pool, (order) =>
     withTenant(pool, tenantId, (tx) =>
       tx.one(sql.type(pageSchema)`
@@ -171,16 +240,11 @@ export async function readChanges(
             where tenant_id = ${tenantId} and commit_position = ${commit}::numeric and prepare_position = ${prepare}::numeric
           )) as known,
           coalesce((
-            select json_agg(json_build_object(
-              'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
-              'employeeId', c.employee_id,
-              'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-              'employee', c.employee) order by ${order.orderBy})
+            select ${pageJson(order)}
             from (
               select * from employee_changes c
               where c.tenant_id = ${tenantId}
                 and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
-                ${typeFilter}
               order by ${order.orderBy}
               limit ${limit}
             ) c

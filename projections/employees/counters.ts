@@ -1,6 +1,10 @@
-import type { Row } from './employeesProjection.ts';
+/**
+ * The employees read model's counters (employeesProjection.ts): the keys a row counts under and
+ * the deltas of a set of row changes, per counter table (whole tenant, hire month, hire day).
+ */
 
-/** The employees model's counters: which counters a row adds to, and the deltas of a set of row changes. */
+/** What a row is counted by. */
+type CountedRow = { tenant_id: string; status: string; department: string | null; hired_at: string };
 
 /**
  * The UTC calendar day of an instant as `YYYY-MM-DD`. Instants from the write side and from
@@ -23,7 +27,7 @@ type CounterKeys = {
   monthStart: string;
   dayStart: string;
 };
-export function counterKeys(row: Pick<Row, 'tenant_id' | 'status' | 'department' | 'hired_at'>): CounterKeys {
+export function counterKeys(row: Pick<CountedRow, 'tenant_id' | 'status' | 'department' | 'hired_at'>): CounterKeys {
   const department = row.department ?? '';
   const day = utcDay(row.hired_at);
   const month = `${day.slice(0, 7)}-01`;
@@ -52,7 +56,7 @@ export function createCounterDeltas() {
     else map.set(key, { tenant_id: k.tenant_id, status: k.status, department: k.department, bucket, delta });
   };
   return {
-    bump(row: Pick<Row, 'tenant_id' | 'status' | 'department' | 'hired_at'>, delta: number) {
+    bump(row: Pick<CountedRow, 'tenant_id' | 'status' | 'department' | 'hired_at'>, delta: number) {
       const k = counterKeys(row);
       add(all, k.all, k, null, delta);
       add(month, k.month, k, k.monthStart, delta);

@@ -1,12 +1,18 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
-import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
+import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import { deleteErasedRows } from './erasedRows.ts';
 import { counterKeys, createCounterDeltas } from './counters.ts';
-import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, type EmployeeStatus } from '../../services/employees/contract.ts';
+import {
+  EMPLOYEE_EVENT_TYPES,
+  parseEmployeeStreamId,
+  statusAppliesFrom,
+  type EmployeeEvent,
+  type EmployeeStatus,
+} from '../../services/employees/contract.ts';
 
 /**
  * The employees read model: one row per employee (its API fields + tenant + stream revision) and
@@ -22,9 +28,6 @@ import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, type E
  */
 export const EMPLOYEES_PROJECTION = 'employees';
 
-const tenantPolicy = (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) =>
-  tenantScopedTable(table, named('tenant'), 'read-write');
-
 export type Row = {
   tenant_id: string;
   id: string;
@@ -34,6 +37,8 @@ export type Row = {
   department: string | null;
   status: EmployeeStatus;
   hired_at: string;
+  /** When the status in force now took effect: a back-dated change older than it rewrites only the past. */
+  status_since: string;
   revision: number;
   updated_at: string;
 };
@@ -48,6 +53,7 @@ export const employeeRowSchema = z.object({
   department: z.string().nullable(),
   status: z.enum(['active', 'inactive', 'on_leave']),
   hired_at: z.string(),
+  status_since: z.string(),
   revision: z.number(),
   updated_at: z.string(),
 });
@@ -75,6 +81,7 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
         department: d.department,
         status: d.status,
         hired_at: d.hiredAt,
+        status_since: d.hiredAt,
         ...touched,
       };
     }
@@ -91,8 +98,14 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
     }
     case 'EmployeeEmailChanged':
       return row && { ...row, email: event.data.email, ...touched };
-    case 'EmployeeStatusChanged':
-      return row && { ...row, status: event.data.to, ...touched };
+    case 'EmployeeStatusChanged': {
+      if (!row) return row;
+      // The same rule as the aggregate's evolve: the status in force now is the latest effective.
+      const from = statusAppliesFrom(event.data, row.hired_at);
+      return Date.parse(from) >= Date.parse(row.status_since)
+        ? { ...row, status: event.data.to, status_since: from, ...touched }
+        : { ...row, ...touched };
+    }
     case 'EmployeeRoleAssigned':
       return row && { ...row, ...touched }; // the role itself lives with the user (services/auth)
     case 'EmployeeErased':
@@ -129,10 +142,23 @@ const EMPLOYEE_COLUMNS = [
   'department',
   'status',
   'hired_at',
+  'status_since',
   'revision',
   'updated_at',
 ] as const;
-const EMPLOYEE_TYPES = ['uuid', 'text', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'int4', 'timestamptz'] as const;
+const EMPLOYEE_TYPES = [
+  'uuid',
+  'text',
+  'text',
+  'text',
+  'text',
+  'text',
+  'text',
+  'timestamptz',
+  'timestamptz',
+  'int4',
+  'timestamptz',
+] as const;
 const employeeTuple = (r: Row) => [
   r.tenant_id,
   r.id,
@@ -142,6 +168,7 @@ const employeeTuple = (r: Row) => [
   r.department,
   r.status,
   r.hired_at,
+  r.status_since,
   r.revision,
   r.updated_at,
 ];
@@ -169,7 +196,7 @@ async function handle(
       ? []
       : await tx.any(sql.type(employeeRowSchema)`
           select e.tenant_id::text, e.id, e.email, e.first_name, e.last_name, e.department, e.status, e.hired_at,
-                 e.revision, e.updated_at
+                 e.status_since, e.revision, e.updated_at
           from ${tables.employees} e
           join unnest(${sql.array(
             known.map((k) => k.tenantId),
@@ -211,12 +238,12 @@ async function handle(
   await tx.query(sql.type(z.object({}))`
     with written as (
       insert into ${tables.employees} as t
-        (tenant_id, id, email, first_name, last_name, department, status, hired_at, revision, updated_at)
+        (tenant_id, id, email, first_name, last_name, department, status, hired_at, status_since, revision, updated_at)
       select * from ${sql.unnest(changed.map(employeeTuple), [...EMPLOYEE_TYPES])}
       on conflict (tenant_id, id) do update set
         email = excluded.email, first_name = excluded.first_name, last_name = excluded.last_name,
         department = excluded.department, status = excluded.status, hired_at = excluded.hired_at,
-        revision = excluded.revision, updated_at = excluded.updated_at
+        status_since = excluded.status_since, revision = excluded.revision, updated_at = excluded.updated_at
       where t.revision < excluded.revision
       returning t.tenant_id, t.id
     ), d as (
@@ -294,7 +321,7 @@ const counterTable = (bucket: 'month' | 'day' | null) => (table: IdentifierSqlTo
     bucket === null
       ? sql.fragment`create table ${table} (tenant_id uuid not null, status text not null, department text not null, count bigint not null)`
       : sql.fragment`create table ${table} (tenant_id uuid not null, ${sql.identifier([bucket])} date not null, status text not null, department text not null, count bigint not null)`,
-    ...tenantPolicy(table, named),
+    ...readModelTable(table, named, 'read-write'),
   ],
   // Range scans by (tenant, bucket), filtering status/department inside the range.
   afterLoad: [
@@ -306,8 +333,8 @@ const counterTable = (bucket: 'month' | 'day' | null) => (table: IdentifierSqlTo
 
 export const employeesProjection = defineProjection<Tables>({
   name: EMPLOYEES_PROJECTION,
-  // 2: hire-month and hire-day counters.
-  version: 2,
+  // 2: hire-month and hire-day counters; 3: `status_since`, for back-dated status changes.
+  version: 3,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
     employees: (table, named) => ({
@@ -321,10 +348,11 @@ export const employeesProjection = defineProjection<Tables>({
           department text,
           status text not null check (status in ('active', 'inactive', 'on_leave')),
           hired_at timestamptz not null,
+          status_since timestamptz not null,
           revision integer not null,
           updated_at timestamptz not null
         )`,
-        ...tenantPolicy(table, named),
+        ...readModelTable(table, named, 'read-write'),
       ],
       afterLoad: [
         sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, id)`,

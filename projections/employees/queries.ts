@@ -11,7 +11,7 @@ import { employeeRowSchema } from './employeesProjection.ts';
  */
 export type EmployeeRecord = Omit<Employee, 'roleId'> & { readonly revision: number };
 
-const recordRow = employeeRowSchema.omit({ tenant_id: true, updated_at: true }).transform((r): EmployeeRecord => ({
+const recordRow = employeeRowSchema.omit({ tenant_id: true, updated_at: true, status_since: true }).transform((r): EmployeeRecord => ({
   id: r.id,
   email: r.email,
   firstName: r.first_name,
@@ -182,7 +182,7 @@ export async function listEmployees(scope: DatabasePool | TenantReader, tenantId
 }
 
 /** A tenant-scoped read: through the transaction-free reader when there is one, else in a `withTenant` transaction. */
-function inTenant<T>(scope: DatabasePool | TenantReader, tenantId: string, work: (db: TenantQueryable) => Promise<T>): Promise<T> {
+export function inTenant<T>(scope: DatabasePool | TenantReader, tenantId: string, work: (db: TenantQueryable) => Promise<T>): Promise<T> {
   return 'read' in scope ? scope.read(tenantId, work) : withTenant(scope, tenantId, work);
 }
 
@@ -200,7 +200,7 @@ export function listEmployeesStatement(tenantId: string, query: ListEmployeesQue
 }
 
 /** A page row: the total, and an employee unless the page is empty (then its columns are null). */
-const pageRow = z
+export const pageRow = z
   .object({
     total: z.number(),
     id: z.string().nullable(),

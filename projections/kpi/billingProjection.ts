@@ -1,7 +1,6 @@
-import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
-import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
+import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import {
@@ -15,8 +14,6 @@ import { formatUnits } from '../../shared/money.ts';
 import { foldCustomerHistory, type BillingFact } from './subscriptions.ts';
 
 const noRows = z.object({});
-
-const tenantScoped = (table: IdentifierSqlToken, policy: IdentifierSqlToken) => tenantScopedTable(table, policy, 'read-write');
 
 const factRow = z.object({
   customer_id: z.string(),
@@ -86,7 +83,7 @@ export const kpiBillingProjection = defineProjection({
         constraint ${named('pkey')} primary key (tenant_id, event_id)
       )`,
       sql.fragment`create index ${named('customer')} on ${t} (tenant_id, customer_id)`,
-      ...tenantScoped(t, named('tenant')),
+      ...readModelTable(t, named, 'read-write'),
     ],
     kpi_subscriptions: (t, named) => [
       sql.fragment`create table ${t} (
@@ -102,7 +99,7 @@ export const kpiBillingProjection = defineProjection({
         updated_at timestamptz not null,
         constraint ${named('pkey')} primary key (tenant_id, customer_id)
       )`,
-      ...tenantScoped(t, named('tenant')),
+      ...readModelTable(t, named, 'read-write'),
     ],
     kpi_subscription_periods: (t, named) => [
       sql.fragment`create table ${t} (
@@ -115,7 +112,7 @@ export const kpiBillingProjection = defineProjection({
       )`,
       sql.fragment`create index ${named('started')} on ${t} (tenant_id, started_at)`,
       sql.fragment`create index ${named('ended')} on ${t} (tenant_id, ended_at)`,
-      ...tenantScoped(t, named('tenant')),
+      ...readModelTable(t, named, 'read-write'),
     ],
     kpi_mrr_movements: (t, named) => [
       sql.fragment`create table ${t} (
@@ -130,7 +127,7 @@ export const kpiBillingProjection = defineProjection({
       )`,
       sql.fragment`create index ${named('occurred')} on ${t} (tenant_id, occurred_at)`,
       sql.fragment`create index ${named('customer')} on ${t} (tenant_id, customer_id)`,
-      ...tenantScoped(t, named('tenant')),
+      ...readModelTable(t, named, 'read-write'),
     ],
     kpi_billing_tenants: (t, named) => [
       sql.fragment`create table ${t} (
@@ -138,7 +135,7 @@ export const kpiBillingProjection = defineProjection({
         currency text not null,
         constraint ${named('pkey')} primary key (tenant_id)
       )`,
-      ...tenantScoped(t, named('tenant')),
+      ...readModelTable(t, named, 'read-write'),
     ],
   },
   async handle(tx: Queryable, events, tables) {

@@ -57,14 +57,18 @@ export async function latencyP95(tx: DatabaseTransactionConnection, tenantId: st
  * ≤ 142 sketch rows; none grows with the number of requests. Runs under row-level security.
  */
 export async function readKpiSummary(deps: KpiReadDeps, tenantId: string, now: number = Date.now()): Promise<KpiSummary> {
-  const asOf = await kpiHorizon(deps, now, 'both');
+  return readKpiSummaryAtHorizon(deps, tenantId, await kpiHorizon(deps, now, 'both'));
+}
+
+/**
+ * The summary at `asOf`, the combined horizon (`kpiHorizon(…, 'both')`: the earlier of the billing
+ * and usage watermarks), read now: the summary, and `kpi?at=` at or after now. Usage at minute
+ * resolution (`usageAtHorizon`) counts users by their latest request, so it is only right while no
+ * request can be later than the instant asked about: never for an `at` in the past.
+ */
+export async function readKpiSummaryAtHorizon(deps: KpiReadDeps, tenantId: string, asOf: number): Promise<KpiSummary> {
   return withTenant(deps.pool, tenantId, async (tx) => {
-    const iso = (ms: number) => new Date(ms).toISOString();
-    const users = await tx.one(sql.type(z.object({ dau: z.number(), mau: z.number() }))`
-      select count(*) filter (where last_seen > ${iso(asOf - DAY)}) as dau,
-             count(*) as mau
-      from kpi_user_activity where tenant_id = ${tenantId} and last_seen > ${iso(asOf - 30 * DAY)}
-    `);
+    const usage = await usageAtHorizon(tx, tenantId, asOf);
     const revenue = await readRevenueAsOf(tx, tenantId, new Date(asOf));
     const currency = await tx.maybeOneFirst(sql.type(z.object({ currency: z.string() }))`
       select currency from kpi_billing_tenants where tenant_id = ${tenantId}
@@ -73,11 +77,29 @@ export async function readKpiSummary(deps: KpiReadDeps, tenantId: string, now: n
       mrr: revenue.mrr,
       arr: revenue.arr,
       churnRate: revenue.churnRate,
-      dau: users.dau,
-      mau: users.mau,
-      apiLatencyP95Ms: await latencyP95(tx, tenantId, asOf),
-      asOf: iso(asOf),
+      ...usage,
+      asOf: new Date(asOf).toISOString(),
       currency,
     };
   });
+}
+
+/**
+ * dau, mau and p95 at the usage horizon, at minute resolution: users by their latest request
+ * (`kpi_user_activity`, exact), latency from the minute and hour sketches. Only right at the
+ * horizon: `last_seen` cannot say whether a user was active in a window that ended earlier.
+ * The summary and the open bucket of a usage series both read it, so they agree.
+ */
+export async function usageAtHorizon(
+  tx: DatabaseTransactionConnection,
+  tenantId: string,
+  asOf: number,
+): Promise<Pick<KpiSummary, 'dau' | 'mau' | 'apiLatencyP95Ms'>> {
+  const iso = (ms: number) => new Date(ms).toISOString();
+  const users = await tx.one(sql.type(z.object({ dau: z.number(), mau: z.number() }))`
+    select count(*) filter (where last_seen > ${iso(asOf - DAY)}) as dau,
+           count(*) as mau
+    from kpi_user_activity where tenant_id = ${tenantId} and last_seen > ${iso(asOf - 30 * DAY)}
+  `);
+  return { dau: users.dau, mau: users.mau, apiLatencyP95Ms: await latencyP95(tx, tenantId, asOf) };
 }

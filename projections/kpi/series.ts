@@ -2,8 +2,10 @@ import { z } from 'zod';
 import { sql, withTenant, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialized, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
-import { addIntervals, DAY, floorTo, type SeriesInterval } from './intervals.ts';
-import { kpiHorizon, type KpiReadDeps, type KpiSummary } from './query.ts';
+import { addIntervals, DAY, floorTo, MAX_SERIES_POINTS, seriesInstants, type SeriesInterval } from '../../shared/series/intervals.ts';
+import { kpiHorizon, readKpiSummaryAtHorizon, type KpiReadDeps, type KpiSummary } from './query.ts';
+import { openBucketValue } from './openBucket.ts';
+import { seriesPoint, withOpenBucket, type SeriesPoint } from '../../shared/series/openBucket.ts';
 import { loadRevenueHistories } from './revenue.ts';
 import { divideRounded, unitsToNumber } from '../../shared/money.ts';
 import { CHURN_WINDOW_MS, type CustomerHistory, type RevenueKpis } from './subscriptions.ts';
@@ -230,108 +232,124 @@ export type KpiSeries = {
   readonly interval: SeriesInterval;
   readonly currency?: string | null;
   readonly asOf: string;
-  readonly points: { at: string; value: number }[];
+  readonly points: SeriesPoint[];
 };
 
 /**
- * One metric at `instants` (from `seriesInstants`, so aligned to `interval`). Points after
- * the metric's horizon (now, or the watermark of its pending inputs) are left out.
+ * One metric at every `interval` boundary in `[from, to]` (`seriesInstants`). Points after the
+ * metric's horizon (now, or the watermark of its pending inputs) are left out; when the range
+ * reaches the horizon, the last point is the bucket still open, at the horizon (`withOpenBucket`),
+ * with the summary's numbers there (`openBucketValue`). `null` when the answer would have more
+ * than `MAX_SERIES_POINTS` points, the open one included: counted against the horizon read for
+ * the answer, so a past range of exactly that many boundaries fits whatever `to` is.
  */
 export async function readKpiSeries(
   deps: KpiReadDeps,
   tenantId: string,
-  query: { metric: KpiMetric; interval: SeriesInterval; instants: readonly number[] },
+  query: { metric: KpiMetric; interval: SeriesInterval; from: number; to: number },
   now: number = Date.now(),
-): Promise<KpiSeries> {
+): Promise<KpiSeries | null> {
+  const instants = seriesInstants(query.from, query.to, query.interval);
+  if (!instants) return null;
   const asOf = await kpiHorizon(deps, now, isRevenueMetric(query.metric) ? 'billing' : 'usage');
-  const instants = query.instants.filter((t) => t <= asOf);
-  const { metric, interval } = query;
+  const answered = withOpenBucket(instants, query, asOf);
+  if (answered.length > MAX_SERIES_POINTS) return null;
+  const open = answered.find((p) => p.partial);
+  const closed = answered.filter((p) => !p.partial).map((p) => p.at);
   return withTenant(deps.pool, tenantId, async (tx) => {
-    const base = { metric, interval, asOf: iso(asOf) };
-    const points = (values: readonly number[]) => instants.map((t, i) => ({ at: iso(t), value: values[i]! }));
-    if (isRevenueMetric(metric)) {
-      const revenue = await revenueAt(tx, tenantId, instants);
-      const currency = metric === 'churnRate' ? {} : { currency: await tenantCurrency(tx, tenantId) };
-      return { ...base, ...currency, points: points(revenue.map((r) => r[metric])) };
-    }
-    if (instants.length === 0) return { ...base, points: [] };
-    const first = instants[0]!;
-    const last = instants.at(-1)!;
-    const windowOf = (t: number): readonly [number, number] => {
-      switch (metric) {
-        case 'dau':
-        case 'apiLatencyP95Ms':
-          return [t - DAY, t];
-        case 'mau':
-          return [t - MAU_WINDOW, t];
-        case 'requests':
-          return [addIntervals(interval, t, -1), t];
-        default: {
-          const never: never = metric;
-          throw new Error(`unknown metric ${String(never)}`);
-        }
-      }
-    };
-    const level = interval === 'hour' ? 'hour' : 'day';
-    // dau at day/week/month points: the window is exactly one day row, whose count is stored.
-    const dauByDay = metric === 'dau' && level === 'day';
-    const need = { latency: metric === 'apiLatencyP95Ms', users: metric === 'mau' || (metric === 'dau' && !dauByDay) };
-    const atoms = await loadAtoms(tx, tenantId, level, windowOf(first)[0], last, need);
-    const ranges = instants.map((t) => {
-      const [start, end] = windowOf(t);
-      return [lowerBound(atoms, start), lowerBound(atoms, end)] as const;
-    });
-    switch (metric) {
-      case 'requests': {
-        const prefix = [0];
-        for (const a of atoms) prefix.push(prefix.at(-1)! + a.samples);
-        return { ...base, points: points(ranges.map(([lo, hi]) => prefix[hi]! - prefix[lo]!)) };
-      }
-      case 'apiLatencyP95Ms': {
-        // Daily points: each window is one day row, answered from its bytes (no sketch built).
-        if (ranges.every(([lo, hi]) => hi - lo <= 1)) {
-          return {
-            ...base,
-            points: points(
-              ranges.map(([lo, hi]) => {
-                const bytes = hi > lo ? atoms[lo]!.latencyBytes : null;
-                const p95 = bytes ? quantileSerialized(bytes, 0.95) : undefined;
-                return p95 === undefined ? 0 : Math.round(p95 * 100) / 100;
-              }),
-            ),
-          };
-        }
-        const merged = slidingMerge(
-          atoms.map((a) => a.latency()),
-          ranges,
-          EMPTY_LATENCY,
-          mergeLatency,
-        );
-        return { ...base, points: points(merged.map(p95Of)) };
-      }
-      default: {
-        if (dauByDay) return { ...base, points: points(ranges.map(([lo, hi]) => (hi - lo === 1 ? atoms[lo]!.userCount : 0))) };
-        const merged = slidingMerge(
-          atoms.map((a) => a.users),
-          ranges,
-          EMPTY_USERS,
-          mergeDistinct,
-        );
-        return { ...base, points: points(merged.map(countDistinct)) };
-      }
-    }
+    const values = await closedValues(tx, tenantId, query.metric, query.interval, closed);
+    const points = closed.map((at, i) => seriesPoint({ at, partial: false }, values[i]!));
+    if (open) points.push(seriesPoint(open, await openBucketValue(tx, tenantId, query.metric, query.interval, asOf)));
+    const base = { metric: query.metric, interval: query.interval, asOf: iso(asOf), points };
+    if (query.metric !== 'mrr' && query.metric !== 'arr') return base;
+    return { ...base, currency: await tenantCurrency(tx, tenantId) };
   });
 }
 
+/** The metric at closed interval boundaries (`instants`, ascending, aligned to `interval`). */
+async function closedValues(
+  tx: DatabaseTransactionConnection,
+  tenantId: string,
+  metric: KpiMetric,
+  interval: SeriesInterval,
+  instants: readonly number[],
+): Promise<number[]> {
+  if (isRevenueMetric(metric)) return (await revenueAt(tx, tenantId, instants)).map((r) => r[metric]);
+  if (instants.length === 0) return [];
+  const first = instants[0]!;
+  const last = instants.at(-1)!;
+  const windowOf = (t: number): readonly [number, number] => {
+    switch (metric) {
+      case 'dau':
+      case 'apiLatencyP95Ms':
+        return [t - DAY, t];
+      case 'mau':
+        return [t - MAU_WINDOW, t];
+      case 'requests':
+        return [addIntervals(interval, t, -1), t];
+      default: {
+        const never: never = metric;
+        throw new Error(`unknown metric ${String(never)}`);
+      }
+    }
+  };
+  const level = interval === 'hour' ? 'hour' : 'day';
+  // dau at day/week/month points: the window is exactly one day row, whose count is stored.
+  const dauByDay = metric === 'dau' && level === 'day';
+  const need = { latency: metric === 'apiLatencyP95Ms', users: metric === 'mau' || (metric === 'dau' && !dauByDay) };
+  const atoms = await loadAtoms(tx, tenantId, level, windowOf(first)[0], last, need);
+  const ranges = instants.map((t) => {
+    const [start, end] = windowOf(t);
+    return [lowerBound(atoms, start), lowerBound(atoms, end)] as const;
+  });
+  switch (metric) {
+    case 'requests': {
+      const prefix = [0];
+      for (const a of atoms) prefix.push(prefix.at(-1)! + a.samples);
+      return ranges.map(([lo, hi]) => prefix[hi]! - prefix[lo]!);
+    }
+    case 'apiLatencyP95Ms': {
+      // Daily points: each window is one day row, answered from its bytes (no sketch built).
+      if (ranges.every(([lo, hi]) => hi - lo <= 1)) {
+        return ranges.map(([lo, hi]) => {
+          const bytes = hi > lo ? atoms[lo]!.latencyBytes : null;
+          const p95 = bytes ? quantileSerialized(bytes, 0.95) : undefined;
+          return p95 === undefined ? 0 : Math.round(p95 * 100) / 100;
+        });
+      }
+      const merged = slidingMerge(
+        atoms.map((a) => a.latency()),
+        ranges,
+        EMPTY_LATENCY,
+        mergeLatency,
+      );
+      return merged.map(p95Of);
+    }
+    default: {
+      if (dauByDay) return ranges.map(([lo, hi]) => (hi - lo === 1 ? atoms[lo]!.userCount : 0));
+      const merged = slidingMerge(
+        atoms.map((a) => a.users),
+        ranges,
+        EMPTY_USERS,
+        mergeDistinct,
+      );
+      return merged.map(countDistinct);
+    }
+  }
+}
+
 /**
- * The KPI summary as it was at `at` (`GET /v1/analytics/kpi?at=`): asOf = min(at, horizon);
- * usage from the rollups at hour resolution (see above), revenue as of asOf. The usage windows
- * end at asOf rounded *down* to the hour: the rollups cannot split an hour, and a summary of how
- * things were at an instant must not count requests made after it (rounding up did, and left out
- * the first part of the hour 24 h earlier).
+ * The KPI summary as it was at `at` (`GET /v1/analytics/kpi?at=`), answered at asOf =
+ * min(at, horizon). An `at` at or after `now` is the summary now, at minute resolution: no
+ * request after it can exist yet. An earlier `at`, even one past a lagging horizon, is read from
+ * the rollups at hour resolution (see above): `kpi_user_activity` holds each user's latest
+ * request, which may come after `at`. The usage windows end at asOf rounded down to the hour, as
+ * the rollups cannot split an hour and nothing made after `at` may be counted; revenue is exact.
  */
 export async function readKpiSummaryAt(deps: KpiReadDeps, tenantId: string, at: number, now: number = Date.now()): Promise<KpiSummary> {
-  const asOf = Math.min(at, await kpiHorizon(deps, now, 'both'));
+  const horizon = await kpiHorizon(deps, now, 'both');
+  if (at >= now) return readKpiSummaryAtHorizon(deps, tenantId, horizon);
+  const asOf = Math.min(at, horizon);
   const end = floorTo('hour', asOf);
   return withTenant(deps.pool, tenantId, async (tx) => {
     const day = await loadWindow(tx, tenantId, end - DAY, end, { latency: true, users: true });

@@ -7,11 +7,13 @@ import { parsePosition, type EventStore } from '../../shared/event-store/port.ts
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../projections/kpi/query.ts';
-import { MAX_SERIES_POINTS, SERIES_INTERVALS, seriesInstants } from '../../projections/kpi/intervals.ts';
+import { MAX_SERIES_POINTS, SERIES_INTERVALS } from '../../shared/series/intervals.ts';
 import { KPI_METRICS, readKpiSeries, readKpiSummaryAt } from '../../projections/kpi/series.ts';
+import { seriesPointSchema } from '../../shared/series/openBucket.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
+import { workforceRoutes } from './workforceRoutes.ts';
 
 export type AnalyticsRoutesDeps = {
   readonly pool: DatabasePool;
@@ -58,23 +60,28 @@ export const kpiSeriesSchema = z
     metric: z.enum(KPI_METRICS),
     interval: z.enum(SERIES_INTERVALS),
     currency: z.string().nullable().optional().describe('ISO 4217 currency of mrr / arr points; null before the first billing event'),
-    asOf: z.string().describe('Points after this instant (the KPI watermark) are left out'),
+    asOf: z.string().describe('Points after this instant (the KPI watermark) are left out; the open bucket, if any, is answered as of it'),
     points: z
-      .array(z.object({ at: z.string().describe('ISO 8601 UTC instant'), value: z.number() }))
+      .array(seriesPointSchema)
       .max(MAX_SERIES_POINTS)
-      .describe('The metric as of each instant (requests: count in the interval ending at the instant)'),
+      .describe(
+        'The metric as of each interval boundary in [from, to] (requests: count in the interval ending at the boundary); ' +
+          'when the range reaches asOf, a last point at asOf for the bucket still open, flagged partial (requests: count so far)',
+      ),
   })
   .meta({ id: 'KpiSeries' });
 
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } as const;
 
-/** The analytics capability: the KPI reads. Mount it inside the authenticated scope. */
+/** The analytics capability: the KPI and workforce reads. Mount it inside the authenticated scope. */
 export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;
   const kpiPorts: KpiReadDeps = { pool: deps.pool, eventStore: deps.store, ...(deps.usage ? { usage: deps.usage } : {}) };
+  const workforce = workforceRoutes({ pool: deps.pool, readWaitMs, ...(deps.now ? { now: deps.now } : {}) });
   return async (scope: FastifyInstance): Promise<void> => {
     const app = scope.withTypeProvider<ZodTypeProvider>();
+    await workforce(scope);
 
     app.get(
       '/analytics/kpi',
@@ -82,6 +89,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         config: { permission: 'analytics:read' },
         schema: {
           tags: ['analytics'],
+          operationId: 'getKpiSummary',
           summary: 'KPI summary of the tenant (now, or as it was at `at`)',
           headers: z.object({
             'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
@@ -109,6 +117,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         config: { permission: 'analytics:read' },
         schema: {
           tags: ['analytics'],
+          operationId: 'getKpiSeries',
           summary: `One KPI over time (at most ${MAX_SERIES_POINTS.toLocaleString('en')} points)`,
           querystring: seriesQuery,
           response: { 200: kpiSeriesSchema, ...problems, 503: problemSchema },
@@ -119,13 +128,13 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
         const { metric, interval, from, to } = request.query;
         if (from > to)
           throw new BadRequestError('from must not be after to', { errors: [{ path: 'from', message: 'must not be after to' }] });
-        const instants = seriesInstants(from, to, interval);
-        if (!instants) {
+        const series = await readKpiSeries(kpiPorts, auth.tenantId, { metric, interval, from, to }, now());
+        if (!series) {
           throw new BadRequestError(`More than ${MAX_SERIES_POINTS} points; narrow the range or choose a longer interval`, {
             errors: [{ path: 'interval', message: `more than ${MAX_SERIES_POINTS} points` }],
           });
         }
-        return readKpiSeries(kpiPorts, auth.tenantId, { metric, interval, instants }, now());
+        return series;
       },
     );
   };

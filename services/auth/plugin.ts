@@ -50,6 +50,8 @@ export type CreateAuthDepsOptions = {
   readonly loginGate?: VerificationGateOptions;
   /** Logins + refreshes per process (token bucket); default sessions.ts DEFAULT_GLOBAL_AUTH_LIMIT. */
   readonly globalAuthLimit?: BucketPolicy;
+  /** Refreshes per client address (token bucket) and in flight per address; defaults in sessions.ts. */
+  readonly refreshPerAddress?: { readonly limit?: BucketPolicy; readonly maxInFlight?: number };
   readonly keys?: KeyRing;
   readonly tenantCacheTtlMs?: number;
   readonly now?: () => number;
@@ -72,6 +74,8 @@ export async function createAuthDeps(options: CreateAuthDepsOptions): Promise<Au
     now,
     gate,
     ...(options.globalAuthLimit && { globalLimit: options.globalAuthLimit }),
+    ...(options.refreshPerAddress?.limit && { refreshLimitPerAddress: options.refreshPerAddress.limit }),
+    ...(options.refreshPerAddress?.maxInFlight !== undefined && { maxRefreshesInFlightPerAddress: options.refreshPerAddress.maxInFlight }),
   });
   return {
     pool: options.pool,

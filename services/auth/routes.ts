@@ -35,9 +35,6 @@ export function authRoutes(deps: AuthDeps): V1Capability {
   return async (v1) => {
     await v1.register(async (scope: FastifyInstance) => {
       const app = scope.withTypeProvider<ZodTypeProvider>();
-      app.addHook('onSend', async (_request, reply) => {
-        reply.header('cache-control', 'no-store');
-      });
       const problems = { 400: problemSchema, 401: problemSchema, 429: problemSchema, 503: problemSchema };
 
       app.post(
@@ -45,6 +42,7 @@ export function authRoutes(deps: AuthDeps): V1Capability {
         {
           schema: {
             tags: ['auth'],
+            operationId: 'login',
             summary: 'Log in with e-mail and password',
             security: [],
             headers: tenantHeaders,
@@ -60,6 +58,7 @@ export function authRoutes(deps: AuthDeps): V1Capability {
         {
           schema: {
             tags: ['auth'],
+            operationId: 'refreshToken',
             summary: 'Exchange a refresh token for a new token pair (the old refresh token is used up)',
             security: [],
             headers: tenantHeaders,
@@ -81,15 +80,13 @@ export function authRoutes(deps: AuthDeps): V1Capability {
 export function sessionRoutes(deps: AuthDeps): V1Capability {
   return async (v1) => {
     const app = v1.withTypeProvider<ZodTypeProvider>();
-    app.addHook('onSend', async (_request, reply) => {
-      reply.header('cache-control', 'no-store');
-    });
     app.post(
       '/auth/logout',
       {
         config: { permission: 'session:end' },
         schema: {
           tags: ['auth'],
+          operationId: 'logout',
           summary: "End the caller's session: revoke the refresh token and its successors",
           body: refreshBody,
           response: { 204: z.null().describe('Revoked (also for an unknown or foreign token)'), 400: problemSchema, 401: problemSchema },
@@ -122,6 +119,7 @@ export function rolesRoutes(deps: Pick<AuthDeps, 'pool'>): V1Capability {
         config: { permission: 'roles:read' },
         schema: {
           tags: ['auth'],
+          operationId: 'listRoles',
           summary: "The tenant's roles (use an id as an employee's roleId)",
           response: { 200: z.object({ data: z.array(roleSchema) }), 401: problemSchema, 403: problemSchema },
         },

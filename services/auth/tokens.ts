@@ -5,6 +5,9 @@ import { JWT_ALGORITHM, type KeyRing } from './keys.ts';
 
 export const ACCESS_TOKEN_TTL_SECONDS = 900;
 export const ACCESS_TOKEN_TYPE = 'at+jwt';
+
+/** The OpenAPI document's words for the bearer scheme; the composition root hands them to the gateway. */
+export const BEARER_SCHEME_DESCRIPTION = `An access token from \`POST /v1/auth/login\` or \`/v1/auth/refresh\`: a JWS signed with EdDSA (Ed25519), valid ${ACCESS_TOKEN_TTL_SECONDS / 60} minutes (\`expiresIn\`), then refreshed with the single-use refresh token. The public keys are at \`GET /.well-known/jwks.json\` (by \`kid\`). Verification follows RFC8725: the algorithm, issuer, audience and \`typ: at+jwt\` are pinned, \`alg: none\` and HMAC are refused.`;
 /** Leeway for clocks of several gateways that are slightly apart. */
 const CLOCK_TOLERANCE_SECONDS = 5;
 

@@ -29,9 +29,10 @@ export function billingRoutes(deps: BillingRoutesDeps) {
     app.post(
       '/analytics/billing-events',
       {
-        config: { permission: 'analytics:write' },
+        config: { permission: 'analytics:write', responseHeaders: ['X-Log-Position'] },
         schema: {
           tags: ['analytics'],
+          operationId: 'recordBillingEvents',
           summary: 'Record subscription billing events (idempotent by eventId)',
           body: billingEventsBody,
           response: { 202: ingestResponse, ...problems, 409: problemSchema, 422: problemSchema },

@@ -83,6 +83,7 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
         config: { permission: 'employees:read' },
         schema: {
           tags: ['employees'],
+          operationId: 'listEmployeeChanges',
           summary:
             'Change feed: every employee change, in log order (a change applied late by an operator comes next), with the state after it',
           querystring: changesQuery,
@@ -102,7 +103,7 @@ export function changesRoutes(deps: ChangesRoutesDeps) {
         try {
           for (let slice = 0; ; slice++) {
             // One more than asked tells whether more is pending. The cursor is checked on the first slice.
-            const page = await readChanges(deps.pool, auth.tenantId, after, limit + 1, undefined, { trusted: slice > 0 });
+            const page = await readChanges(deps.pool, auth.tenantId, after, limit + 1, { trusted: slice > 0 });
             if (!page.known) {
               throw new BadRequestError('after names no change of this tenant: use a cursor this feed returned', {
                 errors: [{ path: 'after', message: 'unknown cursor' }],

@@ -109,7 +109,7 @@ export function changeEmployeeStatus(
   ports: EmployeeCommandPorts,
   employeeId: string,
   metadata: CommandMetadata,
-  data: { status: EmployeeStatus; reason?: string },
+  data: { status: EmployeeStatus; reason?: string; effectiveAt?: string },
   ifMatch?: IfMatch,
 ): Promise<EmployeeResult> {
   return run(ports, employeeId, { type: 'ChangeEmployeeStatus', data, metadata }, ifMatch);

@@ -44,12 +44,22 @@ export type EmployeeStatusChanged = {
   readonly type: 'EmployeeStatusChanged';
   readonly data: {
     readonly employeeId: string;
+    /** The status in force at the effective instant (for a back-dated change, not the current one). */
     readonly from: EmployeeStatus;
     readonly to: EmployeeStatus;
     readonly reason: string | null;
+    /** When the change was recorded. */
     readonly changedAt: string;
+    /**
+     * When the change took effect (HR records a leave or an exit on the day it happened). Events
+     * recorded before effective dates existed lack it: read it through `statusEffectiveAt`.
+     */
+    readonly effectiveAt?: string;
   };
 };
+
+/** The instant a status change took effect; an event without `effectiveAt` took effect when it was recorded. */
+export const statusEffectiveAt = (data: EmployeeStatusChanged['data']): string => data.effectiveAt ?? data.changedAt;
 
 export type EmployeeRoleAssigned = {
   readonly type: 'EmployeeRoleAssigned';
@@ -126,10 +136,29 @@ export type Employee = {
 };
 
 /** What is left of an erased employee: the facts that are not personal, and when the person was erased. */
-export type ErasedEmployee = Pick<Employee, 'id' | 'department' | 'status' | 'hiredAt'> & { readonly erasedAt: string };
+export type ErasedEmployee = Pick<Employee, 'id' | 'department' | 'status' | 'hiredAt'> & {
+  readonly statusSince: string;
+  readonly erasedAt: string;
+};
 
+/**
+ * `statusSince`: when the status in force now took effect (the hire date until a status change).
+ * Status changes may be back-dated, so the status in force now is the one with the latest
+ * effective instant (ties: the later recorded), not necessarily the last recorded.
+ */
 export type EmployeeState =
-  { readonly kind: 'none' } | ({ readonly kind: 'hired' } & Employee) | ({ readonly kind: 'erased' } & ErasedEmployee);
+  | { readonly kind: 'none' }
+  | ({ readonly kind: 'hired'; readonly statusSince: string } & Employee)
+  | ({ readonly kind: 'erased' } & ErasedEmployee);
+
+/**
+ * The instant a status change applies from in effective time: its effective instant, or the hire
+ * when that is later (a change recorded before a future hire date applies from the hire).
+ */
+export const statusAppliesFrom = (data: EmployeeStatusChanged['data'], hiredAt: string): string => {
+  const at = statusEffectiveAt(data);
+  return Date.parse(at) >= Date.parse(hiredAt) ? at : hiredAt;
+};
 
 export const initialState: EmployeeState = { kind: 'none' };
 
@@ -137,7 +166,7 @@ export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeStat
   switch (event.type) {
     case 'EmployeeHired': {
       const { employeeId, email, firstName, lastName, department, status, hiredAt } = event.data;
-      return { kind: 'hired', id: employeeId, email, firstName, lastName, department, status, hiredAt, roleId: null };
+      return { kind: 'hired', id: employeeId, email, firstName, lastName, department, status, hiredAt, roleId: null, statusSince: hiredAt };
     }
     case 'EmployeeDetailsChanged': {
       if (state.kind !== 'hired') return state;
@@ -151,14 +180,19 @@ export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeStat
     }
     case 'EmployeeEmailChanged':
       return state.kind === 'hired' ? { ...state, email: event.data.email } : state;
-    case 'EmployeeStatusChanged':
-      return state.kind === 'hired' ? { ...state, status: event.data.to } : state;
+    case 'EmployeeStatusChanged': {
+      if (state.kind !== 'hired') return state;
+      const from = statusAppliesFrom(event.data, state.hiredAt);
+      // A change back-dated before the status in force now only rewrites the past; at the same
+      // instant the later recorded wins.
+      return Date.parse(from) >= Date.parse(state.statusSince) ? { ...state, status: event.data.to, statusSince: from } : state;
+    }
     case 'EmployeeRoleAssigned':
       return state.kind === 'hired' ? { ...state, roleId: event.data.roleId } : state;
     case 'EmployeeErased': {
       if (state.kind !== 'hired') return state;
-      const { id, department, status, hiredAt } = state;
-      return { kind: 'erased', id, department, status, hiredAt, erasedAt: event.data.erasedAt };
+      const { id, department, status, hiredAt, statusSince } = state;
+      return { kind: 'erased', id, department, status, hiredAt, statusSince, erasedAt: event.data.erasedAt };
     }
     default: {
       const unhandled: never = event;

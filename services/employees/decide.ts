@@ -1,5 +1,5 @@
-import { ConflictError, ErasedError, NotFoundError } from '../../shared/errors.ts';
-import { evolve, initialState, type EmployeeEvent, type EmployeeState, type EmployeeStatus } from './contract.ts';
+import { BadRequestError, ConflictError, ErasedError, NotFoundError } from '../../shared/errors.ts';
+import { evolve, statusAppliesFrom, type EmployeeEvent, type EmployeeState, type EmployeeStatus } from './contract.ts';
 
 /**
  * The employee decider: pure `{ initialState, evolve, decide }`. Everything that varies from one
@@ -42,7 +42,12 @@ export type ChangeEmployeeDetails = {
 
 export type ChangeEmployeeStatus = {
   readonly type: 'ChangeEmployeeStatus';
-  readonly data: { readonly status: EmployeeStatus; readonly reason?: string };
+  readonly data: {
+    readonly status: EmployeeStatus;
+    readonly reason?: string;
+    /** ISO 8601 UTC instant the change took effect; defaults to `metadata.now`. */
+    readonly effectiveAt?: string;
+  };
   readonly metadata: CommandMetadata;
 };
 
@@ -68,14 +73,58 @@ export const STATUS_TRANSITIONS: Readonly<Record<EmployeeStatus, readonly Employ
   inactive: ['active'],
 };
 
+/** A status in effective time: in force from `at` until the next point (ties: the later recorded). */
+type StatusPoint = { readonly at: number; readonly status: EmployeeStatus };
+
+/**
+ * The decider's state: the employee, and for a hired one its status changes in effective order,
+ * so a back-dated change is checked against the status in force when it takes effect.
+ */
+export type DeciderState =
+  | { readonly kind: 'none' }
+  | (Extract<EmployeeState, { kind: 'hired' }> & { readonly statuses: readonly StatusPoint[] })
+  | Extract<EmployeeState, { kind: 'erased' }>;
+
+export const initialState: DeciderState = { kind: 'none' };
+
+export function evolveDecider(state: DeciderState, event: EmployeeEvent): DeciderState {
+  const next = evolve(state, event);
+  if (next.kind === 'erased') return next;
+  if (next.kind !== 'hired') return { kind: 'none' };
+  if (state.kind !== 'hired') return { ...next, statuses: [{ at: Date.parse(next.hiredAt), status: next.status }] };
+  if (event.type !== 'EmployeeStatusChanged') return { ...next, statuses: state.statuses };
+  const at = Date.parse(statusAppliesFrom(event.data, next.hiredAt));
+  const after = state.statuses.findIndex((p) => p.at > at);
+  const statuses =
+    after === -1 ? [...state.statuses, { at, status: event.data.to }] : state.statuses.toSpliced(after, 0, { at, status: event.data.to });
+  return { ...next, statuses };
+}
+
+/** The status in force at `at`: the last point at or before it (the hire's when `at` precedes every change). */
+const statusAt = (state: Extract<DeciderState, { kind: 'hired' }>, at: number): EmployeeStatus =>
+  state.statuses.findLast((p) => p.at <= at)?.status ?? state.statuses[0]?.status ?? state.status;
+
 /** An erased employee is gone for good (410), not unknown (404): its id was real and stays reserved. */
-export function requireHired(state: EmployeeState): Extract<EmployeeState, { kind: 'hired' }> {
+export function requireHired(state: DeciderState): Extract<DeciderState, { kind: 'hired' }> {
   if (state.kind === 'erased') throw new ErasedError('This employee was erased', { erasedAt: state.erasedAt });
   if (state.kind !== 'hired') throw new NotFoundError('No employee with this id');
   return state;
 }
 
-export function decide(command: EmployeeCommand, state: EmployeeState): EmployeeEvent[] {
+/**
+ * A date the client sent must lie between the hire and now (the future is not recorded yet). A
+ * change may take effect before the status in force now: it then rewrites the past only.
+ */
+function assertEffectiveAt(effectiveAt: string, current: Extract<DeciderState, { kind: 'hired' }>, now: string): void {
+  const at = Date.parse(effectiveAt);
+  const refuse = (message: string) => {
+    throw new BadRequestError(`effectiveAt ${message}`, { errors: [{ path: 'body.effectiveAt', message }] });
+  };
+  if (at > Date.parse(now)) refuse('must not be in the future');
+  if (at < Date.parse(current.hiredAt)) refuse(`must not be before the hire date (${current.hiredAt})`);
+}
+
+export function decide(command: EmployeeCommand, state: DeciderState): EmployeeEvent[] {
   switch (command.type) {
     case 'HireEmployee': {
       if (state.kind !== 'none') throw new ConflictError('This employee already exists');
@@ -114,16 +163,33 @@ export function decide(command: EmployeeCommand, state: EmployeeState): Employee
     case 'ChangeEmployeeStatus': {
       const current = requireHired(state);
       const { status, reason } = command.data;
-      if (!STATUS_TRANSITIONS[current.status].includes(status)) {
-        throw new ConflictError(`An employee cannot go from ${current.status} to ${status}`, {
-          currentStatus: current.status,
-          allowed: STATUS_TRANSITIONS[current.status],
+      // Without a date the change is recorded as in force from now on: at the latest of now and
+      // when the status in force now took effect (a future hire date, or a change stamped a few
+      // ms ahead by another gateway's clock), so it always becomes the current status.
+      let effectiveAt = command.metadata.now;
+      if (command.data.effectiveAt !== undefined) {
+        effectiveAt = command.data.effectiveAt;
+        assertEffectiveAt(effectiveAt, current, command.metadata.now);
+      } else if (Date.parse(current.statusSince) > Date.parse(effectiveAt)) effectiveAt = current.statusSince;
+      // The transition is the one in effective order: from the status in force at that instant.
+      const from = statusAt(current, Date.parse(effectiveAt));
+      if (!STATUS_TRANSITIONS[from].includes(status)) {
+        throw new ConflictError(`An employee cannot go from ${from} to ${status}`, {
+          currentStatus: from,
+          allowed: STATUS_TRANSITIONS[from],
         });
       }
       return [
         {
           type: 'EmployeeStatusChanged',
-          data: { employeeId: current.id, from: current.status, to: status, reason: reason ?? null, changedAt: command.metadata.now },
+          data: {
+            employeeId: current.id,
+            from,
+            to: status,
+            reason: reason ?? null,
+            changedAt: command.metadata.now,
+            effectiveAt,
+          },
         },
       ];
     }
@@ -146,4 +212,4 @@ export function decide(command: EmployeeCommand, state: EmployeeState): Employee
   }
 }
 
-export const employeeDecider = { initialState, evolve, decide };
+export const employeeDecider = { initialState, evolve: evolveDecider, decide };

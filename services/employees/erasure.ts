@@ -71,7 +71,7 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
     const recorded = await ports.store.readStream(streamId);
     // The store hands back what the decider's own events serialised to; this is that boundary.
     const history = recorded.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent);
-    const state = fold(history);
+    const state = history.reduce(employeeDecider.evolve, employeeDecider.initialState);
     const events = employeeDecider.decide({ type: 'EraseEmployee', data: {}, metadata }, state);
     // The person as last seen before any erasure: whom a repeated erasure still has to forget
     // (a backup restored under a log that holds the erasure brings their login and key back).

@@ -11,6 +11,8 @@ import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
+import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProjection.ts';
+import { listEmployeesAsOf } from '../../projections/workforce/asOf.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { rolesAllow } from '../auth/permissions.ts';
@@ -116,10 +118,11 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     reply: FastifyReply,
     header: string | undefined,
     query: GlobalPosition | undefined,
+    projection: string = EMPLOYEES_PROJECTION,
   ) => {
     const position = header !== undefined ? parsePosition(header) : query;
     if (!position) return;
-    const reached = await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, EMPLOYEES_PROJECTION, position, readWaitMs));
+    const reached = await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, projection, position, readWaitMs));
     reply.header('x-consistency', reached ? 'consistent' : 'stale');
   };
 
@@ -130,9 +133,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.post(
       '/employees',
       {
-        config: { permission: 'employees:write' },
+        config: { permission: 'employees:write', responseHeaders: ['ETag', 'X-Log-Position'] },
         schema: {
           tags,
+          operationId: 'createEmployee',
           summary: 'Hire (create) an employee',
           body: createEmployeeBody,
           response: { 201: employeeSchema, ...problems, 409: problemSchema, 422: problemSchema },
@@ -161,10 +165,11 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.get(
       '/employees',
       {
-        config: { permission: 'employees:read' },
+        config: { permission: 'employees:read', responseHeaders: ['X-Consistency'] },
         schema: {
           tags,
-          summary: 'List employees (hiredAt desc, id desc)',
+          operationId: 'listEmployees',
+          summary: 'List employees (hiredAt desc, id desc), now or as of an instant',
           querystring: listEmployeesQuery,
           headers: readHeaders,
           response: { 200: listResponse, ...problems },
@@ -172,9 +177,20 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       },
       async (request, reply) => {
         const auth = requireAuth(request);
-        await awaitPosition(request, reply, request.headers['x-min-position'], request.query.minPosition);
-        const { minPosition: _, ...query } = request.query;
-        const { data, total } = await listEmployees(deps.tenantReader ?? deps.pool, auth.tenantId, query);
+        const { minPosition, asOf, ...query } = request.query;
+        // An as-of list reads the effective-dated versions, which their own projection keeps.
+        await awaitPosition(
+          request,
+          reply,
+          request.headers['x-min-position'],
+          minPosition,
+          asOf === undefined ? EMPLOYEES_PROJECTION : WORKFORCE_PROJECTION,
+        );
+        const scope = deps.tenantReader ?? deps.pool;
+        const { data, total } =
+          asOf === undefined
+            ? await listEmployees(scope, auth.tenantId, query)
+            : await listEmployeesAsOf(scope, auth.tenantId, { ...query, asOf });
         return { data: data.map(toView), meta: { page: query.page, limit: query.limit, total } };
       },
     );
@@ -182,9 +198,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.get(
       '/employees/:id',
       {
-        config: { permission: 'employees:read' },
+        config: { permission: 'employees:read', responseHeaders: ['ETag', 'X-Consistency'] },
         schema: {
           tags,
+          operationId: 'getEmployee',
           summary: 'Read one employee from its stream (strongly consistent); ETag is its stream revision',
           params,
           querystring: readQuery,
@@ -207,9 +224,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.patch(
       '/employees/:id',
       {
-        config: { permission: 'employees:write' },
+        config: { permission: 'employees:write', responseHeaders: ['ETag', 'X-Log-Position'] },
         schema: {
           tags,
+          operationId: 'updateEmployee',
           summary: 'Change name, department or email; If-Match guards against lost updates',
           params,
           headers: writeHeaders,
@@ -232,9 +250,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.post(
       '/employees/:id/status',
       {
-        config: { permission: 'employees:write' },
+        config: { permission: 'employees:write', responseHeaders: ['ETag', 'X-Log-Position'] },
         schema: {
           tags,
+          operationId: 'changeEmployeeStatus',
           summary: 'Change status (active ⇄ on_leave, active|on_leave → inactive, inactive → active)',
           params,
           headers: writeHeaders,
@@ -258,9 +277,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.put(
       '/employees/:id/role',
       {
-        config: { permission: 'roles:assign' },
+        config: { permission: 'roles:assign', responseHeaders: ['ETag', 'X-Log-Position'] },
         schema: {
           tags,
+          operationId: 'assignEmployeeRole',
           summary: "Set the employee's person's role (admin); applied to their login within seconds",
           description:
             'Records EmployeeRoleAssigned on the employee stream; the role reactor then sets the role of the user with ' +
@@ -288,8 +308,9 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
     app.post(
       '/employees/:id/erasure',
       {
-        config: { permission: 'employees:erase' },
+        config: { permission: 'employees:erase', responseHeaders: ['X-Log-Position'] },
         schema: {
+          operationId: 'eraseEmployee',
           tags,
           summary: 'Erase the person (right to erasure): their personal data becomes unreadable everywhere; idempotent',
           description:
@@ -315,6 +336,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         config: { permission: 'employees:read' },
         schema: {
           tags,
+          operationId: 'getEmployeeHistory',
           summary: "The employee's events, oldest first: the audit trail",
           params,
           response: { 200: historyResponse, ...problems, ...erased },

@@ -69,7 +69,15 @@ export const erasureSchema = z
   .meta({ id: 'EmployeeErasure' });
 
 export const changeStatusBody = z
-  .object({ status: z.enum(EMPLOYEE_STATUSES), reason: safeText(500, { trim: true, min: 1 }).optional() })
+  .object({
+    status: z.enum(EMPLOYEE_STATUSES),
+    reason: safeText(500, { trim: true, min: 1 }).optional(),
+    effectiveAt: hireInstant
+      .optional()
+      .describe(
+        'When the change took effect (ISO 8601 with offset): not after now, not before the hire date; may precede the status in force now (it then rewrites that past only). Default: now (a future hire: the hire date), unchecked',
+      ),
+  })
   .strict();
 
 /** ISO 8601 date (`2024-05-01`) or date-time with offset, years 1900–9999; inclusive bounds. */
@@ -94,6 +102,12 @@ export const listEmployeesQuery = z
     status: z.enum(EMPLOYEE_STATUSES).optional(),
     hiredFrom: hiredBound.optional(),
     hiredTo: hiredBound.optional(),
+    asOf: hireInstant
+      .transform((iso) => Date.parse(iso))
+      .optional()
+      .describe(
+        'The list as it was at this instant (ISO 8601 with offset), by effective dates: who was employed, with the department, names and status in force then',
+      ),
     minPosition: logPosition.optional().describe('Read-your-writes: wait (≤ 2 s) until the read model reached this position'),
   })
   .strict()

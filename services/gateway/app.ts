@@ -9,6 +9,9 @@ import { healthRoutes, type ReadinessCheck } from './health.ts';
 import { openApiPlugin, openApiRoutes } from './openapi.ts';
 import { httpMetricsPlugin } from './httpMetrics.ts';
 import { deprecationPlugin } from './deprecation.ts';
+import { refuseOversizedBody } from './bodyLimit.ts';
+import { drainUnreadBody } from './drainRefusedBody.ts';
+import { securityHeadersPlugin } from './securityHeaders.ts';
 
 export type GatewayOptions = {
   readonly config: Pick<Config, 'BODY_LIMIT_BYTES' | 'LOG_LEVEL' | 'NODE_ENV'>;
@@ -20,13 +23,18 @@ export type GatewayOptions = {
   readonly publicRoutes?: readonly FastifyPluginAsync[];
   /** The process's pino logger; without one the gateway makes its own at LOG_LEVEL. */
   readonly logger?: FastifyBaseLogger;
-  /** OpenTelemetry's Fastify instrumentation, when tracing is on: registered before anything else. */
+  /**
+   * OpenTelemetry's Fastify instrumentation, when tracing is on: registered before every hook
+   * that works for a request and before every route.
+   */
   readonly tracing?: FastifyPluginCallback;
   /**
    * Fastify `trustProxy` (config TRUST_PROXY): whose X-Forwarded-For gives `request.ip`. A hop
    * count or proxy addresses only: `true` would let a client choose its own address.
    */
   readonly trustProxy?: number | string | false | undefined;
+  /** The OpenAPI document's description of the bearer scheme (from the auth capability, via the composition root). */
+  readonly bearerAuthDescription?: string;
 };
 
 export type V1Capability = (v1: FastifyInstance) => Promise<void>;
@@ -89,6 +97,8 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   app.setNotFoundHandler((request, reply) =>
     sendProblem(request, reply, 404, `No route ${request.method} ${request.url.split('?')[0]}; this service serves /v1`),
   );
+  // Before the hooks below, so that even the 503 of a closing instance carries them.
+  await app.register(securityHeadersPlugin);
   const shutdown = new AbortController();
   app.decorate('shutdownSignal', shutdown.signal);
   const startClosing = async () => shutdown.abort();
@@ -112,8 +122,11 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
 
   // Tier 1: infrastructure (tracing first, so every later hook and route is inside the request's span).
   if (options.tracing) await app.register(options.tracing);
+  // Before every other hook that works for a request (authentication, rate limits), and in its span.
+  app.addHook('onRequest', refuseOversizedBody(options.config.BODY_LIMIT_BYTES));
+  app.addHook('onSend', drainUnreadBody);
   await app.register(httpMetricsPlugin, { registry: options.registry });
-  await app.register(openApiPlugin);
+  await app.register(openApiPlugin, { bearerAuthDescription: options.bearerAuthDescription });
   await app.register(deprecationPlugin);
 
   // Tier 2: public, unversioned routes.
@@ -123,6 +136,13 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   // Tier 3: the versioned API.
   await app.register(
     async (v1) => {
+      // API answers are per tenant and caller (tokens among them): no cache may keep one. In
+      // onSend, so that the early answers have it too (a closing instance's 503). The one
+      // exception, the public OpenAPI document, overrides it in its own route.
+      v1.addHook('onSend', (_request, reply, payload, done) => {
+        reply.header('cache-control', 'no-store');
+        done(null, payload);
+      });
       await v1.register(openApiRoutes);
       for (const capability of options.v1) await capability(v1);
     },

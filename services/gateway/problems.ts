@@ -78,12 +78,14 @@ export function sendProblem(
   return reply.code(status).type(PROBLEM_CONTENT_TYPE).serializer(JSON.stringify).send(body);
 }
 
+export const BODY_TOO_LARGE_DETAIL = 'The request body is larger than this service accepts';
+
 const FASTIFY_CODES: Record<string, [status: number, detail: string]> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: [415, 'This endpoint accepts application/json request bodies'],
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: [400, 'Content-Length does not match the body'],
   FST_ERR_CTP_EMPTY_JSON_BODY: [400, 'The request body is empty but Content-Type is application/json'],
   FST_ERR_CTP_INVALID_JSON_BODY: [400, 'The request body is not valid JSON'],
-  FST_ERR_CTP_BODY_TOO_LARGE: [413, 'The request body is larger than this service accepts'],
+  FST_ERR_CTP_BODY_TOO_LARGE: [413, BODY_TOO_LARGE_DETAIL],
   FST_ERR_CTP_INVALID_TYPE: [400, 'The Content-Type header is not valid'],
 };
 

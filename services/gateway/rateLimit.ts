@@ -3,6 +3,7 @@ import fp from 'fastify-plugin';
 import { ServiceUnavailableError, TooManyRequestsError } from '../../shared/errors.ts';
 import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
 import type { V1Capability } from './app.ts';
+import { problemSchema } from './problems.ts';
 import { resolvePolicy } from '../../shared/rate-limit/policy.ts';
 import type { BucketDecision, BucketPolicy } from '../../shared/rate-limit/port.ts';
 
@@ -59,6 +60,13 @@ export function rateLimitHeaders(policy: BucketPolicy, decision: BucketDecision)
 export const rateLimitPlugin = fp<RateLimitPluginOptions>(
   async (scope, options) => {
     const target = options.target ?? tenantTarget;
+    // Every route of the scope can answer 429, and its answers carry the bucket's headers: the
+    // document says so for each, including routes added later (services/gateway/openApiContract.ts).
+    scope.addHook('onRoute', (route) => {
+      route.config = { ...route.config, rateLimited: true };
+      if (route.schema?.response === undefined) return;
+      route.schema = { ...route.schema, response: { 429: problemSchema, ...(route.schema.response as object) } };
+    });
     scope.addHook(options.hook ?? 'onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
       const found = target(request);
       if (!found) return;

@@ -10,6 +10,7 @@ import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
 import type { UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
 import type { UsageProgress } from '../../projections/kpi/watermarks.ts';
 import { authRoutes, rolesRoutes, sessionRoutes } from '../auth/routes.ts';
+import { BEARER_SCHEME_DESCRIPTION } from '../auth/tokens.ts';
 import { bootstrapTenant } from '../tenants/bootstrap.ts';
 import { employeesCapability } from '../employees/capability.ts';
 import { changesCapability } from '../changes/capability.ts';
@@ -50,7 +51,7 @@ export type GatewayPorts = {
  * Every capability of the API, bound to its ports: the one place where they are wired (the
  * gateway role and the OpenAPI/typed-client generator both build the gateway from it).
  */
-export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 'publicRoutes'> {
+export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 'publicRoutes' | 'bearerAuthDescription'> {
   const { auth, pool, eventStore } = ports;
   return {
     // Public auth routes first; every capability that needs a caller goes inside authenticated(...).
@@ -78,6 +79,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
       ),
     ],
     publicRoutes: [jwksRoutes(auth), dashboardRoutes],
+    bearerAuthDescription: BEARER_SCHEME_DESCRIPTION,
   };
 }
 

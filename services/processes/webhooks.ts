@@ -19,6 +19,7 @@ export async function startWebhookDelivery({ config, logger, runtime }: RoleCont
       ? { ...DEFAULT_RETRY_POLICY, scheduleMs: config.WEBHOOK_RETRY_SCHEDULE_MS }
       : DEFAULT_RETRY_POLICY,
     timeoutMs: config.WEBHOOK_TIMEOUT_MS,
+    tenantConcurrency: config.WEBHOOK_TENANT_CONCURRENCY,
     deliveryRetentionMs: config.WEBHOOK_DELIVERY_RETENTION_DAYS * 86_400_000,
     logger,
   });

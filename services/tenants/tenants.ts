@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { Plan, RateLimitOverride } from '../gateway/requestContext.ts';
+import { EXAMPLE_TENANT_SLUG } from '../gateway/openapi.ts';
 
 export const PLANS = ['starter', 'pro', 'enterprise'] as const satisfies readonly Plan[];
 
@@ -11,7 +12,9 @@ export const tenantSlugSchema = z
   .regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/, 'must be 1-63 lowercase letters, digits or inner hyphens');
 
 /** The `X-Tenant` header every /v1 request carries, as a header schema. */
-export const tenantHeaders = z.object({ 'x-tenant': tenantSlugSchema.describe('Tenant slug') });
+export const tenantHeaders = z.object({
+  'x-tenant': tenantSlugSchema.describe('Tenant slug').meta({ examples: [EXAMPLE_TENANT_SLUG] }),
+});
 
 export const rateLimitOverrideSchema = z.object({
   perMinute: z.number().int().positive(),

@@ -1,14 +1,15 @@
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
-import { readChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
+import { scanChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
+import type { GlobalPosition } from '../../shared/event-store/port.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
 import { sendWebhook } from './deliver.ts';
 import { recordAttempt, recordDelivered } from './deliveryLog.ts';
-import { deliveredTypes, type EndpointRecord } from './endpoints.ts';
+import { deliveredTypes, resealSecret, type EndpointRecord } from './endpoints.ts';
 import { leaseState } from './lease.ts';
 import { nextRetryDelay, type RetryPolicy } from './schedule.ts';
-import type { SecretBox } from './secrets.ts';
+import { SecretUnavailableError, type SecretBox } from './secrets.ts';
 import type { TargetPolicy } from './targets.ts';
 import type { DrainTriggers } from './triggers.ts';
 
@@ -24,17 +25,22 @@ export type DeliveryRunDeps = {
   readonly timeoutMs: number;
   readonly leaseMs: number;
   readonly random: () => number;
-  readonly logger?: Pick<Logger, 'warn'>;
+  readonly logger?: Pick<Logger, 'warn' | 'error'>;
   /** Aborted when the dispatcher closes: the run stops after the delivery in flight. */
   readonly stop: AbortSignal;
   /** Where a retry is scheduled (a delayed drain of the endpoint). */
   readonly triggers: Pick<DrainTriggers, 'add'>;
+  /** How many changes after the cursor a run looks at (SCAN_WINDOW). */
+  readonly scanWindow: number;
+  /** The delivery log's retention: an entry attempted again drops its attempts older than this. */
+  readonly retentionMs: number;
 };
 
 /**
- * Delivers the endpoint's next changes in order, up to `budget`, reading them a page at a
- * time; successes are recorded (cursor moved) once per page, a failure ends the run after
- * recording what succeeded before it. Returns how many were delivered and whether to go on.
+ * Delivers the endpoint's next changes in order, up to `budget` and starting none after
+ * `until` (epoch ms), reading them a page at a time (those of its types among the next
+ * `scanWindow` changes); successes are recorded (cursor moved) once per page, a failure ends the
+ * run after recording what succeeded before it. Returns how many were delivered and whether to go on.
  *
  * Before every send the run reads its lease (`leaseState`, a primary-key read, small beside an
  * HTTP request): a replay revokes it (lease.ts, rewindEndpoint) and the run stops there, so it
@@ -44,26 +50,63 @@ export type DeliveryRunDeps = {
  * within `timeoutMs` (deliver.ts), so it never outlives the lease.
  */
 export function createDeliveryRun(deps: DeliveryRunDeps) {
-  const { pool, secrets, targets, retry, timeoutMs, leaseMs, random, logger, stop, triggers } = deps;
-  return async (endpoint: EndpointRecord, token: string, budget: number): Promise<{ delivered: number; more: boolean }> => {
-    const page = await readChanges(pool, endpoint.tenantId, endpoint.cursor, Math.min(budget, 100), deliveredTypes(endpoint.eventTypes), {
-      trusted: true,
-    });
-    if (page.changes.length === 0) return { delivered: 0, more: false };
-    const secret = secrets.open(endpoint.secretSealed);
-    const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date }> = [];
-    const flush = async () => {
-      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs);
+  const { pool, secrets, targets, retry, timeoutMs, leaseMs, random, logger, stop, triggers, scanWindow, retentionMs } = deps;
+  const attemptsSince = () => new Date(Date.now() - retentionMs);
+  /** The plain secret; one sealed under an old key is sealed again under the current one, so old keys can be retired. */
+  const openSecret = async (endpoint: EndpointRecord): Promise<string | { readonly error: string }> => {
+    let plain: string;
+    try {
+      plain = secrets.open(endpoint.secretSealed);
+    } catch (error) {
+      if (!(error instanceof SecretUnavailableError)) throw error;
+      logger?.error({ endpointId: endpoint.id, tenantId: endpoint.tenantId, err: error }, 'webhook signing secret cannot be opened');
+      return { error: error.message };
+    }
+    if (secrets.isStale(endpoint.secretSealed)) {
+      const resealed = secrets.seal(plain);
+      if (await resealSecret(pool, endpoint.tenantId, endpoint.id, endpoint.secretSealed, resealed))
+        Object.assign(endpoint, { secretSealed: resealed });
+    }
+    return plain;
+  };
+  return async (endpoint: EndpointRecord, token: string, budget: number, until: number): Promise<{ delivered: number; more: boolean }> => {
+    const page = await scanChanges(
+      pool,
+      endpoint.tenantId,
+      endpoint.cursor,
+      deliveredTypes(endpoint.eventTypes),
+      Math.min(budget, 100),
+      scanWindow,
+    );
+    const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date; durationMs: number }> = [];
+    /** Records what succeeded (renewing the lease) and moves the cursor past it, or to `moveTo`, past changes of other types. */
+    const flush = async (moveTo?: GlobalPosition) => {
+      const kept = await recordDelivered(pool, endpoint.tenantId, endpoint.id, token, succeeded, leaseMs, moveTo, attemptsSince());
       const last = succeeded.at(-1);
-      if (kept && last) Object.assign(endpoint, { cursor: last.position, failedAttempts: 0, nextAttemptAt: null });
+      if (kept && last) Object.assign(endpoint, { cursor: last.position });
+      if (kept && moveTo) Object.assign(endpoint, { cursor: moveTo });
+      // As recordDelivered does: a cursor that moved leaves any retry state behind.
+      if (kept && (last || moveTo)) Object.assign(endpoint, { failedAttempts: 0, nextAttemptAt: null, retryingSince: null });
       succeeded.length = 0;
       return kept;
     };
+    // None of its types among the changes looked at: the cursor moves past them, so neither the
+    // sweep nor the next run reads them again.
+    if (page.changes.length === 0) {
+      if (!page.scannedTo) return { delivered: 0, more: false };
+      return { delivered: 0, more: (await flush(page.scannedTo)) && !stop.aborted };
+    }
+    const secret = await openSecret(endpoint);
     let sent = 0;
+    let whole = true;
     for (const change of page.changes) {
       // Closing: record what succeeded and let go (the lease is released; the rest is delivered
-      // by the next one to take it, this process after a restart or another worker).
-      if (stop.aborted) break;
+      // by the next one to take it, this process after a restart or another worker). Or its
+      // time is up: the job yields its slot (the rest of the page is read again next time).
+      if (stop.aborted || Date.now() >= until) {
+        whole = false;
+        break;
+      }
       const lease = await leaseState(pool, endpoint.tenantId, endpoint.id, token);
       // Revoked by a replay, or lost: what succeeded cannot be recorded any more (the token
       // matches nothing); whoever takes the endpoint next starts from its cursor.
@@ -72,21 +115,31 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       if (lease.leftMs < timeoutMs + LEASE_SLACK_MS && !(await flush())) return { delivered: sent, more: false };
       sent++;
       const id = encodeCursor(change.position);
-      const outcome = await sendWebhook(
-        endpoint.url,
-        secret,
-        { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) },
-        {
-          policy: targets,
-          timeoutMs,
-        },
-      );
+      // A secret that cannot be opened is a failed attempt like any other (logged, retried on
+      // the schedule, then the endpoint disabled), not a job that throws before anything is recorded.
+      const at = new Date();
+      const outcome =
+        typeof secret === 'string'
+          ? await sendWebhook(
+              endpoint.url,
+              secret,
+              { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) },
+              { policy: targets, timeoutMs },
+            )
+          : ({ kind: 'failed', status: null, error: secret.error } as const);
+      const durationMs = Date.now() - at.getTime();
       if (outcome.kind === 'delivered') {
-        succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at: new Date() });
+        succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at, durationMs });
         continue;
       }
       if (!(await flush())) return { delivered: sent - 1, more: false };
-      const base = { change: { position: change.position, type: change.type }, statusCode: outcome.status };
+      const base = {
+        change: { position: change.position, type: change.type },
+        statusCode: outcome.status,
+        at,
+        durationMs,
+        attemptsSince: attemptsSince(),
+      };
       if (outcome.kind === 'gone') {
         await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
           ...base,
@@ -124,7 +177,8 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       }
       return { delivered: sent - 1, more: false };
     }
-    const kept = await flush();
+    // Every change of its types among those looked at went out: past the others too.
+    const kept = await flush(whole ? (page.scannedTo ?? undefined) : undefined);
     return { delivered: sent, more: kept && !stop.aborted };
   };
 }

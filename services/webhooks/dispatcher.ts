@@ -9,12 +9,13 @@ import { createDeliveryRun } from './deliveryRun.ts';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy } from './schedule.ts';
 import type { SecretBox } from './secrets.ts';
 import { trimDeliveries } from './deliveryLog.ts';
-import { acquireLease, dueEndpoints, releaseLease } from './lease.ts';
+import { acquireLease, dueEndpoints, releaseLease, SCAN_WINDOW } from './lease.ts';
 import type { TargetPolicy } from './targets.ts';
 import { bullmqTriggers, inProcessTriggers, type DrainJob, type DrainTriggers } from './triggers.ts';
 
 export const WEBHOOK_QUEUE = 'webhook-delivery';
 export const DEFAULT_DELIVERY_RETENTION_MS = 30 * 86_400_000;
+export const DEFAULT_TENANT_CONCURRENCY = 4;
 
 export type WebhookDispatcherOptions = {
   readonly pool: DatabasePool;
@@ -35,6 +36,15 @@ export type WebhookDispatcherOptions = {
   readonly concurrency?: number;
   /** Deliveries one job makes before it yields its slot to other endpoints (read and recorded a page at a time). */
   readonly batchPerJob?: number;
+  /**
+   * How long one job may go on starting deliveries before it yields its slot (default 60 s; the
+   * attempt in flight then ends within its timeout).
+   */
+  readonly jobBudgetMs?: number;
+  /** Deliveries in flight at once for one tenant, across every worker (default 4): its share of the slots. */
+  readonly tenantConcurrency?: number;
+  /** How many changes after an endpoint's cursor the sweep and a run look at (default SCAN_WINDOW). */
+  readonly scanWindow?: number;
   readonly logger?: Pick<Logger, 'info' | 'warn' | 'error'>;
   readonly random?: () => number;
   /** The delivery log keeps an entry this long after its last attempt (default 30 days; a retry whose time has not come is always kept). */
@@ -70,8 +80,15 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   const timeoutMs = options.timeoutMs ?? 15_000;
   const leaseMs = timeoutMs + 30_000;
   const batchPerJob = options.batchPerJob ?? 500;
+  const jobBudgetMs = options.jobBudgetMs ?? 60_000;
+  const tenantShare = options.tenantConcurrency ?? DEFAULT_TENANT_CONCURRENCY;
+  const scanWindow = options.scanWindow ?? SCAN_WINDOW;
   const random = options.random ?? Math.random;
+  // The delivery log's retention: without it the log grows by a row per change per endpoint.
+  const retentionMs = options.deliveryRetentionMs ?? DEFAULT_DELIVERY_RETENTION_MS;
 
+  // Operators retiring an old secrets key look for endpoints sealed under another id than this one.
+  logger?.info({ keyId: secrets.keyId }, 'webhook signing secrets sealed with this key id');
   // Aborted by close: the sweep stops, and a drain stops after the delivery in flight.
   const stop = new AbortController();
 
@@ -85,27 +102,37 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     random,
     ...(logger && { logger }),
     stop: stop.signal,
+    scanWindow,
+    retentionMs,
     // Read at call time: the triggers are created below, before any drain runs.
     triggers: { add: (job, addOptions) => triggers.add(job, addOptions) },
   });
 
   const drain = async (job: DrainJob) => {
     const token = randomUUID();
-    const endpoint = await acquireLease(pool, job.tenantId, job.endpointId, token, leaseMs);
-    if (!endpoint) return; // someone else is delivering to it, or it is gone/disabled
+    const endpoint = await acquireLease(pool, job.tenantId, job.endpointId, token, leaseMs, tenantShare, scanWindow);
+    // Someone else is delivering to it, it is gone/disabled, its tenant has its share in flight,
+    // or siblings that waited longer are due for the slots left.
+    if (!endpoint) return;
+    // A job yields its slot after a count and a time: slow receivers take turns with everyone else's.
+    const until = Date.now() + jobBudgetMs;
     let made = 0;
     try {
       for (;;) {
-        const run = await deliverRun(endpoint, token, batchPerJob - made);
+        const run = await deliverRun(endpoint, token, batchPerJob - made, until);
         made += run.delivered;
-        if (!run.more || made >= batchPerJob) break;
+        if (!run.more || made >= batchPerJob || Date.now() >= until) break;
       }
     } finally {
       await releaseLease(pool, job.tenantId, job.endpointId, token);
     }
-    // Closes the gap between our last look and the release: work that is due now (after a
-    // replay's hand-off, the changes from its cursor) gets a job.
-    if ((await dueEndpoints(pool, 1, job.endpointId)).length > 0) await triggers.add(job);
+    // Closes the gap between our last look and the release: the tenant's endpoints that found its
+    // share taken get a job, longest waiting first, and then this one, if work is due now (after
+    // a replay's hand-off, the changes from its cursor, the rest of a run cut short), behind them
+    // and those already waiting: the slot it freed goes to a sibling (acquireLease keeps it so).
+    const waiting = (await dueEndpoints(pool, tenantShare, { tenantId: job.tenantId }, scanWindow)).filter((d) => d.id !== job.endpointId);
+    await triggers.addBulk(waiting.map((d) => ({ job: { endpointId: d.id, tenantId: d.tenantId }, stateSeen: d.stateSeen })));
+    if ((await dueEndpoints(pool, 1, job.endpointId, scanWindow)).length > 0) await triggers.add(job);
   };
 
   const triggerOptions = { concurrency: options.concurrency ?? 16, ...(logger && { logger }) };
@@ -116,7 +143,7 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   let sweeping: Promise<void> | undefined;
   let again = false;
   const sweepOnce = async () => {
-    const due = await dueEndpoints(pool, 1_000);
+    const due = await dueEndpoints(pool, 1_000, undefined, scanWindow);
     await triggers.addBulk(due.map((d) => ({ job: { endpointId: d.id, tenantId: d.tenantId }, stateSeen: d.stateSeen })));
   };
   const sweep = (): Promise<void> => {
@@ -153,8 +180,6 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
     }
   })();
 
-  // The delivery log's retention: without it the log grows by a row per change per endpoint.
-  const retentionMs = options.deliveryRetentionMs ?? DEFAULT_DELIVERY_RETENTION_MS;
   const trim = () => trimDeliveries(pool, new Date(Date.now() - retentionMs));
   const trimLoop = (async () => {
     while (!stop.signal.aborted) {

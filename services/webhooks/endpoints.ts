@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { ConflictError } from '../../shared/errors.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 
 /** Webhook endpoints as the tenant manages them: their rows, and create, list, find, delete. */
@@ -38,7 +39,7 @@ export type EndpointRecord = {
   readonly status: 'active' | 'disabled';
   readonly disabledReason: string | null;
   readonly createdAt: string;
-  /** The last change delivered (or the start position it was created/replayed at). */
+  /** The last change delivered, or a later one of a type it does not take (or the start position it was created/replayed at). */
   readonly cursor: GlobalPosition;
   readonly failedAttempts: number;
   readonly nextAttemptAt: string | null;
@@ -66,20 +67,28 @@ export const endpointColumns = sql.fragment`
   cursor_commit::text, cursor_prepare::text, failed_attempts, next_attempt_at, retrying_since
 `;
 
+/** Endpoints a tenant may have: each is one delivery in flight at most, and the tenant's share of the worker's slots is bounded anyway. */
+export const MAX_ENDPOINTS_PER_TENANT = 20;
+
+/** Inserts the endpoint; a ConflictError (409) when the tenant already has `max` of them. */
 export async function insertEndpoint(
   pool: DatabasePool,
   e: { id: string; tenantId: string; url: string; eventTypes: readonly string[]; secretSealed: string; cursor: GlobalPosition },
+  max = MAX_ENDPOINTS_PER_TENANT,
 ): Promise<EndpointRecord> {
-  return withTenant(pool, e.tenantId, async (tx) =>
-    toEndpoint(
-      await tx.one(sql.type(endpointRow)`
-        insert into webhook_endpoints (id, tenant_id, url, event_types, secret_sealed, cursor_commit, cursor_prepare)
-        values (${e.id}, ${e.tenantId}, ${e.url}, ${sql.array([...e.eventTypes], 'text')}, ${e.secretSealed},
-                ${e.cursor.commit.toString()}, ${e.cursor.prepare.toString()})
-        returning ${endpointColumns}
-      `),
-    ),
-  );
+  return withTenant(pool, e.tenantId, async (tx) => {
+    // Registrations of one tenant one at a time, so two at once cannot both pass the count.
+    await tx.query(sql.type(z.object({}))`select pg_advisory_xact_lock(hashtext(${`webhook-endpoints:${e.tenantId}`}))::text`);
+    const row = await tx.maybeOne(sql.type(endpointRow)`
+      insert into webhook_endpoints (id, tenant_id, url, event_types, secret_sealed, cursor_commit, cursor_prepare)
+      select ${e.id}, ${e.tenantId}, ${e.url}, ${sql.array([...e.eventTypes], 'text')}, ${e.secretSealed},
+             ${e.cursor.commit.toString()}, ${e.cursor.prepare.toString()}
+      where (select count(*) from webhook_endpoints where tenant_id = ${e.tenantId}) < ${max}
+      returning ${endpointColumns}
+    `);
+    if (!row) throw new ConflictError(`A tenant has at most ${max} webhook endpoints: delete one to register another`);
+    return toEndpoint(row);
+  });
 }
 
 export async function listEndpoints(pool: DatabasePool, tenantId: string): Promise<EndpointRecord[]> {
@@ -101,6 +110,17 @@ export async function deleteEndpoint(pool: DatabasePool, tenantId: string, id: s
     tx.maybeOne(
       sql.type(z.object({ id: z.string() }))`delete from webhook_endpoints where tenant_id = ${tenantId} and id = ${id} returning id::text`,
     ),
+  );
+  return row !== null;
+}
+
+/** Replaces the sealed secret (sealed again under the current key), unless it changed meanwhile. */
+export async function resealSecret(pool: DatabasePool, tenantId: string, id: string, from: string, to: string): Promise<boolean> {
+  const row = await withTenant(pool, tenantId, (tx) =>
+    tx.maybeOne(sql.type(z.object({ id: z.string() }))`
+      update webhook_endpoints set secret_sealed = ${to} where tenant_id = ${tenantId} and id = ${id} and secret_sealed = ${from}
+      returning id::text
+    `),
   );
   return row !== null;
 }

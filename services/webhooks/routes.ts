@@ -11,10 +11,10 @@ import { latestChange, readChanges } from '../../projections/changes/queries.ts'
 import { encodeCursor } from '../changes/cursor.ts';
 import { changeTypeSchema, cursorSchema, parseAfter } from '../changes/routes.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requestSignal, requireAuth } from '../gateway/requestContext.ts';
+import { requestSignal, requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { generateSigningSecret, type SecretBox } from './secrets.ts';
-import { listDeliveries } from './deliveryLog.ts';
-import { deleteEndpoint, findEndpoint, insertEndpoint, listEndpoints, type EndpointRecord } from './endpoints.ts';
+import { ATTEMPTS_KEPT, listDeliveries } from './deliveryLog.ts';
+import { deleteEndpoint, findEndpoint, insertEndpoint, listEndpoints, MAX_ENDPOINTS_PER_TENANT, type EndpointRecord } from './endpoints.ts';
 import { leaseRevoked, rewindEndpoint } from './lease.ts';
 import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
 import { boundedInt, safeText, uuid } from '../../shared/validation.ts';
@@ -38,7 +38,7 @@ const endpointSchema = z
     events: z.array(changeTypeSchema),
     status: z.enum(['active', 'disabled']),
     disabledReason: z.string().nullable().describe('Why deliveries stopped (410 Gone, retries exhausted); replay re-enables'),
-    cursor: z.string().describe('The last change delivered (or where deliveries start)'),
+    cursor: z.string().describe('Where deliveries stand: every change of its types up to here was delivered (or where deliveries start)'),
     createdAt: z.string(),
   })
   .meta({ id: 'WebhookEndpoint' });
@@ -51,16 +51,40 @@ const createBody = z
   })
   .strict();
 
-const deliverySchema = z.object({
-  cursor: z.string().describe('The change (also the `webhook-id` header)'),
-  type: z.string(),
-  status: z.enum(['retrying', 'succeeded', 'failed']),
-  attempts: z.number().int(),
-  lastStatusCode: z.number().int().nullable(),
-  lastError: z.string().nullable(),
-  lastAttemptAt: z.string(),
-  nextAttemptAt: z.string().nullable().describe('When the next retry is due (status retrying)'),
-});
+const deliveryStatus = z.enum(['retrying', 'succeeded', 'failed']);
+
+const attemptSchema = z
+  .object({
+    at: z.string().describe('When the attempt started'),
+    statusCode: z
+      .number()
+      .int()
+      .nullable()
+      .describe("The receiver's HTTP status; null when it did not answer (timeout, connection error, refused target)"),
+    durationMs: z.number().int().describe('How long the attempt took, DNS lookup included'),
+    error: z.string().nullable().describe('Why it failed; null on a 2xx'),
+  })
+  .meta({ id: 'WebhookDeliveryAttempt' });
+
+const deliverySchema = z
+  .object({
+    cursor: z.string().describe('The change (also the `webhook-id` header)'),
+    type: z.string(),
+    status: deliveryStatus,
+    attempts: z.number().int().describe('Attempts made for this change, in all'),
+    lastStatusCode: z.number().int().nullable(),
+    lastError: z.string().nullable(),
+    lastAttemptAt: z.string(),
+    nextAttemptAt: z.string().nullable().describe('When the next retry is due (status retrying)'),
+    attemptLog: z
+      .array(attemptSchema)
+      .max(ATTEMPTS_KEPT)
+      .describe(
+        `Every attempt, oldest first: the latest ${ATTEMPTS_KEPT} when there were more (replays add attempts), none older than the log's retention. ` +
+          'Empty for an entry last attempted before the service listed attempts: `attempts` still counts them',
+      ),
+  })
+  .meta({ id: 'WebhookDelivery' });
 
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } as const;
 
@@ -107,9 +131,16 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
+          operationId: 'createWebhook',
           summary: 'Register a webhook endpoint; the signing secret is in this response only',
+          description: `A tenant has at most ${MAX_ENDPOINTS_PER_TENANT} endpoints; registering one more answers 409.`,
           body: createBody,
-          response: { 201: endpointSchema.extend({ secret: z.string().describe('whsec_…: shown once') }), ...problems, 422: problemSchema },
+          response: {
+            201: endpointSchema.extend({ secret: z.string().describe('whsec_…: shown once') }),
+            ...problems,
+            409: problemSchema,
+            422: problemSchema,
+          },
         },
       },
       async (request, reply) => {
@@ -145,6 +176,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
+          operationId: 'listWebhooks',
           summary: 'List webhook endpoints (without secrets)',
           response: { 200: z.object({ data: z.array(endpointSchema) }), ...problems },
         },
@@ -158,6 +190,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
+          operationId: 'deleteWebhook',
           summary: 'Delete a webhook endpoint and its delivery log',
           params,
           response: { 204: z.null(), ...problems, 404: problemSchema },
@@ -176,19 +209,27 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
-          summary: 'Recent deliveries of an endpoint, newest first: attempts, status, next retry',
+          operationId: 'listWebhookDeliveries',
+          summary: 'Recent deliveries of an endpoint, newest first: each attempt, status, next retry',
           description:
-            'The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry whose time has not come yet whatever its age.',
+            'One entry per change, with each of its attempts (when, status code, duration, error). The log keeps an entry for WEBHOOK_DELIVERY_RETENTION_DAYS (default 30) after its last attempt, and a retry whose time has not come yet whatever its age.',
           params,
-          querystring: z.object({ limit: boundedInt(1, 100).default(50).describe('Page size, 1–100 (default 50)') }).strict(),
+          querystring: z
+            .object({
+              limit: boundedInt(1, 100).default(50).describe('Page size, 1–100 (default 50)'),
+              status: deliveryStatus.optional().describe('Only the entries in this status (e.g. `failed`, or `retrying`)'),
+            })
+            .strict(),
           response: { 200: z.object({ data: z.array(deliverySchema) }), ...problems, 404: problemSchema },
         },
       },
       async (request) => {
         const { tenantId } = requireAuth(request);
         if (!(await findEndpoint(deps.pool, tenantId, request.params.id))) throw new NotFoundError('No such webhook endpoint');
-        const rows = await listDeliveries(deps.pool, tenantId, request.params.id, request.query.limit);
-        return { data: rows.map(({ position, ...d }) => ({ cursor: encodeCursor(position), ...d })) };
+        const rows = await listDeliveries(deps.pool, tenantId, request.params.id, request.query.limit, request.query.status);
+        return {
+          data: rows.map(({ position, attemptLog, ...d }) => ({ cursor: encodeCursor(position), ...d, attemptLog: [...attemptLog] })),
+        };
       },
     );
 
@@ -198,6 +239,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
         config,
         schema: {
           tags,
+          operationId: 'replayWebhook',
           summary: 'Redeliver every change after a cursor (also re-enables a disabled endpoint)',
           description:
             "Answers once a delivery in flight to the endpoint (if any) has finished (at most until that delivery run's lease runs out: the delivery timeout plus 30 s, 45 s by default); the next delivery the receiver gets is then the first change after `after`.",
@@ -228,9 +270,12 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
               );
               return false;
             });
-          for (let attempt = 0; !signal.aborted && (await stillRevoked()); attempt++) {
-            await setTimeout(handOffPollMs(attempt), undefined, { signal }).catch(() => undefined);
-          }
+          // A wait the replay's semantics ask for, not the service's work: latency leaves it out.
+          await waitOnPurpose(request, async () => {
+            for (let attempt = 0; !signal.aborted && (await stillRevoked()); attempt++) {
+              await setTimeout(handOffPollMs(attempt), undefined, { signal }).catch(() => undefined);
+            }
+          });
         }
         await wakeDispatch(tenantId);
         return reply.code(202).send(toView(endpoint));

@@ -120,8 +120,12 @@ export async function withTenant<T>(
   pool: DatabasePool,
   tenantId: string,
   work: (tx: DatabaseTransactionConnection) => Promise<T>,
+  options: { readonly snapshot?: boolean } = {},
 ): Promise<T> {
   return pool.transaction(async (tx) => {
+    // `snapshot`: a read of several statements that must all see one state of the data (under
+    // read committed each statement sees the commits made before it). Must come first.
+    if (options.snapshot) await tx.query(sql.type(z.object({}))`set transaction isolation level repeatable read, read only`);
     await tx.query(sql.type(z.object({}))`
       select set_config('app.tenant_id', ${tenantId}, true), set_config('role', ${TENANT_ROLE}, true)
     `);

@@ -24,3 +24,36 @@ export function tenantScopedTable(
       : sql.fragment`grant select, insert, update, delete on ${table} to ${role}`,
   ];
 }
+
+/** Group role of analysts' own database logins (created by migrations; `ops analysts grant` adds members). */
+export const ANALYSTS_ROLE = 'eas_analysts';
+
+/**
+ * DDL that lets analysts' logins read a `tenantScopedTable`: SELECT for their group role, a
+ * policy that shows a login its own tenant's rows (the tenant bound to the login's name, from
+ * `analyst_tenant_id()`), and a restrictive one that keeps it to them. The tenant policy above
+ * applies to every role and trusts `app.tenant_id`, which any session may set: without the
+ * restrictive policy a login could set it to another tenant and read that tenant's rows
+ * (docs/decisions/012-analyst-logins-bound-by-name.md).
+ */
+export function analystReadable(table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken): FragmentSqlToken[] {
+  const role = sql.identifier([ANALYSTS_ROLE]);
+  return [
+    sql.fragment`grant select on ${table} to ${role}`,
+    sql.fragment`create policy ${named('analyst')} on ${table} for select to ${role} using (tenant_id = (select analyst_tenant_id()))`,
+    sql.fragment`create policy ${named('analyst_only')} on ${table} as restrictive to ${role} using (tenant_id = (select analyst_tenant_id()))`,
+  ];
+}
+
+/**
+ * A read model's tenant table as projections build it: `tenantScopedTable` for the service's
+ * tenant role (policy `<table>_tenant`) and `analystReadable` for analysts' logins, so that no
+ * read-model table is granted to analysts without its restrictive policy.
+ */
+export function readModelTable(
+  table: IdentifierSqlToken,
+  named: (suffix: string) => IdentifierSqlToken,
+  access: 'read' | 'read-write',
+): FragmentSqlToken[] {
+  return [...tenantScopedTable(table, named('tenant'), access), ...analystReadable(table, named)];
+}

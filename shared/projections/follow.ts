@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
 import { comparePositions, type EventStore, type GlobalPosition, type RecordedEvent } from '../event-store/port.ts';
 import { checkpointRow, readCheckpoint, toCheckpoint, type Checkpoint } from './checkpoints.ts';
+import { pageCommitMode } from './commitMode.ts';
 import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
@@ -107,17 +108,20 @@ export function runProjection<T extends string>(
    * left it. The first statement is the compare-and-set itself (it locks the checkpoint row and
    * moves it, counting every event as applied), so a page costs one round trip less than a
    * separate lock-then-update; the count is corrected in the rare page that parks events.
-   * Commits are asynchronous (see the statement): live lag does not wait for fsync.
+   * Commits are asynchronous unless the projection asks for durable pages (see the statement).
    */
-  // The same statement makes the page's commit asynchronous (no wait for the WAL flush): a
-  // crash can lose only the last pages, model and checkpoint together, and the projector
-  // applies them again from the log. What readers see stays all or nothing per page.
+  // The same statement sets the page's commit mode. Asynchronous by default (no wait for the
+  // WAL flush): a crash can lose only the last pages, model and checkpoint together, and the
+  // projector applies them again from the log; what readers see stays all or nothing per page.
+  // A projection with `durablePages` commits synchronously: PostgreSQL makes a commit visible
+  // only after its flush, so no reader sees a row that a crash could take back.
+  const commitMode = pageCommitMode(projection);
   const compareAndSet = (events: readonly RecordedEvent[], expected: GlobalPosition, to: GlobalPosition) => sql.type(checkpointRow)`
-    with asynchronous as materialized (select set_config('synchronous_commit', 'off', true))
+    with commit_mode as materialized (select set_config('synchronous_commit', ${commitMode}, true))
     update projection_checkpoints
     set commit_position = ${to.commit.toString()}, prepare_position = ${to.prepare.toString()},
         events_applied = events_applied + ${events.length}, updated_at = now()
-    from asynchronous
+    from commit_mode
     where name = ${projection.name} and version = ${projection.version}
       and commit_position = ${expected.commit.toString()}::numeric and prepare_position = ${expected.prepare.toString()}::numeric
     returning version, commit_position::text, prepare_position::text, events_applied, updated_at

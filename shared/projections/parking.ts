@@ -4,6 +4,7 @@ import { sql, type DatabaseTransactionConnection, type Queryable, type DatabaseP
 import type { GlobalPosition, RecordedEvent } from '../event-store/port.ts';
 import { recordLateApplies } from './applyOrder.ts';
 import { readCheckpoint } from './checkpoints.ts';
+import { pageCommitMode, setCommitMode } from './commitMode.ts';
 import { classifyFailure, describeFailure } from './failures.ts';
 import type { Projection } from './projection.ts';
 
@@ -241,6 +242,8 @@ export async function retryParkedEvents<T extends string>(
     // would go at its log position in the new model, behind readers already past it. (A rebuild
     // that starts meanwhile waits for this transaction.)
     await assertNoRebuild(tx, projection.name);
+    // Durable like the projection's live pages, whatever the database's default.
+    await tx.query(setCommitMode(pageCommitMode(projection)));
     const checkpoint = await readCheckpoint(tx, projection.name, true);
     if (checkpoint === null) throw new Error(`projection ${projection.name} is not built`);
     const { version } = checkpoint;

@@ -24,6 +24,14 @@ export type Projection<Table extends string = string> = {
    */
   handle(tx: Queryable, events: readonly RecordedEvent[], tables: Readonly<Record<Table, IdentifierSqlToken>>): Promise<void>;
   /**
+   * Whether each live page waits for its commit to reach disk (`synchronous_commit = on`) before
+   * readers can see it. Without (the default), a database crash can take back the last pages a
+   * reader has already seen, until the projector applies them again from the log: harmless for a
+   * model read by value, not for one whose rows name positions clients keep and hand back (the
+   * change feed's cursors, which would be answered as unknown meanwhile).
+   */
+  readonly durablePages?: boolean;
+  /**
    * Optional bulk path for rebuilds: the runner folds the log in memory with it and loads the
    * resulting rows in one go (then builds each table's `afterLoad` indexes), instead of calling
    * `handle` page by page. Must produce exactly what `handle` would have written.

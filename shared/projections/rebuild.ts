@@ -4,6 +4,7 @@ import { START, comparePositions, type GlobalPosition, type ReadAllPage, type Re
 import { createApplyOrder, readLateApplies } from './applyOrder.ts';
 import { bulkLoad } from './bulkLoad.ts';
 import { readCheckpoint } from './checkpoints.ts';
+import { setCommitMode } from './commitMode.ts';
 import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { RebuildRaceError, liveParkedEvents } from './parking.ts';
@@ -185,7 +186,7 @@ export async function buildAndSwap<T extends string>(
       options.onProgress?.({ processed, position, head });
       page = await next;
     }
-    // The swap: synchronous commit (readers and the live projector depend on it).
+    // The swap: synchronous commit (readers and the live projector depend on it), set below.
     const swapped: Awaited<ReturnType<typeof applyParking>>[] = [];
     // slonik runs a transaction's body again after a serialization failure or deadlock: each run
     // starts from the state the pages left.
@@ -193,6 +194,9 @@ export async function buildAndSwap<T extends string>(
     const restoreHeld = order.save();
     const swapFrom = position;
     await connection.transaction(async (tx) => {
+      // Synchronous whatever the database's default, for every projection: readers see the new
+      // model at once, so a crash must not take it back (the swap is rare; its flush costs nothing).
+      await tx.query(setCommitMode('on'));
       blocked = new Map(blockedBeforeSwap);
       restoreHeld();
       swapped.length = 0;

@@ -9,7 +9,7 @@ import type { LoginThrottleOptions } from '../../services/auth/loginThrottle.ts'
 import type { VerificationGateOptions } from '../../services/auth/verificationGate.ts';
 import type { BucketPolicy } from '../../shared/rate-limit/port.ts';
 import type { RoleName } from '../../services/auth/permissions.ts';
-import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps } from '../../services/auth/plugin.ts';
+import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps, type CreateAuthDepsOptions } from '../../services/auth/plugin.ts';
 import { authRoutes, rolesRoutes, sessionRoutes } from '../../services/auth/routes.ts';
 import { createUser } from '../../services/auth/users.ts';
 import { provisionTenant as provision } from '../../services/tenants/provision.ts';
@@ -41,6 +41,7 @@ export async function createTestAuth(
     loginThrottle?: LoginThrottleOptions;
     loginGate?: VerificationGateOptions;
     globalAuthLimit?: BucketPolicy;
+    refreshPerAddress?: CreateAuthDepsOptions['refreshPerAddress'];
     tenantCacheTtlMs?: number;
   } = {},
 ): Promise<AuthDeps> {
@@ -52,6 +53,7 @@ export async function createTestAuth(
     loginThrottle: { keyPrefix: `test:login:${randomBytes(6).toString('hex')}`, ...options.loginThrottle },
     ...(options.loginGate && { loginGate: options.loginGate }),
     ...(options.globalAuthLimit && { globalAuthLimit: options.globalAuthLimit }),
+    ...(options.refreshPerAddress && { refreshPerAddress: options.refreshPerAddress }),
     ...(options.tenantCacheTtlMs !== undefined ? { tenantCacheTtlMs: options.tenantCacheTtlMs } : {}),
     ...(options.now ? { now: options.now } : {}),
   });

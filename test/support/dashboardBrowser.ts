@@ -1,19 +1,23 @@
-import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
 import { randomUUID } from 'node:crypto';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
-import puppeteer, { type Page } from 'puppeteer-core';
+import type { Page } from 'puppeteer-core';
+import { ulid } from 'ulid';
 import { Registry } from 'prom-client';
 import { expect } from 'vitest';
 import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { START } from '../../shared/event-store/port.ts';
-import type { UsageSample } from '../../shared/metrics-bus/port.ts';
+import type { UsageSample, UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
+import { createInProcessBus } from '../../shared/metrics-bus/inProcess.ts';
+import type { DatabasePool } from '../../shared/db/pool.ts';
+import { startKpiConsumer } from '../../projections/kpi/consumer.ts';
+import { usageSamples } from '../../services/analytics/usageSamples.ts';
 import { runProjection } from '../../shared/projections/follow.ts';
+import type { Projection } from '../../shared/projections/projection.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
+import { workforceProjection } from '../../projections/workforce/workforceProjection.ts';
+import { changeEmployeeStatus, hireEmployee } from '../../services/employees/commands.ts';
 import { createUsageRollupSink } from '../../projections/kpi/usageRollup.ts';
 import { analyticsRoutes } from '../../services/analytics/routes.ts';
 import { billingRoutes } from '../../services/billing/routes.ts';
@@ -24,49 +28,56 @@ import type { Plan, RateLimitOverride } from '../../services/gateway/requestCont
 import { createRateLimiter } from '../../shared/rate-limit/limiter.ts';
 import { createRedisRateLimitStore } from '../../shared/rate-limit/redis.ts';
 import { dashboardRoutes } from '../../services/dashboard/routes.ts';
+import { launchChromium } from './chromium.ts';
 import { createTestDatabase } from './database.ts';
 import { authCapabilities, authHeaders, createTestAuth, createTestUser, provisionTenant, type TestTenant } from './auth.ts';
+import { testEmailHash } from './personalData.ts';
 
 /**
  * GET /dashboard in a real browser: Debian's chromium, headless, driven by puppeteer-core (no
  * browser download). The gateway listens on a real port, with the per-tenant rate limit in Redis
  * as in production; the page signs in through the API.
  */
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 
 export type DashboardHarness = Awaited<ReturnType<typeof start>>;
 
-/** The gateway with the analytics routes and the page, the KPI projector, and chromium; `close` stops them all. */
-export async function startDashboardHarness(): Promise<DashboardHarness> {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(
-      `chromium not found at ${CHROMIUM}: install Debian's package (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`,
-    );
-  }
+export type DashboardHarnessOptions = {
+  /**
+   * The gateway's own requests become usage samples, through an in-process bus and the KPI
+   * consumer into the rollups, as `npm start` wires them. `record` picks the samples that count
+   * (default: all), so a test can keep the page's own reads out of what it measures.
+   */
+  readonly usage?: { readonly record?: (sample: UsageSample) => boolean };
+};
+
+/** The gateway with the analytics routes and the page, the KPI and workforce projectors, and chromium; `close` stops them all. */
+export async function startDashboardHarness(options: DashboardHarnessOptions = {}): Promise<DashboardHarness> {
   // What is started, stopped in reverse order by `close`, or at once if a later step fails.
   const stops: Array<() => Promise<unknown>> = [];
   const stopAll = async () => {
     for (const stop of stops.splice(0).reverse()) await stop();
   };
   try {
-    return await start(stops, stopAll);
+    return await start(stops, stopAll, options);
   } catch (error) {
     await stopAll();
     throw error;
   }
 }
 
-async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<void>) {
+async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<void>, options: DashboardHarnessOptions) {
   const db = await createTestDatabase();
   stops.push(() => db.drop());
   const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
   stops.push(() => store.close());
   const auth = await createTestAuth(db.pool);
-  const projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
-  stops.push(() => projector.stop());
-  await waitForCheckpoint(db.pool, kpiBillingProjection.name, START, 20_000);
+  for (const projection of [kpiBillingProjection, workforceProjection] as readonly Projection[]) {
+    const projector = runProjection(db.pool, store, projection, { pollIntervalMs: 50 });
+    stops.push(() => projector.stop());
+    await waitForCheckpoint(db.pool, projection.name, START, 20_000);
+  }
   const limiter = createRateLimiter({
     store: await createRedisRateLimitStore({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `test:rl:${randomUUID()}:` }),
     failOpen: true,
@@ -74,6 +85,7 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     logger: pino({ level: 'silent' }),
   });
   stops.push(() => limiter.close());
+  const usage = await usagePipeline(db.pool, options.usage, stops);
   const app = await createGateway({
     config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
     readiness: [],
@@ -82,31 +94,17 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     v1: authCapabilities(
       auth,
       rateLimited(limiter),
-      analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000 }),
+      ...(usage ? [usageSamples(usage.publisher)] : []),
+      analyticsRoutes({ pool: db.pool, store, readWaitMs: 5_000, ...(usage ? { usage: { source: usage.source } } : {}) }),
       billingRoutes({ store }),
     ),
     publicRoutes: [jwksRoutes(auth), dashboardRoutes],
   });
   stops.push(() => app.close());
   const base = await app.listen({ host: '127.0.0.1', port: 0 });
-  const profile = await mkdtemp(join(tmpdir(), 'eas-chromium-'));
-  stops.push(() => rm(profile, { recursive: true, force: true }));
-  const browser = await puppeteer.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      `--user-data-dir=${profile}`,
-    ],
-  });
-  stops.push(() => browser.close());
+  const chromium = await launchChromium();
+  stops.push(() => chromium.close());
+  const browser = chromium.browser;
 
   /**
    * Seeds a tenant (Pro unless told): 3 customers (c3 cancelled 2 days ago), 4 users in the last
@@ -181,8 +179,45 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
     return tenant;
   }
 
-  async function signIn(page: Page, tenant: TestTenant, email: string, password: string) {
-    await page.goto(`${base}/dashboard`);
+  /**
+   * A tenant with a small workforce history, days before `now`: hired in sales 60 and 20 days ago,
+   * in eng 10 and 5 days ago, one without a department 8 days ago; the eng hire of 10 days ago left
+   * 3 days ago. Written as commands (no rate-limit token); resolves once the workforce model has it.
+   */
+  async function workforceTenant(now: number): Promise<TestTenant> {
+    const tenant = await provisionTenant(db.pool);
+    const ports = { store, assertRoleExists: async () => undefined, emailHash: testEmailHash };
+    const metadata = { tenantId: tenant.tenantId, actor: 'spec', now: new Date(now).toISOString() };
+    const hire = async (daysAgo: number, department?: string) => {
+      const employeeId = ulid();
+      const hiredAt = new Date(now - daysAgo * DAY).toISOString();
+      const data = {
+        employeeId,
+        email: `${employeeId}@example.test`,
+        firstName: 'F',
+        lastName: 'L',
+        hiredAt,
+        ...(department && { department }),
+      };
+      await hireEmployee(ports, { type: 'HireEmployee', data, metadata });
+      return employeeId;
+    };
+    await hire(60, 'sales');
+    await hire(20, 'sales');
+    const leaver = await hire(10, 'eng');
+    await hire(5, 'eng');
+    await hire(8);
+    const exit = await changeEmployeeStatus(ports, leaver, metadata, {
+      status: 'inactive',
+      effectiveAt: new Date(now - 3 * DAY).toISOString(),
+    });
+    if (!exit.position) throw new Error('the exit was not appended');
+    expect(await waitForCheckpoint(db.pool, workforceProjection.name, exit.position, 20_000)).toBe(true);
+    return tenant;
+  }
+
+  async function signIn(page: Page, tenant: TestTenant, email: string, password: string, path = '/dashboard') {
+    await page.goto(`${base}${path}`);
     await page.waitForSelector('#signin-form');
     await page.type('#tenant', tenant.slug);
     await page.type('#email', email);
@@ -242,8 +277,10 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
   return {
     db,
     auth,
+    base,
     browser,
     seededTenant,
+    workforceTenant,
     signIn,
     recordingPage,
     starterSignedInWithEmptyBucket,
@@ -283,5 +320,63 @@ export async function chartsSettled(page: Page, range: string, timeout: number) 
   }
 }
 
+/** Waits until the Workforce section's charts of `range` are answered; on a timeout, says what the section shows. */
+export async function workforceSettled(page: Page, range: string, timeout: number) {
+  const settled = `document.querySelector('#workforce-charts')?.getAttribute('data-range') === '${range}' && document.querySelector('#workforce-charts').getAttribute('aria-busy') === 'false'`;
+  try {
+    await page.waitForFunction(settled, { timeout });
+  } catch (error) {
+    const status = await page.$eval('#workforce-status', (el) => el.textContent).catch(() => '?');
+    throw new Error(`the workforce charts of ${range} did not settle within ${timeout} ms; the section says: ${status}`, { cause: error });
+  }
+}
+
+export type WorkforceFigure = {
+  range: string | null;
+  points: number | null;
+  /** 'true' when the last bucket is still open. */
+  partial: string | null;
+  series: Array<{ label: string; values: number[] }>;
+  legend: Array<string | null>;
+  caption: string;
+  error: string | null;
+  canvas: boolean;
+};
+
+/** Each Workforce chart by id: its points, whether its last bucket is open, its series' values, its caption or its error. */
+export const workforceFigures = (page: Page): Promise<Record<string, WorkforceFigure>> =>
+  page.$$eval('figure[data-workforce]', (all) =>
+    Object.fromEntries(
+      all.map((figure) => [
+        figure.getAttribute('data-workforce'),
+        {
+          range: figure.getAttribute('data-range'),
+          points: figure.hasAttribute('data-points') ? Number(figure.getAttribute('data-points')) : null,
+          partial: figure.getAttribute('data-partial'),
+          series: JSON.parse(figure.getAttribute('data-series') ?? '[]'),
+          legend: [...figure.querySelectorAll('.series-legend li')].map((li) => li.textContent),
+          caption: figure.querySelector('figcaption')?.textContent ?? '',
+          error: figure.querySelector('.error')?.textContent ?? null,
+          canvas: figure.querySelector('canvas') !== null,
+        },
+      ]),
+    ),
+  );
+
 export const cardValue = (page: Page, metric: string) =>
   page.$eval(`.value[data-metric="${metric}"]`, (el) => ({ value: Number(el.getAttribute('data-value')), text: el.textContent ?? '' }));
+
+/** The in-process bus from the gateway's usage hook to the KPI consumer, filtered by `record`; stopped by `stops`. */
+async function usagePipeline(pool: DatabasePool, usage: DashboardHarnessOptions['usage'], stops: Array<() => Promise<unknown>>) {
+  if (!usage) return undefined;
+  const bus = createInProcessBus();
+  const consumer = await startKpiConsumer(pool, bus.source, `kpi-${randomUUID()}`);
+  stops.push(() => consumer.stop());
+  const record = usage.record ?? (() => true);
+  const publisher: UsageSamplePublisher = {
+    publish: (sample) => void (record(sample) && bus.publisher.publish(sample)),
+    flush: (timeoutMs) => bus.publisher.flush(timeoutMs),
+    close: () => bus.publisher.close(),
+  };
+  return { publisher, source: bus.source };
+}

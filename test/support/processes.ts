@@ -77,3 +77,18 @@ export async function runOpsWith(env: NodeJS.ProcessEnv, ...args: string[]): Pro
     return { code: failed.code ?? -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
   }
 }
+
+/** `runOps` with `input` on the command's stdin (a password for `--password-stdin`). */
+export function runOpsWithInput(
+  databaseUrl: string,
+  input: string,
+  ...args: string[]
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const env = { ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' };
+    const child = execFile(process.execPath, [OPS_SCRIPT, ...args], { env, timeout: 60_000 }, (error, stdout, stderr) => {
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout, stderr });
+    });
+    child.stdin?.end(input);
+  });
+}

@@ -9,6 +9,7 @@
  * once the API has said "no token left" (a 429, or RateLimit-Remaining: 0) calls go out one at a
  * time, each after the announced wait, instead of as a burst that is refused again. */
 /* global sessionStorage, fetch, setTimeout */
+import { budgetOf, nextBudget } from './reload.js';
 
 /** Refusals (429, or 503 with Retry-After: the limiter is down and fails closed) one call, or one refresh, waits out before it reports the error. */
 export const MAX_RETRIES = 4;
@@ -106,6 +107,9 @@ export const gate = {
   queued: 0,
   /** While limited, each call waits for the one before it to be answered, then for notBefore. */
   tail: Promise.resolve(),
+  /** The bucket as the latest answer that described it left it (reload.js), or null before any. */
+  /** @type {import('./reload.js').Budget | null} */
+  budget: null,
 };
 
 /**
@@ -123,17 +127,21 @@ export function onApiEvents(handlers) {
   Object.assign(hooks, handlers);
 }
 
-const limited = () => gate.queued > 0 || Date.now() < gate.notBefore;
+/** Whether calls wait on the rate limit now (queued, or before the announced time). */
+export const limited = () => gate.queued > 0 || Date.now() < gate.notBefore;
 
 /**
- * Reads an API answer's rate-limit fields into the gate.
+ * Reads an API answer's rate-limit fields into the gate. A background call's refusal is not
+ * announced as "retrying": it is not retried.
  * @param {Response} response
+ * @param {boolean} background
  */
-function noteLimit(response) {
+function noteLimit(response, background) {
   const retryAfter = response.status === 429 || response.status === 503 ? seconds(response.headers.get('retry-after')) : null;
   const lastToken = response.headers.get('ratelimit-remaining') === '0';
   const wait = retryAfter !== null ? retryAfter : lastToken ? seconds(response.headers.get('ratelimit-reset')) : null;
-  if (retryAfter !== null) gate.refused = true;
+  gate.budget = nextBudget(gate.budget, budgetOf(response.headers, Date.now()));
+  if (retryAfter !== null && !background) gate.refused = true;
   if (wait !== null) gate.notBefore = Math.max(gate.notBefore, Date.now() + Math.min(wait, MAX_WAIT_S) * 1000);
   hooks.gateChanged();
 }
@@ -220,24 +228,32 @@ function refreshSession() {
 /**
  * GET through the gate. A refusal with Retry-After (429; 503 when the limiter is down) is retried
  * after it, at most MAX_RETRIES times and only when it is at most MAX_WAIT_S; a 401 gets one token
- * refresh, then the call again, and sign-in when the refresh is refused with a 401 too. `signal` aborts the call
- * wherever it is, waits included.
+ * refresh, then the call again, and sign-in when the refresh is refused with a 401 too. `signal`
+ * aborts the call wherever it is, waits included. A `background` call (the page reloading itself)
+ * never waits: while calls wait on the rate limit it fails at once, and a refusal is not retried,
+ * so it neither queues behind nor spends the tokens of what a user asked for.
  * @param {string} path
  * @param {AbortSignal} [signal]
+ * @param {{ background?: boolean }} [options]
  * @returns {Promise<any>} the answer's JSON, shaped as the OpenAPI document says
  */
-export async function api(path, signal) {
+export async function api(path, signal, { background = false } = {}) {
   let refreshed = false;
   let retries = 0;
+  /** @param {Response} response */
+  const observe = (response) => noteLimit(response, background);
   for (;;) {
     try {
-      return await throttled(() => send('GET', path, { signal, observe: noteLimit }), signal);
+      if (!background) return await throttled(() => send('GET', path, { signal, observe }), signal);
+      if (limited()) throw new HttpError(429, { detail: 'Put off: calls wait on the rate limit' });
+      return await send('GET', path, { signal, observe });
     } catch (error) {
       if (!(error instanceof HttpError)) throw error;
       if (error.status === 401 && !refreshed) {
         refreshed = true;
         if (!(await refreshSession())) throw error;
       } else if (
+        !background &&
         (error.status === 429 || error.status === 503) &&
         error.retryAfter !== null &&
         error.retryAfter <= MAX_WAIT_S &&

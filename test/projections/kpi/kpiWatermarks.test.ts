@@ -14,7 +14,7 @@ import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts
 import { kpiBillingProjection } from '../../../projections/kpi/billingProjection.ts';
 import { startKpiConsumer, type KpiConsumerHandle } from '../../../projections/kpi/consumer.ts';
 import { readKpiSummary } from '../../../projections/kpi/query.ts';
-import { seriesInstants } from '../../../projections/kpi/intervals.ts';
+import { seriesInstants } from '../../../shared/series/intervals.ts';
 import { readKpiSeries, readKpiSummaryAt } from '../../../projections/kpi/series.ts';
 import { createUsageRollupSink } from '../../../projections/kpi/usageRollup.ts';
 import { ingestBillingEvents, type BillingEventInput } from '../../../services/billing/ingest.ts';
@@ -104,6 +104,35 @@ describe('KPI asOf and watermarks', () => {
     });
   });
 
+  describe('when the billing projector lags and `at` lies between the horizon and now', () => {
+    it('answers kpi?at= from the hour rollups: a user whose only request came after `at` is not counted', async () => {
+      const { tenantId } = await provisionTenant(db.pool);
+      await projector?.stop();
+      projector = undefined;
+      const pending = await ingestBillingEvents(store, tenantId, 'test', [billing('cus-lag')]);
+      try {
+        const [event] = await store.readStream(`billing-${tenantId}-cus-lag`);
+        const horizon = Date.parse(event!.recordedAt) - 1; // 1 ms before the unapplied billing event
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        const now = Date.now();
+        const at = now - 20;
+        await createUsageRollupSink(db.pool, { group: `g-${randomUUID()}` }).apply({
+          origin: null,
+          samples: [sample(tenantId, 'u-before', now - 2 * HOUR), sample(tenantId, 'u-after', now - 10)],
+        });
+        const deps = { pool: db.pool, eventStore: store };
+        const atThen = await readKpiSummaryAt(deps, tenantId, at, now);
+        expect(Date.parse(atThen.asOf)).toBe(horizon);
+        expect(atThen).toMatchObject({ dau: 1, mau: 1 }); // u-after's only request is after `at`
+        // At the route's clock nothing after `at` can exist yet: the summary now, with both users.
+        expect(await readKpiSummaryAt(deps, tenantId, now, now)).toMatchObject({ dau: 2, mau: 2 });
+      } finally {
+        projector = runProjection(db.pool, store, kpiBillingProjection, { pollIntervalMs: 50 });
+        expect(await waitForCheckpoint(db.pool, kpiBillingProjection.name, pending.position!, 10_000)).toBe(true);
+      }
+    });
+  });
+
   describe('when a tenant has been idle for two hours (in-process bus)', () => {
     it('gets asOf ≈ now, with dau/mau/p95 over the windows ending at asOf', async () => {
       const { tenantId } = await provisionTenant(db.pool);
@@ -182,20 +211,27 @@ describe('KPI asOf and watermarks', () => {
         // an instant whose samples are not all applied. The revenue series waits for billing only.
         const heldAt = await readKpiSummaryAt({ pool: db.pool, eventStore: store, usage }, idle.tenantId, Date.now());
         expect(Date.parse(heldAt.asOf)).toBe(now - 2 * HOUR);
-        const instants = seriesInstants(Date.now() - 5 * HOUR, Date.now(), 'hour') ?? [];
-        const dau = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, {
+        // A range up to an hour ahead reaches the horizon: its last point is the open bucket, at asOf.
+        const range = { from: Date.now() - 5 * HOUR, to: Date.now() + HOUR };
+        const instants = seriesInstants(range.from, range.to, 'hour') ?? [];
+        const dau = (await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, {
           metric: 'dau',
           interval: 'hour',
-          instants,
-        });
+          ...range,
+        }))!;
         expect(Date.parse(dau.asOf)).toBe(now - 2 * HOUR);
-        expect(dau.points.map((p) => p.at)).toEqual(instants.filter((t) => t <= now - 2 * HOUR).map((t) => new Date(t).toISOString()));
-        const mrr = await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, {
+        expect(dau.points.map((p) => p.at)).toEqual(
+          [...instants.filter((t) => t <= now - 2 * HOUR), now - 2 * HOUR].map((t) => new Date(t).toISOString()),
+        );
+        expect(dau.points.at(-1)).toEqual({ at: dau.asOf, value: 1, partial: true });
+        const mrr = (await readKpiSeries({ pool: db.pool, eventStore: store, usage }, idle.tenantId, {
           metric: 'mrr',
           interval: 'hour',
-          instants,
-        });
-        expect(mrr.points).toHaveLength(instants.length);
+          ...range,
+        }))!;
+        // Billing is caught up: every boundary up to now, then the open bucket at now.
+        expect(mrr.points.filter((p) => !p.partial)).toHaveLength(instants.filter((t) => t <= Date.parse(mrr.asOf)).length);
+        expect(mrr.points.at(-1)).toMatchObject({ at: mrr.asOf, partial: true });
       },
     );
   });

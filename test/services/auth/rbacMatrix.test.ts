@@ -63,6 +63,7 @@ describe('the permission matrix', () => {
       '/v1/employees',
       '/v1/analytics/kpi',
       '/v1/analytics/billing-events',
+      '/v1/analytics/workforce/series',
       '/v1/employees/changes',
       '/v1/webhooks',
     ])

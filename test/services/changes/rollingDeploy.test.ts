@@ -56,9 +56,12 @@ describe('during a rolling deploy onto `employees-changes` version 2 (apply orde
     });
     expect((await dueEndpoints(h.db.pool, 10, endpoint.id)).map((d) => d.id)).toEqual([endpoint.id]);
 
-    // The new projector rebuilds version 2 and swaps it in; a cursor stored before carries on.
+    // The new projector rebuilds the current version (2 or later: with `seq`) and swaps it in; a
+    // cursor stored before carries on.
     h.projector = runProjection(h.db.pool, h.store, changesProjection, { pollIntervalMs: 100 });
-    await waitFor(async () => ((await readCheckpoint(h.db.pool, changesProjection.name))?.version === 2 ? true : undefined));
+    await waitFor(async () =>
+      (await readCheckpoint(h.db.pool, changesProjection.name))?.version === changesProjection.version ? true : undefined,
+    );
     await e.rename('roll-3');
     const after = await waitFor(async () => {
       const page = await readChanges(h.db.pool, tenant.tenantId, third, 100);

@@ -25,7 +25,15 @@ describe('GET /dashboard and its files', () => {
       expect(module.body.startsWith('// @ts-check'), url).toBe(true);
       for (const [, name] of module.body.matchAll(/^import .* from '\.\/([\w.]+)';$/gm)) pending.push(`/dashboard/${name}`);
     }
-    expect([...seen].sort()).toEqual(['/dashboard/api.js', '/dashboard/charts.js', '/dashboard/format.js', '/dashboard/page.js']);
+    expect([...seen].sort()).toEqual([
+      '/dashboard/api.js',
+      '/dashboard/charts.js',
+      '/dashboard/format.js',
+      '/dashboard/lines.js',
+      '/dashboard/page.js',
+      '/dashboard/reload.js',
+      '/dashboard/workforce.js',
+    ]);
 
     for (const [url, type] of [
       ['/dashboard/app.css', 'text/css; charset=utf-8'],

@@ -159,7 +159,10 @@ describe('ChangeEmployeeStatus', () => {
     describe(`when the employee is ${from}`, () => {
       it(`moves to ${to}`, () => {
         expect(given(historyIn(from)).when(changeTo(to, 'because'))()).toEqual([
-          { type: 'EmployeeStatusChanged', data: { employeeId, from, to, reason: 'because', changedAt: metadata.now } },
+          {
+            type: 'EmployeeStatusChanged',
+            data: { employeeId, from, to, reason: 'because', changedAt: metadata.now, effectiveAt: metadata.now },
+          },
         ]);
       });
     });

@@ -64,6 +64,7 @@ describe('after an erasure', () => {
       department: 'engineering',
       status: 'on_leave',
       hiredAt: '2024-01-02T09:00:00.000Z',
+      statusSince: metadata.now,
       erasedAt: metadata.now,
     });
   });

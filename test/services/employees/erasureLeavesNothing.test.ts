@@ -3,7 +3,8 @@ import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { withTenant } from '../../../shared/db/pool.ts';
+import { z } from 'zod';
+import { sql, withTenant } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { parsePosition } from '../../../shared/event-store/port.ts';
@@ -98,6 +99,13 @@ const caughtUp = async (position: string) => {
   for (const p of allProjections) expect(await waitForCheckpoint(db.pool, p.name, at, 10_000)).toBe(true);
 };
 
+/** An employee's versions in the workforce model: one name field and whether they are erased. */
+const versionsOf = (id: string) =>
+  db.pool.any(
+    sql.type(z.object({ first_name: z.string().nullable(), erased: z.boolean() }))`
+      select first_name, erased from employee_versions where employee_id = ${id} order by valid_from`,
+  );
+
 describe('when a person who reached every part of the service is erased', () => {
   it('leaves their e-mail and names in no readable form in a dump of the database, also after replaying every projection', async () => {
     const tenant = await provisionTenant(db.pool);
@@ -149,6 +157,8 @@ describe('when a person who reached every part of the service is erased', () => 
 
       // Before: every value is there to be found (the read models, the feed, the login), so the search means something.
       expect(foundIn(await dump(), secrets)).toEqual(secrets);
+      // The directory in effective time (the workforce model) holds them too, so its share of the dump is searched.
+      expect(await versionsOf(id)).toEqual(expect.arrayContaining([{ first_name: person.renamed, erased: false }]));
 
       const erased = await app.inject({ method: 'POST', url: `/v1/employees/${id}/erasure`, headers });
       expect(erased.statusCode, erased.body).toBe(200);
@@ -164,6 +174,7 @@ describe('when a person who reached every part of the service is erased', () => 
       });
 
       expect(foundIn(await dump(), secrets)).toEqual([]);
+      expect(await versionsOf(id)).toEqual(expect.arrayContaining([{ first_name: null, erased: true }]));
       const feed = await app.inject({ method: 'GET', url: '/v1/employees/changes', headers });
       const changes = feed.json<{ data: Array<{ type: string; employee: Record<string, unknown> }> }>().data;
       expect(changes.map((c) => c.type)).toEqual([
@@ -184,6 +195,9 @@ describe('when a person who reached every part of the service is erased', () => 
         expect(replayed.parked, projection.name).toBe(0);
       }
       expect(foundIn(await dump(), secrets)).toEqual([]);
+      const versions = await versionsOf(id);
+      expect(versions.length).toBeGreaterThan(1); // the leave split them: the person keeps counting
+      expect(versions.every((v) => v.first_name === null && v.erased)).toBe(true);
       expect(logs.lines.length).toBeGreaterThan(10);
       expect(foundIn(JSON.stringify(logs.lines), secrets)).toEqual([]);
       const rebuilt = await app.inject({ method: 'GET', url: '/v1/employees/changes', headers });

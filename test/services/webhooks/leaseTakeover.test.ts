@@ -152,12 +152,24 @@ describe('when a webhook worker is killed mid-delivery', () => {
       // token records nothing: not while another worker holds the lease, nor once it is released.
       const stale = { position: { commit: 1n, prepare: 1n }, type: 'employee.hired' };
       const staleDelivered = () =>
-        recordDelivered(h.db.pool, tenant.tenantId, endpointId, deadToken, [{ ...stale, statusCode: 204, at: new Date() }], 90_000);
+        recordDelivered(
+          h.db.pool,
+          tenant.tenantId,
+          endpointId,
+          deadToken,
+          [{ ...stale, statusCode: 204, at: new Date(), durationMs: 5 }],
+          90_000,
+          undefined,
+          new Date(0),
+        );
       const staleAttempt = () =>
         recordAttempt(h.db.pool, tenant.tenantId, endpointId, deadToken, {
           change: stale,
           statusCode: 500,
           error: null,
+          at: new Date(),
+          durationMs: 5,
+          attemptsSince: new Date(0),
           outcome: { kind: 'disable', reason: 'stale' },
         });
       const other = randomUUID();

@@ -95,4 +95,19 @@ describe('when tracing is on', () => {
     const hired = stored.events.find((e) => (e.data as { email?: string }).email === 'traced@example.test');
     expect(hired?.metadata.traceparent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
   });
+
+  it('a body refused as too large before any other work still has its request span', async () => {
+    exporter.reset();
+    const refused = await app.inject({
+      method: 'POST',
+      url: '/v1/employees',
+      headers: { 'content-type': 'application/json' },
+      payload: `{"email":"${'x'.repeat(2 * 1_048_576)}"}`,
+    });
+    expect(refused.statusCode).toBe(413);
+    const request = await waitFor(() =>
+      exporter.getFinishedSpans().find((s) => s.instrumentationScope.name === '@fastify/otel' && s.parentSpanContext === undefined),
+    );
+    expect(request.attributes['http.response.status_code']).toBe(413);
+  });
 });

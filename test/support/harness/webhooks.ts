@@ -4,8 +4,8 @@ import { afterAll, beforeAll } from 'vitest';
 import { authHeaders, createTestApp, type TestTenant } from '../auth.ts';
 import { createChangesHarness, type ChangesHarness } from './changes.ts';
 import { webhooksCapability } from '../../../services/webhooks/capability.ts';
-import { startWebhookDispatcher, type WebhookDispatcher } from '../../../services/webhooks/dispatcher.ts';
-import { createSecretBox } from '../../../services/webhooks/secrets.ts';
+import { startWebhookDispatcher, type WebhookDispatcher, type WebhookDispatcherOptions } from '../../../services/webhooks/dispatcher.ts';
+import { createSecretBox, type SecretBox } from '../../../services/webhooks/secrets.ts';
 
 /** Retries 100 ms apart (six of them), so a test sees the whole schedule in about a second. */
 export const FAST_RETRIES = { scheduleMs: [100, 100, 100, 100, 100, 100], jitter: 0.2, maxRetryAfterMs: 5_000 };
@@ -32,22 +32,39 @@ export type Webhooks = {
 };
 
 /** Webhooks on a database of their own for the calling test file (beforeAll / afterAll). */
-export function useWebhooks(): Webhooks {
-  const secrets = createSecretBox(randomBytes(32));
+export function useWebhooks(
+  options: {
+    /** The gateway's secrets (default: a fresh key, shared with the dispatcher). */
+    readonly secrets?: SecretBox;
+    /** The dispatcher's, when it differs from the gateway's. */
+    readonly dispatcherSecrets?: SecretBox;
+    /** Drains as timers in the test's process (the all-in-one process without Redis) instead of BullMQ jobs. */
+    readonly inProcess?: boolean;
+    /** Overrides of the dispatcher's test settings. */
+    readonly dispatcher?: Partial<
+      Pick<
+        WebhookDispatcherOptions,
+        'timeoutMs' | 'retry' | 'concurrency' | 'sweepEveryMs' | 'tenantConcurrency' | 'jobBudgetMs' | 'batchPerJob' | 'scanWindow'
+      >
+    >;
+  } = {},
+): Webhooks {
+  const secrets = options.secrets ?? createSecretBox(randomBytes(32));
   let started: { h: ChangesHarness; dispatcher: WebhookDispatcher; strictApp: FastifyInstance } | undefined;
   beforeAll(async () => {
     const h = await createChangesHarness((db) => webhooksCapability({ pool: db.pool, secrets, targets: { allowHosts: ['127.0.0.1'] } }));
     const dispatcher = await startWebhookDispatcher({
       pool: h.db.pool,
       databaseUrl: h.db.url,
-      redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      ...(!options.inProcess && { redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' }),
       prefix: `test-wh-${randomBytes(4).toString('hex')}`,
-      secrets,
+      secrets: options.dispatcherSecrets ?? secrets,
       targets: { allowHosts: ['127.0.0.1'] },
       retry: FAST_RETRIES,
       timeoutMs: 2_000,
       sweepEveryMs: 250,
       trimEveryMs: 250, // the default 30-day retention; the retention tests age entries
+      ...options.dispatcher,
     });
     const strictApp = await createTestApp(h.auth, webhooksCapability({ pool: h.db.pool, secrets, targets: { allowHosts: [] } }));
     started = { h, dispatcher, strictApp };

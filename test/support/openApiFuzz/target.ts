@@ -29,9 +29,9 @@ import { testDataKeys } from '../dataKeys.ts';
  */
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
 
-let db: TestDatabase;
+export let db: TestDatabase;
 let store: EventStore;
-let auth: AuthDeps;
+export let auth: AuthDeps;
 export let app: FastifyInstance;
 let projectors: ProjectorHandle[] = [];
 export let doc: OpenApiDocument;

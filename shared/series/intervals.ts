@@ -1,4 +1,4 @@
-/** The buckets of a KPI series: UTC hours, days, ISO weeks (from Monday) and months. */
+/** The buckets of a series (KPI, workforce): UTC hours, days, ISO weeks (from Monday) and months. */
 export const SERIES_INTERVALS = ['hour', 'day', 'week', 'month'] as const;
 export type SeriesInterval = (typeof SERIES_INTERVALS)[number];
 export const MAX_SERIES_POINTS = 1_000;
@@ -26,6 +26,12 @@ export function floorTo(interval: SeriesInterval, t: number): number {
     }
   }
 }
+
+/**
+ * The exclusive end that includes the instant `t`: instants are whole milliseconds, so what holds
+ * at `t` inclusive is what holds just before `t + 1 ms` (a bucket closing at now, an as-of read).
+ */
+export const inclusiveEnd = (t: number): number => t + 1;
 
 /** `t` (aligned to `interval`) moved by `n` intervals. */
 export function addIntervals(interval: SeriesInterval, t: number, n: number): number {
