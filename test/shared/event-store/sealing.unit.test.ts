@@ -109,6 +109,39 @@ describe('the sealing boundary', () => {
     expect(read[0]?.data).toEqual({ email: null, name: null, team: 'x' });
   });
 
+  it('binds a sealed value to its field: moved to another field of the same subject, it does not open', async () => {
+    const log = memoryLog();
+    const sealed = createSealingEventStore(log.store, { keys: memoryKeys(), policy });
+    await sealed.append('person-4', [registered('e@example.test', 'Eve')]);
+    const stored = log.events[0]?.data as Record<string, unknown>;
+    log.events[0] = { ...(log.events[0] as RecordedEvent), data: { ...stored, email: stored.name, name: stored.email } };
+    await expect(sealed.readStream('person-4')).rejects.toThrow();
+  });
+
+  it('seals a value that only looks sealed, and passes on such a value found in the clear', async () => {
+    const log = memoryLog();
+    const sealed = createSealingEventStore(log.store, { keys: memoryKeys(), policy });
+    await sealed.append('person-5', [registered('enc:A256GCM:a:b', 'enc:Mallory')]);
+    const stored = log.events[0]?.data as Record<string, unknown>;
+    expect(isSealed(stored.email) && isSealed(stored.name)).toBe(true);
+    expect((await sealed.readStream('person-5'))[0]?.data).toEqual({ email: 'enc:A256GCM:a:b', name: 'enc:Mallory', team: 'x' });
+    await log.store.append('person-6', [registered('f@example.test', 'enc:Mallory')]);
+    expect((await sealed.readStream('person-6'))[0]?.data).toEqual({ email: 'f@example.test', name: 'enc:Mallory', team: 'x' });
+  });
+
+  it('looks the key up again when a stream read beside the lookup holds values sealed with a key it missed', async () => {
+    const log = memoryLog();
+    const keys = memoryKeys();
+    const sealed = createSealingEventStore(log.store, { keys, policy });
+    await sealed.append('person-7', [registered('g@example.test', 'Gus')]);
+    // The lookup ran just before the key committed; the stream read just after the event did.
+    let loads = 0;
+    const late: DataKeyStore = { ...keys, load: async (subjects) => (loads++ === 0 ? new Map() : keys.load(subjects)) };
+    const racing = createSealingEventStore(log.store, { keys: late, policy });
+    expect((await racing.readStream('person-7'))[0]?.data).toEqual({ email: 'g@example.test', name: 'Gus', team: 'x' });
+    expect(loads).toBe(2);
+  });
+
   it('refuses personal fields on a stream without a subject', async () => {
     const sealed = createSealingEventStore(memoryLog().store, { keys: memoryKeys(), policy });
     await expect(sealed.append('other-1', [registered('d@example.test', 'Di')])).rejects.toThrow(/without a data subject/);
