@@ -3,7 +3,7 @@ import type { AppendRequest, EventMetadata, EventStore } from '../../shared/even
 import { assertIfMatch, handleCommand, type CommandResult, type IfMatch } from '../commandHandler.ts';
 import { employeeDecider, type EmployeeCommand, type CommandMetadata, type HireEmployee } from './decide.ts';
 import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './contract.ts';
-import { newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
+import { hasLegacyReservation, newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 
 /**
@@ -54,12 +54,15 @@ export async function hireEmployee(ports: EmployeeCommandPorts, command: HireEmp
       alongside: [reserve],
     });
   const fresh = newReservationRequest(held);
-  try {
-    // The common case, one atomic append and no read: the address's reservation stream and the
-    // new employee's stream (a fresh ULID), both expected not to exist.
-    return await hire(fresh);
-  } catch (error) {
-    if (!(error instanceof WrongExpectedRevisionError && error.streamId === fresh.streamId)) throw error;
+  // An address reserved under the first form of reservation streams is planned from that stream.
+  if (!(await hasLegacyReservation(ports.store, held))) {
+    try {
+      // The common case, one atomic append: the address's reservation stream and the new
+      // employee's stream (a fresh ULID), both expected not to exist.
+      return await hire(fresh);
+    } catch (error) {
+      if (!(error instanceof WrongExpectedRevisionError && error.streamId === fresh.streamId)) throw error;
+    }
   }
   // The address has a reservation stream already (held → 409, released, or orphaned): the
   // reservation is planned from it and appended with the hire, still in one atomic append.
