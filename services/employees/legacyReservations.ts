@@ -9,52 +9,96 @@ import { emailReservationStreamId } from './emailReservation.ts';
  * address. Each such stream is renamed in place to its keyed-hash name and its events lose the
  * address; revisions, positions and holders stay, so uniqueness holds across the conversion.
  *
- * Found by their events (an `EmployeeEmailReserved` that still has an `email`), so a stopped run
- * is run again and goes on with what is left. If the keyed-hash stream already exists (an address
+ * Found by their events (an `EmployeeEmailReserved` that still has an `email`), a batch of
+ * streams per transaction, so a stopped run is run again and goes on with what is left. If the keyed-hash stream already exists (an address
  * reserved by the new form before the conversion ran), the old stream is dropped and reported:
  * its holder may now share the address, which `ops employees check-emails` names.
  */
 export type LegacyReservationsProgress = { readonly converted: number; readonly dropped: readonly string[]; readonly total: number };
 
-const legacyEvent = z.object({ position: z.number(), stream_id: z.string(), email: z.string(), tenant_id: z.string() });
+const legacyEvent = z.object({
+  transaction_id: z.string(),
+  position: z.number(),
+  stream_id: z.string(),
+  email: z.string(),
+  tenant_id: z.string(),
+});
 
 const LEGACY_EVENTS = sql.fragment`type = 'EmployeeEmailReserved' and data ? 'email' and stream_id like 'employee-email-%'`;
+
+/** Reservation streams of the first form still to convert. */
+export async function countLegacyReservations(pool: DatabasePool): Promise<number> {
+  return pool.oneFirst(sql.type(z.object({ n: z.number() }))`
+    select count(distinct stream_id)::int8 as n from es_events where ${LEGACY_EVENTS}
+  `);
+}
 
 export async function convertLegacyReservations(
   pool: DatabasePool,
   emailHash: EmailHash,
-  options: { readonly onProgress?: (progress: LegacyReservationsProgress) => void } = {},
+  options: { readonly batchSize?: number; readonly onProgress?: (progress: LegacyReservationsProgress) => void } = {},
 ): Promise<LegacyReservationsProgress> {
-  const total = await pool.oneFirst(sql.type(z.object({ n: z.number() }))`
-    select count(distinct stream_id)::int8 as n from es_events where ${LEGACY_EVENTS}
-  `);
-  const progress = { converted: 0, dropped: [] as string[], total };
-  let after = 0;
+  const progress = { converted: 0, dropped: [] as string[], total: await countLegacyReservations(pool) };
+  // Paged on the log's unique order index, each batch after the last: no scan from the start per batch.
+  let after = { tx: '0', position: 0 };
   for (;;) {
     const rows = await pool.any(sql.type(legacyEvent)`
-      select position, stream_id, data ->> 'email' as email, metadata ->> 'tenantId' as tenant_id from es_events
-      where position > ${after} and ${LEGACY_EVENTS}
-      order by position limit 500
+      select transaction_id::text, position, stream_id, data ->> 'email' as email, metadata ->> 'tenantId' as tenant_id from es_events
+      where (transaction_id, position) > (${after.tx}::xid8, ${after.position}) and ${LEGACY_EVENTS}
+      order by transaction_id, position limit ${options.batchSize ?? 500}
     `);
     const last = rows.at(-1);
     if (!last) return progress;
-    after = last.position;
+    after = { tx: last.transaction_id, position: last.position };
     const streams = new Map(rows.map((r) => [r.stream_id, r]));
+    const converted: Array<{ oldId: string; newId: string }> = [];
+    const dropped: Array<{ oldId: string; tenantId: string }> = [];
+    const taken = new Set(
+      await pool.anyFirst(sql.type(z.object({ stream_id: z.string() }))`
+        select distinct stream_id from es_events where stream_id = any(${sql.array(
+          [...streams].map(([oldId, r]) => newIdOf(emailHash, oldId, r)),
+          'text',
+        )})
+      `),
+    );
     for (const [oldId, r] of streams) {
-      const tenantId = /^employee-email-([0-9a-f-]{36})-[0-9a-f]{64}$/.exec(oldId)?.[1] ?? r.tenant_id;
-      const newId = emailReservationStreamId(emailHash, tenantId, r.email);
-      const outcome = await pool.transaction(async (tx) => {
-        const taken = await tx.exists(sql.type(z.object({}))`select 1 from es_events where stream_id = ${newId}`);
-        if (taken) {
-          await tx.query(sql.type(z.object({}))`delete from es_events where stream_id = ${oldId}`);
-          return 'dropped' as const;
-        }
-        await tx.query(sql.type(z.object({}))`update es_events set stream_id = ${newId}, data = data - 'email' where stream_id = ${oldId}`);
-        return 'converted' as const;
-      });
-      if (outcome === 'dropped') progress.dropped.push(`${tenantId}\t${oldId}`);
-      else progress.converted++;
-      options.onProgress?.(progress);
+      const newId = newIdOf(emailHash, oldId, r);
+      if (taken.has(newId)) dropped.push({ oldId, tenantId: tenantOf(oldId, r) });
+      else converted.push({ oldId, newId });
     }
+    // The batch in one transaction: a reservation of the new form made meanwhile for one of these
+    // addresses makes the rename fail on the stream's unique revisions, and the batch is retried by a run again.
+    await pool.transaction(async (tx) => {
+      if (dropped.length > 0) {
+        await tx.query(
+          sql.type(z.object({}))`delete from es_events where stream_id = any(${sql.array(
+            dropped.map((d) => d.oldId),
+            'text',
+          )})`,
+        );
+      }
+      if (converted.length > 0) {
+        await tx.query(sql.type(z.object({}))`
+          update es_events e set stream_id = u.new_id, data = e.data - 'email'
+          from unnest(${sql.array(
+            converted.map((c) => c.oldId),
+            'text',
+          )}, ${sql.array(
+            converted.map((c) => c.newId),
+            'text',
+          )}) as u(old_id, new_id)
+          where e.stream_id = u.old_id
+        `);
+      }
+    });
+    progress.converted += converted.length;
+    progress.dropped.push(...dropped.map((d) => `${d.tenantId}\t${d.oldId}`));
+    options.onProgress?.(progress);
   }
 }
+
+const tenantOf = (oldId: string, r: { tenant_id: string }): string =>
+  /^employee-email-([0-9a-f-]{36})-[0-9a-f]{64}$/.exec(oldId)?.[1] ?? r.tenant_id;
+
+const newIdOf = (emailHash: EmailHash, oldId: string, r: { tenant_id: string; email: string }): string =>
+  emailReservationStreamId(emailHash, tenantOf(oldId, r), r.email);
