@@ -20,8 +20,9 @@ const legacyEvent = z.object({
   transaction_id: z.string(),
   position: z.number(),
   stream_id: z.string(),
-  email: z.string(),
-  tenant_id: z.string(),
+  email: z.string().nullable(),
+  tenant_id: z.string().nullable(),
+  legacy: z.boolean(),
 });
 
 const LEGACY_EVENTS = sql.fragment`type = 'EmployeeEmailReserved' and data ? 'email' and stream_id like 'employee-email-%'`;
@@ -42,14 +43,22 @@ export async function convertLegacyReservations(
   // Paged on the log's unique order index, each batch after the last: no scan from the start per batch.
   let after = { tx: '0', position: 0 };
   for (;;) {
-    const rows = await pool.any(sql.type(legacyEvent)`
-      select transaction_id::text, position, stream_id, data ->> 'email' as email, metadata ->> 'tenantId' as tenant_id from es_events
-      where (transaction_id, position) > (${after.tx}::xid8, ${after.position}) and ${LEGACY_EVENTS}
-      order by transaction_id, position limit ${options.batchSize ?? 500}
+    // A window on the log's index, then filtered (a filter in the same query makes the planner scan the table).
+    const window = await pool.any(sql.type(legacyEvent)`
+      with w as (
+        select e.transaction_id, e.position, e.stream_id, e.type, e.data, e.metadata from es_events e
+        where (e.transaction_id, e.position) > (${after.tx}::xid8, ${after.position})
+        order by e.transaction_id, e.position limit ${options.batchSize ?? 1_000}
+      )
+      select w.transaction_id::text, w.position, w.stream_id, w.data ->> 'email' as email, w.metadata ->> 'tenantId' as tenant_id,
+             (${LEGACY_EVENTS}) as legacy
+      from w order by w.transaction_id, w.position
     `);
-    const last = rows.at(-1);
+    const last = window.at(-1);
     if (!last) return progress;
     after = { tx: last.transaction_id, position: last.position };
+    const rows = window.flatMap((r) => (r.legacy && r.email !== null ? [{ ...r, email: r.email }] : []));
+    if (rows.length === 0) continue;
     const streams = new Map(rows.map((r) => [r.stream_id, r]));
     const converted: Array<{ oldId: string; newId: string }> = [];
     const dropped: Array<{ oldId: string; tenantId: string }> = [];
@@ -97,8 +106,8 @@ export async function convertLegacyReservations(
   }
 }
 
-const tenantOf = (oldId: string, r: { tenant_id: string }): string =>
-  /^employee-email-([0-9a-f-]{36})-[0-9a-f]{64}$/.exec(oldId)?.[1] ?? r.tenant_id;
+const tenantOf = (oldId: string, r: { tenant_id: string | null }): string =>
+  /^employee-email-([0-9a-f-]{36})-[0-9a-f]{64}$/.exec(oldId)?.[1] ?? r.tenant_id ?? '';
 
-const newIdOf = (emailHash: EmailHash, oldId: string, r: { tenant_id: string; email: string }): string =>
+const newIdOf = (emailHash: EmailHash, oldId: string, r: { tenant_id: string | null; email: string }): string =>
   emailReservationStreamId(emailHash, tenantOf(oldId, r), r.email);

@@ -28,7 +28,14 @@ export type SealExistingProgress = {
   readonly total: number;
 };
 
-const row = z.object({ transaction_id: z.string(), position: z.number(), stream_id: z.string(), type: z.string(), data: z.string() });
+const row = z.object({
+  transaction_id: z.string(),
+  position: z.number(),
+  stream_id: z.string(),
+  type: z.string(),
+  /** Null for an event without a personal string (not to rewrite). */
+  data: z.string().nullable(),
+});
 
 /** Events of a personal type with at least one personal field a string without the sealed form. */
 export async function countClearPersonalEvents(pool: DatabasePool, policy: PersonalDataPolicy): Promise<number> {
@@ -41,21 +48,33 @@ export async function sealExistingEvents(
   pool: DatabasePool,
   keys: DataKeyStore,
   policy: PersonalDataPolicy,
-  options: { readonly batchSize?: number; readonly onProgress?: (progress: SealExistingProgress) => void } = {},
+  options: {
+    /** Events of the log looked at per batch (personal or not). */
+    readonly batchSize?: number;
+    readonly onProgress?: (progress: SealExistingProgress) => void;
+  } = {},
 ): Promise<SealExistingProgress> {
   const batchSize = options.batchSize ?? 1_000;
   const total = await countClearPersonalEvents(pool, policy);
   const progress = { sealed: 0, redacted: 0, skipped: [] as string[], total };
   let after = { tx: '0', position: 0 };
   for (;;) {
-    const rows = await pool.any(sql.type(row)`
-      select transaction_id::text, position, stream_id, type, data::text as data from es_events
-      where (transaction_id, position) > (${after.tx}::xid8, ${after.position}) and ${personalStrings(policy, false)}
-      order by transaction_id, position limit ${batchSize}
+    // The window is taken on the index alone, then filtered: a filter in the same query would let
+    // the planner, expecting it to keep few rows, scan and sort the whole table for every batch.
+    const window = await pool.any(sql.type(row)`
+      with w as (
+        select e.transaction_id, e.position, e.stream_id, e.type, e.data from es_events e
+        where (e.transaction_id, e.position) > (${after.tx}::xid8, ${after.position})
+        order by e.transaction_id, e.position limit ${batchSize}
+      )
+      select w.transaction_id::text, w.position, w.stream_id, w.type,
+             case when ${personalStrings(policy, false)} then w.data::text end as data
+      from w order by w.transaction_id, w.position
     `);
-    const last = rows.at(-1);
+    const last = window.at(-1);
     if (!last) return progress;
     after = { tx: last.transaction_id, position: last.position };
+    const rows = window.flatMap((r) => (r.data === null ? [] : [{ ...r, data: r.data }]));
     const stored = await keysOf(keys, policy, rows);
 
     const rewritten: Array<{ tx: string; position: number; data: string }> = [];
@@ -83,6 +102,7 @@ export async function sealExistingEvents(
       rewritten.push({ tx: r.transaction_id, position: r.position, data: JSON.stringify(data) });
     }
     if (rewritten.length > 0) {
+      // By the same unique index, one row each.
       await pool.query(sql.type(z.object({}))`
         update es_events e set data = u.data::jsonb
         from unnest(${sql.array(
