@@ -1,3 +1,4 @@
+import { AppError } from '../errors.ts';
 import { subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../personal-data/dataKeys.ts';
 import { fieldPlace, isSealed, openValue, sealValue, type DataKey } from '../personal-data/fieldCipher.ts';
 import type { PersonalDataPolicy } from '../personal-data/policy.ts';
@@ -110,13 +111,35 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
     return settled.map((e) => openEvent(e, () => key));
   }
 
-  return {
-    append: async (streamId, events, options) => inner.append(streamId, await sealEvents(streamId, events), options),
+  /**
+   * Runs an append; when it fails for another reason than the command (a lost connection, a
+   * crash or failover), the streams' subjects' cached keys are dropped: a key committed without
+   * waiting for the flush may have been lost with it, and the event sealed with it never landed.
+   */
+  async function appending<T>(streamIds: readonly string[], append: () => Promise<T>): Promise<T> {
+    try {
+      return await append();
+    } catch (error) {
+      if (!(error instanceof AppError)) keys.forget?.(streamIds.flatMap((id) => policy.subjectOf(id) ?? []));
+      throw error;
+    }
+  }
 
-    appendMany: async (requests) =>
-      inner.appendMany(
-        await Promise.all(requests.map(async (r): Promise<AppendRequest> => ({ ...r, events: await sealEvents(r.streamId, r.events) }))),
-      ),
+  return {
+    append: async (streamId, events, options) => {
+      const sealed = await sealEvents(streamId, events);
+      return appending([streamId], () => inner.append(streamId, sealed, options));
+    },
+
+    appendMany: async (requests) => {
+      const sealed = await Promise.all(
+        requests.map(async (r): Promise<AppendRequest> => ({ ...r, events: await sealEvents(r.streamId, r.events) })),
+      );
+      return appending(
+        requests.map((r) => r.streamId),
+        () => inner.appendMany(sealed),
+      );
+    },
 
     readStream,
 

@@ -2,6 +2,7 @@ import { createSecretKey, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { EventStore, NewEvent, RecordedEvent } from '../../../shared/event-store/port.ts';
 import { START } from '../../../shared/event-store/port.ts';
+import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import { createSealingEventStore } from '../../../shared/event-store/sealing.ts';
 import { subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../../../shared/personal-data/dataKeys.ts';
 import { isSealed, type DataKey } from '../../../shared/personal-data/fieldCipher.ts';
@@ -140,6 +141,24 @@ describe('the sealing boundary', () => {
     const racing = createSealingEventStore(log.store, { keys: late, policy });
     expect((await racing.readStream('person-7'))[0]?.data).toEqual({ email: 'g@example.test', name: 'Gus', team: 'x' });
     expect(loads).toBe(2);
+  });
+
+  it('drops the cached keys of an append that failed for another reason than the command', async () => {
+    const log = memoryLog();
+    const forgotten: string[] = [];
+    const keys = { ...memoryKeys(), forget: (subjects: readonly DataSubject[]) => forgotten.push(...subjects.map(subjectRef)) };
+    const sealed = createSealingEventStore(log.store, { keys, policy });
+    const failing = (error: Error) => {
+      log.store.append = async () => {
+        throw error;
+      };
+    };
+    failing(new WrongExpectedRevisionError('person-8', '0', 1));
+    await expect(sealed.append('person-8', [registered('h@example.test', 'Hal')])).rejects.toThrow();
+    expect(forgotten).toEqual([]);
+    failing(new Error('Connection terminated unexpectedly'));
+    await expect(sealed.append('person-8', [registered('h@example.test', 'Hal')])).rejects.toThrow(/Connection/);
+    expect(forgotten).toEqual(['t/8']);
   });
 
   it('refuses personal fields on a stream without a subject', async () => {
