@@ -3,7 +3,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { ConflictError } from '../../shared/errors.ts';
 import { countClearPersonalEvents, sealExistingEvents } from '../../shared/event-store/postgres/sealExisting.ts';
 import { loadKeyEncryptionKeys } from '../../shared/personal-data/keyEncryptionKeys.ts';
-import { countKeysUnderOlderKeks, rewrapDataKeys } from '../../shared/personal-data/rewrap.ts';
+import { keysUnderOlderKeks, rewrapDataKeys } from '../../shared/personal-data/rewrap.ts';
 import { employeePersonalData } from '../employees/contract.ts';
 import { convertLegacyReservations, countLegacyReservations } from '../employees/legacyReservations.ts';
 import { opsAction, withConfiguredRuntime } from './tenants.ts';
@@ -105,11 +105,24 @@ export function registerPrivacyCommands(program: Command): void {
       opsAction(async () => {
         await withConfiguredRuntime(async ({ config, pool }) => {
           const keks = await loadKeyEncryptionKeys(config);
+          const before = await keysUnderOlderKeks(pool, keks);
           const progress = bar('data keys');
-          progress.start(await countKeysUnderOlderKeks(pool, keks), 0);
+          progress.start(
+            [...before.values()].reduce((a, b) => a + b, 0),
+            0,
+          );
           const rewrapped = await rewrapDataKeys(pool, keks, { onProgress: (n) => progress.update(n) });
           progress.stop();
           process.stdout.write(`${rewrapped} data keys now sealed under ${keks.currentId}\n`);
+          // Counted again: keys made meanwhile by a process still sealing under an older KEK, or skipped while locked.
+          const left = await keysUnderOlderKeks(pool, keks);
+          for (const [kekId, n] of left) process.stdout.write(`still sealed under ${kekId}\t${n}\n`);
+          if (left.size > 0) {
+            process.stderr.write(
+              'error: data keys are still sealed under older key-encryption keys: make the new key first everywhere, then run again\n',
+            );
+            process.exitCode = 1;
+          }
         });
       }),
     );

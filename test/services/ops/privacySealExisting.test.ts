@@ -198,6 +198,20 @@ describe('when the key-encryption key is rotated', () => {
 
     const reopened = createSealingEventStore(raw, { keys: newOnly, policy: employeePersonalData });
     expect((await reopened.readStream(streamId))[0]?.data).toEqual(data);
+
+    // A key left under the old KEK (here: locked by an erasure in flight) is named, and the run fails.
+    const late = { tenantId: randomUUID(), subjectId: nextId() };
+    await sealed.append(employeeStreamId(late.tenantId, late.subjectId), [
+      event('EmployeeHired', { ...data, employeeId: late.subjectId, email: `l.${tag()}@example.test` }, late.tenantId),
+    ]);
+    const oldId = parseKeyEncryptionKeys(testPersonalDataEnv.KEY_ENCRYPTION_KEY)[0]?.id;
+    const blocked = await db.pool.transaction(async (tx) => {
+      await tx.query(sql.type(z.object({}))`select 1 from personal_data_keys where subject_id = ${late.subjectId} for update`);
+      return runOpsWith({ ...env, KEY_ENCRYPTION_KEY: `${newEntry},${testPersonalDataEnv.KEY_ENCRYPTION_KEY}` }, 'privacy', 'rewrap-keys');
+    });
+    expect(blocked.code).toBe(1);
+    expect(blocked.stdout).toContain(`still sealed under ${oldId}\t1`);
+    expect(blocked.stderr).toContain('still sealed under older key-encryption keys');
   });
 });
 
