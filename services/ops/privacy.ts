@@ -16,10 +16,11 @@ import { opsAction, withConfiguredRuntime } from './tenants.ts';
  * fields were sealed: the email reservations of the first form are renamed to their keyed hash
  * and lose the address, then every event whose personal fields are still clear gets them
  * sealed (null for an employee erased meanwhile). Run again after an interruption: it goes on
- * with what is left, and finds nothing once done. Run it right after the upgrade, before the
- * gateways take writes: a hire in between does not see a reservation still under its old name.
+ * with what is left, and finds nothing once done. Exits non-zero while clear data is left
+ * (events without a data subject, which it skips and names, or an older version still writing).
  *
- * `rewrap-keys` is the second step of a key-encryption-key rotation.
+ * `rewrap-keys` is the last step of a key-encryption-key rotation; it exits non-zero while any
+ * data key is still sealed under an older KEK.
  */
 const bar = (label: string) =>
   new cliProgress.SingleBar(
