@@ -1,5 +1,5 @@
-import cliProgress from 'cli-progress';
-import { InvalidArgumentError, type Command } from 'commander';
+import type { Command } from 'commander';
+import { positiveInt, progressBar } from './cliOptions.ts';
 import { ConflictError } from '../../shared/errors.ts';
 import { countClearPersonalEvents, sealExistingEvents } from '../../shared/event-store/postgres/sealExisting.ts';
 import { loadKeyEncryptionKeys } from '../../shared/personal-data/keyEncryptionKeys.ts';
@@ -22,24 +22,7 @@ import { opsAction, withConfiguredRuntime } from './tenants.ts';
  * `rewrap-keys` is the last step of a key-encryption-key rotation; it exits non-zero while any
  * data key is still sealed under an older KEK.
  */
-const bar = (label: string) =>
-  new cliProgress.SingleBar(
-    {
-      format: `${label} |{bar}| {percentage}% | {value}/{total} | ETA {eta_formatted}`,
-      hideCursor: true,
-      stream: process.stderr,
-      // Redrawn every 2 s when stderr is not a terminal (CI logs, `2> file`).
-      noTTYOutput: true,
-      notTTYSchedule: 2_000,
-    },
-    cliProgress.Presets.shades_classic,
-  );
-
-const positiveInt = (value: string) => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer');
-  return n;
-};
+const bar = (label: string) => progressBar(`${label} |{bar}| {percentage}% | {value}/{total} | ETA {eta_formatted}`);
 
 export function registerPrivacyCommands(program: Command): void {
   const privacy = program.command('privacy').description('personal data: sealing migration and key rotation');
