@@ -4,6 +4,7 @@ import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { assertRoleExists } from '../auth/roles.ts';
 import type { V1Capability } from '../gateway/app.ts';
+import { watchLegacyReservations } from './legacyReservations.ts';
 import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
 
 /**
@@ -28,6 +29,7 @@ export function employeesCapability(
     tenantReader,
     store: eventStore,
     emailHash,
+    legacyReservations: watchLegacyReservations(pool),
     assertRoleExists: async (tenantId, roleId) => {
       await withTenant(pool, tenantId, (tx) => assertRoleExists(tx, tenantId, roleId));
     },

@@ -5,6 +5,7 @@ import { employeeDecider, type EmployeeCommand, type CommandMetadata, type HireE
 import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './contract.ts';
 import { hasLegacyReservation, newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
+import type { LegacyReservationsWatch } from './legacyReservations.ts';
 
 /**
  * The employee use cases: each one is the generic command handler plus what a single stream
@@ -16,6 +17,8 @@ export type EmployeeCommandPorts = {
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
   /** The keyed hash an address's reservation stream is named by. */
   readonly emailHash: EmailHash;
+  /** Whether first-form reservations may still exist (legacyReservations.ts); absent: always look. */
+  readonly legacyReservations?: LegacyReservationsWatch | undefined;
 };
 
 export type EmployeeResult = CommandResult<EmployeeState, EmployeeEvent>;
@@ -55,7 +58,8 @@ export async function hireEmployee(ports: EmployeeCommandPorts, command: HireEmp
     });
   const fresh = newReservationRequest(held);
   // An address reserved under the first form of reservation streams is planned from that stream.
-  if (!(await hasLegacyReservation(ports.store, held))) {
+  const mayBeLegacy = (await ports.legacyReservations?.()) ?? true;
+  if (!mayBeLegacy || !(await hasLegacyReservation(ports.store, held))) {
     try {
       // The common case, one atomic append: the address's reservation stream and the new
       // employee's stream (a fresh ULID), both expected not to exist.

@@ -111,3 +111,46 @@ const tenantOf = (oldId: string, r: { tenant_id: string | null }): string =>
 
 const newIdOf = (emailHash: EmailHash, oldId: string, r: { tenant_id: string | null; email: string }): string =>
   emailReservationStreamId(emailHash, tenantOf(oldId, r), r.email);
+
+/** Whether reservations of the first form may still exist, so a hire must look for one (see `watchLegacyReservations`). */
+export type LegacyReservationsWatch = () => Promise<boolean>;
+
+/**
+ * Tells hires whether to look for a first-form reservation of their address (one stream read
+ * each). True while the PostgreSQL log holds any, asked again at most every `recheckMs`; false
+ * for good once the log has events and none of them: the conversion has run, or the log never
+ * had any. An empty log counts as "may": a log kept in KurrentDB leaves `es_events` empty, and
+ * there the first-form streams are never converted. Processes of the older version, while they
+ * still run, can add one after this said false: the rolling upgrade's window, where they do not
+ * see the new form either (docs/privacy.md).
+ */
+export function watchLegacyReservations(pool: DatabasePool, options: { readonly recheckMs?: number } = {}): LegacyReservationsWatch {
+  const recheckMs = options.recheckMs ?? 30_000;
+  let gone = false;
+  let last: { readonly at: number; readonly answer: Promise<boolean> } | undefined;
+  return () => {
+    if (gone) return Promise.resolve(false);
+    if (!last || Date.now() - last.at >= recheckMs) {
+      // The range holds exactly the first-form names (a uuid's hex digits sort below the keyed form's `h`), on the stream index.
+      const answer = pool
+        .one(
+          sql.type(z.object({ legacy: z.boolean(), logged: z.boolean() }))`
+            select exists(
+                     select 1 from es_events
+                     where stream_id >= 'employee-email-0' and stream_id < 'employee-email-g' and ${LEGACY_EVENTS}
+                   ) as legacy,
+                   exists(select 1 from es_events) as logged
+          `,
+        )
+        .then(
+          ({ legacy, logged }) => {
+            gone = logged && !legacy;
+            return !gone;
+          },
+          () => true,
+        );
+      last = { at: Date.now(), answer };
+    }
+    return last.answer;
+  };
+}
