@@ -24,7 +24,7 @@ import type { EventStore } from '../../shared/event-store/port.ts';
 import { createSealingEventStore } from '../../shared/event-store/sealing.ts';
 import { createDataKeyStore, makeDataKey } from '../../shared/personal-data/dataKeys.ts';
 import { createEmailHash } from '../../shared/personal-data/emailHash.ts';
-import { sealValue } from '../../shared/personal-data/fieldCipher.ts';
+import { fieldPlace, sealValue } from '../../shared/personal-data/fieldCipher.ts';
 import { createKeyEncryptionKeys, parseKeyEncryptionKeys } from '../../shared/personal-data/keyEncryptionKeys.ts';
 import { benchPersonalDataEnv } from './services.ts';
 
@@ -81,7 +81,8 @@ export async function importEmployees(databaseUrl: string, tenantId: string, cou
       if (sealed) {
         const { key, kekId, sealed: sealedKey } = makeDataKey(keks, { tenantId, subjectId: e.id });
         keyRows.push(`${tenantId}\t${e.id}\t${key.keyId}\t${kekId}\t${sealedKey}\n`);
-        for (const field of HIRED_FIELDS) hired[field] = sealValue(key, String(hired[field]));
+        for (const field of HIRED_FIELDS)
+          hired[field] = sealValue(key, String(hired[field]), fieldPlace(tenantId, stream, 'EmployeeHired', field));
       }
       yield `${stream}\t0\t${randomUUID()}\tEmployeeHired\t${copyField(JSON.stringify(hired))}\t${copyField(metadata)}\n`;
       if (e.status !== 'active') {

@@ -6,7 +6,7 @@
  */
 import { EMPLOYEE_PERSONAL_FIELDS } from '../../services/employees/contract.ts';
 import { makeDataKey, wrapContext } from '../../shared/personal-data/dataKeys.ts';
-import { openValue, sealValue, type DataKey } from '../../shared/personal-data/fieldCipher.ts';
+import { fieldPlace, openValue, sealValue, type DataKey } from '../../shared/personal-data/fieldCipher.ts';
 import { createKeyEncryptionKeys, generateKekEntry, parseKeyEncryptionKeys } from '../../shared/personal-data/keyEncryptionKeys.ts';
 import { createSecretKey } from 'node:crypto';
 import { median } from './measure.ts';
@@ -22,6 +22,9 @@ export function measureSealingCost(options: { events?: number; rounds?: number }
     firstName: 'Bench',
     lastName: `Person ${i}`,
   });
+  // Each value is bound to its place in the log, as the sealing boundary does.
+  const place = (i: number, field: string) =>
+    fieldPlace(tenantId, `employee-${tenantId}-${String(i).padStart(26, '0')}`, 'EmployeeHired', field);
   const perEvent = (ms: number) => Number(((ms * 1000) / events).toFixed(2));
   const results: Array<{ keyAndSeal: number; sealFields: number; unsealKey: number; openFields: number }> = [];
   for (let round = 0; round < rounds; round++) {
@@ -36,7 +39,7 @@ export function measureSealingCost(options: { events?: number; rounds?: number }
       const key = made[i]?.key as DataKey;
       const plain = data(i);
       const out: Record<string, string> = { ...plain };
-      for (const f of fields) out[f] = sealValue(key, plain[f] ?? '');
+      for (const f of fields) out[f] = sealValue(key, plain[f] ?? '', place(i, f));
       sealed.push(out);
     }
     const sealFields = performance.now() - t;
@@ -55,7 +58,7 @@ export function measureSealingCost(options: { events?: number; rounds?: number }
     for (let i = 0; i < events; i++) {
       const key = keys[i] as DataKey;
       const row = sealed[i] as Record<string, string>;
-      for (const f of fields) length += openValue(key, row[f] ?? '').length;
+      for (const f of fields) length += openValue(key, row[f] ?? '', place(i, f)).length;
     }
     const openFields = performance.now() - t;
     if (length === 0) throw new Error('nothing opened');

@@ -5,6 +5,7 @@ import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { assertRoleExists } from '../auth/roles.ts';
 import type { V1Capability } from '../gateway/app.ts';
+import { watchLegacyReservations } from './legacyReservations.ts';
 import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
 import { forgetAccount } from '../auth/forgetAccount.ts';
 import { eraseEmployee, type ErasedPerson, type ErasurePorts } from './erasure.ts';
@@ -42,6 +43,7 @@ export function employeesCapability(
     tenantReader,
     store: eventStore,
     emailHash,
+    legacyReservations: watchLegacyReservations(pool),
     assertRoleExists: async (tenantId, roleId) => {
       await withTenant(pool, tenantId, (tx) => assertRoleExists(tx, tenantId, roleId));
     },

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type {
@@ -54,6 +54,21 @@ export const RESERVATION_STREAM_PREFIX = 'employee-email-hmac-';
 /** The reservation stream of `email` in the tenant, named by the address's keyed hash. */
 export const emailReservationStreamId = (emailHash: EmailHash, tenantId: string, email: string): string =>
   `${RESERVATION_STREAM_PREFIX}${tenantId}-${emailHash(tenantId, email)}`;
+
+/**
+ * The name the first form of reservations had: a plain SHA-256 of the address (their events
+ * carried it too). Until `ops privacy seal-existing` renames them (and always on KurrentDB, which
+ * it cannot rewrite), an address with a stream of that form has its reservation kept there:
+ * reading the keyed-hash name alone would find such an address free and let a second employee
+ * take it. Only read and appended to, never created.
+ */
+export const legacyReservationStreamId = (tenantId: string, email: string): string =>
+  `employee-email-${tenantId}-${createHash('sha256').update(normaliseEmail(email)).digest('hex')}`;
+
+/** Whether the address has a reservation stream of the first form (then a hire plans from it instead of appending blind). */
+export async function hasLegacyReservation(store: EventStore, input: Pick<ReservationInput, 'tenantId' | 'email'>): Promise<boolean> {
+  return (await store.readStream(legacyReservationStreamId(input.tenantId, input.email), { maxCount: 1 })).length > 0;
+}
 
 type Holder = { readonly employeeId: string; readonly since: string } | null;
 
@@ -125,8 +140,11 @@ export function newReservationRequest(input: ReservationInput): AppendRequest {
 type Address = { readonly streamId: string; readonly holder: Holder; readonly expected: ExpectedRevision };
 
 async function readAddress(store: EventStore, input: Pick<ReservationInput, 'emailHash' | 'tenantId' | 'email'>): Promise<Address> {
-  const streamId = emailReservationStreamId(input.emailHash, input.tenantId, input.email);
-  const events = await store.readStream(streamId);
+  const keyed = emailReservationStreamId(input.emailHash, input.tenantId, input.email);
+  const legacy = legacyReservationStreamId(input.tenantId, input.email);
+  const [keyedEvents, legacyEvents] = await Promise.all([store.readStream(keyed), store.readStream(legacy)]);
+  // The keyed-hash stream wins once it exists; until then a first-form stream holds the address.
+  const [streamId, events] = keyedEvents.length === 0 && legacyEvents.length > 0 ? [legacy, legacyEvents] : [keyed, keyedEvents];
   return { streamId, holder: currentHolder(events), expected: events.length === 0 ? 'no_stream' : events.length - 1 };
 }
 

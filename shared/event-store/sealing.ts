@@ -1,5 +1,6 @@
+import { AppError } from '../errors.ts';
 import { subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../personal-data/dataKeys.ts';
-import { isSealed, openValue, sealValue, type DataKey } from '../personal-data/fieldCipher.ts';
+import { fieldPlace, isSealed, openValue, sealValue, type DataKey } from '../personal-data/fieldCipher.ts';
 import type { PersonalDataPolicy } from '../personal-data/policy.ts';
 import type { AppendRequest, EventStore, NewEvent, ReadAllPage, RecordedEvent } from './port.ts';
 
@@ -15,10 +16,14 @@ import type { AppendRequest, EventStore, NewEvent, ReadAllPage, RecordedEvent } 
  *   with one lookup for all the subjects in it; a bulk read (rebuilds) looks the next page's
  *   keys up while the caller folds the current one. Keys for opening are always read afresh, so
  *   a destroyed key opens nothing once its destruction committed (dataKeys.ts).
+ * - Every personal string is sealed on write, whatever it looks like (a first name `enc:x` too),
+ *   bound to its place (tenant, stream, event type, field: fieldPlace), so a sealed value opens
+ *   only where it was written.
  * - An erased subject (key destroyed): its personal fields read `null` and the event carries
  *   `redacted: true`; values still in the clear from before sealing existed read `null` too.
- * - A value found in the clear for a subject with a key (written before sealing) is passed on
- *   as it is, so the service runs on a log that `ops privacy seal-existing` has not rewritten yet.
+ * - A value found in the clear (written before sealing; anything without the full sealed form)
+ *   is passed on as it is, so the service runs on a log `ops privacy seal-existing` has not
+ *   rewritten yet.
  */
 export type SealingOptions = { readonly keys: DataKeyStore; readonly policy: PersonalDataPolicy };
 
@@ -34,7 +39,7 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
     const key = await keys.forSealing(subject);
     return events.map((e) => {
       const fields = personal(e.type);
-      return fields ? { ...e, data: sealData(key, e.data, fields) } : e;
+      return fields ? { ...e, data: sealData(key, e.data, fields, (f) => fieldPlace(subject.tenantId, streamId, e.type, f)) } : e;
     });
   }
 
@@ -51,12 +56,18 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
     }
     if (!fields.some((f) => isSealed(data[f]))) return event;
     if (key === undefined) throw new Error(`event ${event.id} holds sealed fields but its subject has no data key`);
+    const tenantId = policy.subjectOf(event.streamId)?.tenantId ?? '';
     const opened: Record<string, unknown> = { ...data };
     for (const field of fields) {
       const value = data[field];
-      if (isSealed(value)) opened[field] = openValue(key, value);
+      if (isSealed(value)) opened[field] = openValue(key, value, fieldPlace(tenantId, event.streamId, event.type, field));
     }
     return withData(event, opened, false);
+  }
+
+  function holdsSealed(event: RecordedEvent): boolean {
+    const data = event.data;
+    return isRecord(data) && (personal(event.type) ?? []).some((f) => isSealed(data[f]));
   }
 
   /** The subjects of the page's personal events, keyed by stream (a page holds many events of few streams). */
@@ -90,20 +101,45 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
     const subject = policy.subjectOf(streamId);
     if (!subject) return inner.readStream(streamId, options);
     const [events, stored] = await Promise.all([inner.readStream(streamId, options), keys.load([subject])]);
-    const key = stored.get(subjectRef(subject));
+    let key = stored.get(subjectRef(subject));
     // Read side by side, the stream may predate a destruction the key lookup saw: read it again,
     // so that it holds what committed with the destruction (the erasure) before it opens as erased.
     const settled = key === 'destroyed' ? await inner.readStream(streamId, options) : events;
+    // Or the lookup ran just before the subject's first key committed and the read just after
+    // the events sealed with it: look the key up once more rather than fail on it.
+    if (key === undefined && settled.some((e) => holdsSealed(e))) key = (await keys.load([subject])).get(subjectRef(subject));
     return settled.map((e) => openEvent(e, () => key));
   }
 
-  return {
-    append: async (streamId, events, options) => inner.append(streamId, await sealEvents(streamId, events), options),
+  /**
+   * Runs an append; when it fails for another reason than the command (a lost connection, a
+   * crash or failover), the streams' subjects' cached keys are dropped: a key committed without
+   * waiting for the flush may have been lost with it, and the event sealed with it never landed.
+   */
+  async function appending<T>(streamIds: readonly string[], append: () => Promise<T>): Promise<T> {
+    try {
+      return await append();
+    } catch (error) {
+      if (!(error instanceof AppError)) keys.forget?.(streamIds.flatMap((id) => policy.subjectOf(id) ?? []));
+      throw error;
+    }
+  }
 
-    appendMany: async (requests) =>
-      inner.appendMany(
-        await Promise.all(requests.map(async (r): Promise<AppendRequest> => ({ ...r, events: await sealEvents(r.streamId, r.events) }))),
-      ),
+  return {
+    append: async (streamId, events, options) => {
+      const sealed = await sealEvents(streamId, events);
+      return appending([streamId], () => inner.append(streamId, sealed, options));
+    },
+
+    appendMany: async (requests) => {
+      const sealed = await Promise.all(
+        requests.map(async (r): Promise<AppendRequest> => ({ ...r, events: await sealEvents(r.streamId, r.events) })),
+      );
+      return appending(
+        requests.map((r) => r.streamId),
+        () => inner.appendMany(sealed),
+      );
+    },
 
     readStream,
 
@@ -123,14 +159,16 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
   };
 }
 
-function sealData(key: DataKey, data: unknown, fields: readonly string[]): unknown {
+// Deciders hand the boundary plain values only, so every string is sealed: one that merely looks
+// sealed (`enc:…`, from a user) left as it is would be stored in the clear and break every read.
+function sealData(key: DataKey, data: unknown, fields: readonly string[], placeOf: (field: string) => string): unknown {
   if (!isRecord(data)) return data;
   const sealed: Record<string, unknown> = { ...data };
   for (const field of fields) {
     const value = data[field];
-    if (value === undefined || value === null || isSealed(value)) continue;
+    if (value === undefined || value === null) continue;
     if (typeof value !== 'string') throw new TypeError(`personal field ${field} must be a string to be sealed`);
-    sealed[field] = sealValue(key, value);
+    sealed[field] = sealValue(key, value, placeOf(field));
   }
   return sealed;
 }

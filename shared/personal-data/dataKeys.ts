@@ -24,13 +24,16 @@ export class SubjectErasedError extends ConflictError {
  * The data keys (`personal_data_keys`): one per subject, made on the first value sealed for it,
  * stored sealed by the key-encryption keys, destroyed on erasure.
  *
- * Caching: keys are cached in memory (bounded, least recently used first out) for sealing only.
- * Opening always reads the keys afresh (`load`: one query per stream read or per page of the
- * log), so a key destroyed by any process is never used to open a value after its destruction
- * committed. Sealing with a cached key that another process destroyed meanwhile writes a value
- * nobody can open any more, which is harmless; and it does not happen in practice, since
- * the decision to write it would have been taken on a stream that does not end with the erasure
- * and its append would fail on the erasure's revision.
+ * Caching: keys are cached in memory (bounded, least recently used first out) for sealing only,
+ * and only keys this store inserted itself: `load` never fills the cache, so a lookup that ran
+ * while a destruction was still uncommitted cannot put the key back after it committed. A
+ * subject seen destroyed is remembered as such (destruction is final). Opening always reads the
+ * keys afresh (`load`: one query per stream read or per page of the log), so a key destroyed by
+ * any process is never used to open a value after its destruction committed. Sealing with a
+ * cached key that another process destroyed meanwhile writes a value nobody can open any more,
+ * which is harmless; and it does not happen in practice, since the decision to write it would
+ * have been taken on a stream that does not end with the erasure and its append would fail on
+ * the erasure's revision.
  */
 export type DataKeyStore = {
   /** The key to seal the subject's values with; made on first use. `SubjectErasedError` once destroyed. */
@@ -44,6 +47,12 @@ export type DataKeyStore = {
    */
   destroy(tenantId: string, subjectId: string, queryable: Queryable): Promise<{ readonly destroyedAt: string }>;
   isDestroyed(tenantId: string, subjectId: string, queryable?: Queryable): Promise<boolean>;
+  /**
+   * Drops the subjects' cached keys: after an append sealed with them failed for a reason other
+   * than the command (a lost connection, a crash, a failover), a key committed without waiting
+   * for the WAL flush may be gone from the database, and must not seal anything more.
+   */
+  forget?(subjects: readonly DataSubject[]): void;
 };
 
 export type DataKeyStoreOptions = {
@@ -85,8 +94,8 @@ const MAX_BATCH = 1_000;
 
 export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, options: DataKeyStoreOptions = {}): DataKeyStore {
   const cacheSize = options.cacheSize ?? 10_000;
-  const cache = new Map<string, DataKey>();
-  const remember = (ref: string, key: DataKey) => {
+  const cache = new Map<string, DataKey | 'destroyed'>();
+  const remember = (ref: string, key: DataKey | 'destroyed') => {
     cache.delete(ref);
     cache.set(ref, key);
     if (cache.size > cacheSize) cache.delete(cache.keys().next().value as string);
@@ -120,13 +129,11 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
       const sealed = rows.sealed_keys[i];
       const ref = subjectRef(subject);
       if (kekId == null || sealed == null) {
-        cache.delete(ref);
+        remember(ref, 'destroyed');
         found.set(ref, 'destroyed');
         return;
       }
-      const key: DataKey = { keyId, key: createSecretKey(keks.unwrap(kekId, sealed, wrapContext(subject, keyId))) };
-      remember(ref, key);
-      found.set(ref, key);
+      found.set(ref, { keyId, key: createSecretKey(keks.unwrap(kekId, sealed, wrapContext(subject, keyId))) });
     });
     return found;
   }
@@ -203,6 +210,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   return {
     forSealing(subject) {
       const cached = cache.get(subjectRef(subject));
+      if (cached === 'destroyed') return Promise.reject(new SubjectErasedError(subject));
       if (cached) return Promise.resolve(cached);
       return new Promise<DataKey>((resolve, reject) => {
         queued.push({ subject, resolve, reject });
@@ -222,6 +230,10 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
         returning k.destroyed_at
       `);
       return { destroyedAt };
+    },
+
+    forget(subjects) {
+      for (const subject of subjects) if (cache.get(subjectRef(subject)) !== 'destroyed') cache.delete(subjectRef(subject));
     },
 
     async isDestroyed(tenantId, subjectId, queryable = pool) {

@@ -3,9 +3,10 @@ import { createCipheriv, createDecipheriv, randomFillSync, type KeyObject } from
 /**
  * One value sealed with AES-256-GCM: `enc:A256GCM:<key id>:<base64url(nonce ‖ ciphertext ‖ tag)>`.
  * The prefix names the algorithm and the key, so keys and algorithms can change while older
- * values still open; a string that starts with it is never a plain value of ours (an address, a
- * name), which is how a reader and the contract tests tell sealed from clear. The header is the
- * additional authenticated data, so a value cannot be moved under another key id unnoticed.
+ * values still open. A writer seals every personal value whatever it looks like, so a plain
+ * value that happens to look sealed is sealed like any other. The header, and the field's place
+ * when one is given, are the additional authenticated data, so a value cannot be moved under
+ * another key id, or to another field, unnoticed.
  *
  * Every value gets a fresh random 96-bit nonce. Keys are per data subject and seal a few values
  * each, far below the 2^32 values per key where random GCM nonces stop being safe.
@@ -32,9 +33,25 @@ function freshNonce(): Buffer {
   return nonce;
 }
 
-export const isSealed = (value: unknown): value is string => typeof value === 'string' && value.startsWith(SEALED_PREFIX);
+// The whole shape, not just the prefix: a plain value may start with `enc:` (a name typed so),
+// and only a value that parses as ours all through is ever taken for sealed.
+const SHAPE = new RegExp(`^${HEADER}[A-Za-z0-9_-]+:[A-Za-z0-9_-]{${Math.ceil(((NONCE_BYTES + TAG_BYTES) * 4) / 3)},}$`);
 
-/** `additionalData` binds the value to a context it must be opened in (besides its own header). */
+/** The sealed form as a regular expression source (PostgreSQL reads it the same way). */
+export const SEALED_FORM = SHAPE.source;
+
+/** Has the full sealed form (header, key id, a body long enough for nonce and tag); opening may still fail. */
+export const isSealed = (value: unknown): value is string => typeof value === 'string' && SHAPE.test(value);
+
+/**
+ * Where a personal field lives: its tenant, stream, event type and field name. Sealed with it as
+ * additional authenticated data, so a value copied to another field or another event of the same
+ * subject (same key) does not open there.
+ */
+export const fieldPlace = (tenantId: string, streamId: string, eventType: string, field: string): string =>
+  `${tenantId}\n${streamId}\n${eventType}\n${field}`;
+
+/** `additionalData` binds the value to a context it must be opened in (besides its own header): a field's `fieldPlace`. */
 export function sealValue(dataKey: DataKey, plain: string, additionalData?: string): string {
   const header = `${HEADER}${dataKey.keyId}:`;
   const nonce = freshNonce();
@@ -47,7 +64,7 @@ export function sealValue(dataKey: DataKey, plain: string, additionalData?: stri
 
 /** The key id a sealed value names, or undefined when it is not one of ours. */
 export function sealedKeyId(sealed: string): string | undefined {
-  if (!sealed.startsWith(HEADER)) return undefined;
+  if (!isSealed(sealed)) return undefined;
   const end = sealed.indexOf(':', HEADER.length);
   return end < 0 ? undefined : sealed.slice(HEADER.length, end);
 }

@@ -6,7 +6,8 @@ import { readOrCreateSecretFile } from './secretFile.ts';
  * The key-encryption keys (KEKs) that seal the data keys stored in PostgreSQL. They live
  * outside the database (the environment, or a file under DATA_DIR), so a dump of the database
  * alone opens nothing. The first key seals; every key opens: each sealed data key records the
- * id of the KEK that sealed it. Rotation: put a new key first, run
+ * id of the KEK that sealed it. Rotation is two-phase, since processes run side by side: add the
+ * new key after the current one everywhere (it only opens), then move it first, then run
  * `npm run ops -- privacy rewrap-keys` (re-seals every data key under it), then drop the old one.
  *
  * Text form, in KEY_ENCRYPTION_KEY and in the file: entries `<id>:<base64 of 32 bytes>`,

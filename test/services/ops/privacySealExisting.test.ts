@@ -119,6 +119,64 @@ describe('when the log holds personal data in the clear', () => {
   });
 });
 
+const hiredEvent = (tenantId: string, id: string, p: { email: string; firstName: string; lastName: string }) =>
+  event('EmployeeHired', { employeeId: id, ...p, department: 'r&d', status: 'active', hiredAt: '2020-01-01T00:00:00.000Z' }, tenantId);
+
+const hireAs = (tenantId: string, email: string) =>
+  hireEmployee(
+    { store: sealed, assertRoleExists: async () => undefined, emailHash: testEmailHash },
+    {
+      type: 'HireEmployee',
+      data: { employeeId: nextId(), email, firstName: 'New', lastName: 'Hire' },
+      metadata: { tenantId, actor: 'spec', now: new Date().toISOString() },
+    },
+  );
+
+describe('when clear values look sealed, or have no data subject', () => {
+  it('seals what does not open in its place, reports what it cannot seal, and fails while clear data is left', async () => {
+    const tenantId = randomUUID();
+    const id = nextId();
+    // Typed by users before sealing existed: one looks like a sealed value, one has its full form but opens nowhere.
+    const lookalike = `enc:A256GCM:k:${'A'.repeat(40)}`;
+    const person = { email: `m.${tag()}@example.test`, firstName: 'enc:Mallory', lastName: lookalike };
+    await raw.append(employeeStreamId(tenantId, id), [hiredEvent(tenantId, id, person)]);
+    const stray = `employee-import-${randomUUID()}`;
+    await raw.append(stray, [hiredEvent(tenantId, nextId(), { email: `s.${tag()}@example.test`, firstName: 'Stray', lastName: 'Row' })]);
+
+    const run = await runOps(db.url, 'privacy', 'seal-existing', '--batch-size', '1');
+    expect(run.code).toBe(1);
+    expect(run.stdout).toMatch(/^skipped\t\d+\/\d+$/m);
+    expect(run.stdout).toContain('1 skipped');
+    expect(run.stderr).toContain('1 events still hold personal data in the clear');
+
+    const stored = JSON.stringify(
+      await db.pool.oneFirst(sql.type(z.object({ data: z.unknown() }))`
+      select data from es_events where stream_id = ${employeeStreamId(tenantId, id)}
+    `),
+    );
+    for (const clear of [person.email, 'Mallory', lookalike]) expect(stored).not.toContain(clear);
+    expect((await sealed.readStream(employeeStreamId(tenantId, id)))[0]?.data).toMatchObject(person);
+    await db.pool.query(sql.type(z.object({}))`delete from es_events where stream_id = ${stray}`);
+  });
+});
+
+describe('before the reservations are converted', () => {
+  it('keeps an address reserved under the first form taken', async () => {
+    const tenantId = randomUUID();
+    const holder = nextId();
+    const email = `held.${tag()}@example.test`;
+    await raw.append(employeeStreamId(tenantId, holder), [hiredEvent(tenantId, holder, { email, firstName: 'Held', lastName: 'Before' })]);
+    await raw.append(legacyReservationId(tenantId, email), [
+      event('EmployeeEmailReserved', { employeeId: holder, email: normaliseEmail(email) }, tenantId),
+    ]);
+    await expect(hireAs(tenantId, email.toUpperCase())).rejects.toBeInstanceOf(ConflictError);
+    // Released under the first form: free again, and the hire holds it there until converted.
+    await raw.append(legacyReservationId(tenantId, email), [event('EmployeeEmailReleased', { employeeId: holder }, tenantId)]);
+    await expect(hireAs(tenantId, email)).resolves.toMatchObject({ revision: 0 });
+    await expect(hireAs(tenantId, email)).rejects.toBeInstanceOf(ConflictError);
+  });
+});
+
 describe('when the key-encryption key is rotated', () => {
   it('re-seals every data key under the new one, after which the old one is no longer needed', async () => {
     const subject = { tenantId: randomUUID(), subjectId: nextId() };
@@ -140,6 +198,20 @@ describe('when the key-encryption key is rotated', () => {
 
     const reopened = createSealingEventStore(raw, { keys: newOnly, policy: employeePersonalData });
     expect((await reopened.readStream(streamId))[0]?.data).toEqual(data);
+
+    // A key left under the old KEK (here: locked by an erasure in flight) is named, and the run fails.
+    const late = { tenantId: randomUUID(), subjectId: nextId() };
+    await sealed.append(employeeStreamId(late.tenantId, late.subjectId), [
+      event('EmployeeHired', { ...data, employeeId: late.subjectId, email: `l.${tag()}@example.test` }, late.tenantId),
+    ]);
+    const oldId = parseKeyEncryptionKeys(testPersonalDataEnv.KEY_ENCRYPTION_KEY)[0]?.id;
+    const blocked = await db.pool.transaction(async (tx) => {
+      await tx.query(sql.type(z.object({}))`select 1 from personal_data_keys where subject_id = ${late.subjectId} for update`);
+      return runOpsWith({ ...env, KEY_ENCRYPTION_KEY: `${newEntry},${testPersonalDataEnv.KEY_ENCRYPTION_KEY}` }, 'privacy', 'rewrap-keys');
+    });
+    expect(blocked.code).toBe(1);
+    expect(blocked.stdout).toContain(`still sealed under ${oldId}\t1`);
+    expect(blocked.stderr).toContain('still sealed under older key-encryption keys');
   });
 });
 

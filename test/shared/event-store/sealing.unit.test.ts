@@ -2,6 +2,7 @@ import { createSecretKey, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { EventStore, NewEvent, RecordedEvent } from '../../../shared/event-store/port.ts';
 import { START } from '../../../shared/event-store/port.ts';
+import { WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import { createSealingEventStore } from '../../../shared/event-store/sealing.ts';
 import { subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../../../shared/personal-data/dataKeys.ts';
 import { isSealed, type DataKey } from '../../../shared/personal-data/fieldCipher.ts';
@@ -107,6 +108,57 @@ describe('the sealing boundary', () => {
     const read = await sealed.readStream('person-3');
     expect(read.map((e) => e.type)).toEqual(['Registered', 'Erased']);
     expect(read[0]?.data).toEqual({ email: null, name: null, team: 'x' });
+  });
+
+  it('binds a sealed value to its field: moved to another field of the same subject, it does not open', async () => {
+    const log = memoryLog();
+    const sealed = createSealingEventStore(log.store, { keys: memoryKeys(), policy });
+    await sealed.append('person-4', [registered('e@example.test', 'Eve')]);
+    const stored = log.events[0]?.data as Record<string, unknown>;
+    log.events[0] = { ...(log.events[0] as RecordedEvent), data: { ...stored, email: stored.name, name: stored.email } };
+    await expect(sealed.readStream('person-4')).rejects.toThrow();
+  });
+
+  it('seals a value that only looks sealed, and passes on such a value found in the clear', async () => {
+    const log = memoryLog();
+    const sealed = createSealingEventStore(log.store, { keys: memoryKeys(), policy });
+    await sealed.append('person-5', [registered('enc:A256GCM:a:b', 'enc:Mallory')]);
+    const stored = log.events[0]?.data as Record<string, unknown>;
+    expect(isSealed(stored.email) && isSealed(stored.name)).toBe(true);
+    expect((await sealed.readStream('person-5'))[0]?.data).toEqual({ email: 'enc:A256GCM:a:b', name: 'enc:Mallory', team: 'x' });
+    await log.store.append('person-6', [registered('f@example.test', 'enc:Mallory')]);
+    expect((await sealed.readStream('person-6'))[0]?.data).toEqual({ email: 'f@example.test', name: 'enc:Mallory', team: 'x' });
+  });
+
+  it('looks the key up again when a stream read beside the lookup holds values sealed with a key it missed', async () => {
+    const log = memoryLog();
+    const keys = memoryKeys();
+    const sealed = createSealingEventStore(log.store, { keys, policy });
+    await sealed.append('person-7', [registered('g@example.test', 'Gus')]);
+    // The lookup ran just before the key committed; the stream read just after the event did.
+    let loads = 0;
+    const late: DataKeyStore = { ...keys, load: async (subjects) => (loads++ === 0 ? new Map() : keys.load(subjects)) };
+    const racing = createSealingEventStore(log.store, { keys: late, policy });
+    expect((await racing.readStream('person-7'))[0]?.data).toEqual({ email: 'g@example.test', name: 'Gus', team: 'x' });
+    expect(loads).toBe(2);
+  });
+
+  it('drops the cached keys of an append that failed for another reason than the command', async () => {
+    const log = memoryLog();
+    const forgotten: string[] = [];
+    const keys = { ...memoryKeys(), forget: (subjects: readonly DataSubject[]) => forgotten.push(...subjects.map(subjectRef)) };
+    const sealed = createSealingEventStore(log.store, { keys, policy });
+    const failing = (error: Error) => {
+      log.store.append = async () => {
+        throw error;
+      };
+    };
+    failing(new WrongExpectedRevisionError('person-8', '0', 1));
+    await expect(sealed.append('person-8', [registered('h@example.test', 'Hal')])).rejects.toThrow();
+    expect(forgotten).toEqual([]);
+    failing(new Error('Connection terminated unexpectedly'));
+    await expect(sealed.append('person-8', [registered('h@example.test', 'Hal')])).rejects.toThrow(/Connection/);
+    expect(forgotten).toEqual(['t/8']);
   });
 
   it('refuses personal fields on a stream without a subject', async () => {

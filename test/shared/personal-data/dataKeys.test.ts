@@ -54,6 +54,19 @@ describe('a data key', () => {
   });
 });
 
+describe('a cached key', () => {
+  it('is dropped when forgotten, so a key lost with a crash is made anew instead of sealing more', async () => {
+    const s = subject();
+    const first = await other.forSealing(s);
+    // What a crash loses: the key's commit did not wait for the flush.
+    await db.pool.query(sql.type(z.object({}))`delete from personal_data_keys where subject_id = ${s.subjectId}`);
+    other.forget?.([s]);
+    const second = await other.forSealing(s);
+    expect(second.keyId).not.toBe(first.keyId);
+    expect((await keys.load([s])).get(subjectRef(s))).toMatchObject({ keyId: second.keyId });
+  });
+});
+
 describe('destroying a key', () => {
   it('takes effect with the transaction it runs in, and is idempotent', async () => {
     const s = subject();
@@ -82,6 +95,26 @@ describe('destroying a key', () => {
     await other.forSealing(s); // cached in `other`
     await db.pool.transaction((tx) => keys.destroy(s.tenantId, s.subjectId, tx));
     expect((await other.load([s])).get(subjectRef(s))).toBe('destroyed');
+  });
+
+  it('is not put back in the sealing cache by a lookup made before the destruction committed', async () => {
+    const s = subject();
+    await keys.forSealing(s);
+    let destroyed = () => {};
+    let commit = () => {};
+    const uncommitted = new Promise<void>((resolve) => (destroyed = resolve));
+    const committing = new Promise<void>((resolve) => (commit = resolve));
+    const erasure = db.pool.transaction(async (tx) => {
+      await keys.destroy(s.tenantId, s.subjectId, tx);
+      destroyed();
+      await committing;
+    });
+    await uncommitted;
+    // Another connection, meanwhile: the destruction is not committed yet, so the key is still there.
+    expect((await keys.load([s])).get(subjectRef(s))).not.toBe('destroyed');
+    commit();
+    await erasure;
+    await expect(keys.forSealing(s)).rejects.toBeInstanceOf(SubjectErasedError);
   });
 
   it('means no key is ever made for the subject again', async () => {

@@ -44,6 +44,9 @@ describe('a sealed value', () => {
     expect(isSealed('ada@example.test')).toBe(false);
     expect(isSealed(null)).toBe(false);
     expect(isSealed(42)).toBe(false);
+    // Only the full form counts: a plain value may start like one.
+    for (const plain of ['enc:x', 'enc:A256GCM:a:b', 'enc:A256GCM:key-1:', 'enc:A256GCM::abc']) expect(isSealed(plain)).toBe(false);
+    expect(isSealed(sealValue(dataKey(), ''))).toBe(true);
   });
 });
 

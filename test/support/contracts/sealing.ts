@@ -151,6 +151,25 @@ export function sealingContract(get: () => { store: EventStore; keys: DataKeySto
     await expect(store.append(p.streamId, [renamed(p)])).rejects.toThrow(/erased/);
   });
 
+  it('seals values that look sealed like any other, so they round-trip and never reach the engine in the clear', async () => {
+    const { store, fixture } = get();
+    const head = await store.headPosition();
+    const p = { ...person(), name: 'enc:x', newName: 'enc:A256GCM:a:b' };
+    await store.append(p.streamId, [registered(p), renamed(p)], { expectedRevision: 'no_stream' });
+
+    const stored = (await fixture.storedData(p.streamId)) as Array<Record<string, unknown>>;
+    for (const value of [stored[0]?.name, stored[1]?.name]) {
+      expect(value).toMatch(/^enc:A256GCM:[^:]+:[A-Za-z0-9_-]{38,}$/);
+      expect(value).not.toContain('enc:x');
+    }
+    const expected = [
+      { personId: p.subjectId, email: p.email, name: 'enc:x', team: 'compilers' },
+      { personId: p.subjectId, name: 'enc:A256GCM:a:b' },
+    ];
+    expect((await store.readStream(p.streamId)).map(plainData)).toEqual(expected);
+    expect((await readAllOf(store, p.streamId, head)).map(plainData)).toEqual(expected);
+  });
+
   it('refuses personal data on a stream that has no data subject instead of storing it in the clear', async () => {
     const { store, fixture } = get();
     const streamId = `contract_nosubject-${randomUUID()}`;
