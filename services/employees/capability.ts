@@ -8,6 +8,7 @@ import type { V1Capability } from '../gateway/app.ts';
 import { watchLegacyReservations } from './legacyReservations.ts';
 import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
 import { forgetAccount } from '../auth/forgetAccount.ts';
+import { forgetEmployeeLogins, ROLE_REACTOR_LOGINS } from '../auth/roleAssignmentReactor.ts';
 import { eraseEmployee, type ErasedPerson, type ErasurePorts } from './erasure.ts';
 
 /**
@@ -69,7 +70,11 @@ export function erasurePorts(ports: {
     forget: async (tx: Queryable, person: ErasedPerson) => {
       // The key's destruction is the erasure: every sealed field of the person becomes unreadable at once.
       await dataKeys.destroy(person.tenantId, person.employeeId, tx);
-      // A login made or taken over for the person (a role was given to them) is theirs: it forgets them too.
+      // A login made or taken over for the person (a role was given to them) is theirs: it forgets
+      // them too. Those the role reactor gave a role, exactly, under whatever address the person
+      // had then; and the one at their address now, which a reactor behind has not recorded yet
+      // (it forgets what it gives them up to the erasure itself when it meets the erasure).
+      await forgetEmployeeLogins(tx, ROLE_REACTOR_LOGINS, person.tenantId, [person.employeeId]);
       if (person.email !== null && person.hadRole) await forgetAccount(tx, person.tenantId, person.email);
     },
   };

@@ -122,6 +122,7 @@ describe('role assignment after the append (regression: it was a call that could
       }
       const result = await retryParkedEvents(db.pool, roleAssignmentReactor, {
         role_reactor_emails: sql.identifier(['role_reactor_emails']),
+        role_reactor_logins: sql.identifier(['role_reactor_logins']),
       });
       expect(result.stillParked).toBe(0);
       expect(await roleOf(tenant, email)).toBe('hr_manager');
