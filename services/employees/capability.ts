@@ -23,9 +23,11 @@ export function employeesCapability(
     readonly pool: DatabasePool;
     readonly tenantReader?: TenantReader;
     readonly eventStore: EventStore;
+    /** The same log without the sealing boundary (see ErasurePorts). */
+    readonly log: EventStore;
     readonly emailHash: EmailHash;
-    /** False when the log is not in `pool`'s database (KurrentDB): see ErasurePorts. Default true. */
-    readonly logInDatabase?: boolean;
+    /** False when the log is not in `pool`'s database (KurrentDB): see ErasurePorts. */
+    readonly logInDatabase: boolean;
     /** The per-employee data keys: an erasure destroys one. */
     readonly dataKeys: Pick<DataKeyStore, 'destroy'>;
   },
@@ -34,10 +36,11 @@ export function employeesCapability(
   const { pool, eventStore, tenantReader, emailHash } = ports;
   const erasure = erasurePorts({
     store: eventStore,
+    log: ports.log,
     pool,
     emailHash,
     dataKeys: ports.dataKeys,
-    logInDatabase: ports.logInDatabase ?? true,
+    logInDatabase: ports.logInDatabase,
   });
   return employeesRoutes({
     pool,
@@ -56,14 +59,16 @@ export function employeesCapability(
 /** The erasure's ports, bound here for the route and the ops commands alike. */
 export function erasurePorts(ports: {
   readonly store: EventStore;
+  readonly log: EventStore;
   readonly pool: DatabasePool;
   readonly emailHash: EmailHash;
   readonly dataKeys: Pick<DataKeyStore, 'destroy'>;
   readonly logInDatabase: boolean;
 }): ErasurePorts {
-  const { store, pool, emailHash, dataKeys, logInDatabase } = ports;
+  const { store, log, pool, emailHash, dataKeys, logInDatabase } = ports;
   return {
     store,
+    log,
     pool,
     emailHash,
     logInDatabase,

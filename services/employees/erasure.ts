@@ -4,6 +4,7 @@ import { sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts'
 import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, AppendResult, EventStore, GlobalPosition } from '../../shared/event-store/port.ts';
 import { appendInTransaction } from '../../shared/event-store/postgres/appendInTransaction.ts';
+import { MissingDataKeyError } from '../../shared/event-store/sealing.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { redactParkedEvents } from '../../shared/projections/parking.ts';
 import { eventMetadata } from './commands.ts';
@@ -25,6 +26,11 @@ export type ErasedPerson = {
 
 export type ErasurePorts = {
   readonly store: EventStore;
+  /**
+   * The same log without the sealing boundary: read when a stream's sealed fields have no key at
+   * all (MissingDataKeyError), which an erasure treats like a destroyed key.
+   */
+  readonly log: EventStore;
   readonly pool: DatabasePool;
   /** The keyed hash the address's reservation stream is named by. */
   readonly emailHash: EmailHash;
@@ -68,7 +74,7 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
   const { tenantId } = metadata;
   const streamId = employeeStreamId(tenantId, employeeId);
   for (let attempt = 1; ; attempt++) {
-    const recorded = await ports.store.readStream(streamId);
+    const recorded = await readForErasure(ports, streamId);
     // The store hands back what the decider's own events serialised to; this is that boundary.
     const history = recorded.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent);
     const state = history.reduce(employeeDecider.evolve, employeeDecider.initialState);
@@ -113,6 +119,26 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
       // The employee or the address moved meanwhile: nothing was appended; decided again.
       if (!(error instanceof WrongExpectedRevisionError) || attempt >= MAX_ATTEMPTS) throw error;
     }
+  }
+}
+
+/**
+ * The employee's stream, opened; with its personal fields null when the person's key is missing
+ * altogether (a restored key table older than the log): nothing can open them any more, exactly
+ * as after the key's destruction, so the erasure goes on rather than failing on them.
+ */
+async function readForErasure(ports: ErasurePorts, streamId: string) {
+  try {
+    return await ports.store.readStream(streamId);
+  } catch (error) {
+    if (!(error instanceof MissingDataKeyError)) throw error;
+    return (await ports.log.readStream(streamId)).map((event) => {
+      const fields: readonly string[] = EMPLOYEE_PERSONAL_FIELDS[event.type as keyof typeof EMPLOYEE_PERSONAL_FIELDS] ?? [];
+      if (fields.length === 0 || typeof event.data !== 'object' || event.data === null) return event;
+      const data: Record<string, unknown> = { ...event.data };
+      for (const field of fields) if (field in data) data[field] = null;
+      return { ...event, data, redacted: true as const };
+    });
   }
 }
 

@@ -10,16 +10,20 @@ import { listErasures, type ErasureEntry } from './erasureLedger.ts';
  * that stops half-way is resumed by running it again.
  */
 
-/** What the log says about a tenant's (or every tenant's) employees: who was hired, who was erased and when. */
+/**
+ * What the log says about a tenant's (or every tenant's) employees: who was hired, who was erased
+ * and when. Only stream ids and `EmployeeErased` (nothing personal) are needed, so `log` is the
+ * store without the sealing boundary: a hire whose key is missing cannot stop the scan.
+ */
 export async function scanEmployees(
-  store: EventStore,
+  log: EventStore,
   tenantId?: string,
 ): Promise<{ readonly hired: ReadonlyArray<{ tenantId: string; employeeId: string }>; readonly erased: readonly ErasureEntry[] }> {
   const hired: Array<{ tenantId: string; employeeId: string }> = [];
   const erased: ErasureEntry[] = [];
   let after = START;
   for (;;) {
-    const page = await store.readAll({ after, maxCount: 10_000, eventTypes: ['EmployeeHired', 'EmployeeErased'] });
+    const page = await log.readAll({ after, maxCount: 10_000, eventTypes: ['EmployeeHired', 'EmployeeErased'] });
     for (const event of page.events) {
       const stream = parseEmployeeStreamId(event.streamId);
       if (!stream || (tenantId !== undefined && stream.tenantId !== tenantId)) continue;
@@ -69,11 +73,11 @@ export async function eraseAll(
  * restored PostgreSQL backup and its keys).
  */
 export async function erasuresToReapply(
-  ports: Pick<ErasurePorts, 'store' | 'pool'>,
+  ports: Pick<ErasurePorts, 'log' | 'pool'>,
   tenantId?: string,
   kept: readonly ErasureEntry[] = [],
 ): Promise<ErasureEntry[]> {
-  const [ledger, log] = await Promise.all([listErasures(ports.pool, tenantId), scanEmployees(ports.store, tenantId)]);
+  const [ledger, log] = await Promise.all([listErasures(ports.pool, tenantId), scanEmployees(ports.log, tenantId)]);
   const first = new Map<string, ErasureEntry>();
   const fromCopy = kept.filter((e) => tenantId === undefined || e.tenantId === tenantId);
   for (const entry of [...fromCopy, ...ledger, ...log.erased]) {

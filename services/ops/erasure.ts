@@ -17,10 +17,11 @@ import { opsAction, parseSlug, withConfiguredRuntime } from './tenants.ts';
 const portsOf = (runtime: Runtime) =>
   erasurePorts({
     store: runtime.eventStore,
+    log: runtime.logStore,
     pool: runtime.pool,
     emailHash: runtime.emailHash,
     dataKeys: runtime.dataKeys,
-    logInDatabase: runtime.config.EVENTSTORE_URL === undefined,
+    logInDatabase: runtime.logInDatabase,
   });
 
 async function tenantIdOf(runtime: Runtime, slug: string): Promise<string> {
@@ -138,7 +139,7 @@ export function registerErasureCommands(program: Command): void {
         await withConfiguredRuntime(async (runtime) => {
           const tenantId = await tenantIdOf(runtime, valid);
           const ports = portsOf(runtime);
-          const { hired } = await scanEmployees(runtime.eventStore, tenantId);
+          const { hired } = await scanEmployees(runtime.logStore, tenantId);
           const bar = progressBar(`erase ${valid}`);
           const counts = await eraseAll(ports, hired, 'ops:tenants erase', bar.update).finally(bar.stop);
           // After the employees: a login made for an employee is forgotten with them first (by address).

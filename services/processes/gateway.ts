@@ -31,8 +31,10 @@ export type GatewayPorts = {
   /** Transaction-free tenant-scoped reads for list pages; without it they run in `withTenant` transactions. */
   readonly tenantReader?: TenantReader;
   readonly eventStore: EventStore;
+  /** The same log without the sealing boundary (an erasure reads it when a person's key is missing). */
+  readonly logStore: EventStore;
   /** False when the log is KurrentDB, not `pool`'s database (an erasure then appends, then forgets). */
-  readonly logInDatabase?: boolean;
+  readonly logInDatabase: boolean;
   /** The per-employee data keys (an erasure destroys one). */
   readonly dataKeys: Pick<DataKeyStore, 'destroy'>;
   /** The keyed hash email uniqueness is kept on. */
@@ -70,7 +72,8 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
           tenantReader: ports.tenantReader,
           eventStore,
           emailHash: ports.emailHash,
-          logInDatabase: ports.logInDatabase ?? true,
+          log: ports.logStore,
+          logInDatabase: ports.logInDatabase,
           dataKeys: ports.dataKeys,
         }),
         analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
@@ -104,7 +107,8 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
       pool: runtime.pool,
       tenantReader: runtime.tenantReader,
       eventStore: runtime.eventStore,
-      logInDatabase: config.EVENTSTORE_URL === undefined,
+      logStore: runtime.logStore,
+      logInDatabase: runtime.logInDatabase,
       dataKeys: runtime.dataKeys,
       emailHash: runtime.emailHash,
       rateLimiter: runtime.rateLimiter,

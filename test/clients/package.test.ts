@@ -84,7 +84,14 @@ beforeAll(async () => {
         rateLimited(limiter),
         sessionRoutes(auth),
         rolesRoutes(auth),
-        employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) }),
+        employeesCapability({
+          pool: db.pool,
+          eventStore: store,
+          log: store,
+          logInDatabase: true,
+          emailHash: testEmailHash,
+          dataKeys: testDataKeys(db.pool),
+        }),
       ),
     ],
   });

@@ -36,7 +36,17 @@ beforeAll(async () => {
   projector = runProjection(pool, store, employeesProjection, { pollIntervalMs: 50 });
   await waitFor(() => readCheckpoint(pool, employeesProjection.name));
   const auth = await createTestAuth(pool);
-  app = await createTestApp(auth, employeesCapability({ pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(pool) }));
+  app = await createTestApp(
+    auth,
+    employeesCapability({
+      pool,
+      eventStore: store,
+      log: store,
+      logInDatabase: true,
+      emailHash: testEmailHash,
+      dataKeys: testDataKeys(pool),
+    }),
+  );
   headers = await authHeaders(auth, await provisionTenant(pool), 'hr_manager');
 });
 afterAll(async () => {

@@ -52,7 +52,7 @@ beforeAll(async () => {
     changesCapability({ pool: db.pool, databaseUrl: db.url }),
     // A position far beyond the log is never reached: the read waits its whole bound.
     employeesCapability(
-      { pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
+      { pool: db.pool, eventStore: store, log: store, logInDatabase: true, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
       { readWaitMs: 1_500 },
     ),
     webhooksCapability({ pool: db.pool, secrets: createSecretBox(randomBytes(32)), targets: { allowHosts: ['127.0.0.1'] } }),

@@ -46,7 +46,14 @@ beforeAll(async () => {
   auth = await createTestAuth(db.pool);
   app = await createTestApp(
     auth,
-    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: sealed.keys }),
+    employeesCapability({
+      pool: db.pool,
+      eventStore: store,
+      log: inner,
+      logInDatabase: true,
+      emailHash: testEmailHash,
+      dataKeys: sealed.keys,
+    }),
   );
 });
 afterAll(async () => {

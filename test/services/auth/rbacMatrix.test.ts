@@ -32,7 +32,10 @@ beforeAll(async () => {
   auth = await createTestAuth(db.pool);
   app = await createTestApp(
     auth,
-    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) }, { readWaitMs: 0 }),
+    employeesCapability(
+      { pool: db.pool, eventStore: store, log: store, logInDatabase: true, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
+      { readWaitMs: 0 },
+    ),
     analyticsRoutes({ pool: db.pool, store, readWaitMs: 0 }),
     billingRoutes({ store }),
     changesCapability({ pool: db.pool, databaseUrl: db.url }),

@@ -67,7 +67,14 @@ beforeAll(async () => {
   auth = await createTestAuth(db.pool);
   app = await createTestApp(
     auth,
-    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) }),
+    employeesCapability({
+      pool: db.pool,
+      eventStore: store,
+      log: store,
+      logInDatabase: true,
+      emailHash: testEmailHash,
+      dataKeys: testDataKeys(db.pool),
+    }),
   );
 });
 afterAll(async () => {

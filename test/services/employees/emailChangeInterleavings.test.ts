@@ -86,7 +86,14 @@ beforeAll(async () => {
   auth = await createTestAuth(db.pool);
   app = await createTestApp(
     auth,
-    employeesCapability({ pool: db.pool, eventStore: gate.store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) }),
+    employeesCapability({
+      pool: db.pool,
+      eventStore: gate.store,
+      log: gate.store,
+      logInDatabase: true,
+      emailHash: testEmailHash,
+      dataKeys: testDataKeys(db.pool),
+    }),
   );
 });
 afterAll(async () => {

@@ -38,6 +38,7 @@ import { waitFor } from '../../support/waitFor.ts';
  */
 let db: TestDatabase;
 let store: EventStore;
+let inner: EventStore;
 let auth: AuthDeps;
 let app: FastifyInstance;
 let dispatcher: WebhookDispatcher;
@@ -46,7 +47,8 @@ const logs = createMemoryLogger('trace');
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  const sealed = sealedEventStore(createPostgresEventStore(db.pool, { listenUrl: db.url }), db.pool);
+  inner = createPostgresEventStore(db.pool, { listenUrl: db.url });
+  const sealed = sealedEventStore(inner, db.pool);
   store = sealed.store;
   projectors = allProjections.map((p) => runProjection(db.pool, store, p, { pollIntervalMs: 100 }));
   for (const p of allProjections) await waitFor(() => readCheckpoint(db.pool, p.name));
@@ -63,7 +65,14 @@ beforeAll(async () => {
       auth,
       changesCapability({ pool: db.pool, databaseUrl: db.url }),
       webhooksCapability({ pool: db.pool, secrets, targets }),
-      employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: sealed.keys }),
+      employeesCapability({
+        pool: db.pool,
+        eventStore: store,
+        log: inner,
+        logInDatabase: true,
+        emailHash: testEmailHash,
+        dataKeys: sealed.keys,
+      }),
     ),
     publicRoutes: [],
   });

@@ -21,11 +21,13 @@ import { sealedEventStore, testEmailHash } from '../../support/personalData.ts';
 const nextId = monotonicFactory();
 let db: TestDatabase;
 let store: EventStore;
+let log: EventStore;
 let keys: DataKeyStore;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  ({ store, keys } = sealedEventStore(createPostgresEventStore(db.pool), db.pool));
+  log = createPostgresEventStore(db.pool);
+  ({ store, keys } = sealedEventStore(log, db.pool));
 });
 afterAll(async () => {
   await store?.close();
@@ -51,7 +53,7 @@ describe('when the log is elsewhere and the process dies between the append and 
   it('has the event without the destruction, and a repeated request completes the erasure at the first erasedAt', async () => {
     const { tenantId } = await provisionTenant(db.pool);
     const id = await hired(tenantId);
-    const ports = erasurePorts({ store, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: false });
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: false });
     const crashing: ErasurePorts = {
       ...ports,
       forget: () => Promise.reject(new Error('the process died here')),
@@ -75,7 +77,7 @@ describe('when the log is in PostgreSQL and what follows the append fails', () =
   it('appends nothing: the event and the destruction commit together or not at all', async () => {
     const { tenantId } = await provisionTenant(db.pool);
     const id = await hired(tenantId);
-    const ports = erasurePorts({ store, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
     await expect(
       eraseEmployee({ ...ports, forget: () => Promise.reject(new Error('failed')) }, id, metadata(tenantId, '2026-01-01T00:00:00.000Z')),
     ).rejects.toThrow('failed');
@@ -89,7 +91,7 @@ describe('when the key is destroyed but the log lacks the erasure (a log restore
     const { tenantId } = await provisionTenant(db.pool);
     const id = await hired(tenantId);
     await db.pool.transaction((tx) => keys.destroy(tenantId, id, tx));
-    const ports = erasurePorts({ store, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
     const result = await eraseEmployee(ports, id, metadata(tenantId, '2026-03-01T00:00:00.000Z'));
     expect(result).toMatchObject({ id, erasedAt: '2026-03-01T00:00:00.000Z', fresh: true });
     expect((await store.readStream(employeeStreamId(tenantId, id))).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeErased']);
@@ -118,7 +120,7 @@ describe('when the employee changes between the erasure reading it and appending
         return events;
       },
     };
-    const ports = erasurePorts({ store: racing, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    const ports = erasurePorts({ store: racing, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
     expect(await eraseEmployee(ports, id, metadata(tenantId, '2026-04-02T00:00:00.000Z'))).toMatchObject({ fresh: true });
     expect(raced).toBe(true);
     expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeStatusChanged', 'EmployeeErased']);

@@ -25,7 +25,14 @@ describe('when the read model has not been built yet (no projector ran)', () => 
     auth = await createTestAuth(db.pool);
     app = await createTestApp(
       auth,
-      employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) }),
+      employeesCapability({
+        pool: db.pool,
+        eventStore: store,
+        log: store,
+        logInDatabase: true,
+        emailHash: testEmailHash,
+        dataKeys: testDataKeys(db.pool),
+      }),
     );
   });
   afterAll(async () => {

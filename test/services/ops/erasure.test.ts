@@ -152,3 +152,22 @@ describe('ops employees reapply-erasures, after restoring a backup taken before 
     }
   });
 });
+
+describe('ops erasure commands when a person has no data key at all (a key table older than the log)', () => {
+  it('scan the log past their sealed fields and erase them like a person whose key is destroyed', async () => {
+    const { tenantId, slug } = await provisionTenant(db.pool);
+    const keyless = await hire(tenantId, 'keyless@restore.test');
+    const whole = await hire(tenantId, 'whole@restore.test');
+    await sqlAt(db.url, 'delete from personal_data_keys where tenant_id = $1 and subject_id = $2', [tenantId, keyless]);
+
+    const reapplied = await ops(db.url, 'employees', 'reapply-erasures', '--tenant', slug);
+    expect(reapplied.code, reapplied.stderr).toBe(0);
+    expect(reapplied.stdout).toContain('0 erasures re-applied');
+
+    const erased = await ops(db.url, 'tenants', 'erase', slug);
+    expect(erased.code, erased.stderr).toBe(0);
+    expect(erased.stdout).toContain(`tenant ${slug}: 2 employees, 2 erased`);
+    for (const id of [keyless, whole]) expect(await types(store, tenantId, id)).toContain('EmployeeErased');
+    expect(await keys.isDestroyed(tenantId, whole)).toBe(true);
+  });
+});

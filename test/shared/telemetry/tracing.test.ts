@@ -39,7 +39,14 @@ describe('when tracing is on', () => {
       registry: new Registry(),
       v1: authCapabilities(
         auth,
-        employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) }),
+        employeesCapability({
+          pool: db.pool,
+          eventStore: store,
+          log: store,
+          logInDatabase: true,
+          emailHash: testEmailHash,
+          dataKeys: testDataKeys(db.pool),
+        }),
       ),
       tracing: tracing.fastifyPlugin,
     });

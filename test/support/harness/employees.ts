@@ -42,7 +42,10 @@ export async function createEmployeesHarness(options: { clock?: () => Date; read
   const auth = await createTestAuth(db.pool);
   const app = await createTestApp(
     auth,
-    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) }, options),
+    employeesCapability(
+      { pool: db.pool, eventStore: store, log: store, logInDatabase: true, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
+      options,
+    ),
   );
   return {
     db,

@@ -54,7 +54,7 @@ export async function createWorkforceHarness(): Promise<WorkforceHarness> {
     app = await createTestApp(
       auth,
       employeesCapability(
-        { pool: db.pool, eventStore: store, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
+        { pool: db.pool, eventStore: store, log: store, logInDatabase: true, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
         { clock: () => new Date(now), readWaitMs: 5_000 },
       ),
       analyticsRoutes({ pool: db.pool, store, now: () => now, readWaitMs: 5_000 }),

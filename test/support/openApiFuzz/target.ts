@@ -64,6 +64,8 @@ export async function startTarget(): Promise<void> {
       auth,
       pool: db.pool,
       eventStore: store,
+      logStore: store,
+      logInDatabase: true,
       dataKeys: testDataKeys(db.pool),
       emailHash: testEmailHash,
       rateLimiter,
