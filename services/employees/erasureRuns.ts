@@ -87,3 +87,38 @@ export async function erasuresToReapply(
   }
   return [...first.values()];
 }
+
+/**
+ * A tenant's employees, erased: the log scanned and everyone in it erased, the scan repeated until
+ * it finds nobody new (a hire that committed while the run went on is erased too). A person the
+ * ledger records as erased and whose key is destroyed was finished by an earlier run and is
+ * skipped, so a run resumed after a stop goes on where it left off. The caller disables the
+ * tenant's logins first, so that nobody can hire meanwhile with a session it could renew.
+ */
+export async function eraseTenantEmployees(
+  ports: ErasurePorts & { readonly isDestroyed: (tenantId: string, employeeId: string) => Promise<boolean> },
+  tenantId: string,
+  actor: string,
+  onProgress: RunProgress = () => undefined,
+): Promise<Record<ErasureOutcome | 'skipped', number> & { readonly employees: number }> {
+  const counts = { erased: 0, already: 0, absent: 0, skipped: 0 };
+  const seen = new Set<string>();
+  const ledger = new Set((await listErasures(ports.pool, tenantId)).map((e) => e.employeeId));
+  let done = 0;
+  for (;;) {
+    const { hired } = await scanEmployees(ports.log, tenantId);
+    const fresh = hired.filter((h) => !seen.has(h.employeeId));
+    if (fresh.length === 0) return { ...counts, employees: seen.size };
+    for (const h of fresh) seen.add(h.employeeId);
+    const targets: typeof fresh = [];
+    for (const h of fresh) {
+      if (ledger.has(h.employeeId) && (await ports.isDestroyed(tenantId, h.employeeId))) counts.skipped++;
+      else targets.push(h);
+    }
+    const base = done;
+    const run = await eraseAll(ports, targets, actor, (i) => onProgress(base + i, seen.size));
+    done += targets.length;
+    onProgress(done, seen.size);
+    for (const outcome of ['erased', 'already', 'absent'] as const) counts[outcome] += run[outcome];
+  }
+}

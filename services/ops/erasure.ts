@@ -5,7 +5,7 @@ import { NotFoundError } from '../../shared/errors.ts';
 import { forgetTenantAccounts } from '../auth/forgetAccount.ts';
 import { erasurePorts } from '../employees/capability.ts';
 import { eraseEmployee } from '../employees/erasure.ts';
-import { eraseAll, erasuresToReapply, scanEmployees, type ErasureOutcome } from '../employees/erasureRuns.ts';
+import { eraseAll, eraseTenantEmployees, erasuresToReapply, type ErasureOutcome } from '../employees/erasureRuns.ts';
 import { listErasures, type ErasureEntry } from '../employees/erasureLedger.ts';
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
@@ -138,13 +138,17 @@ export function registerErasureCommands(program: Command): void {
         const valid = parseSlug(slug);
         await withConfiguredRuntime(async (runtime) => {
           const tenantId = await tenantIdOf(runtime, valid);
-          const ports = portsOf(runtime);
-          const { hired } = await scanEmployees(runtime.logStore, tenantId);
-          const bar = progressBar(`erase ${valid}`);
-          const counts = await eraseAll(ports, hired, 'ops:tenants erase', bar.update).finally(bar.stop);
-          // After the employees: a login made for an employee is forgotten with them first (by address).
+          // Logins first: disabled, their refresh tokens revoked, nobody can sign in or renew a
+          // session to hire while the tenant is erased (an access token already issued lives out its
+          // minutes: run the command again after them; it skips whoever it finished).
           const logins = await withTenant(runtime.pool, tenantId, (tx) => forgetTenantAccounts(tx, tenantId));
-          process.stdout.write(`tenant ${valid}: ${hired.length} employees, ${summary(counts)}; ${logins} logins forgotten and disabled\n`);
+          const ports = { ...portsOf(runtime), isDestroyed: (t: string, id: string) => runtime.dataKeys.isDestroyed(t, id) };
+          const bar = progressBar(`erase ${valid}`);
+          const counts = await eraseTenantEmployees(ports, tenantId, 'ops:tenants erase', bar.update).finally(bar.stop);
+          process.stdout.write(
+            `tenant ${valid}: ${counts.employees} employees, ${summary(counts)}, ${counts.skipped} finished before (skipped); ` +
+              `${logins} logins forgotten and disabled\n`,
+          );
         });
       }),
     );

@@ -83,7 +83,7 @@ describe('ops tenants erase <slug>', () => {
     const first = await ops(db.url, 'tenants', 'erase', slug);
     expect(first.code, first.stderr).toBe(0);
     expect(first.stdout).toContain(
-      `tenant ${slug}: 3 employees, 3 erased, 0 erased before (done again), 0 not in the log; 1 logins forgotten`,
+      `tenant ${slug}: 3 employees, 3 erased, 0 erased before (done again), 0 not in the log, 0 finished before (skipped); 1 logins forgotten`,
     );
     expect(first.stderr).toContain(`erase ${slug} |`);
     for (const id of ids) {
@@ -96,7 +96,15 @@ describe('ops tenants erase <slug>', () => {
 
     const again = await ops(db.url, 'tenants', 'erase', slug);
     expect(again.code, again.stderr).toBe(0);
-    expect(again.stdout).toContain('3 employees, 0 erased, 3 erased before (done again), 0 not in the log; 0 logins forgotten');
+    // Everyone in the ledger with a destroyed key was finished: skipped, not erased again.
+    expect(again.stdout).toContain(
+      '3 employees, 0 erased, 0 erased before (done again), 0 not in the log, 3 finished before (skipped); 0 logins',
+    );
+
+    // Someone the ledger has but whose key is whole again (a restore) is erased again.
+    await sqlAt(db.url, 'delete from personal_data_keys where tenant_id = $1 and subject_id = $2', [tenantId, ids[0]]);
+    const third = await ops(db.url, 'tenants', 'erase', slug);
+    expect(third.stdout).toContain('3 employees, 0 erased, 1 erased before (done again), 0 not in the log, 2 finished before (skipped)');
   });
 });
 
