@@ -27,4 +27,23 @@ describe('when a log line carries an employee or a login', () => {
     }
     expect(line).toContain('01JNGZ0000000000000000000A');
   });
+
+  it('writes none of them at the top of the line or nested deeper', () => {
+    const written: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        written.push(chunk.toString());
+        done();
+      },
+    });
+    const logger = pino({ redact: LOG_REDACT_PATHS }, sink);
+    logger.info({ email: 'top@example.com', firstName: 'Topfirst', lastName: 'Toplast' }, 'top level');
+    logger.info({ event: { data: { email: 'two@example.com', previousEmail: 'twoold@example.com' } } }, 'two down');
+    logger.info({ page: { event: { data: { firstName: 'Deepfirst', lastName: 'Deeplast' } } } }, 'three down');
+    const lines = written.join('');
+    for (const value of ['top@example.com', 'Topfirst', 'Toplast', 'two@example.com', 'twoold@example.com', 'Deepfirst', 'Deeplast']) {
+      expect(lines).not.toContain(value);
+    }
+    expect(lines).toContain('three down');
+  });
 });
