@@ -15,7 +15,10 @@ import {
   toErasedView,
   PERSONAL_VIEW_FIELDS,
   type EmployeeState,
+  erasedStreams,
+  PERSONAL_FIELDS,
 } from '../../services/employees/contract.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
 // The feed's `employee` must be exactly the state the write side computes after the change, so
 // it folds with the aggregate's own `evolve` instead of a second copy that could drift.
 
@@ -96,6 +99,7 @@ async function handle(
   events: readonly RecordedEvent[],
   tables: Readonly<Record<'employee_changes', IdentifierSqlToken>>,
 ): Promise<void> {
+  await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
   const key = (tenantId: string, id: string) => `${tenantId}/${id}`;
   // The batch's employee events, each with its stream, in the batch's (log) order: the rows are
   // inserted in that order and draw their `seq` from it (`order by u.n` below).

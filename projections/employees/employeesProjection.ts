@@ -12,7 +12,10 @@ import {
   statusAppliesFrom,
   type EmployeeEvent,
   type EmployeeStatus,
+  erasedStreams,
+  PERSONAL_FIELDS,
 } from '../../services/employees/contract.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
 
 /**
  * The employees read model: one row per employee (its API fields + tenant + stream revision) and
@@ -178,6 +181,7 @@ async function handle(
   events: readonly RecordedEvent[],
   tables: Readonly<Record<Tables, IdentifierSqlToken>>,
 ): Promise<void> {
+  await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
   // Per employee, its events of this batch in order (the batch is in global order).
   const streams = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
   for (const event of events) {

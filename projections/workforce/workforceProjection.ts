@@ -4,8 +4,15 @@ import { sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../../services/employees/contract.ts';
+import {
+  EMPLOYEE_EVENT_TYPES,
+  parseEmployeeStreamId,
+  type EmployeeEvent,
+  erasedStreams,
+  PERSONAL_FIELDS,
+} from '../../services/employees/contract.ts';
 import { contributions, evolveVersions, instantMs, redactVersions, type Contribution, type Version } from './versions.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
 
 /**
  * The workforce read model: the employee directory in effective time (versions.ts) and daily and
@@ -119,6 +126,7 @@ const versionTuple = (e: Employee, v: Version) => [
 ];
 
 async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: Readonly<Record<Tables, IdentifierSqlToken>>) {
+  await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
   const touched = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
   for (const event of events) {
     const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;

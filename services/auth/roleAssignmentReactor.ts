@@ -3,9 +3,10 @@ import type { IdentifierSqlToken } from 'slonik';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../employees/contract.ts';
+import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, erasedStreams, PERSONAL_FIELDS } from '../employees/contract.ts';
 import { normaliseEmail } from '../../shared/email.ts';
 import { forgetAccountsById } from './forgetAccount.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
 
 /**
  * Role assignment as a reaction to the employee's events. An employee's
@@ -92,6 +93,7 @@ export const roleAssignmentReactor = defineProjection({
     ],
   },
   async handle(tx: Queryable, events: readonly RecordedEvent[], tables) {
+    await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
     // Set-wise for addresses (hires are the bulk of the log), one statement per assignment (rare).
     const emails = new Map<Key, { tenantId: string; employeeId: string; email: string }>();
     const changed = new Set<Key>();

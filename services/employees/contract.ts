@@ -113,6 +113,17 @@ export const EMPLOYEE_PERSONAL_FIELDS: { readonly [E in EmployeeEvent as E['type
   EmployeeEmailChanged: ['email', 'previousEmail'],
 };
 
+/** Every personal field of the employee's events: what a parked copy of one loses on erasure. */
+export const PERSONAL_FIELDS: readonly string[] = [...new Set(Object.values(EMPLOYEE_PERSONAL_FIELDS).flat())];
+
+/**
+ * The streams of the `EmployeeErased` events among `events`. A projection applying one blanks the
+ * person's parked events (shared/projections/parking.ts, redactParkedEvents): one it parked after
+ * the erasure committed was opened on a page read before, and would otherwise keep the fields.
+ */
+export const erasedStreams = (events: ReadonlyArray<{ readonly type: string; readonly streamId: string }>): string[] =>
+  events.filter((e) => e.type === 'EmployeeErased').map((e) => e.streamId);
+
 export const employeePersonalData: PersonalDataPolicy = {
   fields: EMPLOYEE_PERSONAL_FIELDS,
   subjectOf(streamId) {

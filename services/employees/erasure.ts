@@ -8,7 +8,15 @@ import { MissingDataKeyError } from '../../shared/event-store/sealing.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { redactParkedEvents } from '../../shared/projections/parking.ts';
 import { eventMetadata } from './commands.ts';
-import { EMPLOYEE_PERSONAL_FIELDS, employeeStreamId, evolve, initialState, type EmployeeEvent, type EmployeeState } from './contract.ts';
+import {
+  EMPLOYEE_PERSONAL_FIELDS,
+  PERSONAL_FIELDS,
+  employeeStreamId,
+  evolve,
+  initialState,
+  type EmployeeEvent,
+  type EmployeeState,
+} from './contract.ts';
 import { employeeDecider, type CommandMetadata } from './decide.ts';
 import { planRelease } from './emailReservation.ts';
 import { recordErasure } from './erasureLedger.ts';
@@ -54,9 +62,6 @@ export type ErasureResult = {
   /** False when the employee was erased before (nothing appended this time). */
   readonly fresh: boolean;
 };
-
-/** Every personal field of the employee's events: what a parked copy of one loses. */
-const PERSONAL_FIELDS = [...new Set(Object.values(EMPLOYEE_PERSONAL_FIELDS).flat())];
 
 /** Attempts after a lost race on the employee's stream or its address's (as the command handler's retries). */
 const MAX_ATTEMPTS = 6;
@@ -147,6 +152,6 @@ async function completeErasure(tx: Queryable, ports: ErasurePorts, person: Erase
   // The tables `forget` touches are tenant-scoped (row-level security, forced): this transaction is the person's tenant's.
   await tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${person.tenantId}, true)`);
   await recordErasure(tx, person);
-  await redactParkedEvents(tx, employeeStreamId(person.tenantId, person.employeeId), PERSONAL_FIELDS);
+  await redactParkedEvents(tx, [employeeStreamId(person.tenantId, person.employeeId)], PERSONAL_FIELDS);
   await ports.forget(tx, person);
 }

@@ -11,10 +11,12 @@ import { parsePosition, type EventStore } from '../../../shared/event-store/port
 import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
+import { parkEvent } from '../../../shared/projections/parking.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { roleAssignmentReactor } from '../../../services/auth/roleAssignmentReactor.ts';
 import { listRoles } from '../../../services/auth/roles.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
+import { employeeStreamId } from '../../../services/employees/contract.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { sealedEventStore, testEmailHash } from '../../support/personalData.ts';
@@ -148,5 +150,43 @@ describe('an erasure and the logins made for the person', () => {
 
     const { stdout } = await promisify(execFile)('pg_dump', ['--dbname', db.url, '--no-owner'], { maxBuffer: 512 * 1024 * 1024 });
     expect([first, second].filter((a) => stdout.toLowerCase().includes(a.toLowerCase()))).toEqual([]);
+  });
+
+  it('blanks an event of the person parked after the erasure committed, when a projection applies the erasure', async () => {
+    const { tenant, headers, address } = await setUp();
+    const email = address('parked');
+    const hired = await app.inject({
+      method: 'POST',
+      url: '/v1/employees',
+      headers,
+      payload: { email, firstName: 'Parked', lastName: 'Late' },
+    });
+    expect(hired.statusCode, hired.body).toBe(201);
+    await reactorAt(hired);
+    const id = hired.json<{ id: string }>().id;
+    await reactor?.stop();
+    reactor = undefined;
+    const erased = await app.inject({ method: 'POST', url: `/v1/employees/${id}/erasure`, headers });
+    expect(erased.statusCode, erased.body).toBe(200);
+    // Another projection opened the hire on a page read before the key went, and parks it only now.
+    const [hire] = await inner.readStream(employeeStreamId(tenant.tenantId, id));
+    await parkEvent(
+      db.pool,
+      { name: 'late-parker', version: 1 },
+      { ...hire!, data: { ...(hire!.data as object), email } },
+      {
+        error: 'injected',
+        attempts: 1,
+      },
+    );
+    await startReactor();
+    await reactorAt(erased);
+
+    const parked = await db.pool.oneFirst(
+      sql.type(
+        z.object({ data: z.record(z.string(), z.unknown()) }),
+      )`select data from projection_parked_events where projection = 'late-parker'`,
+    );
+    expect(parked).toMatchObject({ employeeId: id, email: null, firstName: null, lastName: null });
   });
 });
