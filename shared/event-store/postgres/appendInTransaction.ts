@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../db/pool.ts';
-import { ConflictError, WrongExpectedRevisionError } from '../../errors.ts';
 import { assertAppendManyRequests, type AppendRequest, type AppendResult } from '../port.ts';
+import { appendOutcome } from './appendOutcomes.ts';
 import { NOTIFY_CHANNEL } from './wakeups.ts';
 
 const batchRow = z.object({
@@ -58,27 +58,7 @@ export async function appendInTransaction(tx: Queryable, requests: readonly Appe
       ${NOTIFY_CHANNEL}
     )
   `);
-  return requests.map(({ streamId, expectedRevision }, i) => {
-    const outcome = row.outcomes[i];
-    const revision = row.revisions[i] ?? null;
-    const commit = row.commits[i] ?? null;
-    const prepare = row.prepares[i] ?? null;
-    if (outcome === 'appended' || outcome === 'duplicate') {
-      if (revision === null || commit === null || prepare === null) throw new Error('es_append_batch returned no position');
-      return { nextRevision: Number(revision), position: { commit: BigInt(commit), prepare: BigInt(prepare) } };
-    }
-    // All or nothing: the first refused part names the failure (as `appendMany` does).
-    const refused = requests.findIndex((_, j) => row.outcomes[j] === 'wrong_expected_revision' || row.outcomes[j] === 'event_id_conflict');
-    const failed = requests[refused];
-    if (failed && row.outcomes[refused] === 'wrong_expected_revision') {
-      const actual = row.revisions[refused] ?? null;
-      throw new WrongExpectedRevisionError(
-        failed.streamId,
-        String(failed.expectedRevision ?? 'any'),
-        actual === null ? 'no_stream' : Number(actual),
-      );
-    }
-    if (failed) throw new ConflictError('Some of these event ids were already used by other events');
-    throw new Error(`unexpected append outcome ${String(outcome)} for ${streamId} (expected ${String(expectedRevision ?? 'any')})`);
-  });
+  const { results, failure } = appendOutcome(row, requests);
+  if (failure) throw failure;
+  return results;
 }
