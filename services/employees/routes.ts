@@ -342,7 +342,8 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
             'theirs in the feed has its personal fields null, a change employee.erased is delivered, and a login made for ' +
             'them loses its address and is disabled. Repeating the request answers the same erasedAt.',
           params,
-          response: { 200: erasureSchema, ...problems },
+          // 409: the employee or their address kept changing while the erasure was decided again.
+          response: { 200: erasureSchema, ...problems, 409: problemSchema },
         },
       },
       async (request, reply) => {
@@ -371,8 +372,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         if (events.length === 0) throw new NotFoundError(`No employee ${request.params.id}`);
         // The history of an erased person is theirs too: what is left of it is not shown.
         const erasure = events.find((e) => e.type === 'EmployeeErased');
-        if (erasure)
-          throw new ErasedError('This employee was erased', { erasedAt: isRecord(erasure.data) ? erasure.data.erasedAt : undefined });
+        if (erasure || events.some((e) => e.redacted))
+          throw new ErasedError('This employee was erased', {
+            erasedAt: erasure && isRecord(erasure.data) ? erasure.data.erasedAt : undefined,
+          });
         return {
           data: events.map((e) => ({
             type: e.type,

@@ -51,6 +51,21 @@ describe('when an admin erases an employee', () => {
       payload: { status: 'inactive' },
     });
     expect(expectProblem(status, 410).type).toBe('/problems/erased');
+    // Erased comes first: not a 412 for a tag made stale by the erasure, nor a 422 for an unknown role.
+    const stale = await api.h.app.inject({
+      method: 'PATCH',
+      url: `/v1/employees/${employee.id}`,
+      headers: { ...t.headers, 'if-match': '"0"' },
+      payload: { firstName: 'Again' },
+    });
+    expect(expectProblem(stale, 410).type).toBe('/problems/erased');
+    const role = await api.h.app.inject({
+      method: 'PUT',
+      url: `/v1/employees/${employee.id}/role`,
+      headers: t.headers,
+      payload: { roleId: '00000000-0000-4000-8000-000000000000' },
+    });
+    expect(expectProblem(role, 410).type).toBe('/problems/erased');
   });
 
   it('leaves the employee out of every list, its total included, and frees the address', async () => {

@@ -4,7 +4,8 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres/e
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import type { DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
 import { erasurePorts } from '../../../services/employees/capability.ts';
-import { changeEmployeeStatus, hireEmployee } from '../../../services/employees/commands.ts';
+import { changeEmployeeStatus, hireEmployee, loadEmployee } from '../../../services/employees/commands.ts';
+import { ErasedError } from '../../../shared/errors.ts';
 import { employeeStreamId } from '../../../services/employees/contract.ts';
 import { eraseEmployee, type ErasurePorts } from '../../../services/employees/erasure.ts';
 import { listErasures } from '../../../services/employees/erasureLedger.ts';
@@ -124,5 +125,14 @@ describe('when the employee changes between the erasure reading it and appending
     expect(await eraseEmployee(ports, id, metadata(tenantId, '2026-04-02T00:00:00.000Z'))).toMatchObject({ fresh: true });
     expect(raced).toBe(true);
     expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeStatusChanged', 'EmployeeErased']);
+  });
+});
+
+describe('when the key is gone but the log lacks the erasure (a log restored without it)', () => {
+  it('reads the employee as erased, not as one without a name', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hired(tenantId);
+    await keys.destroy(tenantId, id, db.pool);
+    await expect(loadEmployee(store, tenantId, id)).rejects.toBeInstanceOf(ErasedError);
   });
 });
