@@ -10,6 +10,7 @@ import { gatewayRoutes } from '../services/processes/gateway.ts';
 import { createSecretBox } from '../services/webhooks/secrets.ts';
 import { createDatabasePool, type DatabasePool } from '../shared/db/pool.ts';
 import { createPostgresEventStore } from '../shared/event-store/postgres/eventStore.ts';
+import { createEmailHash } from '../shared/personal-data/emailHash.ts';
 import { createInProcessBus } from '../shared/metrics-bus/inProcess.ts';
 import { createRateLimiter } from '../shared/rate-limit/limiter.ts';
 import { createMemoryRateLimitStore } from '../shared/rate-limit/memory.ts';
@@ -44,6 +45,8 @@ export async function openApiDocument(pool: DatabasePool): Promise<Record<string
       auth,
       pool,
       eventStore,
+      // Never used: nothing is written while the document is generated.
+      emailHash: createEmailHash(randomBytes(32)),
       rateLimiter,
       usagePublisher: createInProcessBus({ registry }).publisher,
       databaseUrl: 'postgres://unused',

@@ -4,6 +4,7 @@ import { registerTenantCommands } from '../services/ops/tenants.ts';
 import { registerUserCommands } from '../services/ops/users.ts';
 import { registerEmployeeCommands } from '../services/ops/employees.ts';
 import { registerAnalystCommands } from '../services/ops/analysts.ts';
+import { registerPrivacyCommands } from '../services/ops/privacy.ts';
 
 /**
  * `npm run ops -- <command>`: the operator's CLI. Runs against the configured database
@@ -25,5 +26,6 @@ registerTenantCommands(program);
 registerUserCommands(program);
 registerEmployeeCommands(program);
 registerAnalystCommands(program);
+registerPrivacyCommands(program);
 
 await program.parseAsync(process.argv);

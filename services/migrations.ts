@@ -16,4 +16,5 @@ export const allMigrations: readonly MigrationFolder[] = [
   { prefix: 'kpi', folder: folder('../projections/kpi/migrations/') },
   { prefix: 'webhooks', folder: folder('./webhooks/migrations/') },
   { prefix: 'analysts', folder: folder('./analysts/migrations/') },
+  { prefix: 'personal-data', folder: folder('../shared/personal-data/migrations/') },
 ];

@@ -17,6 +17,11 @@ import { activeTracing, traceEventStore } from '../shared/telemetry/tracing.ts';
 import { allMigrations } from './migrations.ts';
 import { parkedEventsReadiness, registerParkedEventsMetric } from '../shared/projections/monitoring.ts';
 import pg from 'pg';
+import { createDataKeyStore, type DataKeyStore } from '../shared/personal-data/dataKeys.ts';
+import { loadKeyEncryptionKeys } from '../shared/personal-data/keyEncryptionKeys.ts';
+import { loadEmailHash, type EmailHash } from '../shared/personal-data/emailHash.ts';
+import { createSealingEventStore } from '../shared/event-store/sealing.ts';
+import { employeePersonalData } from './employees/contract.ts';
 
 /**
  * The embedded server another process of ours already runs (the service, while an ops command
@@ -45,7 +50,12 @@ export type Runtime = {
   readonly pool: DatabasePool;
   /** Transaction-free tenant-scoped reads (hot list pages), on connections that are the tenant role. */
   readonly tenantReader: TenantReader;
+  /** The event log behind the sealing boundary: personal fields are stored sealed, read plain. */
   readonly eventStore: EventStore;
+  /** The per-employee data keys (erasure destroys one). */
+  readonly dataKeys: DataKeyStore;
+  /** The keyed hash e-mail uniqueness is kept on. */
+  readonly emailHash: EmailHash;
   readonly registry: Registry;
   readonly readiness: ReadinessCheck[];
   readonly logger: Logger;
@@ -104,8 +114,14 @@ export async function createRuntime(config: Config, logger: Logger, options: Run
           esdb.createEventStoreDbEventStore(esdb.connectEventStoreDb(config.EVENTSTORE_URL as string)),
         )
       : createPostgresEventStore(pool, { listenUrl: databaseUrl });
+    const dataKeys = createDataKeyStore(pool, await loadKeyEncryptionKeys(config), {
+      // Keys and events in one PostgreSQL database: an event's synchronous commit makes its key durable too.
+      asynchronousCommit: !config.EVENTSTORE_URL,
+    });
+    const emailHash = await loadEmailHash(config);
+    const sealedStore = createSealingEventStore(untracedStore, { keys: dataKeys, policy: employeePersonalData });
     // With tracing on, each append is a span and carries the request's trace context in its events' metadata.
-    const eventStore = tracing ? traceEventStore(untracedStore) : untracedStore;
+    const eventStore = tracing ? traceEventStore(sealedStore) : sealedStore;
     closers.push(() => eventStore.close());
 
     const registry = new Registry();
@@ -142,7 +158,21 @@ export async function createRuntime(config: Config, logger: Logger, options: Run
         check: () => rateLimiter.ping(),
       });
     }
-    return { config, databaseUrl, pool, tenantReader, eventStore, registry, readiness, logger, rateLimiter, usage, close };
+    return {
+      config,
+      databaseUrl,
+      pool,
+      tenantReader,
+      eventStore,
+      dataKeys,
+      emailHash,
+      registry,
+      readiness,
+      logger,
+      rateLimiter,
+      usage,
+      close,
+    };
   } catch (error) {
     await close();
     throw error;

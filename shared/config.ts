@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { isIP } from 'node:net';
 import { isAllowHostEntry } from './allowHosts.ts';
+import { parseKeyEncryptionKeys } from './personal-data/keyEncryptionKeys.ts';
 
 /**
  * The one place that reads the environment. Every variable is validated here; a bad value
@@ -126,6 +127,23 @@ export const configSchema = z.object({
         .filter(Boolean),
     )
     .pipe(z.array(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'each must be base64 of 32 bytes'))),
+  /**
+   * Key-encryption keys sealing the per-employee data keys: `<id>:<base64 of 32 bytes>`, comma-
+   * separated, the first sealing, all opening (a lone base64 value is one key); unset: generated
+   * under DATA_DIR. Every process must share them (docs/privacy.md, rotation).
+   */
+  KEY_ENCRYPTION_KEY: optional(
+    z.string().refine((v) => {
+      try {
+        parseKeyEncryptionKeys(v);
+        return true;
+      } catch {
+        return false;
+      }
+    }, 'must be <id>:<base64 of 32 bytes> entries, comma-separated, distinct ids'),
+  ),
+  /** Base64 of 32 random bytes keying the e-mail uniqueness hash; unset: generated under DATA_DIR. Never changed once used. */
+  EMAIL_HASH_KEY: optional(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'must be base64 of 32 bytes')),
   /** Retry delays in ms, comma-separated (default ≈ 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 1 d, 1 d). */
   WEBHOOK_RETRY_SCHEDULE_MS: optional(
     z

@@ -23,7 +23,7 @@ import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
 import { freePort, percentile, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
-import { importEmployees } from '../support/employeesImport.ts';
+import { benchEventStore, importEmployees } from '../support/employeesImport.ts';
 
 export type EmployeesBenchEnv = {
   readonly pool: DatabasePool;
@@ -45,7 +45,7 @@ const say = (message: string) => process.stderr.write(`[bench employees] ${messa
 
 /** Replays the employees projection from the first event (shadow tables + swap), measured. */
 export async function replayThroughput(env: Pick<EmployeesBenchEnv, 'pool' | 'databaseUrl'>, batchSize = 5_000) {
-  const store = createPostgresEventStore(env.pool);
+  const store = benchEventStore(env.pool);
   const started = Date.now();
   const result = await replayProjection(env.pool, store, employeesProjection, { batchSize });
   const ms = Date.now() - started;

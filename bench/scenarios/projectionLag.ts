@@ -17,12 +17,11 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createDatabasePool } from '../../shared/db/pool.ts';
-import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { employeesProjection } from '../../projections/employees/employeesProjection.ts';
 import { replayProjection } from '../../shared/projections/replay.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { importEmployees } from '../support/employeesImport.ts';
+import { benchEventStore, importEmployees } from '../support/employeesImport.ts';
 import { createThroughput, projectionLag, type EmployeesBenchEnv } from './employees.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
@@ -59,7 +58,7 @@ export async function runProjectionLagBench() {
     const { tenant } = await provisionTenant(pool, { slug, plan: 'enterprise' });
     const benchTenant = { tenantId: tenant.id, slug, employees: 1_000, headers: await adminHeaders(slug) };
     await importEmployees(database.url, tenant.id, 1_000);
-    const store = createPostgresEventStore(pool);
+    const store = benchEventStore(pool);
     await replayProjection(pool, store, employeesProjection);
     await store.close();
 

@@ -31,6 +31,7 @@ import { provisionTenant } from '../../services/tenants/provision.ts';
 import { createBenchDatabase } from '../support/database.ts';
 import { freePort, median, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
+import { measureSealingCost } from '../support/sealingCost.ts';
 
 const say = (message: string) => process.stderr.write(`[bench write] ${message}\n`);
 const round2 = (n: number) => Number(n.toFixed(2));
@@ -233,5 +234,7 @@ export async function runWriteBench() {
     say(
       `creates: ours ${creates.oursPerSecond}/s p99 ${creates.oursP99} ms vs CRUD ${creates.crudPerSecond}/s p99 ${creates.crudP99} ms, ratio ${creates.ratio}`,
     );
-  return { scenario: 'write', note: '2 shared cores: absolute figures are noisy, ratios less so', appends, creates };
+  // What sealing adds to a hire in CPU alone (the creates above pay it, through the sealing boundary).
+  const sealingCost = measureSealingCost();
+  return { scenario: 'write', note: '2 shared cores: absolute figures are noisy, ratios less so', appends, creates, sealingCost };
 }

@@ -1,5 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { generateKekEntry } from '../../shared/personal-data/keyEncryptionKeys.ts';
 import { loadConfig } from '../../shared/config.ts';
 import { createKeyRing, generatePrivateJwk, type PrivateJwk } from '../../services/auth/keys.ts';
 import { createTokenService } from '../../services/auth/tokens.ts';
@@ -24,8 +25,15 @@ export async function createBenchAuth(): Promise<BenchAuth> {
   };
 }
 
+/**
+ * The personal-data keys of this bench run, as the configuration takes them: the children and
+ * the bench's own imports (which seal what they write, as the service does) share them.
+ */
+export const benchPersonalDataEnv = { KEY_ENCRYPTION_KEY: generateKekEntry(), EMAIL_HASH_KEY: randomBytes(32).toString('base64') };
+
 /** The environment of a service child on `databaseUrl`, signing with `jwk` (PORT is the caller's). */
 export const serviceEnv = (databaseUrl: string, jwk: PrivateJwk): Record<string, string> => ({
+  ...benchPersonalDataEnv,
   DATABASE_URL: databaseUrl,
   HOST: '127.0.0.1',
   LOG_LEVEL: 'warn',

@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from 'jose';
 import { z } from 'zod';
+import { readOrCreateSecretFile } from '../../shared/personal-data/secretFile.ts';
 
 /**
  * The signing keys. The first key signs; every key verifies, so rotation is: put the new key
@@ -80,26 +79,10 @@ export function parsePrivateJwks(json: string): PrivateJwk[] {
 
 /**
  * Keys from JWT_PRIVATE_JWKS (several gateways share them), else from DATA_DIR, generated on
- * first start. Creation is atomic (write aside, then hard-link into place, which fails if
- * another process won), so processes starting together end up with the same key.
+ * first start (readOrCreateSecretFile: processes starting together end up with the same key).
  */
 export async function loadKeyRing(config: { JWT_PRIVATE_JWKS?: string | undefined; DATA_DIR: string }): Promise<KeyRing> {
   if (config.JWT_PRIVATE_JWKS) return createKeyRing(parsePrivateJwks(config.JWT_PRIVATE_JWKS));
-  const file = join(config.DATA_DIR, KEYS_FILE);
-  const existing = await readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
-    if (error.code === 'ENOENT') return undefined;
-    throw error;
-  });
-  if (existing !== undefined) return createKeyRing(parsePrivateJwks(existing));
-  await mkdir(config.DATA_DIR, { recursive: true });
-  const aside = `${file}.${process.pid}.${randomUUID()}`;
-  await writeFile(aside, JSON.stringify([await generatePrivateJwk()], null, 2), { mode: 0o600 });
-  try {
-    await link(aside, file);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-  } finally {
-    await rm(aside, { force: true });
-  }
-  return createKeyRing(parsePrivateJwks(await readFile(file, 'utf8')));
+  const text = await readOrCreateSecretFile(config.DATA_DIR, KEYS_FILE, async () => JSON.stringify([await generatePrivateJwk()], null, 2));
+  return createKeyRing(parsePrivateJwks(text));
 }

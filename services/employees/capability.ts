@@ -1,8 +1,10 @@
 import { withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { assertRoleExists } from '../auth/roles.ts';
 import type { V1Capability } from '../gateway/app.ts';
+import { watchLegacyReservations } from './legacyReservations.ts';
 import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
 
 /**
@@ -13,14 +15,21 @@ import { employeesRoutes, type EmployeesRoutesDeps } from './routes.ts';
  * Mount it inside `authenticated(...)`, which sets `request.auth` and checks `config.permission`.
  */
 export function employeesCapability(
-  ports: { readonly pool: DatabasePool; readonly tenantReader?: TenantReader; readonly eventStore: EventStore },
+  ports: {
+    readonly pool: DatabasePool;
+    readonly tenantReader?: TenantReader;
+    readonly eventStore: EventStore;
+    readonly emailHash: EmailHash;
+  },
   options: Pick<EmployeesRoutesDeps, 'clock' | 'readWaitMs'> = {},
 ): V1Capability {
-  const { pool, eventStore, tenantReader } = ports;
+  const { pool, eventStore, tenantReader, emailHash } = ports;
   return employeesRoutes({
     pool,
     tenantReader,
     store: eventStore,
+    emailHash,
+    legacyReservations: watchLegacyReservations(pool),
     assertRoleExists: async (tenantId, roleId) => {
       await withTenant(pool, tenantId, (tx) => assertRoleExists(tx, tenantId, roleId));
     },

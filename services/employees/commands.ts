@@ -3,7 +3,9 @@ import type { AppendRequest, EventMetadata, EventStore } from '../../shared/even
 import { assertIfMatch, handleCommand, type CommandResult, type IfMatch } from '../commandHandler.ts';
 import { employeeDecider, type EmployeeCommand, type CommandMetadata, type HireEmployee } from './decide.ts';
 import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './contract.ts';
-import { newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
+import { hasLegacyReservation, newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
+import type { LegacyReservationsWatch } from './legacyReservations.ts';
 
 /**
  * The employee use cases: each one is the generic command handler plus what a single stream
@@ -13,6 +15,10 @@ export type EmployeeCommandPorts = {
   readonly store: EventStore;
   /** Fails with 422 when the tenant has no role with this id (owned by services/auth). */
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
+  /** The keyed hash an address's reservation stream is named by. */
+  readonly emailHash: EmailHash;
+  /** Whether first-form reservations may still exist (legacyReservations.ts); absent: always look. */
+  readonly legacyReservations?: LegacyReservationsWatch | undefined;
 };
 
 export type EmployeeResult = CommandResult<EmployeeState, EmployeeEvent>;
@@ -25,7 +31,8 @@ const run = (ports: EmployeeCommandPorts, employeeId: string, command: EmployeeC
     ifMatch,
   });
 
-const reservation = (metadata: CommandMetadata, email: string, employeeId: string) => ({
+const reservation = (emailHash: EmailHash, metadata: CommandMetadata, email: string, employeeId: string) => ({
+  emailHash,
   tenantId: metadata.tenantId,
   email,
   employeeId,
@@ -42,7 +49,7 @@ const MAX_ATTEMPTS = 6;
 export async function hireEmployee(ports: EmployeeCommandPorts, command: HireEmployee): Promise<EmployeeResult> {
   const { employeeId, email, roleId } = command.data;
   if (roleId !== undefined) await ports.assertRoleExists(command.metadata.tenantId, roleId);
-  const held = reservation(command.metadata, email, employeeId);
+  const held = reservation(ports.emailHash, command.metadata, email, employeeId);
   const hire = (reserve: AppendRequest) =>
     handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
       metadata: eventMetadata(command.metadata),
@@ -50,12 +57,16 @@ export async function hireEmployee(ports: EmployeeCommandPorts, command: HireEmp
       alongside: [reserve],
     });
   const fresh = newReservationRequest(held);
-  try {
-    // The common case, one atomic append and no read: the address's reservation stream and the
-    // new employee's stream (a fresh ULID), both expected not to exist.
-    return await hire(fresh);
-  } catch (error) {
-    if (!(error instanceof WrongExpectedRevisionError && error.streamId === fresh.streamId)) throw error;
+  // An address reserved under the first form of reservation streams is planned from that stream.
+  const mayBeLegacy = (await ports.legacyReservations?.()) ?? true;
+  if (!mayBeLegacy || !(await hasLegacyReservation(ports.store, held))) {
+    try {
+      // The common case, one atomic append: the address's reservation stream and the new
+      // employee's stream (a fresh ULID), both expected not to exist.
+      return await hire(fresh);
+    } catch (error) {
+      if (!(error instanceof WrongExpectedRevisionError && error.streamId === fresh.streamId)) throw error;
+    }
   }
   // The address has a reservation stream already (held → 409, released, or orphaned): the
   // reservation is planned from it and appended with the hire, still in one atomic append.
@@ -94,7 +105,9 @@ export function changeEmployeeDetails(
     ifMatch,
     alongside: async (events) => {
       const move = addressMove(events);
-      return move ? planEmailChange(ports.store, reservation(command.metadata, move.data.email, employeeId), move.data.previousEmail) : [];
+      return move
+        ? planEmailChange(ports.store, reservation(ports.emailHash, command.metadata, move.data.email, employeeId), move.data.previousEmail)
+        : [];
     },
   });
 }

@@ -6,6 +6,8 @@
  * Events are past tense; `data` is what the projection and the history endpoint show, so it
  * carries values, not diffs of internal state.
  */
+import type { PersonalDataPolicy } from '../../shared/personal-data/policy.ts';
+
 export const EMPLOYEE_STATUSES = ['active', 'inactive', 'on_leave'] as const;
 export type EmployeeStatus = (typeof EMPLOYEE_STATUSES)[number];
 
@@ -87,6 +89,25 @@ export function parseEmployeeStreamId(streamId: string): { tenantId: string; emp
   if (!match?.[1] || !match[2]) return undefined;
   return { tenantId: match[1], employeeId: match[2] };
 }
+
+/**
+ * The personal fields of each event that carries any: sealed in the event store with the
+ * employee's own data key (the subject is the employee id), so erasing the employee destroys the
+ * key and leaves them unreadable. A new personal field goes here, in the same change that adds it.
+ */
+export const EMPLOYEE_PERSONAL_FIELDS: { readonly [E in EmployeeEvent as E['type']]?: readonly (keyof E['data'] & string)[] } = {
+  EmployeeHired: ['email', 'firstName', 'lastName'],
+  EmployeeDetailsChanged: ['firstName', 'lastName'],
+  EmployeeEmailChanged: ['email', 'previousEmail'],
+};
+
+export const employeePersonalData: PersonalDataPolicy = {
+  fields: EMPLOYEE_PERSONAL_FIELDS,
+  subjectOf(streamId) {
+    const parsed = parseEmployeeStreamId(streamId);
+    return parsed && { tenantId: parsed.tenantId, subjectId: parsed.employeeId };
+  },
+};
 
 /** Email addresses are unique per tenant case-insensitively: the service's one comparison key. */
 export { normaliseEmail } from '../../shared/email.ts';

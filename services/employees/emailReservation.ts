@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type {
   AppendRequest,
@@ -16,7 +17,9 @@ import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEven
  * Email uniqueness per tenant without a unique index the event store does not have: one small
  * stream per normalised address, whose last event says who holds it (`EmployeeEmailReserved`) or
  * that it is free (`EmployeeEmailReleased`). It works the same on every adapter of the port,
- * because it only uses optimistic concurrency and the atomic multi-stream append.
+ * because it only uses optimistic concurrency and the atomic multi-stream append. The address is
+ * in neither the stream's name nor its events: the name carries a keyed hash of it
+ * (shared/personal-data/emailHash.ts), so an erased employee's address cannot be read back.
  *
  * Invariant: the address an employee currently has is reserved by that employee. It holds under
  * any interleaving because a reservation stream only changes in the same atomic append
@@ -39,15 +42,33 @@ import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEven
  */
 export type EmailReserved = {
   readonly type: 'EmployeeEmailReserved';
-  readonly data: { readonly employeeId: string; readonly email: string };
+  readonly data: { readonly employeeId: string };
 };
 export type EmailReleased = { readonly type: 'EmployeeEmailReleased'; readonly data: { readonly employeeId: string } };
 
 /** Longer than any writer takes between a reservation and its separate append to the employee stream. */
 const IN_FLIGHT_GRACE_MS = 30_000;
 
-export const emailReservationStreamId = (tenantId: string, email: string): string =>
+export const RESERVATION_STREAM_PREFIX = 'employee-email-hmac-';
+
+/** The reservation stream of `email` in the tenant, named by the address's keyed hash. */
+export const emailReservationStreamId = (emailHash: EmailHash, tenantId: string, email: string): string =>
+  `${RESERVATION_STREAM_PREFIX}${tenantId}-${emailHash(tenantId, email)}`;
+
+/**
+ * The name the first form of reservations had: a plain SHA-256 of the address (their events
+ * carried it too). Until `ops privacy seal-existing` renames them (and always on KurrentDB, which
+ * it cannot rewrite), an address with a stream of that form has its reservation kept there:
+ * reading the keyed-hash name alone would find such an address free and let a second employee
+ * take it. Only read and appended to, never created.
+ */
+export const legacyReservationStreamId = (tenantId: string, email: string): string =>
   `employee-email-${tenantId}-${createHash('sha256').update(normaliseEmail(email)).digest('hex')}`;
+
+/** Whether the address has a reservation stream of the first form (then a hire plans from it instead of appending blind). */
+export async function hasLegacyReservation(store: EventStore, input: Pick<ReservationInput, 'tenantId' | 'email'>): Promise<boolean> {
+  return (await store.readStream(legacyReservationStreamId(input.tenantId, input.email), { maxCount: 1 })).length > 0;
+}
 
 type Holder = { readonly employeeId: string; readonly since: string } | null;
 
@@ -78,6 +99,7 @@ async function isOrphaned(store: EventStore, tenantId: string, email: string, ho
 const withinGrace = (holder: NonNullable<Holder>, now: string): boolean => Date.parse(now) - Date.parse(holder.since) <= IN_FLIGHT_GRACE_MS;
 
 export type ReservationInput = {
+  readonly emailHash: EmailHash;
   readonly tenantId: string;
   readonly email: string;
   readonly employeeId: string;
@@ -91,7 +113,7 @@ const duplicate = (email: string) => new ConflictError(`An employee with email $
 const reservedEvent = (input: ReservationInput): NewEvent => {
   const reserved: EmailReserved = {
     type: 'EmployeeEmailReserved',
-    data: { employeeId: input.employeeId, email: normaliseEmail(input.email) },
+    data: { employeeId: input.employeeId },
   };
   return { id: randomUUID(), ...reserved, metadata: input.metadata };
 };
@@ -107,15 +129,22 @@ const releasedEvent = (input: Pick<ReservationInput, 'employeeId' | 'metadata'>)
  * address has a reservation stream already: then `planReservation` decides (held, released, orphaned).
  */
 export function newReservationRequest(input: ReservationInput): AppendRequest {
-  return { streamId: emailReservationStreamId(input.tenantId, input.email), events: [reservedEvent(input)], expectedRevision: 'no_stream' };
+  return {
+    streamId: emailReservationStreamId(input.emailHash, input.tenantId, input.email),
+    events: [reservedEvent(input)],
+    expectedRevision: 'no_stream',
+  };
 }
 
 /** An address's reservation stream as read: who holds it, and the revision to append at. */
 type Address = { readonly streamId: string; readonly holder: Holder; readonly expected: ExpectedRevision };
 
-async function readAddress(store: EventStore, tenantId: string, email: string): Promise<Address> {
-  const streamId = emailReservationStreamId(tenantId, email);
-  const events = await store.readStream(streamId);
+async function readAddress(store: EventStore, input: Pick<ReservationInput, 'emailHash' | 'tenantId' | 'email'>): Promise<Address> {
+  const keyed = emailReservationStreamId(input.emailHash, input.tenantId, input.email);
+  const legacy = legacyReservationStreamId(input.tenantId, input.email);
+  const [keyedEvents, legacyEvents] = await Promise.all([store.readStream(keyed), store.readStream(legacy)]);
+  // The keyed-hash stream wins once it exists; until then a first-form stream holds the address.
+  const [streamId, events] = keyedEvents.length === 0 && legacyEvents.length > 0 ? [legacy, legacyEvents] : [keyed, keyedEvents];
   return { streamId, holder: currentHolder(events), expected: events.length === 0 ? 'no_stream' : events.length - 1 };
 }
 
@@ -135,7 +164,7 @@ async function reservationOf(store: EventStore, input: ReservationInput, address
  * nothing (an orphan takeover) can change the stream between this read and the append.
  */
 export async function planReservation(store: EventStore, input: ReservationInput): Promise<AppendRequest> {
-  return reservationOf(store, input, await readAddress(store, input.tenantId, input.email));
+  return reservationOf(store, input, await readAddress(store, input));
 }
 
 /**
@@ -144,7 +173,7 @@ export async function planReservation(store: EventStore, input: ReservationInput
  * free, and its stream is left alone.
  */
 export async function planRelease(store: EventStore, input: ReservationInput): Promise<AppendRequest | null> {
-  const { streamId, holder, expected } = await readAddress(store, input.tenantId, input.email);
+  const { streamId, holder, expected } = await readAddress(store, input);
   if (holder?.employeeId !== input.employeeId) return null;
   return { streamId, events: [releasedEvent(input)], expectedRevision: expected };
 }
@@ -168,7 +197,7 @@ export async function planEmailChange(store: EventStore, input: ReservationInput
  * meanwhile). Null when `employeeId` already held the address (nothing appended).
  */
 export async function reserveEmail(store: EventStore, input: ReservationInput): Promise<AppendResult | null> {
-  const address = await readAddress(store, input.tenantId, input.email);
+  const address = await readAddress(store, input);
   if (address.holder?.employeeId === input.employeeId) return null;
   const reserve = await reservationOf(store, input, address);
   try {
@@ -214,7 +243,7 @@ export async function auditReservation(
   const employee = await employeeState(store, input.tenantId, input.employeeId);
   if (employee.kind !== 'hired') return { outcome: 'gone', email: null };
   const { email } = employee;
-  const { streamId, holder, expected } = await readAddress(store, input.tenantId, email);
+  const { streamId, holder, expected } = await readAddress(store, { ...input, email });
   if (holder?.employeeId === input.employeeId) return { outcome: 'ok', email };
   if (holder) {
     const other = await employeeState(store, input.tenantId, holder.employeeId);

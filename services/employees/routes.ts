@@ -7,6 +7,8 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { ForbiddenError, NotFoundError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
+import type { LegacyReservationsWatch } from './legacyReservations.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
@@ -48,6 +50,10 @@ export type EmployeesRoutesDeps = {
   readonly store: EventStore;
   /** Fails with 422 when `roleId` names no role of the tenant (services/auth). */
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
+  /** The keyed hash email uniqueness is kept on (shared/personal-data/emailHash.ts). */
+  readonly emailHash: EmailHash;
+  /** Whether hires must look for first-form email reservations (services/employees/legacyReservations.ts). */
+  readonly legacyReservations?: LegacyReservationsWatch;
   readonly clock?: () => Date;
   /** Longest a read waits for the projection to reach a client's `minPosition`. */
   readonly readWaitMs?: number;
@@ -143,7 +149,12 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           throw new ForbiddenError('Assigning a role (roleId) needs the roles:assign permission (admin)');
         }
         const result = await hireEmployee(
-          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          {
+            store: deps.store,
+            assertRoleExists: deps.assertRoleExists,
+            emailHash: deps.emailHash,
+            legacyReservations: deps.legacyReservations,
+          },
           { type: 'HireEmployee', data: { employeeId, ...rest, ...(roleId !== undefined && { roleId }) }, metadata },
         );
         // The role reaches the user (users.role_id) through the role reactor, not from here:
@@ -229,7 +240,12 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       async (request, reply) => {
         const metadata = metadataOf(request);
         const result = await changeEmployeeDetails(
-          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          {
+            store: deps.store,
+            assertRoleExists: deps.assertRoleExists,
+            emailHash: deps.emailHash,
+            legacyReservations: deps.legacyReservations,
+          },
           request.params.id,
           { type: 'ChangeEmployeeDetails', data: request.body, metadata },
           ifMatchOf(request.headers['if-match']),
@@ -255,7 +271,12 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       async (request, reply) => {
         const metadata = metadataOf(request);
         const result = await changeEmployeeStatus(
-          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          {
+            store: deps.store,
+            assertRoleExists: deps.assertRoleExists,
+            emailHash: deps.emailHash,
+            legacyReservations: deps.legacyReservations,
+          },
           request.params.id,
           metadata,
           request.body,
@@ -286,7 +307,12 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       async (request, reply) => {
         const metadata = metadataOf(request);
         const result = await assignEmployeeRole(
-          { store: deps.store, assertRoleExists: deps.assertRoleExists },
+          {
+            store: deps.store,
+            assertRoleExists: deps.assertRoleExists,
+            emailHash: deps.emailHash,
+            legacyReservations: deps.legacyReservations,
+          },
           request.params.id,
           metadata,
           request.body.roleId,

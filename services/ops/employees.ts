@@ -26,7 +26,7 @@ export function registerEmployeeCommands(program: Command): void {
     .action(
       opsAction(async (options: { tenant?: string; repair?: boolean }) => {
         let left = 0;
-        await withConfiguredRuntime(async ({ pool, eventStore }) => {
+        await withConfiguredRuntime(async ({ pool, eventStore, emailHash }) => {
           const tenant = options.tenant === undefined ? undefined : await findTenantBySlug(pool, options.tenant);
           if (options.tenant !== undefined && !tenant) throw new NotFoundError(`No tenant ${options.tenant}`);
           const rows = await pool.any(sql.type(z.object({ tenant_id: z.string(), id: z.string() }))`
@@ -40,7 +40,7 @@ export function registerEmployeeCommands(program: Command): void {
             const metadata = { tenantId: row.tenant_id, actor: 'ops:employees check-emails', occurredAt: now };
             const { outcome, email } = await auditReservation(
               eventStore,
-              { tenantId: row.tenant_id, employeeId: row.id, now, metadata },
+              { emailHash, tenantId: row.tenant_id, employeeId: row.id, now, metadata },
               { repair: options.repair === true },
             );
             counts.set(outcome, (counts.get(outcome) ?? 0) + 1);

@@ -1,5 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
-import cliProgress from 'cli-progress';
+import { positiveInt, progressBar } from './cliOptions.ts';
 import { loadConfig } from '../../shared/config.ts';
 import { comparePositions, formatPosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
@@ -61,12 +61,6 @@ async function eventsBehind(
     after = page.checkpoint;
   }
 }
-
-const positiveInt = (value: string) => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive integer');
-  return n;
-};
 
 /**
  * `projections status|replay|parked|retry|resolve`. Each runs against the configured engines (or
@@ -137,18 +131,9 @@ export function registerProjectionCommands(program: Command): void {
         return;
       }
       await withConfiguredRuntime(async ({ pool, eventStore }) => {
-        const bar = new cliProgress.SingleBar(
-          {
-            format: `${projection.name} |{bar}| {percentage}% | {events} events | {rate} events/s | ETA {eta_formatted}`,
-            hideCursor: true,
-            etaBuffer: 50,
-            stream: process.stderr,
-            // Redrawn every 2 s when stderr is not a terminal (CI logs, `2> file`).
-            noTTYOutput: true,
-            notTTYSchedule: 2_000,
-          },
-          cliProgress.Presets.shades_classic,
-        );
+        const bar = progressBar(`${projection.name} |{bar}| {percentage}% | {events} events | {rate} events/s | ETA {eta_formatted}`, {
+          etaBuffer: 50,
+        });
         // Progress is measured along the log (global positions): the only total known up front.
         let barStarted = false;
         const started = Date.now();

@@ -4,6 +4,7 @@ import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps } from '../aut
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
 import type { UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
 import type { UsageProgress } from '../../projections/kpi/watermarks.ts';
@@ -29,6 +30,8 @@ export type GatewayPorts = {
   /** Transaction-free tenant-scoped reads for list pages; without it they run in `withTenant` transactions. */
   readonly tenantReader?: TenantReader;
   readonly eventStore: EventStore;
+  /** The keyed hash email uniqueness is kept on. */
+  readonly emailHash: EmailHash;
   readonly rateLimiter: RateLimiter;
   readonly usagePublisher: UsageSamplePublisher;
   /** For the change feed's LISTEN connection (opened on the first long-poll only). */
@@ -57,7 +60,7 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         rolesRoutes(auth),
         changesCapability({ pool, databaseUrl: ports.databaseUrl }),
         webhooksCapability({ pool, secrets: ports.webhooks.secrets, targets: { allowHosts: ports.webhooks.allowHosts } }),
-        employeesCapability({ pool, tenantReader: ports.tenantReader, eventStore }),
+        employeesCapability({ pool, tenantReader: ports.tenantReader, eventStore, emailHash: ports.emailHash }),
         analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
         // After the KPI reads: its path lies under /analytics, and the API document lists it after them.
         billingRoutes({ store: eventStore }),
@@ -89,6 +92,7 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
       pool: runtime.pool,
       tenantReader: runtime.tenantReader,
       eventStore: runtime.eventStore,
+      emailHash: runtime.emailHash,
       rateLimiter: runtime.rateLimiter,
       usagePublisher: runtime.usage.publisher,
       usageSource: runtime.usage.source,

@@ -43,6 +43,11 @@ export type RecordedEvent<Type extends string = string, Data = unknown> = {
   readonly position: GlobalPosition;
   /** ISO 8601 UTC instant at which the store recorded the event. */
   readonly recordedAt: string;
+  /**
+   * Set by the sealing boundary (sealing.ts) when the event's personal fields cannot be opened
+   * because their data subject was erased (the key is destroyed): those fields read `null`.
+   */
+  readonly redacted?: true;
 };
 
 export type AppendResult = {

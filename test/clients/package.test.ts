@@ -23,6 +23,7 @@ import { createMemoryRateLimitStore } from '../../shared/rate-limit/memory.ts';
 import { createTestAuth, createTestUser, provisionTenant } from '../support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { waitFor } from '../support/waitFor.ts';
+import { testEmailHash } from '../support/personalData.ts';
 
 /**
  * The typed client as another project gets it: `npm pack` of clients/typescript (its prepack
@@ -82,7 +83,7 @@ beforeAll(async () => {
         rateLimited(limiter),
         sessionRoutes(auth),
         rolesRoutes(auth),
-        employeesCapability({ pool: db.pool, eventStore: store }),
+        employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }),
       ),
     ],
   });

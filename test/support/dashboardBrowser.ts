@@ -31,6 +31,7 @@ import { dashboardRoutes } from '../../services/dashboard/routes.ts';
 import { launchChromium } from './chromium.ts';
 import { createTestDatabase } from './database.ts';
 import { authCapabilities, authHeaders, createTestAuth, createTestUser, provisionTenant, type TestTenant } from './auth.ts';
+import { testEmailHash } from './personalData.ts';
 
 /**
  * GET /dashboard in a real browser: Debian's chromium, headless, driven by puppeteer-core (no
@@ -185,7 +186,7 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
    */
   async function workforceTenant(now: number): Promise<TestTenant> {
     const tenant = await provisionTenant(db.pool);
-    const ports = { store, assertRoleExists: async () => undefined };
+    const ports = { store, emailHash: testEmailHash, assertRoleExists: async () => undefined };
     const metadata = { tenantId: tenant.tenantId, actor: 'spec', now: new Date(now).toISOString() };
     const hire = async (daysAgo: number, department?: string) => {
       const employeeId = ulid();

@@ -1,4 +1,5 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { testPersonalDataEnv } from './personalData.ts';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -59,9 +60,12 @@ export async function startRedisServer(port: number): Promise<ChildProcess> {
 
 const OPS_SCRIPT = resolve(import.meta.dirname, '../../scripts/ops.ts');
 
-/** The ops CLI (`scripts/ops.ts`) as an operator runs it, against `databaseUrl`: its exit code and output. */
+/**
+ * The ops CLI (`scripts/ops.ts`) as an operator runs it, against `databaseUrl`, with this test
+ * process's personal-data keys: its exit code and output.
+ */
 export const runOps = (databaseUrl: string, ...args: string[]) =>
-  runOpsWith({ ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, ...args);
+  runOpsWith({ ...process.env, ...testPersonalDataEnv, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, ...args);
 
 /** `runOps` with exactly this environment (e.g. the embedded default's, without DATABASE_URL). */
 export async function runOpsWith(env: NodeJS.ProcessEnv, ...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

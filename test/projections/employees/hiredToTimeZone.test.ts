@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createTestDatabase, sqlAt, type TestDatabase } from '../../support/database.ts';
@@ -34,7 +35,7 @@ beforeAll(async () => {
   projector = runProjection(pool, store, employeesProjection, { pollIntervalMs: 50 });
   await waitFor(() => readCheckpoint(pool, employeesProjection.name));
   const auth = await createTestAuth(pool);
-  app = await createTestApp(auth, employeesCapability({ pool, eventStore: store }));
+  app = await createTestApp(auth, employeesCapability({ pool, eventStore: store, emailHash: testEmailHash }));
   headers = await authHeaders(auth, await provisionTenant(pool), 'hr_manager');
 });
 afterAll(async () => {

@@ -11,6 +11,7 @@ import type { EventStore } from '../../../shared/event-store/port.ts';
 import { provisionTenant, type TestTenant } from '../../support/auth.ts';
 import { createTestDatabase, sqlAt, type TestDatabase } from '../../support/database.ts';
 import { runOps, runOpsWithInput } from '../../support/processes.ts';
+import { testEmailHash } from '../../support/personalData.ts';
 
 /**
  * `ops analysts grant` / `revoke` against real PostgreSQL, connecting as the login it creates:
@@ -27,7 +28,7 @@ const created: string[] = [];
 async function hire(tenantId: string, department: string): Promise<void> {
   const employeeId = nextId();
   await hireEmployee(
-    { store, assertRoleExists: async () => undefined },
+    { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
     {
       type: 'HireEmployee',
       data: { employeeId, email: `${employeeId}@example.test`, firstName: 'A', lastName: 'B', department },

@@ -11,6 +11,7 @@ import type { EventStore } from '../../../shared/event-store/port.ts';
 import { provisionTenant } from '../../support/auth.ts';
 import { createEmptyTestDatabase, sqlAt, type BareTestDatabase } from '../../support/database.ts';
 import { runOps } from '../../support/processes.ts';
+import { testEmailHash } from '../../support/personalData.ts';
 
 /**
  * The service owned by a role that is not a superuser (CREATEROLE, owner of its database, member of
@@ -49,7 +50,7 @@ describe('when the owner is not a superuser', () => {
     const tenant = await provisionTenant(pool);
     const employeeId = nextId();
     await hireEmployee(
-      { store, assertRoleExists: async () => undefined },
+      { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
       {
         type: 'HireEmployee',
         data: { employeeId, email: `${employeeId}@example.test`, firstName: 'A', lastName: 'B', department: 'sales' },

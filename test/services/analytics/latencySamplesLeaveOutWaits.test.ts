@@ -1,5 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
@@ -49,7 +50,7 @@ beforeAll(async () => {
     usageSamples(publisher),
     changesCapability({ pool: db.pool, databaseUrl: db.url }),
     // A position far beyond the log is never reached: the read waits its whole bound.
-    employeesCapability({ pool: db.pool, eventStore: store }, { readWaitMs: 1_500 }),
+    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }, { readWaitMs: 1_500 }),
     webhooksCapability({ pool: db.pool, secrets: createSecretBox(randomBytes(32)), targets: { allowHosts: ['127.0.0.1'] } }),
   );
 });

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
@@ -30,7 +31,7 @@ beforeAll(async () => {
   auth = await createTestAuth(db.pool);
   app = await createTestApp(
     auth,
-    employeesCapability({ pool: db.pool, eventStore: store }, { readWaitMs: 0 }),
+    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }, { readWaitMs: 0 }),
     analyticsRoutes({ pool: db.pool, store, readWaitMs: 0 }),
     billingRoutes({ store }),
     changesCapability({ pool: db.pool, databaseUrl: db.url }),

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { decodeJwt } from 'jose';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -63,7 +64,7 @@ beforeAll(async () => {
   });
   await waitFor(() => readCheckpoint(db.pool, roleAssignmentReactor.name));
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }));
+  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }));
 });
 afterAll(async () => {
   await app?.close();

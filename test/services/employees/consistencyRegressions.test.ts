@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
@@ -35,7 +36,7 @@ beforeAll(async () => {
   startProjector();
   await waitFor(() => readCheckpoint(db.pool, employeesProjection.name));
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }));
+  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }));
 });
 afterAll(async () => {
   await app?.close();

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
@@ -82,7 +83,7 @@ beforeAll(async () => {
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
   gate = createGatedStore(store);
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: gate.store }));
+  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: gate.store, emailHash: testEmailHash }));
 });
 afterAll(async () => {
   await app?.close();

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { testEmailHash } from '../../support/personalData.ts';
 import { describe, expect, it } from 'vitest';
 import { monotonicFactory } from 'ulid';
 import { useTestEventStore } from '../../support/database.ts';
@@ -13,13 +14,14 @@ const nextId = monotonicFactory();
 
 const at = (offsetMs: number) => new Date(Date.now() + offsetMs).toISOString();
 const reservation = (tenantId: string, email: string, employeeId: string, now = at(0)) => ({
+  emailHash: testEmailHash,
   tenantId,
   email,
   employeeId,
   now,
   metadata: { tenantId },
 });
-const ports = () => ({ store: fixture.store, assertRoleExists: async () => undefined });
+const ports = () => ({ store: fixture.store, assertRoleExists: async () => undefined, emailHash: testEmailHash });
 const meta = (tenantId: string, now = at(0)): CommandMetadata => ({ tenantId, actor: 'spec', now });
 const hire = (tenantId: string, email: string, now = at(0)) =>
   hireEmployee(ports(), {
@@ -43,7 +45,7 @@ describe('when an address is reserved', () => {
     await reserveEmail(fixture.store, reservation(tenantId, 'y@example.test', first));
     await releaseEmail(fixture.store, reservation(tenantId, 'y@example.test', first));
     await reserveEmail(fixture.store, reservation(tenantId, 'y@example.test', nextId()));
-    const events = await fixture.store.readStream(emailReservationStreamId(tenantId, 'y@example.test'));
+    const events = await fixture.store.readStream(emailReservationStreamId(testEmailHash, tenantId, 'y@example.test'));
     expect(events.map((e) => e.type)).toEqual(['EmployeeEmailReserved', 'EmployeeEmailReleased', 'EmployeeEmailReserved']);
   });
 });

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { testEmailHash } from '../../support/personalData.ts';
 import { monotonicFactory } from 'ulid';
 import { emailReservationStreamId } from '../../../services/employees/emailReservation.ts';
 import { employeeStreamId, type Employee } from '../../../services/employees/contract.ts';
@@ -27,12 +28,12 @@ describe('when the employee does not exist (an email PATCH answered 409 or reser
       payload: { email: taken, firstName: 'A', lastName: 'B' },
     });
     expect(holder.statusCode, holder.body).toBe(201);
-    const before = await h.store.readStream(emailReservationStreamId(tenant.tenantId, taken));
+    const before = await h.store.readStream(emailReservationStreamId(testEmailHash, tenant.tenantId, taken));
 
     const unknown = nextId();
     const response = await h.app.inject({ method: 'PATCH', url: `/v1/employees/${unknown}`, headers, payload: { email: taken } });
     expectProblem(response, 404);
-    expect(await h.store.readStream(emailReservationStreamId(tenant.tenantId, taken))).toEqual(before);
+    expect(await h.store.readStream(emailReservationStreamId(testEmailHash, tenant.tenantId, taken))).toEqual(before);
     expect(await h.store.readStream(employeeStreamId(tenant.tenantId, unknown))).toEqual([]);
   });
 
@@ -47,7 +48,7 @@ describe('when the employee does not exist (an email PATCH answered 409 or reser
       payload: { email: free, firstName: 'C' },
     });
     expectProblem(response, 404);
-    expect(await h.store.readStream(emailReservationStreamId(tenant.tenantId, free))).toEqual([]);
+    expect(await h.store.readStream(emailReservationStreamId(testEmailHash, tenant.tenantId, free))).toEqual([]);
     expect(await h.store.readStream(employeeStreamId(tenant.tenantId, unknown))).toEqual([]);
   });
 });

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
@@ -21,7 +22,7 @@ describe('when the read model has not been built yet (no projector ran)', () => 
     db = await createTestDatabase();
     store = createPostgresEventStore(db.pool, { listenUrl: db.url });
     auth = await createTestAuth(db.pool);
-    app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }));
+    app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }));
   });
   afterAll(async () => {
     await app?.close();

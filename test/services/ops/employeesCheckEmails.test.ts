@@ -1,4 +1,5 @@
 import { monotonicFactory } from 'ulid';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeEmployeeDetails, hireEmployee } from '../../../services/employees/commands.ts';
 import { auditReservation, emailReservationStreamId, releaseEmail } from '../../../services/employees/emailReservation.ts';
@@ -23,7 +24,7 @@ let store: EventStore;
 
 const ops = (...args: string[]) => runOps(db.url, ...args);
 const now = () => new Date().toISOString();
-const ports = () => ({ store, assertRoleExists: async () => undefined });
+const ports = () => ({ store, assertRoleExists: async () => undefined, emailHash: testEmailHash });
 const meta = (tenantId: string) => ({ tenantId, actor: 'spec', now: now() });
 
 /** Hires someone with `email` in `tenantId` (the current protocol) and returns the id. */
@@ -39,7 +40,7 @@ async function hire(tenantId: string, email: string): Promise<string> {
 
 /** Frees `email` while `employeeId` still has it, as the older two-step protocol could. */
 const free = (tenantId: string, employeeId: string, email: string) =>
-  releaseEmail(store, { tenantId, email, employeeId, now: now(), metadata: { tenantId } });
+  releaseEmail(store, { emailHash: testEmailHash, tenantId, email, employeeId, now: now(), metadata: { tenantId } });
 
 const moveTo = (tenantId: string, employeeId: string, email: string) =>
   changeEmployeeDetails(ports(), employeeId, { type: 'ChangeEmployeeDetails', data: { email }, metadata: meta(tenantId) });
@@ -112,12 +113,16 @@ describe('when the address changes while --repair reserves it', () => {
     const { tenantId } = await provisionTenant(db.pool);
     const employeeId = await hire(tenantId, 'r@example.test');
     await free(tenantId, employeeId, 'r@example.test');
-    const streamId = emailReservationStreamId(tenantId, 'r@example.test');
+    const streamId = emailReservationStreamId(testEmailHash, tenantId, 'r@example.test');
     // Just before the repair's append, the same address is reserved again (here for the employee itself).
     const racing = interceptedBefore(streamId, () =>
       store.append(streamId, [{ id: crypto.randomUUID(), type: 'EmployeeEmailReserved', data: { employeeId, email: 'r@example.test' } }]),
     );
-    const audit = await auditReservation(racing, { tenantId, employeeId, now: now(), metadata: { tenantId } }, { repair: true });
+    const audit = await auditReservation(
+      racing,
+      { emailHash: testEmailHash, tenantId, employeeId, now: now(), metadata: { tenantId } },
+      { repair: true },
+    );
     expect(audit).toEqual({ outcome: 'busy', email: 'r@example.test' });
     expect((await store.readStream(streamId)).map((e) => e.type)).toEqual([
       'EmployeeEmailReserved',
@@ -130,10 +135,14 @@ describe('when the address changes while --repair reserves it', () => {
     const { tenantId } = await provisionTenant(db.pool);
     const employeeId = await hire(tenantId, 'm@example.test');
     await free(tenantId, employeeId, 'm@example.test');
-    const streamId = emailReservationStreamId(tenantId, 'm@example.test');
+    const streamId = emailReservationStreamId(testEmailHash, tenantId, 'm@example.test');
     // Just before the repair's append, the employee moves to n@ (its change finds m@ not its own: nothing released).
     const moving = interceptedBefore(streamId, () => moveTo(tenantId, employeeId, 'n@example.test'));
-    const audit = await auditReservation(moving, { tenantId, employeeId, now: now(), metadata: { tenantId } }, { repair: true });
+    const audit = await auditReservation(
+      moving,
+      { emailHash: testEmailHash, tenantId, employeeId, now: now(), metadata: { tenantId } },
+      { repair: true },
+    );
     expect(audit).toEqual({ outcome: 'busy', email: 'm@example.test' });
     expect((await store.readStream(streamId)).map((e) => e.type).at(-1)).toBe('EmployeeEmailReleased');
     // m@ is free for a new hire at once (not after the 30-s orphan grace).

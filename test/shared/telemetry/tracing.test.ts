@@ -1,4 +1,5 @@
 import { Registry } from 'prom-client';
+import { testEmailHash } from '../../support/personalData.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-node';
 import { startTracing } from '../../../shared/telemetry/sdk.ts';
@@ -35,7 +36,7 @@ describe('when tracing is on', () => {
       config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
       readiness: [],
       registry: new Registry(),
-      v1: authCapabilities(auth, employeesCapability({ pool: db.pool, eventStore: store })),
+      v1: authCapabilities(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash })),
       tracing: tracing.fastifyPlugin,
     });
   });

@@ -2,12 +2,14 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConflictError, WrongExpectedRevisionError } from '../../../shared/errors.ts';
 import { START, comparePositions, type EventStore, type NewEvent, type RecordedEvent } from '../../../shared/event-store/port.ts';
+import type { DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
+import { sealedContractStore, sealingContract, type SealingFixture } from './sealing.ts';
 
 /**
  * The event-store contract: every adapter runs exactly these tests. The factory is called once
  * per suite and may share a store with other test files, so every test uses its own streams.
  */
-export type EventStoreFixture = { store: EventStore; teardown(): Promise<void> };
+export type EventStoreFixture = { store: EventStore; sealing: SealingFixture; teardown(): Promise<void> };
 
 const event = (type: string, data: Record<string, unknown> = {}): NewEvent => ({
   id: randomUUID(),
@@ -32,11 +34,13 @@ export function eventStoreContract(name: string, createFixture: () => Promise<Ev
   describe(`event store contract: ${name}`, () => {
     let fixture: EventStoreFixture;
     let store: EventStore;
+    let sealed: { store: EventStore; keys: DataKeyStore };
     const streamId = (label: string) => `contract_${label}-${randomUUID()}`;
 
     beforeAll(async () => {
       fixture = await createFixture();
       store = fixture.store;
+      sealed = sealedContractStore(store, fixture.sealing.keysPool);
     });
     afterAll(async () => {
       await fixture?.teardown();
@@ -267,6 +271,10 @@ export function eventStoreContract(name: string, createFixture: () => Promise<Ev
         setTimeout(() => controller.abort(), 100);
         await expect(consumed).resolves.toBe(0);
       });
+    });
+
+    describe('behind the sealing boundary', () => {
+      sealingContract(() => ({ ...sealed, fixture: fixture.sealing }));
     });
   });
 }

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { sealedEventStore, testEmailHash } from '../personalData.ts';
 import { createTestDatabase, type TestDatabase } from '../database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../auth.ts';
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
@@ -29,7 +30,8 @@ export type ChangesHarness = {
 /** A fresh database, the live changes projector and a gateway with the feed (and `extra`) behind real auth. */
 export async function createChangesHarness(...extra: Array<(db: TestDatabase) => V1Capability>): Promise<ChangesHarness> {
   const db = await createTestDatabase();
-  const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+  // Behind the sealing boundary, as the composition root puts the store.
+  const store = sealedEventStore(createPostgresEventStore(db.pool, { listenUrl: db.url }), db.pool).store;
   const projector = runProjection(db.pool, store, changesProjection, { pollIntervalMs: 100 });
   await waitFor(() => readCheckpoint(db.pool, changesProjection.name));
   const auth = await createTestAuth(db.pool);
@@ -69,7 +71,7 @@ export async function hire(store: EventStore, tenantId: string, label: string) {
   const employeeId = nextId();
   const metadata = () => ({ tenantId, actor: 'test', now: new Date().toISOString() });
   await hireEmployee(
-    { store, assertRoleExists: noRoles },
+    { store, assertRoleExists: noRoles, emailHash: testEmailHash },
     {
       type: 'HireEmployee',
       data: { employeeId, email: `${label}-${employeeId.toLowerCase()}@example.test`, firstName: `${label}-0`, lastName: 'Test' },
@@ -79,7 +81,7 @@ export async function hire(store: EventStore, tenantId: string, label: string) {
   return {
     employeeId,
     rename: (firstName: string) =>
-      changeEmployeeDetails({ store, assertRoleExists: noRoles }, employeeId, {
+      changeEmployeeDetails({ store, assertRoleExists: noRoles, emailHash: testEmailHash }, employeeId, {
         type: 'ChangeEmployeeDetails',
         data: { firstName },
         metadata: metadata(),

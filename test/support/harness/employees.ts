@@ -5,6 +5,7 @@ import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestT
 import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import type { RoleName } from '../../../services/auth/permissions.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
+import { sealedEventStore, testEmailHash } from '../personalData.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
@@ -30,13 +31,15 @@ export type EmployeesHarness = {
 
 export async function createEmployeesHarness(options: { clock?: () => Date; readWaitMs?: number } = {}): Promise<EmployeesHarness> {
   const db = await createTestDatabase();
-  const store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+  // Behind the sealing boundary, as the composition root puts the store: the API and the
+  // projectors see plain values, the log holds personal fields sealed.
+  const store = sealedEventStore(createPostgresEventStore(db.pool, { listenUrl: db.url }), db.pool).store;
   const projector: ProjectorHandle = runProjection(db.pool, store, employeesProjection, { pollIntervalMs: 100 });
   const roles: ProjectorHandle = runProjection(db.pool, store, roleAssignmentReactor, { pollIntervalMs: 100 });
   await waitFor(() => readCheckpoint(db.pool, employeesProjection.name));
   await waitFor(() => readCheckpoint(db.pool, roleAssignmentReactor.name));
   const auth = await createTestAuth(db.pool);
-  const app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store }, options));
+  const app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }, options));
   return {
     db,
     store,

@@ -13,6 +13,7 @@ import { employeesProjection } from '../../../projections/employees/employeesPro
 import { workforceProjection } from '../../../projections/workforce/workforceProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
+import { testEmailHash } from '../personalData.ts';
 
 /**
  * A fresh database, the employees and workforce projectors, and a gateway with the employees and
@@ -51,7 +52,10 @@ export async function createWorkforceHarness(): Promise<WorkforceHarness> {
     const auth = await createTestAuth(db.pool);
     app = await createTestApp(
       auth,
-      employeesCapability({ pool: db.pool, eventStore: store }, { clock: () => new Date(now), readWaitMs: 5_000 }),
+      employeesCapability(
+        { pool: db.pool, eventStore: store, emailHash: testEmailHash },
+        { clock: () => new Date(now), readWaitMs: 5_000 },
+      ),
       analyticsRoutes({ pool: db.pool, store, now: () => now, readWaitMs: 5_000 }),
     );
     const ready = app;

@@ -8,6 +8,7 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { gatewayRoutes } from '../../../services/processes/gateway.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
+import { sealedEventStore, testEmailHash } from '../personalData.ts';
 import { START, type EventStore } from '../../../shared/event-store/port.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { waitForCheckpoint } from '../../../shared/projections/readYourWrites.ts';
@@ -45,7 +46,7 @@ export const secretsOfB: string[] = [];
 
 export async function startTarget(): Promise<void> {
   db = await createTestDatabase();
-  store = createPostgresEventStore(db.pool, { listenUrl: db.url });
+  store = sealedEventStore(createPostgresEventStore(db.pool, { listenUrl: db.url }), db.pool).store;
   auth = await createTestAuth(db.pool);
   // The read side runs, as it does beside every gateway.
   projectors = allProjections.map((projection) => runProjection(db.pool, store, projection, { pollIntervalMs: 100 }));
@@ -62,6 +63,7 @@ export async function startTarget(): Promise<void> {
       auth,
       pool: db.pool,
       eventStore: store,
+      emailHash: testEmailHash,
       rateLimiter,
       usagePublisher: bus.publisher,
       databaseUrl: db.url,

@@ -1,5 +1,7 @@
+import { FORWARDS, StreamNotFoundError } from '@kurrent/kurrentdb-client';
 import { describe } from 'vitest';
 import { connectEventStoreDb, createEventStoreDbEventStore } from '../../../../shared/event-store/eventstoredb/eventStore.ts';
+import { createTestDatabase } from '../../../support/database.ts';
 import { eventStoreContract } from '../../../support/contracts/eventStore.ts';
 
 const url = process.env.EVENTSTORE_URL;
@@ -13,7 +15,29 @@ if (!url) {
 
 describe.skipIf(!url)('EventStoreDB / KurrentDB adapter', () => {
   eventStoreContract('EventStoreDB', async () => {
-    const store = createEventStoreDbEventStore(connectEventStoreDb(url ?? ''));
-    return { store, teardown: () => store.close() };
+    const client = connectEventStoreDb(url ?? '');
+    const store = createEventStoreDbEventStore(client);
+    // The data keys live in PostgreSQL whichever store holds the events.
+    const db = await createTestDatabase();
+    return {
+      store,
+      sealing: {
+        keysPool: db.pool,
+        // Straight from the client, as the server holds the events.
+        async storedData(streamId) {
+          const data: unknown[] = [];
+          try {
+            for await (const resolved of client.readStream(streamId, { direction: FORWARDS })) data.push(resolved.event?.data);
+          } catch (error) {
+            if (!(error instanceof StreamNotFoundError)) throw error;
+          }
+          return data;
+        },
+      },
+      async teardown() {
+        await store.close();
+        await db.drop();
+      },
+    };
   });
 });

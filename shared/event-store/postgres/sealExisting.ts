@@ -1,0 +1,166 @@
+import { z } from 'zod';
+import { sql, type DatabasePool } from '../../db/pool.ts';
+import { subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../../personal-data/dataKeys.ts';
+import { fieldPlace, isSealed, openValue, SEALED_FORM, sealValue, type DataKey } from '../../personal-data/fieldCipher.ts';
+import type { PersonalDataPolicy } from '../../personal-data/policy.ts';
+
+/**
+ * The one-time rewrite of a PostgreSQL log written before personal fields were sealed: every
+ * stored event whose personal fields are still in the clear gets them sealed in place with its
+ * subject's key (made when the subject has none), or set to null when the subject was erased
+ * meanwhile (its key destroyed). Only `data` changes: ids, positions, transaction ids and
+ * revisions stay, so checkpoints and cursors stay valid and projections rebuild the same.
+ *
+ * A value counts as sealed only when it has the full sealed form, names the subject's key and
+ * opens in its place; anything else (a name typed as `enc:…`) is a clear value and gets sealed.
+ *
+ * One pass in the log's order `(transaction_id, position)`, paged on its unique index, so each
+ * batch goes on where the last one stopped instead of scanning from the start. Resumable
+ * without state of its own: a run again passes over what is sealed and seals what is left.
+ * Each batch commits on its own. An event with personal fields on a stream without a data
+ * subject cannot be sealed (no key is its): it is left as it is and reported by position.
+ */
+export type SealExistingProgress = {
+  readonly sealed: number;
+  readonly redacted: number;
+  /** Positions (`transaction_id/position`) of events left clear: personal data on a stream without a subject. */
+  readonly skipped: readonly string[];
+  readonly total: number;
+};
+
+const row = z.object({
+  transaction_id: z.string(),
+  position: z.number(),
+  stream_id: z.string(),
+  type: z.string(),
+  /** Null for an event without a personal string (not to rewrite). */
+  data: z.string().nullable(),
+});
+
+/** Events of a personal type with at least one personal field a string without the sealed form. */
+export async function countClearPersonalEvents(pool: DatabasePool, policy: PersonalDataPolicy): Promise<number> {
+  return pool.oneFirst(sql.type(z.object({ n: z.number() }))`
+    select count(*)::int8 as n from es_events where ${personalStrings(policy, true)}
+  `);
+}
+
+export async function sealExistingEvents(
+  pool: DatabasePool,
+  keys: DataKeyStore,
+  policy: PersonalDataPolicy,
+  options: {
+    /** Events of the log looked at per batch (personal or not). */
+    readonly batchSize?: number;
+    readonly onProgress?: (progress: SealExistingProgress) => void;
+  } = {},
+): Promise<SealExistingProgress> {
+  const batchSize = options.batchSize ?? 1_000;
+  const total = await countClearPersonalEvents(pool, policy);
+  const progress = { sealed: 0, redacted: 0, skipped: [] as string[], total };
+  let after = { tx: '0', position: 0 };
+  for (;;) {
+    // The window is taken on the index alone, then filtered: a filter in the same query would let
+    // the planner, expecting it to keep few rows, scan and sort the whole table for every batch.
+    const window = await pool.any(sql.type(row)`
+      with w as (
+        select e.transaction_id, e.position, e.stream_id, e.type, e.data from es_events e
+        where (e.transaction_id, e.position) > (${after.tx}::xid8, ${after.position})
+        order by e.transaction_id, e.position limit ${batchSize}
+      )
+      select w.transaction_id::text, w.position, w.stream_id, w.type,
+             case when ${personalStrings(policy, false)} then w.data::text end as data
+      from w order by w.transaction_id, w.position
+    `);
+    const last = window.at(-1);
+    if (!last) return progress;
+    after = { tx: last.transaction_id, position: last.position };
+    const rows = window.flatMap((r) => (r.data === null ? [] : [{ ...r, data: r.data }]));
+    const stored = await keysOf(keys, policy, rows);
+
+    const rewritten: Array<{ tx: string; position: number; data: string }> = [];
+    for (const r of rows) {
+      const subject = policy.subjectOf(r.stream_id);
+      if (!subject) {
+        progress.skipped.push(`${r.transaction_id}/${r.position}`);
+        continue;
+      }
+      const key = stored.get(subjectRef(subject));
+      const data = JSON.parse(r.data) as Record<string, unknown>;
+      let changed = false;
+      for (const field of policy.fields[r.type] ?? []) {
+        const value = data[field];
+        const place = fieldPlace(subject.tenantId, r.stream_id, r.type, field);
+        if (typeof value !== 'string' || (key !== 'destroyed' && opensWith(key, value, place))) continue;
+        // A destroyed key: a clear value becomes null; a sealed one stays (it opens nothing any more).
+        if (key === 'destroyed' && isSealed(value)) continue;
+        data[field] = key === 'destroyed' || key === undefined ? null : sealValue(key, value, place);
+        changed = true;
+      }
+      if (!changed) continue;
+      if (key === 'destroyed') progress.redacted++;
+      else progress.sealed++;
+      rewritten.push({ tx: r.transaction_id, position: r.position, data: JSON.stringify(data) });
+    }
+    if (rewritten.length > 0) {
+      // By the same unique index, one row each.
+      await pool.query(sql.type(z.object({}))`
+        update es_events e set data = u.data::jsonb
+        from unnest(${sql.array(
+          rewritten.map((r) => r.tx),
+          'text',
+        )}, ${sql.array(
+          rewritten.map((r) => r.position),
+          'int8',
+        )}, ${sql.array(
+          rewritten.map((r) => r.data),
+          'text',
+        )}) as u(tx, position, data)
+        where (e.transaction_id, e.position) = (u.tx::xid8, u.position)
+      `);
+    }
+    options.onProgress?.(progress);
+  }
+}
+
+/** The keys of the rows' subjects, made for those that have none yet. */
+async function keysOf(keys: DataKeyStore, policy: PersonalDataPolicy, rows: ReadonlyArray<{ stream_id: string }>) {
+  const subjects = new Map<string, DataSubject>();
+  for (const r of rows) {
+    const subject = policy.subjectOf(r.stream_id);
+    if (subject) subjects.set(subjectRef(subject), subject);
+  }
+  const stored = await keys.load([...subjects.values()]);
+  const missing = [...subjects.entries()].filter(([ref]) => !stored.has(ref));
+  const made = await Promise.all(missing.map(([, s]) => keys.forSealing(s)));
+  missing.forEach(([ref], i) => stored.set(ref, made[i] as StoredKey));
+  return stored;
+}
+
+function opensWith(key: DataKey | undefined, value: string, place: string): boolean {
+  if (key === undefined || !isSealed(value)) return false;
+  try {
+    openValue(key, value, place);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Rows of a personal event type with a personal field that is a string; with `clearOnly`, one
+ * without the sealed form (what surely still needs sealing: the count and the final check).
+ */
+function personalStrings(policy: PersonalDataPolicy, clearOnly: boolean) {
+  const byType = Object.entries(policy.fields).map(
+    ([type, fields]) =>
+      sql.fragment`(type = ${type} and (${sql.join(
+        fields.map((f) =>
+          clearOnly
+            ? sql.fragment`(jsonb_typeof(data -> ${f}) = 'string' and data ->> ${f} !~ ${SEALED_FORM})`
+            : sql.fragment`jsonb_typeof(data -> ${f}) = 'string'`,
+        ),
+        sql.fragment` or `,
+      )}))`,
+  );
+  return byType.length === 0 ? sql.fragment`false` : sql.fragment`(${sql.join(byType, sql.fragment` or `)})`;
+}

@@ -1,0 +1,227 @@
+import { AppError } from '../errors.ts';
+import { subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../personal-data/dataKeys.ts';
+import { fieldPlace, isSealed, openValue, sealValue, type DataKey } from '../personal-data/fieldCipher.ts';
+import type { PersonalDataPolicy } from '../personal-data/policy.ts';
+import type { AppendRequest, EventStore, NewEvent, ReadAllPage, RecordedEvent } from './port.ts';
+
+/**
+ * The sealing boundary: an event store whose adapter below (PostgreSQL or KurrentDB) only ever
+ * stores personal fields sealed, each with its data subject's own key, while callers above
+ * (deciders, projections, the history endpoint) see plain values.
+ *
+ * - Writes: an event of a type the policy names has those fields sealed with the key of the
+ *   stream's subject (made on the subject's first value). A stream with personal events but no
+ *   subject is refused rather than stored in the clear.
+ * - Reads: a stream's fields open with one key lookup, made beside the read; a page of the log
+ *   with one lookup for all the subjects in it; a bulk read (rebuilds) looks the next page's
+ *   keys up while the caller folds the current one. Keys for opening are always read afresh, so
+ *   a destroyed key opens nothing once its destruction committed (dataKeys.ts).
+ * - Every personal string is sealed on write, whatever it looks like (a first name `enc:x` too),
+ *   bound to its place (tenant, stream, event type, field: fieldPlace), so a sealed value opens
+ *   only where it was written.
+ * - An erased subject (key destroyed): its personal fields read `null` and the event carries
+ *   `redacted: true`; values still in the clear from before sealing existed read `null` too.
+ * - A value found in the clear (written before sealing; anything without the full sealed form)
+ *   is passed on as it is, so the service runs on a log `ops privacy seal-existing` has not
+ *   rewritten yet.
+ */
+export type SealingOptions = { readonly keys: DataKeyStore; readonly policy: PersonalDataPolicy };
+
+type KeyOf = (streamId: string) => StoredKey | undefined;
+
+export function createSealingEventStore(inner: EventStore, { keys, policy }: SealingOptions): EventStore {
+  const personal = (type: string): readonly string[] | undefined => policy.fields[type];
+
+  async function sealEvents(streamId: string, events: readonly NewEvent[]): Promise<readonly NewEvent[]> {
+    if (!events.some((e) => personal(e.type) !== undefined)) return events;
+    const subject = policy.subjectOf(streamId);
+    if (!subject) throw new Error(`events with personal data appended to ${streamId}, a stream without a data subject`);
+    const key = await keys.forSealing(subject);
+    return events.map((e) => {
+      const fields = personal(e.type);
+      return fields ? { ...e, data: sealData(key, e.data, fields, (f) => fieldPlace(subject.tenantId, streamId, e.type, f)) } : e;
+    });
+  }
+
+  function openEvent(event: RecordedEvent, keyOf: KeyOf): RecordedEvent {
+    const fields = personal(event.type);
+    if (!fields || !isRecord(event.data)) return event;
+    const data = event.data;
+    if (!fields.some((f) => data[f] !== undefined)) return event;
+    const key = keyOf(event.streamId);
+    if (key === 'destroyed') {
+      const redacted: Record<string, unknown> = { ...data };
+      for (const field of fields) if (field in redacted) redacted[field] = null;
+      return withData(event, redacted, true);
+    }
+    if (!fields.some((f) => isSealed(data[f]))) return event;
+    if (key === undefined) throw new Error(`event ${event.id} holds sealed fields but its subject has no data key`);
+    const tenantId = policy.subjectOf(event.streamId)?.tenantId ?? '';
+    const opened: Record<string, unknown> = { ...data };
+    for (const field of fields) {
+      const value = data[field];
+      if (isSealed(value)) opened[field] = openValue(key, value, fieldPlace(tenantId, event.streamId, event.type, field));
+    }
+    return withData(event, opened, false);
+  }
+
+  function holdsSealed(event: RecordedEvent): boolean {
+    const data = event.data;
+    return isRecord(data) && (personal(event.type) ?? []).some((f) => isSealed(data[f]));
+  }
+
+  /** The subjects of the page's personal events, keyed by stream (a page holds many events of few streams). */
+  function subjectsOf(events: readonly RecordedEvent[]): Map<string, DataSubject> {
+    const byStream = new Map<string, DataSubject>();
+    const without = new Set<string>();
+    for (const event of events) {
+      if (personal(event.type) === undefined || byStream.has(event.streamId) || without.has(event.streamId)) continue;
+      const subject = policy.subjectOf(event.streamId);
+      if (subject) byStream.set(event.streamId, subject);
+      else without.add(event.streamId);
+    }
+    return byStream;
+  }
+
+  /** Starts the page's key lookup; the returned function opens the page once the keys are in. */
+  function prepare(page: ReadAllPage): Promise<() => ReadAllPage> {
+    const subjects = subjectsOf(page.events);
+    if (subjects.size === 0) return Promise.resolve(() => page);
+    return keys.load(unique(subjects.values())).then((stored) => () => {
+      const byStream = new Map<string, StoredKey | undefined>();
+      for (const [streamId, subject] of subjects) byStream.set(streamId, stored.get(subjectRef(subject)));
+      const keyOf: KeyOf = (streamId) => byStream.get(streamId);
+      return { ...page, events: page.events.map((e) => openEvent(e, keyOf)) };
+    });
+  }
+
+  const openPage = async (page: ReadAllPage) => (await prepare(page))();
+
+  async function readStream(streamId: string, options?: Parameters<EventStore['readStream']>[1]): Promise<RecordedEvent[]> {
+    const subject = policy.subjectOf(streamId);
+    if (!subject) return inner.readStream(streamId, options);
+    const [events, stored] = await Promise.all([inner.readStream(streamId, options), keys.load([subject])]);
+    let key = stored.get(subjectRef(subject));
+    // Read side by side, the stream may predate a destruction the key lookup saw: read it again,
+    // so that it holds what committed with the destruction (the erasure) before it opens as erased.
+    const settled = key === 'destroyed' ? await inner.readStream(streamId, options) : events;
+    // Or the lookup ran just before the subject's first key committed and the read just after
+    // the events sealed with it: look the key up once more rather than fail on it.
+    if (key === undefined && settled.some((e) => holdsSealed(e))) key = (await keys.load([subject])).get(subjectRef(subject));
+    return settled.map((e) => openEvent(e, () => key));
+  }
+
+  /**
+   * Runs an append; when it fails for another reason than the command (a lost connection, a
+   * crash or failover), the streams' subjects' cached keys are dropped: a key committed without
+   * waiting for the flush may have been lost with it, and the event sealed with it never landed.
+   */
+  async function appending<T>(streamIds: readonly string[], append: () => Promise<T>): Promise<T> {
+    try {
+      return await append();
+    } catch (error) {
+      if (!(error instanceof AppError)) keys.forget?.(streamIds.flatMap((id) => policy.subjectOf(id) ?? []));
+      throw error;
+    }
+  }
+
+  return {
+    append: async (streamId, events, options) => {
+      const sealed = await sealEvents(streamId, events);
+      return appending([streamId], () => inner.append(streamId, sealed, options));
+    },
+
+    appendMany: async (requests) => {
+      const sealed = await Promise.all(
+        requests.map(async (r): Promise<AppendRequest> => ({ ...r, events: await sealEvents(r.streamId, r.events) })),
+      );
+      return appending(
+        requests.map((r) => r.streamId),
+        () => inner.appendMany(sealed),
+      );
+    },
+
+    readStream,
+
+    readAll: async (options) => openPage(await inner.readAll(options)),
+
+    async *subscribeToAll(options) {
+      for await (const page of inner.subscribeToAll(options)) yield await openPage(page);
+    },
+
+    ...(inner.readAllBulk && {
+      readAllBulk: (options) => openAhead((inner.readAllBulk as NonNullable<EventStore['readAllBulk']>)(options), prepare),
+    }),
+
+    headPosition: () => inner.headPosition(),
+    ping: () => inner.ping(),
+    close: () => inner.close(),
+  };
+}
+
+// Deciders hand the boundary plain values only, so every string is sealed: one that merely looks
+// sealed (`enc:…`, from a user) left as it is would be stored in the clear and break every read.
+function sealData(key: DataKey, data: unknown, fields: readonly string[], placeOf: (field: string) => string): unknown {
+  if (!isRecord(data)) return data;
+  const sealed: Record<string, unknown> = { ...data };
+  for (const field of fields) {
+    const value = data[field];
+    if (value === undefined || value === null) continue;
+    if (typeof value !== 'string') throw new TypeError(`personal field ${field} must be a string to be sealed`);
+    sealed[field] = sealValue(key, value, placeOf(field));
+  }
+  return sealed;
+}
+
+const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+function unique(subjects: Iterable<DataSubject>): DataSubject[] {
+  const seen = new Map<string, DataSubject>();
+  for (const s of subjects) seen.set(subjectRef(s), s);
+  return [...seen.values()];
+}
+
+/** The event with other data; the rest as it was (a lazily parsed `metadata` stays lazy). */
+function withData(event: RecordedEvent, data: unknown, redacted: boolean): RecordedEvent {
+  return {
+    id: event.id,
+    streamId: event.streamId,
+    revision: event.revision,
+    type: event.type,
+    data,
+    get metadata() {
+      return event.metadata;
+    },
+    position: event.position,
+    recordedAt: event.recordedAt,
+    ...(redacted && { redacted: true as const }),
+  };
+}
+
+/**
+ * Pages opened one ahead: the next page is requested, and its keys looked up, before the caller
+ * gets the current one, so key lookups overlap the caller's fold instead of adding to it.
+ */
+async function* openAhead(pages: AsyncIterable<ReadAllPage>, prepare: (page: ReadAllPage) => Promise<() => ReadAllPage>) {
+  const iterator = pages[Symbol.asyncIterator]();
+  const fetchNext = () => {
+    const next = iterator.next().then(async (r) => (r.done ? null : await prepare(r.value)));
+    next.catch(() => undefined); // awaited on the next turn; only keeps an abandoned read quiet
+    return next;
+  };
+  let done = false;
+  try {
+    let pending = fetchNext();
+    for (;;) {
+      const open = await pending;
+      if (!open) {
+        done = true;
+        return;
+      }
+      pending = fetchNext();
+      yield open();
+    }
+  } finally {
+    if (!done) await iterator.return?.();
+  }
+}

@@ -1,0 +1,247 @@
+import { createSecretKey, randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import { ConflictError } from '../errors.ts';
+import { sql, type DatabasePool, type Queryable } from '../db/pool.ts';
+import type { DataKey } from './fieldCipher.ts';
+import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
+
+/** Whose personal data a value is: one data key each. For employees the subject is the employee id. */
+export type DataSubject = { readonly tenantId: string; readonly subjectId: string };
+
+/** A subject's key as stored now: usable, destroyed (erased), or never made. */
+export type StoredKey = DataKey | 'destroyed';
+
+export const subjectRef = (s: DataSubject): string => `${s.tenantId}/${s.subjectId}`;
+
+/** Sealing for a subject whose key was destroyed: its personal data may not be written again. */
+export class SubjectErasedError extends ConflictError {
+  constructor(subject: DataSubject) {
+    super(`The personal data of ${subject.subjectId} was erased`);
+  }
+}
+
+/**
+ * The data keys (`personal_data_keys`): one per subject, made on the first value sealed for it,
+ * stored sealed by the key-encryption keys, destroyed on erasure.
+ *
+ * Caching: keys are cached in memory (bounded, least recently used first out) for sealing only,
+ * and only keys this store inserted itself: `load` never fills the cache, so a lookup that ran
+ * while a destruction was still uncommitted cannot put the key back after it committed. A
+ * subject seen destroyed is remembered as such (destruction is final). Opening always reads the
+ * keys afresh (`load`: one query per stream read or per page of the log), so a key destroyed by
+ * any process is never used to open a value after its destruction committed. Sealing with a
+ * cached key that another process destroyed meanwhile writes a value nobody can open any more,
+ * which is harmless; and it does not happen in practice, since the decision to write it would
+ * have been taken on a stream that does not end with the erasure and its append would fail on
+ * the erasure's revision.
+ */
+export type DataKeyStore = {
+  /** The key to seal the subject's values with; made on first use. `SubjectErasedError` once destroyed. */
+  forSealing(subject: DataSubject): Promise<DataKey>;
+  /** The stored keys of these subjects, read afresh in one query, by `subjectRef`; absent: none made. */
+  load(subjects: readonly DataSubject[]): Promise<Map<string, StoredKey>>;
+  /**
+   * Destroys the subject's key in the transaction `queryable` runs in (so an erasure's event and
+   * the destruction commit together). Idempotent: answers the first destruction's time. A
+   * subject with no key yet gets a destroyed row, so none is ever made for it afterwards.
+   */
+  destroy(tenantId: string, subjectId: string, queryable: Queryable): Promise<{ readonly destroyedAt: string }>;
+  isDestroyed(tenantId: string, subjectId: string, queryable?: Queryable): Promise<boolean>;
+  /**
+   * Drops the subjects' cached keys: after an append sealed with them failed for a reason other
+   * than the command (a lost connection, a crash, a failover), a key committed without waiting
+   * for the WAL flush may be gone from the database, and must not seal anything more.
+   */
+  forget?(subjects: readonly DataSubject[]): void;
+};
+
+export type DataKeyStoreOptions = {
+  /** Most keys kept in memory for sealing (default 10,000, a few MB). */
+  readonly cacheSize?: number;
+  /**
+   * Commit new keys without waiting for the WAL flush. Only when the event store is this same
+   * PostgreSQL database: the event sealed with the key commits later, synchronously, and a
+   * synchronous commit flushes the WAL up to itself, the key's earlier commit included. With
+   * another event store that durability does not follow, so the default waits.
+   */
+  readonly asynchronousCommit?: boolean;
+};
+
+const keyRows = z.object({
+  tenants: z.array(z.string()),
+  subjects: z.array(z.string()),
+  key_ids: z.array(z.string()),
+  kek_ids: z.array(z.string().nullable()),
+  sealed_keys: z.array(z.string().nullable()),
+});
+
+/** What a sealed data key is bound to: its subject and id (a row copied to another subject does not open). */
+export const wrapContext = (s: DataSubject, keyId: string): string => `${s.tenantId}/${s.subjectId}/${keyId}`;
+
+/** A fresh data key for `subject` and its stored (sealed) form. */
+export function makeDataKey(
+  keks: KeyEncryptionKeys,
+  subject: DataSubject,
+): { readonly key: DataKey; readonly kekId: string; readonly sealed: string } {
+  const raw = randomBytes(32);
+  const keyId = randomBytes(9).toString('base64url');
+  const { kekId, sealed } = keks.wrap(raw, wrapContext(subject, keyId));
+  return { key: { keyId, key: createSecretKey(raw) }, kekId, sealed };
+}
+
+/** Largest number of new keys one insert carries. */
+const MAX_BATCH = 1_000;
+
+export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, options: DataKeyStoreOptions = {}): DataKeyStore {
+  const cacheSize = options.cacheSize ?? 10_000;
+  const cache = new Map<string, DataKey | 'destroyed'>();
+  const remember = (ref: string, key: DataKey | 'destroyed') => {
+    cache.delete(ref);
+    cache.set(ref, key);
+    if (cache.size > cacheSize) cache.delete(cache.keys().next().value as string);
+  };
+  const commitMode = options.asynchronousCommit ? sql.fragment`'off'` : sql.fragment`current_setting('synchronous_commit')`;
+
+  async function load(subjects: readonly DataSubject[]): Promise<Map<string, StoredKey>> {
+    const found = new Map<string, StoredKey>();
+    if (subjects.length === 0) return found;
+    // One row of arrays: validated once, not once per key (a replay page asks for thousands).
+    // The lateral lookup keeps it on the primary key whatever the planner thinks of the list.
+    const rows = await pool.one(sql.type(keyRows)`
+      select coalesce(array_agg(k.tenant_id::text), '{}') as tenants, coalesce(array_agg(k.subject_id), '{}') as subjects,
+             coalesce(array_agg(k.key_id), '{}') as key_ids, coalesce(array_agg(k.kek_id), '{}') as kek_ids,
+             coalesce(array_agg(k.sealed_key), '{}') as sealed_keys
+      from unnest(${sql.array(
+        subjects.map((s) => s.tenantId),
+        'uuid',
+      )}, ${sql.array(
+        subjects.map((s) => s.subjectId),
+        'text',
+      )}) as w(tenant_id, subject_id)
+      cross join lateral (
+        select * from personal_data_keys k where k.tenant_id = w.tenant_id and k.subject_id = w.subject_id
+      ) k
+    `);
+    rows.tenants.forEach((tenantId, i) => {
+      const subject = { tenantId, subjectId: rows.subjects[i] ?? '' };
+      const keyId = rows.key_ids[i] ?? '';
+      const kekId = rows.kek_ids[i];
+      const sealed = rows.sealed_keys[i];
+      const ref = subjectRef(subject);
+      if (kekId == null || sealed == null) {
+        remember(ref, 'destroyed');
+        found.set(ref, 'destroyed');
+        return;
+      }
+      found.set(ref, { keyId, key: createSecretKey(keks.unwrap(kekId, sealed, wrapContext(subject, keyId))) });
+    });
+    return found;
+  }
+
+  type Waiting = { readonly subject: DataSubject; resolve(key: DataKey): void; reject(error: unknown): void };
+  let queued: Waiting[] = [];
+  let flushing = false;
+
+  /** Makes keys for subjects that have none; a subject that has one (or a destroyed one) keeps it. */
+  async function create(batch: readonly Waiting[]): Promise<void> {
+    const made = new Map<string, { subject: DataSubject; key: DataKey; kekId: string; sealed: string }>();
+    for (const { subject } of batch) {
+      const ref = subjectRef(subject);
+      if (made.has(ref)) continue;
+      made.set(ref, { subject, ...makeDataKey(keks, subject) });
+    }
+    const rows = [...made.values()];
+    const inserted = await pool.anyFirst(sql.type(z.object({ ref: z.string() }))`
+      insert into personal_data_keys (tenant_id, subject_id, key_id, kek_id, sealed_key)
+      select w.tenant_id, w.subject_id, w.key_id, w.kek_id, w.sealed_key
+      from unnest(
+        ${sql.array(
+          rows.map((r) => r.subject.tenantId),
+          'uuid',
+        )}, ${sql.array(
+          rows.map((r) => r.subject.subjectId),
+          'text',
+        )}, ${sql.array(
+          rows.map((r) => r.key.keyId),
+          'text',
+        )},
+        ${sql.array(
+          rows.map((r) => r.kekId),
+          'text',
+        )}, ${sql.array(
+          rows.map((r) => r.sealed),
+          'text',
+        )}
+      ) as w(tenant_id, subject_id, key_id, kek_id, sealed_key),
+      (select set_config('synchronous_commit', ${commitMode}, true)) as commit_mode
+      on conflict (tenant_id, subject_id) do nothing
+      returning tenant_id::text || '/' || subject_id as ref
+    `);
+    const fresh = new Set(inserted);
+    for (const [ref, row] of made) if (fresh.has(ref)) remember(ref, row.key);
+    // Those that had a key already (made by another process, or destroyed) get what is stored.
+    const existing = await load(rows.filter((r) => !fresh.has(subjectRef(r.subject))).map((r) => r.subject));
+    for (const waiting of batch) {
+      const ref = subjectRef(waiting.subject);
+      const key = fresh.has(ref) ? made.get(ref)?.key : existing.get(ref);
+      if (key === undefined) waiting.reject(new Error(`no data key could be made for ${ref}`));
+      else if (key === 'destroyed') waiting.reject(new SubjectErasedError(waiting.subject));
+      else waiting.resolve(key);
+    }
+  }
+
+  // Concurrent first seals (hires) share one insert: while one is in flight the next ones queue,
+  // and the next insert carries all of them.
+  async function drain(): Promise<void> {
+    flushing = true;
+    try {
+      while (queued.length > 0) {
+        const batch = queued.slice(0, MAX_BATCH);
+        queued = queued.slice(batch.length);
+        await create(batch).catch((error: unknown) => {
+          for (const waiting of batch) waiting.reject(error);
+        });
+      }
+    } finally {
+      flushing = false;
+    }
+  }
+
+  return {
+    forSealing(subject) {
+      const cached = cache.get(subjectRef(subject));
+      if (cached === 'destroyed') return Promise.reject(new SubjectErasedError(subject));
+      if (cached) return Promise.resolve(cached);
+      return new Promise<DataKey>((resolve, reject) => {
+        queued.push({ subject, resolve, reject });
+        if (!flushing) void drain();
+      });
+    },
+
+    load,
+
+    async destroy(tenantId, subjectId, queryable) {
+      cache.delete(subjectRef({ tenantId, subjectId }));
+      const destroyedAt = await queryable.oneFirst(sql.type(z.object({ destroyed_at: z.string() }))`
+        insert into personal_data_keys as k (tenant_id, subject_id, key_id, destroyed_at)
+        values (${tenantId}, ${subjectId}, ${randomBytes(9).toString('base64url')}, now())
+        on conflict (tenant_id, subject_id) do update
+          set kek_id = null, sealed_key = null, destroyed_at = coalesce(k.destroyed_at, excluded.destroyed_at)
+        returning k.destroyed_at
+      `);
+      return { destroyedAt };
+    },
+
+    forget(subjects) {
+      for (const subject of subjects) if (cache.get(subjectRef(subject)) !== 'destroyed') cache.delete(subjectRef(subject));
+    },
+
+    async isDestroyed(tenantId, subjectId, queryable = pool) {
+      const destroyed = await queryable.maybeOneFirst(sql.type(z.object({ destroyed: z.boolean() }))`
+        select destroyed_at is not null as destroyed from personal_data_keys
+        where tenant_id = ${tenantId} and subject_id = ${subjectId}
+      `);
+      return destroyed === true;
+    },
+  };
+}

@@ -1,0 +1,28 @@
+import type { DataSubject } from './dataKeys.ts';
+
+/**
+ * What is personal in a capability's events, as its contract publishes it: the composition root
+ * hands it to the sealing boundary of the event store (shared/event-store/sealing.ts).
+ */
+export type PersonalDataPolicy = {
+  /** For each event type that carries personal data, its personal top-level `data` fields (string values). */
+  readonly fields: Readonly<Record<string, readonly string[]>>;
+  /** Whose key seals the personal fields of a stream's events; undefined for a stream without a subject. */
+  subjectOf(streamId: string): DataSubject | undefined;
+};
+
+/** Several capabilities' policies as one (each event type and stream belongs to one of them). */
+export function combinePolicies(policies: readonly PersonalDataPolicy[]): PersonalDataPolicy {
+  const fields: Record<string, readonly string[]> = {};
+  for (const policy of policies) Object.assign(fields, policy.fields);
+  return {
+    fields,
+    subjectOf: (streamId) => {
+      for (const policy of policies) {
+        const subject = policy.subjectOf(streamId);
+        if (subject) return subject;
+      }
+      return undefined;
+    },
+  };
+}

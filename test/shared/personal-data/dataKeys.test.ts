@@ -1,0 +1,131 @@
+import { randomUUID } from 'node:crypto';
+import { ulid } from 'ulid';
+import { z } from 'zod';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from '../../../shared/db/pool.ts';
+import { createDataKeyStore, SubjectErasedError, subjectRef, type DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
+import { openValue, sealValue } from '../../../shared/personal-data/fieldCipher.ts';
+import { createKeyEncryptionKeys, generateKekEntry, parseKeyEncryptionKeys } from '../../../shared/personal-data/keyEncryptionKeys.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+
+const kekText = generateKekEntry();
+const keks = () => createKeyEncryptionKeys(parseKeyEncryptionKeys(kekText));
+
+let db: TestDatabase;
+let keys: DataKeyStore;
+/** Another process's store: its own cache. */
+let other: DataKeyStore;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  keys = createDataKeyStore(db.pool, keks());
+  other = createDataKeyStore(db.pool, keks(), { asynchronousCommit: true });
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+const subject = () => ({ tenantId: randomUUID(), subjectId: ulid() });
+
+describe('a data key', () => {
+  it('is made once per subject and stored only sealed', async () => {
+    const s = subject();
+    const [a, b] = await Promise.all([keys.forSealing(s), other.forSealing(s)]);
+    // Two processes asking at once end up with the one stored key.
+    expect(a?.keyId).toBe(b?.keyId);
+    const sealed = sealValue(a, 'Ada');
+    expect(openValue(b, sealed)).toBe('Ada');
+    const row = await db.pool.one(sql.type(z.object({ key_id: z.string(), kek_id: z.string(), sealed_key: z.string() }))`
+      select key_id, kek_id, sealed_key from personal_data_keys where tenant_id = ${s.tenantId} and subject_id = ${s.subjectId}
+    `);
+    expect(row.key_id).toBe(a.keyId);
+    expect(row.sealed_key).toMatch(/^enc:A256GCM:/);
+    expect(row.kek_id).toBe(keks().currentId);
+  });
+
+  it('of many subjects loads in one call, and unknown subjects are absent', async () => {
+    const subjects = Array.from({ length: 50 }, subject);
+    const made = await Promise.all(subjects.map((s) => keys.forSealing(s)));
+    const unknown = subject();
+    const loaded = await other.load([...subjects, unknown]);
+    expect(loaded.size).toBe(50);
+    subjects.forEach((s, i) => expect(loaded.get(subjectRef(s))).toMatchObject({ keyId: made[i]?.keyId }));
+    expect(loaded.has(subjectRef(unknown))).toBe(false);
+  });
+});
+
+describe('a cached key', () => {
+  it('is dropped when forgotten, so a key lost with a crash is made anew instead of sealing more', async () => {
+    const s = subject();
+    const first = await other.forSealing(s);
+    // What a crash loses: the key's commit did not wait for the flush.
+    await db.pool.query(sql.type(z.object({}))`delete from personal_data_keys where subject_id = ${s.subjectId}`);
+    other.forget?.([s]);
+    const second = await other.forSealing(s);
+    expect(second.keyId).not.toBe(first.keyId);
+    expect((await keys.load([s])).get(subjectRef(s))).toMatchObject({ keyId: second.keyId });
+  });
+});
+
+describe('destroying a key', () => {
+  it('takes effect with the transaction it runs in, and is idempotent', async () => {
+    const s = subject();
+    await keys.forSealing(s);
+    await expect(
+      db.pool.transaction(async (tx) => {
+        await keys.destroy(s.tenantId, s.subjectId, tx);
+        expect(await keys.isDestroyed(s.tenantId, s.subjectId, tx)).toBe(true);
+        throw new Error('rolled back');
+      }),
+    ).rejects.toThrow('rolled back');
+    expect(await keys.isDestroyed(s.tenantId, s.subjectId)).toBe(false);
+
+    const first = await db.pool.transaction((tx) => keys.destroy(s.tenantId, s.subjectId, tx));
+    const again = await db.pool.transaction((tx) => other.destroy(s.tenantId, s.subjectId, tx));
+    expect(again.destroyedAt).toBe(first.destroyedAt);
+    expect(await keys.isDestroyed(s.tenantId, s.subjectId)).toBe(true);
+    const row = await db.pool.one(sql.type(z.object({ sealed_key: z.string().nullable(), kek_id: z.string().nullable() }))`
+      select sealed_key, kek_id from personal_data_keys where tenant_id = ${s.tenantId} and subject_id = ${s.subjectId}
+    `);
+    expect(row).toEqual({ sealed_key: null, kek_id: null });
+  });
+
+  it('is seen at once by every process that opens, even one that has the key cached', async () => {
+    const s = subject();
+    await other.forSealing(s); // cached in `other`
+    await db.pool.transaction((tx) => keys.destroy(s.tenantId, s.subjectId, tx));
+    expect((await other.load([s])).get(subjectRef(s))).toBe('destroyed');
+  });
+
+  it('is not put back in the sealing cache by a lookup made before the destruction committed', async () => {
+    const s = subject();
+    await keys.forSealing(s);
+    let destroyed = () => {};
+    let commit = () => {};
+    const uncommitted = new Promise<void>((resolve) => (destroyed = resolve));
+    const committing = new Promise<void>((resolve) => (commit = resolve));
+    const erasure = db.pool.transaction(async (tx) => {
+      await keys.destroy(s.tenantId, s.subjectId, tx);
+      destroyed();
+      await committing;
+    });
+    await uncommitted;
+    // Another connection, meanwhile: the destruction is not committed yet, so the key is still there.
+    expect((await keys.load([s])).get(subjectRef(s))).not.toBe('destroyed');
+    commit();
+    await erasure;
+    await expect(keys.forSealing(s)).rejects.toBeInstanceOf(SubjectErasedError);
+  });
+
+  it('means no key is ever made for the subject again', async () => {
+    const erasedBeforeAnyKey = subject();
+    await db.pool.transaction((tx) => keys.destroy(erasedBeforeAnyKey.tenantId, erasedBeforeAnyKey.subjectId, tx));
+    await expect(other.forSealing(erasedBeforeAnyKey)).rejects.toBeInstanceOf(SubjectErasedError);
+    const s = subject();
+    await keys.forSealing(s);
+    await db.pool.transaction((tx) => other.destroy(s.tenantId, s.subjectId, tx));
+    // This process's cache knew the key: the next seal after a load finds it destroyed.
+    await keys.load([s]);
+    await expect(keys.forSealing(s)).rejects.toBeInstanceOf(SubjectErasedError);
+  });
+});
