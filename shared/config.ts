@@ -116,6 +116,17 @@ export const configSchema = z.object({
     .pipe(z.array(z.string().refine(isAllowHostEntry, 'each entry must be a host name, an IP address or a CIDR range'))),
   /** Base64 of 32 random bytes sealing webhook signing secrets; unset: generated under DATA_DIR. */
   WEBHOOK_SECRETS_KEY: optional(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'must be base64 of 32 bytes')),
+  /** Earlier WEBHOOK_SECRETS_KEY values, comma-separated: secrets sealed under them still open (a key rotation). */
+  WEBHOOK_SECRETS_OLD_KEYS: z
+    .string()
+    .default('')
+    .transform((v) =>
+      v
+        .split(',')
+        .map((k) => k.trim())
+        .filter(Boolean),
+    )
+    .pipe(z.array(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'each must be base64 of 32 bytes'))),
   /**
    * Key-encryption keys sealing the per-employee data keys: `<id>:<base64 of 32 bytes>`, comma-
    * separated, the first sealing, all opening (a lone base64 value is one key); unset: generated
@@ -133,17 +144,6 @@ export const configSchema = z.object({
   ),
   /** Base64 of 32 random bytes keying the e-mail uniqueness hash; unset: generated under DATA_DIR. Never changed once used. */
   EMAIL_HASH_KEY: optional(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'must be base64 of 32 bytes')),
-  /** Earlier WEBHOOK_SECRETS_KEY values, comma-separated: secrets sealed under them still open (a key rotation). */
-  WEBHOOK_SECRETS_OLD_KEYS: z
-    .string()
-    .default('')
-    .transform((v) =>
-      v
-        .split(',')
-        .map((k) => k.trim())
-        .filter(Boolean),
-    )
-    .pipe(z.array(z.base64().refine((v) => Buffer.from(v, 'base64').length === 32, 'each must be base64 of 32 bytes'))),
   /** Retry delays in ms, comma-separated (default ≈ 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 1 d, 1 d). */
   WEBHOOK_RETRY_SCHEDULE_MS: optional(
     z

@@ -283,124 +283,7 @@ export interface paths {
             cookie?: never;
         };
         /** Headcount by department, now or at an instant */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description The instant (ISO 8601 with offset); default and latest: now */
-                    at?: string;
-                };
-                header?: {
-                    /** @description Read-your-writes: wait (≤ 2 s) for this position */
-                    "x-min-position"?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        RateLimit: components["headers"]["RateLimit"];
-                        "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
-                        "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                        "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                        "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WorkforceSummary"];
-                    };
-                };
-                /** @description Default Response */
-                400: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        RateLimit: components["headers"]["RateLimit"];
-                        "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
-                        "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                        "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                        "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                401: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                403: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        RateLimit: components["headers"]["RateLimit"];
-                        "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
-                        "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                        "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                        "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                        "WWW-Authenticate": components["headers"]["WWW-Authenticate-InsufficientScope"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                429: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        RateLimit: components["headers"]["RateLimit"];
-                        "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
-                        "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                        "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                        "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                        "Retry-After": components["headers"]["Retry-After"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                500: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                503: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        "Retry-After": components["headers"]["Retry-After"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-            };
-        };
+        get: operations["getWorkforceSummary"];
         put?: never;
         post?: never;
         delete?: never;
@@ -417,132 +300,7 @@ export interface paths {
             cookie?: never;
         };
         /** Headcount, hires, exits or turnover over time (at most 1,000 points) */
-        get: {
-            parameters: {
-                query: {
-                    /** @description Which figure */
-                    metric: "headcount" | "hires" | "exits" | "turnoverRate";
-                    /** @description Bucket size (UTC days, ISO weeks from Monday, calendar months) */
-                    interval: "day" | "week" | "month";
-                    /** @description A point for every bucket that starts in [from, to] (inclusive), up to now */
-                    from: string;
-                    /** @description Last instant a bucket may start at (inclusive) */
-                    to: string;
-                    /** @description Only this department (slug) */
-                    department?: string;
-                };
-                header?: {
-                    /** @description Read-your-writes: wait (≤ 2 s) for this position */
-                    "x-min-position"?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        RateLimit: components["headers"]["RateLimit"];
-                        "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
-                        "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                        "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                        "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WorkforceSeries"];
-                    };
-                };
-                /** @description Default Response */
-                400: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        RateLimit: components["headers"]["RateLimit"];
-                        "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
-                        "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                        "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                        "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                401: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                403: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        RateLimit: components["headers"]["RateLimit"];
-                        "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
-                        "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                        "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                        "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                        "WWW-Authenticate": components["headers"]["WWW-Authenticate-InsufficientScope"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                429: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        RateLimit: components["headers"]["RateLimit"];
-                        "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
-                        "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                        "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                        "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                        "Retry-After": components["headers"]["Retry-After"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                500: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-                /** @description Default Response */
-                503: {
-                    headers: {
-                        "X-Request-Id": components["headers"]["X-Request-Id"];
-                        "Cache-Control": components["headers"]["Cache-Control"];
-                        "Retry-After": components["headers"]["Retry-After"];
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Problem"];
-                    };
-                };
-            };
-        };
+        get: operations["getWorkforceSeries"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3653,6 +3411,250 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getWorkforceSummary: {
+        parameters: {
+            query?: {
+                /** @description The instant (ISO 8601 with offset); default and latest: now */
+                at?: string;
+            };
+            header?: {
+                /** @description Read-your-writes: wait (≤ 2 s) for this position */
+                "x-min-position"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkforceSummary"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate-InsufficientScope"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getWorkforceSeries: {
+        parameters: {
+            query: {
+                /** @description Which figure */
+                metric: "headcount" | "hires" | "exits" | "turnoverRate";
+                /** @description Bucket size (UTC days, ISO weeks from Monday, calendar months) */
+                interval: "day" | "week" | "month";
+                /** @description A point for every bucket that starts in [from, to] (inclusive), up to now */
+                from: string;
+                /** @description Last instant a bucket may start at (inclusive) */
+                to: string;
+                /** @description Only this department (slug) */
+                department?: string;
+            };
+            header?: {
+                /** @description Read-your-writes: wait (≤ 2 s) for this position */
+                "x-min-position"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkforceSeries"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate-InsufficientScope"];
                     [name: string]: unknown;
                 };
                 content: {

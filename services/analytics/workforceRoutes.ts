@@ -105,6 +105,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
         config: { permission: 'analytics:read' },
         schema: {
           tags: ['analytics'],
+          operationId: 'getWorkforceSummary',
           summary: 'Headcount by department, now or at an instant',
           headers,
           querystring: z.object({ at: at('The instant (ISO 8601 with offset); default and latest: now').optional() }).strict(),
@@ -125,6 +126,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
         config: { permission: 'analytics:read' },
         schema: {
           tags: ['analytics'],
+          operationId: 'getWorkforceSeries',
           summary: `Headcount, hires, exits or turnover over time (at most ${MAX_SERIES_POINTS.toLocaleString('en')} points)`,
           headers,
           querystring: seriesQuery,

@@ -186,7 +186,7 @@ async function start(stops: Array<() => Promise<unknown>>, close: () => Promise<
    */
   async function workforceTenant(now: number): Promise<TestTenant> {
     const tenant = await provisionTenant(db.pool);
-    const ports = { store, assertRoleExists: async () => undefined, emailHash: testEmailHash };
+    const ports = { store, emailHash: testEmailHash, assertRoleExists: async () => undefined };
     const metadata = { tenantId: tenant.tenantId, actor: 'spec', now: new Date(now).toISOString() };
     const hire = async (daysAgo: number, department?: string) => {
       const employeeId = ulid();

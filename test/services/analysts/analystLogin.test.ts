@@ -28,7 +28,7 @@ const created: string[] = [];
 async function hire(tenantId: string, department: string): Promise<void> {
   const employeeId = nextId();
   await hireEmployee(
-    { store, assertRoleExists: async () => undefined, emailHash: testEmailHash },
+    { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
     {
       type: 'HireEmployee',
       data: { employeeId, email: `${employeeId}@example.test`, firstName: 'A', lastName: 'B', department },

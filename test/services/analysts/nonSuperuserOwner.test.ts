@@ -50,7 +50,7 @@ describe('when the owner is not a superuser', () => {
     const tenant = await provisionTenant(pool);
     const employeeId = nextId();
     await hireEmployee(
-      { store, assertRoleExists: async () => undefined, emailHash: testEmailHash },
+      { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
       {
         type: 'HireEmployee',
         data: { employeeId, email: `${employeeId}@example.test`, firstName: 'A', lastName: 'B', department: 'sales' },

@@ -20,7 +20,7 @@ const noRoles = async () => undefined;
 describe('when a status change is back-dated before the status in force, in a later batch', () => {
   it('the feed shows the employee with the status in force now, as the write side has it', async () => {
     const { tenant, headers } = await h.tenant();
-    const ports = { store: h.store, assertRoleExists: noRoles, emailHash: testEmailHash };
+    const ports = { store: h.store, emailHash: testEmailHash, assertRoleExists: noRoles };
     const employeeId = monotonicFactory()();
     const metadata = { tenantId: tenant.tenantId, actor: 'test', now: '2026-04-15T12:00:00.000Z' };
     await hireEmployee(ports, {

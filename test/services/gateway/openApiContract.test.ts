@@ -82,6 +82,8 @@ const PUBLISHED_OPERATION_IDS = [
   'getEmployeeHistory',
   'getKpiSummary',
   'getKpiSeries',
+  'getWorkforceSummary',
+  'getWorkforceSeries',
   'recordBillingEvents',
   'eraseEmployee',
 ];
