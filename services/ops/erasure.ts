@@ -1,5 +1,4 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import cliProgress from 'cli-progress';
 import { withTenant } from '../../shared/db/pool.ts';
 import { NotFoundError } from '../../shared/errors.ts';
 import { forgetTenantAccounts } from '../auth/forgetAccount.ts';
@@ -12,6 +11,7 @@ import { z } from 'zod';
 import type { Runtime } from '../runtime.ts';
 import { findTenantBySlug } from '../tenants/tenants.ts';
 import { employeeIdSchema } from '../employees/schemas.ts';
+import { progressBar } from './cliOptions.ts';
 import { opsAction, parseSlug, withConfiguredRuntime } from './tenants.ts';
 
 const portsOf = (runtime: Runtime) =>
@@ -30,23 +30,15 @@ async function tenantIdOf(runtime: Runtime, slug: string): Promise<string> {
   return tenant.id;
 }
 
-/** A progress bar on stderr, like the replay's (redrawn every 2 s when stderr is not a terminal). */
-function progressBar(label: string) {
-  const bar = new cliProgress.SingleBar(
-    {
-      format: `${label} |{bar}| {percentage}% | {value}/{total} employees | ETA {eta_formatted}`,
-      hideCursor: true,
-      stream: process.stderr,
-      noTTYOutput: true,
-      notTTYSchedule: 2_000,
-    },
-    cliProgress.Presets.shades_classic,
-  );
+/** The shared progress bar (cliOptions.ts), started on the first count, when the total is known. */
+function employeesBar(label: string) {
+  const bar = progressBar(`${label} |{bar}| {percentage}% | {value}/{total} employees | ETA {eta_formatted}`);
   let started = false;
   return {
     update(done: number, total: number) {
       if (!started) bar.start(total, 0);
       started = true;
+      bar.setTotal(total);
       bar.update(done);
     },
     stop: () => bar.stop(),
@@ -123,7 +115,7 @@ export function registerErasureCommands(program: Command): void {
           const tenantId = options.tenant === undefined ? undefined : await tenantIdOf(runtime, options.tenant);
           const ports = portsOf(runtime);
           const entries = await erasuresToReapply(ports, tenantId, kept);
-          const bar = progressBar('reapply-erasures');
+          const bar = employeesBar('reapply-erasures');
           const counts = await eraseAll(ports, entries, 'ops:employees reapply-erasures', bar.update).finally(bar.stop);
           process.stdout.write(`${entries.length} erasures re-applied: ${summary(counts)}\n`);
         });
@@ -143,7 +135,7 @@ export function registerErasureCommands(program: Command): void {
           // minutes: run the command again after them; it skips whoever it finished).
           const logins = await withTenant(runtime.pool, tenantId, (tx) => forgetTenantAccounts(tx, tenantId));
           const ports = { ...portsOf(runtime), isDestroyed: (t: string, id: string) => runtime.dataKeys.isDestroyed(t, id) };
-          const bar = progressBar(`erase ${valid}`);
+          const bar = employeesBar(`erase ${valid}`);
           const counts = await eraseTenantEmployees(ports, tenantId, 'ops:tenants erase', bar.update).finally(bar.stop);
           process.stdout.write(
             `tenant ${valid}: ${counts.employees} employees, ${summary(counts)}, ${counts.skipped} finished before (skipped); ` +
