@@ -64,6 +64,16 @@ describe('an erasure and the directory in effective time', () => {
       expect(page.data).toHaveLength(listsBefore[i]!.data.length - 1);
     });
 
+    // Page by page the list has no hole where they were: every page of one holds one employee.
+    for (const [i, at] of INSTANTS.entries()) {
+      for (let page = 1; page <= listsAfter[i]!.meta.total; page++) {
+        const one = ok<Page>(
+          await h.app.inject({ method: 'GET', url: `/v1/employees?asOf=${encodeURIComponent(at)}&limit=1&page=${page}`, headers: hr }),
+        );
+        expect(one.data.map((e) => e.id)).toEqual([listsAfter[i]!.data[page - 1]!.id]);
+      }
+    }
+
     // Every version of theirs keeps its dates, department and status, and loses names and email.
     const versions = await h.db.pool.any(
       sql.type(
