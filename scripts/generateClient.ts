@@ -45,6 +45,10 @@ export async function openApiDocument(pool: DatabasePool): Promise<Record<string
       auth,
       pool,
       eventStore,
+      logStore: eventStore,
+      logInDatabase: true,
+      // Nothing is erased while the document is generated.
+      dataKeys: { destroy: () => Promise.reject(new Error('the client generator erases nothing')) },
       // Never used: nothing is written while the document is generated.
       emailHash: createEmailHash(randomBytes(32)),
       rateLimiter,

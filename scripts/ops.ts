@@ -3,8 +3,9 @@ import { registerProjectionCommands } from '../services/ops/projections.ts';
 import { registerTenantCommands } from '../services/ops/tenants.ts';
 import { registerUserCommands } from '../services/ops/users.ts';
 import { registerEmployeeCommands } from '../services/ops/employees.ts';
-import { registerAnalystCommands } from '../services/ops/analysts.ts';
+import { registerErasureCommands } from '../services/ops/erasure.ts';
 import { registerPrivacyCommands } from '../services/ops/privacy.ts';
+import { registerAnalystCommands } from '../services/ops/analysts.ts';
 
 /**
  * `npm run ops -- <command>`: the operator's CLI. Runs against the configured database
@@ -25,7 +26,8 @@ registerProjectionCommands(program);
 registerTenantCommands(program);
 registerUserCommands(program);
 registerEmployeeCommands(program);
-registerAnalystCommands(program);
+registerErasureCommands(program);
 registerPrivacyCommands(program);
+registerAnalystCommands(program);
 
 await program.parseAsync(process.argv);

@@ -21,17 +21,12 @@ export type Decider<State, Command, Event extends { readonly type: string; reado
 export type IfMatch = readonly number[];
 
 /**
- * The precondition alone: 412 unless the stream is at a revision `ifMatch` accepts. Use it
- * before work that processes the request's content (an email reservation, a role lookup), so
- * a stale `If-Match` is answered 412 whatever the content (RFC 9110 §13.2.2); the command's
- * append still guards against a change in between.
+ * The precondition: 412 unless `revision` is one `ifMatch` accepts (none given: anything is).
+ * Checked before work that processes the request's content (an email reservation, a role
+ * lookup), so a stale `If-Match` is answered 412 whatever the content (RFC 9110 §13.2.2); the
+ * command's append still guards against a change in between.
  */
-export async function assertIfMatch(store: EventStore, streamId: string, ifMatch: IfMatch | undefined): Promise<void> {
-  if (ifMatch === undefined) return;
-  preconditionHolds(ifMatch, (await store.readStream(streamId)).length - 1);
-}
-
-function preconditionHolds(ifMatch: IfMatch | undefined, revision: number): void {
+export function preconditionHolds(ifMatch: IfMatch | undefined, revision: number): void {
   if (ifMatch === undefined || ifMatch.includes(revision)) return;
   const named = ifMatch.length > 0 ? ifMatch.join(' or ') : 'any revision the If-Match names';
   throw new PreconditionFailedError(`The resource is at revision ${revision}, not ${named}`, { currentRevision: revision });
@@ -47,6 +42,11 @@ export type HandleCommandOptions<State = unknown, Event = unknown> = {
   readonly ifMatch?: IfMatch;
   /** Stored with every event: tenant, actor, occurredAt (the audit trail). */
   readonly metadata: EventMetadata;
+  /**
+   * Checked on the state before the If-Match precondition: a resource that is gone for good says
+   * so (410) rather than answering 412 to a client whose tag is stale because of its removal.
+   */
+  readonly assertPresent?: (state: State) => void;
   /** Attempts after a lost race when no `ifMatch` was given. */
   readonly maxRetries?: number;
   /**
@@ -93,10 +93,11 @@ export async function handleCommand<State, Command, Event extends { readonly typ
   for (let attempt = 0; ; attempt++) {
     const recorded = read ? await store.readStream(streamId) : [];
     const revision = recorded.length - 1;
-    preconditionHolds(options.ifMatch, revision);
     // The store hands back what the decider's own events serialised to; this is that boundary.
     const history = recorded.map((e) => ({ type: e.type, data: e.data }) as Event);
     const state = history.reduce(decider.evolve, decider.initialState);
+    options.assertPresent?.(state);
+    preconditionHolds(options.ifMatch, revision);
     const events = decider.decide(command, state);
     const last = recorded.at(-1);
     if (events.length === 0) return { state, events, revision, position: last?.position ?? null };

@@ -17,4 +17,5 @@ export const allMigrations: readonly MigrationFolder[] = [
   { prefix: 'webhooks', folder: folder('./webhooks/migrations/') },
   { prefix: 'analysts', folder: folder('./analysts/migrations/') },
   { prefix: 'personal-data', folder: folder('../shared/personal-data/migrations/') },
+  { prefix: 'employees', folder: folder('./employees/migrations/') },
 ];

@@ -52,6 +52,13 @@ export type Runtime = {
   readonly tenantReader: TenantReader;
   /** The event log behind the sealing boundary: personal fields are stored sealed, read plain. */
   readonly eventStore: EventStore;
+  /**
+   * The same log without the sealing boundary: for scans that need only stream ids and what is
+   * not personal, and must not stop on a field nothing can open (services/employees/erasureRuns.ts).
+   */
+  readonly logStore: EventStore;
+  /** Whether the log is in `pool`'s database (PostgreSQL), so one transaction spans log and tables; false on KurrentDB. */
+  readonly logInDatabase: boolean;
   /** The per-employee data keys (erasure destroys one). */
   readonly dataKeys: DataKeyStore;
   /** The keyed hash e-mail uniqueness is kept on. */
@@ -164,6 +171,8 @@ export async function createRuntime(config: Config, logger: Logger, options: Run
       pool,
       tenantReader,
       eventStore,
+      logStore: untracedStore,
+      logInDatabase: !config.EVENTSTORE_URL,
       dataKeys,
       emailHash,
       registry,

@@ -31,6 +31,8 @@ export class UnauthorizedError extends defineError(401, 'unauthorized', 'Unautho
 export class ForbiddenError extends defineError(403, 'forbidden', 'Forbidden') {}
 export class NotFoundError extends defineError(404, 'not-found', 'Not Found') {}
 export class ConflictError extends defineError(409, 'conflict', 'Conflict') {}
+/** The resource existed and was erased on purpose (a person's right to erasure): it will not come back. */
+export class ErasedError extends defineError(410, 'erased', 'Erased') {}
 export class PreconditionFailedError extends defineError(412, 'precondition-failed', 'Precondition Failed') {}
 export class UnprocessableError extends defineError(422, 'unprocessable-content', 'Unprocessable Content') {}
 export class TooManyRequestsError extends defineError(429, 'too-many-requests', 'Too Many Requests') {}

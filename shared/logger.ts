@@ -8,13 +8,36 @@ export function wantsPrettyLogs(format: Config['LOG_FORMAT'], isTty = Boolean(pr
   return format === 'pretty' || (format === 'auto' && isTty);
 }
 
+/** The personal fields of an employee or a login, wherever a logged object carries them. */
+const PERSONAL_LOG_FIELDS = ['email', 'previousEmail', 'firstName', 'lastName'];
+
+/** Nesting levels below the line's own fields that redaction reaches (`{ a: { b: { c: { email } } } }`). */
+const REDACT_DEPTH = 3;
+
+/**
+ * Paths pino replaces with `[Redacted]`: credentials, and the personal fields of an employee or a
+ * login at the top of a line (`log.info({ email })`) and up to REDACT_DEPTH objects down
+ * (`{ employee: { email } }`, `{ event: { data: { email } } }`), so that a line written with such
+ * an object in it still names nobody. Paths rather than a serializer: pino compiles them once and
+ * redacts without walking objects that hold none. Request logs carry no bodies in the first place.
+ */
+export const LOG_REDACT_PATHS = [
+  'req.headers.authorization',
+  'req.headers.cookie',
+  '*.password',
+  '*.refreshToken',
+  ...PERSONAL_LOG_FIELDS.flatMap((field) =>
+    Array.from({ length: REDACT_DEPTH + 1 }, (_, depth) => [...Array<string>(depth).fill('*'), field].join('.')),
+  ),
+];
+
 /** One structured logger per process; request logs add `reqId`, `tenant` and `userId` as children. */
 export function createLogger(config: Partial<Pick<Config, 'LOG_LEVEL' | 'LOG_FORMAT'>> & Pick<Config, 'LOG_LEVEL'>, name = 'eas'): Logger {
   const pretty = wantsPrettyLogs(config.LOG_FORMAT ?? 'auto');
   return pino({
     name,
     level: config.LOG_LEVEL,
-    redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.refreshToken'],
+    redact: LOG_REDACT_PATHS,
     // pino-pretty runs in pino's transport thread, so formatting never blocks a request; it is
     // loaded only on a terminal.
     ...(pretty

@@ -238,6 +238,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/employees/{id}/erasure": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Erase the person (right to erasure): their personal data becomes unreadable everywhere; idempotent
+         * @description Appends EmployeeErased and destroys the data key of the employee in one transaction. Afterwards the employee answers 410 (problem /problems/erased), is in no list, their e-mail address is free again, every change of theirs in the feed has its personal fields null, a change employee.erased is delivered, and a login made for them loses its address and is disabled. Repeating the request answers the same erasedAt.
+         */
+        post: operations["eraseEmployee"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/employees/{id}/history": {
         parameters: {
             query?: never;
@@ -382,7 +402,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             name: string;
-            permissions: ("employees:read" | "employees:write" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
+            permissions: ("employees:read" | "employees:write" | "employees:erase" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
         };
         EmployeeInput: {
             /** @description Employee id (ULID) */
@@ -403,6 +423,12 @@ export interface components {
             /** Format: uuid */
             roleId: string;
         };
+        EmployeeErasureInput: {
+            /** @description Employee id (ULID) */
+            id: string;
+            /** @description ISO 8601 UTC instant of the (first) erasure */
+            erasedAt: string;
+        };
         EmployeeChangeInput: {
             /** @description Position of this change; pass it as `after` to read what follows */
             cursor: string;
@@ -410,12 +436,26 @@ export interface components {
              * @description What happened to the employee
              * @enum {string}
              */
-            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned";
+            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased";
             employeeId: string;
             /** @description ISO 8601 UTC instant the change was made */
             occurredAt: string;
-            /** @description The employee as it was right after this change */
-            employee: components["schemas"]["EmployeeInput"];
+            /** @description The employee as it was right after this change. Once the employee is erased, email, firstName and lastName are null in every change of theirs */
+            employee: {
+                /** @description Employee id (ULID) */
+                id: string;
+                email: string | null;
+                firstName: string | null;
+                lastName: string | null;
+                /** @description Department slug, null when none was given */
+                department: string | null;
+                /** @enum {string} */
+                status: "active" | "inactive" | "on_leave";
+                /** @description ISO 8601 UTC */
+                hiredAt: string;
+            };
+            /** @description On `employee.erased` only: when the person was erased (ISO 8601 UTC) */
+            erasedAt?: string;
         };
         WebhookEndpointInput: {
             /**
@@ -424,7 +464,7 @@ export interface components {
              */
             id: string;
             url: string;
-            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased")[];
             /** @enum {string} */
             status: "active" | "disabled";
             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
@@ -580,7 +620,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             name: string;
-            permissions: ("employees:read" | "employees:write" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
+            permissions: ("employees:read" | "employees:write" | "employees:erase" | "analytics:read" | "analytics:write" | "roles:read" | "session:end" | "roles:assign" | "webhooks:manage")[];
         };
         Employee: {
             /** @description Employee id (ULID) */
@@ -601,6 +641,12 @@ export interface components {
             /** Format: uuid */
             roleId: string;
         };
+        EmployeeErasure: {
+            /** @description Employee id (ULID) */
+            id: string;
+            /** @description ISO 8601 UTC instant of the (first) erasure */
+            erasedAt: string;
+        };
         EmployeeChange: {
             /** @description Position of this change; pass it as `after` to read what follows */
             cursor: string;
@@ -608,12 +654,26 @@ export interface components {
              * @description What happened to the employee
              * @enum {string}
              */
-            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned";
+            type: "employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased";
             employeeId: string;
             /** @description ISO 8601 UTC instant the change was made */
             occurredAt: string;
-            /** @description The employee as it was right after this change */
-            employee: components["schemas"]["Employee"];
+            /** @description The employee as it was right after this change. Once the employee is erased, email, firstName and lastName are null in every change of theirs */
+            employee: {
+                /** @description Employee id (ULID) */
+                id: string;
+                email: string | null;
+                firstName: string | null;
+                lastName: string | null;
+                /** @description Department slug, null when none was given */
+                department: string | null;
+                /** @enum {string} */
+                status: "active" | "inactive" | "on_leave";
+                /** @description ISO 8601 UTC */
+                hiredAt: string;
+            };
+            /** @description On `employee.erased` only: when the person was erased (ISO 8601 UTC) */
+            erasedAt?: string;
         };
         WebhookEndpoint: {
             /**
@@ -622,7 +682,7 @@ export interface components {
              */
             id: string;
             url: string;
-            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+            events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased")[];
             /** @enum {string} */
             status: "active" | "disabled";
             /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
@@ -1447,7 +1507,7 @@ export interface operations {
                     /** @description https URL (plain http only for hosts in WEBHOOK_ALLOW_HOSTS) */
                     url: string;
                     /** @description Change types to deliver */
-                    events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+                    events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased")[];
                     /** @description Deliver changes after this cursor; default: only changes from now on */
                     after?: string;
                 };
@@ -1475,7 +1535,7 @@ export interface operations {
                          */
                         id: string;
                         url: string;
-                        events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned")[];
+                        events: ("employee.hired" | "employee.details_changed" | "employee.email_changed" | "employee.status_changed" | "employee.role_assigned" | "employee.erased")[];
                         /** @enum {string} */
                         status: "active" | "disabled";
                         /** @description Why deliveries stopped (410 Gone, retries exhausted); replay re-enables */
@@ -2451,6 +2511,22 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            410: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
             429: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2598,6 +2674,22 @@ export interface operations {
             };
             /** @description Default Response */
             409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            410: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     "Cache-Control": components["headers"]["Cache-Control"];
@@ -2794,6 +2886,22 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            410: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
             412: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2956,6 +3064,22 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            410: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
             412: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2973,6 +3097,154 @@ export interface operations {
             };
             /** @description Default Response */
             422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    eraseEmployee: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Employee id (ULID) */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EmployeeErasure"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate-InsufficientScope"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     "Cache-Control": components["headers"]["Cache-Control"];
@@ -3115,6 +3387,22 @@ export interface operations {
             };
             /** @description Default Response */
             404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            410: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     "Cache-Control": components["headers"]["Cache-Control"];

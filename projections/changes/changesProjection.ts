@@ -12,8 +12,13 @@ import {
   type EmployeeEventType,
   evolve,
   toEmployeeView,
+  toErasedView,
+  PERSONAL_VIEW_FIELDS,
   type EmployeeState,
+  erasedStreams,
+  PERSONAL_FIELDS,
 } from '../../services/employees/contract.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
 // The feed's `employee` must be exactly the state the write side computes after the change, so
 // it folds with the aggregate's own `evolve` instead of a second copy that could drift.
 
@@ -39,6 +44,7 @@ export const CHANGE_TYPES = {
   EmployeeEmailChanged: 'employee.email_changed',
   EmployeeStatusChanged: 'employee.status_changed',
   EmployeeRoleAssigned: 'employee.role_assigned',
+  EmployeeErased: 'employee.erased',
 } as const satisfies Record<EmployeeEventType, string>;
 
 export type ChangeType = (typeof CHANGE_TYPES)[EmployeeEventType];
@@ -53,15 +59,20 @@ const lastStateRow = z.object({
   revision: z.number(),
   employee: z.record(z.string(), z.unknown()),
   role_id: z.string().nullable(),
+  type: z.string(),
+  occurred_at: z.string(),
   status_since: z.string(),
 });
 
-/** The employee as a change carries it (stored with the change, read back by the feed). */
+/**
+ * The employee as a change carries it (stored with the change, read back by the feed). The
+ * personal fields are null in every change of an employee who was erased since.
+ */
 export const employeeView = z.object({
   id: z.string(),
-  email: z.string(),
-  firstName: z.string(),
-  lastName: z.string(),
+  email: z.string().nullable(),
+  firstName: z.string().nullable(),
+  lastName: z.string().nullable(),
   department: z.string().nullable(),
   status: z.enum(EMPLOYEE_STATUSES),
   hiredAt: z.string(),
@@ -88,6 +99,7 @@ async function handle(
   events: readonly RecordedEvent[],
   tables: Readonly<Record<'employee_changes', IdentifierSqlToken>>,
 ): Promise<void> {
+  await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
   const key = (tenantId: string, id: string) => `${tenantId}/${id}`;
   // The batch's employee events, each with its stream, in the batch's (log) order: the rows are
   // inserted in that order and draw their `seq` from it (`order by u.n` below).
@@ -107,7 +119,8 @@ async function handle(
   const streams = new Map<string, { applied: number; state: EmployeeState }>();
   if (known.length > 0) {
     const rows = await tx.any(sql.type(lastStateRow)`
-      select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id, c.status_since
+      select distinct on (c.tenant_id, c.employee_id) c.tenant_id::text, c.employee_id, c.revision, c.employee, c.role_id, c.type,
+        to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as occurred_at, c.status_since
       from ${tables.employee_changes} c
       join unnest(${sql.array(
         known.map((k) => k.tenantId),
@@ -120,22 +133,53 @@ async function handle(
       order by c.tenant_id, c.employee_id, c.revision desc
     `);
     for (const row of rows) {
-      const view = employeeView.parse(row.employee);
       // A back-dated status change becomes the current status only if it is not older than the
       // status in force: the fold needs when that took effect, which the view does not carry.
-      const state: EmployeeState = { kind: 'hired', ...view, roleId: row.role_id, statusSince: row.status_since };
+      const { email, firstName, lastName, ...facts } = employeeView.parse(row.employee);
+      // Personal fields read null once the person is erased, in the rows before the erasure too
+      // (a rebuild after it could not open them): the state they carry on is still hired, with the
+      // fields as the sealing boundary hands them over (null), so the changes up to the erasure keep their rows.
+      const personal = { email, firstName, lastName } as Pick<
+        Extract<EmployeeState, { kind: 'hired' }>,
+        'email' | 'firstName' | 'lastName'
+      >;
+      const state: EmployeeState =
+        row.type === CHANGE_TYPES.EmployeeErased
+          ? { kind: 'erased', ...facts, statusSince: row.status_since, erasedAt: row.occurred_at }
+          : { kind: 'hired', ...facts, ...personal, roleId: row.role_id, statusSince: row.status_since };
       streams.set(key(row.tenant_id, row.employee_id), { applied: row.revision, state });
     }
   }
 
   const out: ChangeRow[] = [];
+  const erased: Array<{ tenantId: string; employeeId: string }> = [];
   for (const { recorded, k, tenantId, employeeId } of employeeEvents) {
     const stream = streams.get(k) ?? { applied: -1, state: { kind: 'none' } };
     streams.set(k, stream);
     if (recorded.revision <= stream.applied) continue; // applied by an earlier batch
     // The store hands back what the write side stored for these types (contract.ts).
     const event = { type: recorded.type, data: recorded.data } as EmployeeEvent;
-    stream.state = evolve(stream.state, event);
+    const before = stream.state;
+    stream.state = evolve(before, event);
+    if (stream.state.kind === 'erased') {
+      if (before.kind !== 'hired') continue;
+      // The erasure itself is a change (integrators erase their copies on it); every earlier
+      // change of the employee loses its personal fields below.
+      erased.push({ tenantId, employeeId });
+      out.push({
+        tenantId,
+        commit: recorded.position.commit.toString(),
+        prepare: recorded.position.prepare.toString(),
+        employeeId,
+        revision: recorded.revision,
+        type: CHANGE_TYPES.EmployeeErased,
+        occurredAt: stream.state.erasedAt,
+        employee: JSON.stringify(toErasedView(stream.state)),
+        roleId: null,
+        statusSince: stream.state.statusSince,
+      });
+      continue;
+    }
     if (stream.state.kind !== 'hired') continue; // a change to an employee never hired: nothing to show
     const occurredAt = typeof recorded.metadata.occurredAt === 'string' ? recorded.metadata.occurredAt : recorded.recordedAt;
     out.push({
@@ -181,6 +225,32 @@ async function handle(
       on conflict do nothing
     )
     select pg_notify(${CHANGES_CHANNEL}, t) from unnest(${sql.array(tenants, 'text')}) as t
+  `);
+  if (erased.length > 0) await redactChanges(tx, tables.employee_changes, erased);
+}
+
+const REDACTED = JSON.stringify(Object.fromEntries(PERSONAL_VIEW_FIELDS.map((field) => [field, null])));
+
+/**
+ * Blanks the personal fields of every change of these employees, those of this batch included:
+ * after an erasure the feed (and the webhook deliveries read from it, retries and replays
+ * alike) carries nothing personal about them. A rebuild meets the erasure again and does the same.
+ */
+async function redactChanges(
+  tx: Queryable,
+  table: IdentifierSqlToken,
+  employees: ReadonlyArray<{ tenantId: string; employeeId: string }>,
+): Promise<void> {
+  await tx.query(sql.type(z.object({}))`
+    update ${table} c set employee = c.employee || ${REDACTED}::jsonb
+    from unnest(${sql.array(
+      employees.map((e) => e.tenantId),
+      'uuid',
+    )}, ${sql.array(
+      employees.map((e) => e.employeeId),
+      'text',
+    )}) as k(tenant_id, employee_id)
+    where c.tenant_id = k.tenant_id and c.employee_id = k.employee_id and c.employee->>'email' is not null
   `);
 }
 

@@ -4,6 +4,7 @@ import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
+import { deleteErasedRows } from './erasedRows.ts';
 import { counterKeys, createCounterDeltas } from './counters.ts';
 import {
   EMPLOYEE_EVENT_TYPES,
@@ -11,7 +12,10 @@ import {
   statusAppliesFrom,
   type EmployeeEvent,
   type EmployeeStatus,
+  erasedStreams,
+  PERSONAL_FIELDS,
 } from '../../services/employees/contract.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
 
 /**
  * The employees read model: one row per employee (its API fields + tenant + stream revision) and
@@ -27,7 +31,7 @@ import {
  */
 export const EMPLOYEES_PROJECTION = 'employees';
 
-type Row = {
+export type Row = {
   tenant_id: string;
   id: string;
   email: string;
@@ -57,9 +61,16 @@ export const employeeRowSchema = z.object({
   updated_at: z.string(),
 });
 
-type Tables = 'employees' | 'employee_counts' | 'employee_month_counts' | 'employee_day_counts';
+export type Tables = 'employees' | 'employee_counts' | 'employee_month_counts' | 'employee_day_counts';
 
-function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEvent, tenantId: string): Row | undefined {
+/**
+ * What an event makes of an employee's row: the new row, undefined (unchanged) or `ERASED`: an
+ * erased person is in no list, so the row goes, and with it the list totals' share of it.
+ */
+const ERASED = 'erased';
+type Folded = Row | typeof ERASED | undefined;
+
+function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEvent, tenantId: string): Folded {
   const touched = { revision: recorded.revision, updated_at: recorded.recordedAt };
   switch (event.type) {
     case 'EmployeeHired': {
@@ -100,6 +111,8 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
     }
     case 'EmployeeRoleAssigned':
       return row && { ...row, ...touched }; // the role itself lives with the user (services/auth)
+    case 'EmployeeErased':
+      return ERASED;
     default: {
       const unhandled: never = event;
       return unhandled;
@@ -114,8 +127,11 @@ const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
  * Folds one event into `row` unless the row already reflects it (revision guard), the one
  * place both the live handler and the bulk fold go through.
  */
-function fold(row: Row | undefined, recorded: RecordedEvent, tenantId: string): Row | undefined {
+function fold(row: Row | undefined, recorded: RecordedEvent, tenantId: string): Folded {
   if (row && recorded.revision <= row.revision) return row; // already applied
+  // Fields that cannot be opened any more (the key is destroyed) belong to an erased person, whose
+  // erasure follows in the log: in no list from here on (a rebuild after the erasure builds no row).
+  if (recorded.redacted) return ERASED;
   // The event store hands back what the write side stored for these types.
   return apply(row, { type: recorded.type, data: recorded.data } as EmployeeEvent, recorded, tenantId) ?? row;
 }
@@ -165,6 +181,7 @@ async function handle(
   events: readonly RecordedEvent[],
   tables: Readonly<Record<Tables, IdentifierSqlToken>>,
 ): Promise<void> {
+  await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
   // Per employee, its events of this batch in order (the batch is in global order).
   const streams = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
   for (const event of events) {
@@ -196,12 +213,16 @@ async function handle(
         `);
   const before = new Map<string, Row>(existing.map((r) => [keyOf(r.tenant_id, r.id), r]));
   const changed: Row[] = [];
+  const erased: Row[] = [];
   for (const [key, stream] of streams) {
     const start = before.get(key);
-    let row = start;
-    for (const recorded of stream.events) row = fold(row, recorded, stream.tenantId);
-    if (row && row.revision !== start?.revision) changed.push(row);
+    let row: Folded = start;
+    for (const recorded of stream.events) if (row !== ERASED) row = fold(row, recorded, stream.tenantId);
+    if (row === ERASED) {
+      if (start) erased.push(start);
+    } else if (row && row.revision !== start?.revision) changed.push(row);
   }
+  if (erased.length > 0) await deleteErasedRows(tx, erased, tables);
   if (changed.length === 0) return;
 
   // One statement (one round trip of the page transaction): the upsert, whose revision guard
@@ -263,7 +284,8 @@ function bulkFold() {
         const key = keyOf(parsed.tenantId, parsed.employeeId);
         const before = rows.get(key);
         const after = fold(before, event, parsed.tenantId);
-        if (after && after !== before) rows.set(key, after);
+        if (after === ERASED) rows.delete(key);
+        else if (after && after !== before) rows.set(key, after);
       }
     },
     rows() {

@@ -14,7 +14,8 @@ import { pgDate, pgIso } from './instants.ts';
  * exactly one version in force at asOf, so a page reads about (versions per employee) × (offset +
  * limit) rows, whether asOf is today or years back. `meta.total` comes from the daily and monthly
  * counters (the number in force at the end of the day before asOf) plus the versions that start or
- * end in asOf's own day up to asOf; with a hire-date range it counts the matching versions.
+ * end in asOf's own day up to asOf, less the erased (absent from the directory, still counted by
+ * the counters); with a hire-date range it counts the matching versions.
  */
 export type AsOfQuery = ListEmployeesQuery & { readonly asOf: number };
 
@@ -25,6 +26,7 @@ function conditions(tenantId: string, query: AsOfQuery) {
     sql.fragment`hired_at <= ${at}::timestamptz`,
     sql.fragment`valid_from <= ${at}::timestamptz`,
     sql.fragment`(valid_to is null or valid_to > ${at}::timestamptz)`,
+    sql.fragment`not erased`,
   ];
   if (query.department !== undefined) parts.push(sql.fragment`department = ${query.department}`);
   if (query.status !== undefined) parts.push(sql.fragment`status = ${query.status}`);
@@ -53,6 +55,9 @@ function totalExpression(tenantId: string, query: AsOfQuery) {
   const day = floorTo('day', end);
   const month = floorTo('month', day);
   const d = pgDate;
+  const at = pgIso(query.asOf);
+  // The counters go on counting the erased (the workforce figures keep them); the directory does
+  // not list them, so its total takes off those in force at asOf (a partial index: few rows).
   return sql.fragment`(
     (select coalesce(sum(in_force), 0) from workforce_month_counts where ${key} and month < ${d(month)}::date)
     + (select coalesce(sum(in_force), 0) from workforce_day_counts where ${key} and day >= ${d(month)}::date and day < ${d(day)}::date)
@@ -60,6 +65,8 @@ function totalExpression(tenantId: string, query: AsOfQuery) {
          and valid_from >= ${pgIso(day)}::timestamptz and valid_from < ${pgIso(end)}::timestamptz)
     - (select count(*) from employee_versions where ${key}
          and valid_to >= ${pgIso(day)}::timestamptz and valid_to < ${pgIso(end)}::timestamptz)
+    - (select count(*) from employee_versions where ${key} and erased and hired_at <= ${at}::timestamptz
+         and valid_from <= ${at}::timestamptz and (valid_to is null or valid_to > ${at}::timestamptz))
   )`;
 }
 

@@ -20,9 +20,10 @@ export type Version = {
   readonly validFrom: number;
   readonly validTo: number | null;
   readonly department: string | null;
-  readonly firstName: string;
-  readonly lastName: string;
-  readonly email: string;
+  /** Null once the person is erased (or a field that no longer opens): every version loses them. */
+  readonly firstName: string | null;
+  readonly lastName: string | null;
+  readonly email: string | null;
   readonly status: EmployeeStatus;
   readonly hiredAt: number;
   /**
@@ -126,12 +127,21 @@ export function evolveVersions(versions: readonly Version[], event: EmployeeEven
       return applyStatusFrom(versions, from(instantMs(statusEffectiveAt(event.data), 'effectiveAt')), event.data.to);
     case 'EmployeeRoleAssigned':
       return [...versions];
+    case 'EmployeeErased':
+      return redactVersions(versions);
     default: {
       const unhandled: never = event;
       return unhandled;
     }
   }
 }
+
+/**
+ * The versions of an erased person: names and email gone from every one, everything else (dates,
+ * department, status) kept, so the workforce figures go on counting them.
+ */
+export const redactVersions = (versions: readonly Version[]): Version[] =>
+  versions.map((v) => ({ ...v, firstName: null, lastName: null, email: null }));
 
 /** Statuses counted in the headcount. */
 export const EMPLOYED: readonly EmployeeStatus[] = ['active', 'on_leave'];

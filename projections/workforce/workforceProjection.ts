@@ -4,8 +4,15 @@ import { sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../../services/employees/contract.ts';
-import { contributions, evolveVersions, instantMs, type Contribution, type Version } from './versions.ts';
+import {
+  EMPLOYEE_EVENT_TYPES,
+  parseEmployeeStreamId,
+  type EmployeeEvent,
+  erasedStreams,
+  PERSONAL_FIELDS,
+} from '../../services/employees/contract.ts';
+import { contributions, evolveVersions, instantMs, redactVersions, type Contribution, type Version } from './versions.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
 
 /**
  * The workforce read model: the employee directory in effective time (versions.ts) and daily and
@@ -34,16 +41,35 @@ const versionRow = z.object({
   valid_from: z.string(),
   valid_to: z.string().nullable(),
   department: z.string().nullable(),
-  first_name: z.string(),
-  last_name: z.string(),
-  email: z.string(),
+  first_name: z.string().nullable(),
+  last_name: z.string().nullable(),
+  email: z.string().nullable(),
   status: z.enum(['active', 'inactive', 'on_leave']),
   hired_at: z.string(),
   previous_status: z.enum(['active', 'inactive', 'on_leave']).nullable(),
   revision: z.number(),
+  erased: z.boolean(),
 });
 
-type Employee = { tenantId: string; id: string; revision: number; versions: Version[] };
+/**
+ * `erased`: the person was erased (or their fields no longer open: the erasure follows in the
+ * log). Their versions keep counting in the workforce figures but hold no names or email, and the
+ * directory as of any instant leaves them out.
+ */
+type Employee = { tenantId: string; id: string; revision: number; versions: Version[]; erased: boolean };
+
+/** One event folded into an employee: their versions, and whether the person is erased from here on. */
+function foldEvent(employee: Employee, recorded: RecordedEvent): void {
+  // The event store hands back what the write side stored for these types (contract.ts).
+  const event = { type: recorded.type, data: recorded.data } as EmployeeEvent;
+  const versions = evolveVersions(employee.versions, event, recordedAtOf(recorded));
+  const erased = employee.erased || event.type === 'EmployeeErased' || recorded.redacted === true;
+  // Once erased, whatever comes later (a field that opened on a page read before the key went)
+  // is redacted too.
+  employee.versions = erased ? redactVersions(versions) : versions;
+  employee.erased = erased;
+  employee.revision = recorded.revision;
+}
 
 const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -66,8 +92,23 @@ const VERSION_COLUMNS = [
   'hired_at',
   'previous_status',
   'revision',
+  'erased',
 ];
-const VERSION_TYPES = ['uuid', 'text', 'timestamptz', 'timestamptz', 'text', 'text', 'text', 'text', 'text', 'timestamptz', 'text', 'int4'];
+const VERSION_TYPES = [
+  'uuid',
+  'text',
+  'timestamptz',
+  'timestamptz',
+  'text',
+  'text',
+  'text',
+  'text',
+  'text',
+  'timestamptz',
+  'text',
+  'int4',
+  'bool',
+];
 const versionTuple = (e: Employee, v: Version) => [
   e.tenantId,
   e.id,
@@ -81,9 +122,11 @@ const versionTuple = (e: Employee, v: Version) => [
   iso(v.hiredAt),
   v.previousStatus,
   e.revision,
+  e.erased,
 ];
 
 async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: Readonly<Record<Tables, IdentifierSqlToken>>) {
+  await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
   const touched = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
   for (const event of events) {
     const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
@@ -103,7 +146,7 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
       ? []
       : await tx.any(sql.type(versionRow)`
     select v.tenant_id::text, v.employee_id, v.valid_from, v.valid_to, v.department, v.first_name, v.last_name, v.email,
-           v.status, v.hired_at, v.previous_status, v.revision
+           v.status, v.hired_at, v.previous_status, v.revision, v.erased
     from ${tables.employee_versions} v
     join unnest(${sql.array(
       list.map((k) => k.tenantId),
@@ -118,7 +161,7 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
   const before = new Map<string, Employee>();
   for (const r of rows) {
     const key = keyOf(r.tenant_id, r.employee_id);
-    const employee = before.get(key) ?? { tenantId: r.tenant_id, id: r.employee_id, revision: r.revision, versions: [] };
+    const employee = before.get(key) ?? { tenantId: r.tenant_id, id: r.employee_id, revision: r.revision, versions: [], erased: r.erased };
     employee.versions.push({
       validFrom: Date.parse(r.valid_from),
       validTo: r.valid_to === null ? null : Date.parse(r.valid_to),
@@ -137,18 +180,14 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
   const deltas = new Map<string, Contribution>();
   for (const [key, stream] of touched) {
     const old = before.get(key);
-    let versions: Version[] = old?.versions ?? [];
-    let revision = old?.revision ?? -1;
+    const employee: Employee = { tenantId: stream.tenantId, id: stream.id, revision: -1, versions: [], erased: false, ...old };
     for (const recorded of stream.events) {
-      if (recorded.revision <= revision) continue; // applied by an earlier batch
-      // The event store hands back what the write side stored for these types (contract.ts).
-      versions = evolveVersions(versions, { type: recorded.type, data: recorded.data } as EmployeeEvent, recordedAtOf(recorded));
-      revision = recorded.revision;
+      if (recorded.revision > employee.revision) foldEvent(employee, recorded); // else applied by an earlier batch
     }
-    if (revision === (old?.revision ?? -1) || versions.length === 0) continue;
-    changed.push({ tenantId: stream.tenantId, id: stream.id, revision, versions });
+    if (employee.revision === (old?.revision ?? -1) || employee.versions.length === 0) continue;
+    changed.push(employee);
     if (old) contributions(old.tenantId, old.versions, -1, deltas);
-    contributions(stream.tenantId, versions, 1, deltas);
+    contributions(stream.tenantId, employee.versions, 1, deltas);
   }
   if (changed.length === 0) return;
 
@@ -169,7 +208,7 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
   await tx.query(sql.type(z.object({}))`
     with inserted as (
       insert into ${tables.employee_versions}
-        (tenant_id, employee_id, valid_from, valid_to, department, first_name, last_name, email, status, hired_at, previous_status, revision)
+        (tenant_id, employee_id, valid_from, valid_to, department, first_name, last_name, email, status, hired_at, previous_status, revision, erased)
       select * from ${sql.unnest(
         changed.flatMap((e) => e.versions.map((v) => versionTuple(e, v))),
         VERSION_TYPES,
@@ -206,11 +245,15 @@ function bulkFold() {
         const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
         if (!parsed) continue;
         const key = keyOf(parsed.tenantId, parsed.employeeId);
-        const employee = employees.get(key) ?? { tenantId: parsed.tenantId, id: parsed.employeeId, revision: -1, versions: [] };
+        const employee = employees.get(key) ?? {
+          tenantId: parsed.tenantId,
+          id: parsed.employeeId,
+          revision: -1,
+          versions: [],
+          erased: false,
+        };
         if (event.revision <= employee.revision) continue;
-        // The event store hands back what the write side stored for these types (contract.ts).
-        employee.versions = evolveVersions(employee.versions, { type: event.type, data: event.data } as EmployeeEvent, recordedAtOf(event));
-        employee.revision = event.revision;
+        foldEvent(employee, event);
         if (employee.versions.length > 0) employees.set(key, employee);
       }
     },
@@ -218,7 +261,9 @@ function bulkFold() {
       const versions: (string | number | null)[][] = [];
       const days = new Map<string, Contribution>();
       for (const employee of employees.values()) {
-        for (const v of employee.versions) versions.push(versionTuple(employee, v));
+        // COPY's text form of a boolean.
+        for (const v of employee.versions)
+          versions.push(versionTuple(employee, v).map((x) => (typeof x === 'boolean' ? (x ? 't' : 'f') : x)));
         contributions(employee.tenantId, employee.versions, 1, days);
       }
       const months = new Map<string, Contribution>();
@@ -268,8 +313,8 @@ const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, na
 export const workforceProjection = defineProjection<Tables>({
   name: WORKFORCE_PROJECTION,
   // 2: a status change holds until the next one in effective time; `previous_status` only on
-  // versions that start with a status change.
-  version: 2,
+  // versions that start with a status change. 3: `erased`, and names and email nullable.
+  version: 3,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
     employee_versions: (table, named) => ({
@@ -280,13 +325,14 @@ export const workforceProjection = defineProjection<Tables>({
           valid_from timestamptz not null,
           valid_to timestamptz,
           department text,
-          first_name text not null,
-          last_name text not null,
-          email text not null,
+          first_name text,
+          last_name text,
+          email text,
           status text not null check (status in ('active', 'inactive', 'on_leave')),
           hired_at timestamptz not null,
           previous_status text,
-          revision integer not null
+          revision integer not null,
+          erased boolean not null default false
         )`,
         ...readModelTable(table, named, 'read'),
       ],
@@ -301,6 +347,8 @@ export const workforceProjection = defineProjection<Tables>({
         // The part of a day the counters cannot split: versions starting or ending inside it.
         sql.fragment`create index ${named('starts')} on ${table} (tenant_id, valid_from)`,
         sql.fragment`create index ${named('ends')} on ${table} (tenant_id, valid_to) where valid_to is not null`,
+        // The erased, whom an as-of total takes off the counters (which go on counting them).
+        sql.fragment`create index ${named('erased')} on ${table} (tenant_id, valid_from) where erased`,
       ],
     }),
     workforce_day_counts: counterTable('day'),

@@ -6,6 +6,8 @@
 export const PERMISSIONS = [
   'employees:read',
   'employees:write',
+  /** Erasing a person (their right to erasure): irreversible, so admin only. */
+  'employees:erase',
   'analytics:read',
   /** Billing-event ingestion and other analytics inputs. */
   'analytics:write',

@@ -1,9 +1,12 @@
 import { z } from 'zod';
+import type { IdentifierSqlToken } from 'slonik';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent } from '../employees/contract.ts';
+import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, erasedStreams, PERSONAL_FIELDS } from '../employees/contract.ts';
 import { normaliseEmail } from '../../shared/email.ts';
+import { forgetAccountsById } from './forgetAccount.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
 
 /**
  * Role assignment as a reaction to the employee's events. An employee's
@@ -18,6 +21,12 @@ import { normaliseEmail } from '../../shared/email.ts';
  * The person is found by e-mail at the time of the assignment, so the reactor keeps each
  * employee's current address (from `EmployeeHired` / `EmployeeEmailChanged`) in its own table.
  * Named `employees-roles` so that `projector employees` runs it beside the employees projection.
+ *
+ * It also keeps which logins it gave each employee a role on (`role_reactor_logins`, user ids
+ * only): an erasure forgets exactly those, whatever address the person had when they got the
+ * role. On `EmployeeErased` it forgets them itself too, and drops assignments of the person still
+ * queued in the same page, so a reactor that was behind (stopped, restarted) never gives a role,
+ * or an account, to an erased person's address.
  */
 export const ROLE_ASSIGNMENTS_PROJECTION = 'employees-roles';
 
@@ -33,9 +42,34 @@ const decidedAt = (event: RecordedEvent): string =>
     ? event.metadata.occurredAt
     : event.recordedAt;
 
+/** The reactor's table of the logins it gave roles, as the live model names it (read by an erasure). */
+export const ROLE_REACTOR_LOGINS = sql.identifier(['role_reactor_logins']);
+
+/**
+ * The logins the reactor gave an erased employee a role on, forgotten in `tx` (the person's tenant
+ * set). Nothing when the reactor has not made its table yet (it then has given nobody a role).
+ */
+export async function forgetEmployeeLogins(
+  tx: Queryable,
+  table: IdentifierSqlToken,
+  tenantId: string,
+  employeeIds: readonly string[],
+): Promise<number> {
+  const made = await tx.oneFirst(
+    sql.type(z.object({ made: z.boolean() }))`select to_regclass(${table.names.join('.')}) is not null as made`,
+  );
+  if (!made) return 0;
+  const ids = await tx.anyFirst(sql.type(z.object({ user_id: z.string() }))`
+    delete from ${table} where tenant_id = ${tenantId} and employee_id = any(${sql.array([...employeeIds], 'text')})
+    returning user_id::text
+  `);
+  return forgetAccountsById(tx, tenantId, [...new Set(ids)]);
+}
+
 export const roleAssignmentReactor = defineProjection({
   name: ROLE_ASSIGNMENTS_PROJECTION,
-  version: 1,
+  // 2: `role_reactor_logins`, filled by a rebuild from the assignments in the log.
+  version: 2,
   // Every employee event, though only hires, address changes and assignments matter: the
   // projections beside it in `projector employees` read the same pages, so the store reads
   // each page once for all three (shared subscription pages, event-store/postgres/sharedTail.ts).
@@ -49,12 +83,22 @@ export const roleAssignmentReactor = defineProjection({
         primary key (tenant_id, employee_id)
       )`,
     ],
+    role_reactor_logins: (table) => [
+      sql.fragment`create table ${table} (
+        tenant_id uuid not null,
+        employee_id text not null,
+        user_id uuid not null,
+        primary key (tenant_id, employee_id, user_id)
+      )`,
+    ],
   },
   async handle(tx: Queryable, events: readonly RecordedEvent[], tables) {
+    await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
     // Set-wise for addresses (hires are the bulk of the log), one statement per assignment (rare).
     const emails = new Map<Key, { tenantId: string; employeeId: string; email: string }>();
     const changed = new Set<Key>();
     const missing = new Set<Key>();
+    const forgotten = new Set<Key>();
     const parsed = events.flatMap((recorded) => {
       const stream = parseEmployeeStreamId(recorded.streamId);
       if (!stream) return [];
@@ -86,11 +130,19 @@ export const roleAssignmentReactor = defineProjection({
         emails.set(keyOf(row.tenant_id, row.employee_id), { tenantId: row.tenant_id, employeeId: row.employee_id, email: row.email });
     }
 
-    const assignments: Array<{ tenantId: string; email: string; roleId: string; decidedAt: string }> = [];
+    const assignments: Array<{ tenantId: string; employeeId: string; key: Key; email: string; roleId: string; decidedAt: string }> = [];
+    const erased = new Set<Key>();
     for (const { recorded, event, tenantId, employeeId, key } of parsed) {
       switch (event.type) {
         case 'EmployeeHired':
         case 'EmployeeEmailChanged':
+          // An address that cannot be opened any more (the person is erased) is not kept, and no role goes to it.
+          if (recorded.redacted) {
+            emails.delete(key);
+            changed.delete(key);
+            forgotten.add(key);
+            break;
+          }
           emails.set(key, { tenantId, employeeId, email: event.data.email });
           changed.add(key);
           break;
@@ -98,10 +150,17 @@ export const roleAssignmentReactor = defineProjection({
           const person = emails.get(key);
           // No known address (an employee stream without its hire) or a malformed id: nothing to apply.
           if (person && UUID.test(event.data.roleId)) {
-            assignments.push({ tenantId, email: person.email, roleId: event.data.roleId, decidedAt: decidedAt(recorded) });
+            assignments.push({ tenantId, employeeId, key, email: person.email, roleId: event.data.roleId, decidedAt: decidedAt(recorded) });
           }
           break;
         }
+        case 'EmployeeErased':
+          // The address is personal: this table forgets it with the person.
+          emails.delete(key);
+          changed.delete(key);
+          forgotten.add(key);
+          erased.add(key);
+          break;
         case 'EmployeeDetailsChanged':
         case 'EmployeeStatusChanged':
           break;
@@ -137,10 +196,42 @@ export const roleAssignmentReactor = defineProjection({
       `);
     }
 
-    for (const assignment of assignments) {
-      // users is tenant-scoped by row-level security: scope this statement to the event's tenant.
-      await tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${assignment.tenantId}, true)`);
-      await applyRoleAssignment(tx, assignment);
+    if (forgotten.size > 0) {
+      const gone = [...forgotten].map((k) => k.split('/'));
+      await tx.query(sql.type(z.object({}))`
+        delete from ${tables.role_reactor_emails}
+        where (tenant_id, employee_id) in (
+          select * from unnest(${sql.array(
+            gone.map(([t]) => t ?? ''),
+            'uuid',
+          )}::uuid[], ${sql.array(
+            gone.map(([, e]) => e ?? ''),
+            'text',
+          )}::text[])
+        )
+      `);
+    }
+
+    // users is tenant-scoped by row-level security: scope each statement to the event's tenant.
+    const inTenant = (tenantId: string) => tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${tenantId}, true)`);
+    // An assignment of a person erased later in this page would hand their address a role (and
+    // make an account for it) after the erasure forgot it: dropped.
+    for (const assignment of assignments.filter((a) => !erased.has(a.key))) {
+      await inTenant(assignment.tenantId);
+      const userId = await applyRoleAssignment(tx, assignment);
+      if (userId !== null)
+        await tx.query(sql.type(z.object({}))`
+          insert into ${tables.role_reactor_logins} (tenant_id, employee_id, user_id)
+          values (${assignment.tenantId}, ${assignment.employeeId}, ${userId}) on conflict do nothing
+        `);
+    }
+    const erasedByTenant = new Map<string, string[]>();
+    for (const { tenantId, employeeId, key } of parsed)
+      if (erased.has(key) && !erasedByTenant.get(tenantId)?.includes(employeeId))
+        erasedByTenant.set(tenantId, [...(erasedByTenant.get(tenantId) ?? []), employeeId]);
+    for (const [tenantId, employeeIds] of erasedByTenant) {
+      await inTenant(tenantId);
+      await forgetEmployeeLogins(tx, tables.role_reactor_logins, tenantId, employeeIds);
     }
   },
 });
@@ -152,21 +243,30 @@ export const roleAssignmentReactor = defineProjection({
  * (`ops users create`). Idempotent, and never undoes a later decision: a user whose role was set
  * after `decidedAt` (by a later event, the ops CLI or a new password+role) is left alone, so
  * applying the same event twice, or replaying old ones, changes nothing. A role that no longer
- * exists (tenant deleted) assigns nothing. Returns whether the role was written. Lives here, not in
- * users.ts, so that projector processes do not load argon2 for it.
+ * exists (tenant deleted) assigns nothing. Returns the id of the login at the address (written, or
+ * left alone for a later decision: the person's login either way), null when the role does not
+ * exist. Lives here, not in users.ts, so that projector processes do not load argon2 for it.
  */
 export async function applyRoleAssignment(
   tx: Queryable,
   input: { tenantId: string; email: string; roleId: string; decidedAt: string },
-): Promise<boolean> {
-  const written = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
-    insert into users (tenant_id, email, email_key, role_id, role_set_at)
-    select r.tenant_id, ${input.email}, ${normaliseEmail(input.email)}, r.id, ${input.decidedAt}::timestamptz
-    from roles r where r.id = ${input.roleId}::uuid and r.tenant_id = ${input.tenantId}::uuid
-    on conflict (tenant_id, email_key) do update
-      set role_id = excluded.role_id, role_set_at = excluded.role_set_at, updated_at = now()
-      where users.role_set_at is null or users.role_set_at <= excluded.role_set_at
-    returning id
+): Promise<string | null> {
+  const key = normaliseEmail(input.email);
+  return tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
+    with role as (
+      select r.id, r.tenant_id from roles r where r.id = ${input.roleId}::uuid and r.tenant_id = ${input.tenantId}::uuid
+    ), written as (
+      insert into users (tenant_id, email, email_key, role_id, role_set_at)
+      select role.tenant_id, ${input.email}, ${key}, role.id, ${input.decidedAt}::timestamptz from role
+      on conflict (tenant_id, email_key) do update
+        set role_id = excluded.role_id, role_set_at = excluded.role_set_at, updated_at = now()
+        where users.role_set_at is null or users.role_set_at <= excluded.role_set_at
+      returning id
+    )
+    select id::text from written
+    union all
+    select u.id::text from users u, role
+    where u.tenant_id = ${input.tenantId}::uuid and u.email_key = ${key} and not exists (select 1 from written)
+    limit 1
   `);
-  return written !== null;
 }

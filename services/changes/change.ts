@@ -11,4 +11,6 @@ export const toChange = (record: ChangeRecord) => ({
   employeeId: record.employeeId,
   occurredAt: record.occurredAt,
   employee: record.employee,
+  // What an integrator needs to forget the person in their copy too.
+  ...(record.type === 'employee.erased' && { erasedAt: record.occurredAt }),
 });

@@ -31,7 +31,16 @@ export const changeSchema = z
     type: changeTypeSchema,
     employeeId: z.string(),
     occurredAt: z.string().describe('ISO 8601 UTC instant the change was made'),
-    employee: employeeSchema.describe('The employee as it was right after this change'),
+    employee: employeeSchema
+      .extend({
+        email: z.string().nullable(),
+        firstName: z.string().nullable(),
+        lastName: z.string().nullable(),
+      })
+      .describe(
+        'The employee as it was right after this change. Once the employee is erased, email, firstName and lastName are null in every change of theirs',
+      ),
+    erasedAt: z.string().optional().describe('On `employee.erased` only: when the person was erased (ISO 8601 UTC)'),
   })
   .meta({ id: 'EmployeeChange' });
 

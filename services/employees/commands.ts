@@ -1,7 +1,14 @@
-import { WrongExpectedRevisionError } from '../../shared/errors.ts';
+import { ErasedError, WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, EventMetadata, EventStore } from '../../shared/event-store/port.ts';
-import { assertIfMatch, handleCommand, type CommandResult, type IfMatch } from '../commandHandler.ts';
-import { employeeDecider, type EmployeeCommand, type CommandMetadata, type HireEmployee } from './decide.ts';
+import { handleCommand, preconditionHolds, type CommandResult, type IfMatch } from '../commandHandler.ts';
+import {
+  employeeDecider,
+  requireHired,
+  type DeciderState,
+  type EmployeeCommand,
+  type CommandMetadata,
+  type HireEmployee,
+} from './decide.ts';
 import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent, type EmployeeStatus } from './contract.ts';
 import { hasLegacyReservation, newReservationRequest, planEmailChange, planReservation } from './emailReservation.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
@@ -23,12 +30,18 @@ export type EmployeeCommandPorts = {
 
 export type EmployeeResult = CommandResult<EmployeeState, EmployeeEvent>;
 
-const eventMetadata = (m: CommandMetadata): EventMetadata => ({ tenantId: m.tenantId, actor: m.actor, occurredAt: m.now });
+export const eventMetadata = (m: CommandMetadata): EventMetadata => ({ tenantId: m.tenantId, actor: m.actor, occurredAt: m.now });
+
+/** 410 for an erased employee, checked before anything else a command could answer (412, 422). */
+const refuseErased = (state: DeciderState): void => {
+  if (state.kind === 'erased') requireHired(state);
+};
 
 const run = (ports: EmployeeCommandPorts, employeeId: string, command: EmployeeCommand, ifMatch?: IfMatch) =>
   handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
     metadata: eventMetadata(command.metadata),
     ifMatch,
+    assertPresent: refuseErased,
   });
 
 const reservation = (emailHash: EmailHash, metadata: CommandMetadata, email: string, employeeId: string) => ({
@@ -103,6 +116,7 @@ export function changeEmployeeDetails(
   return handleCommand(ports.store, employeeDecider, employeeStreamId(command.metadata.tenantId, employeeId), command, {
     metadata: eventMetadata(command.metadata),
     ifMatch,
+    assertPresent: refuseErased,
     alongside: async (events) => {
       const move = addressMove(events);
       return move
@@ -126,7 +140,8 @@ export function changeEmployeeStatus(
  * One employee as its stream says, right now: the events folded with the decider's `evolve`.
  * Single reads answer from this, so body and ETag reflect every acknowledged write;
  * the read model, which lags, serves only lists. Null when the tenant has no such employee
- * (the stream id carries the tenant, so another tenant's id is simply an empty stream).
+ * (the stream id carries the tenant, so another tenant's id is simply an empty stream); an
+ * `ErasedError` (410) when the employee was erased.
  */
 export async function loadEmployee(
   store: EventStore,
@@ -138,6 +153,10 @@ export async function loadEmployee(
   const state = recorded
     .map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent)
     .reduce(employeeDecider.evolve, employeeDecider.initialState);
+  if (state.kind === 'erased') requireHired(state); // 410: erased on purpose, not unknown
+  // Fields that no longer open belong to an erased person whose erasure the log lacks (a restore
+  // older than the key's destruction): gone all the same, not an employee with no name.
+  if (state.kind === 'hired' && recorded.some((e) => e.redacted)) throw new ErasedError('This employee was erased');
   return state.kind === 'hired' ? { state, revision: recorded.length - 1 } : null;
 }
 
@@ -149,8 +168,13 @@ export async function assignEmployeeRole(
   roleId: string,
   ifMatch?: IfMatch,
 ): Promise<EmployeeResult> {
-  // A stale If-Match is a 412 before the role is looked at (not a 422 for an unknown one).
-  await assertIfMatch(ports.store, employeeStreamId(metadata.tenantId, employeeId), ifMatch);
+  // An erased employee is a 410, and a stale If-Match a 412, before the role is looked at (not a
+  // 422 for an unknown one).
+  const recorded = await ports.store.readStream(employeeStreamId(metadata.tenantId, employeeId));
+  refuseErased(
+    recorded.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent).reduce(employeeDecider.evolve, employeeDecider.initialState),
+  );
+  preconditionHolds(ifMatch, recorded.length - 1);
   await ports.assertRoleExists(metadata.tenantId, roleId);
   return run(ports, employeeId, { type: 'AssignEmployeeRole', data: { roleId }, metadata }, ifMatch);
 }

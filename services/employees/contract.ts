@@ -66,7 +66,18 @@ export type EmployeeRoleAssigned = {
   readonly data: { readonly employeeId: string; readonly roleId: string };
 };
 
-export type EmployeeEvent = EmployeeHired | EmployeeDetailsChanged | EmployeeEmailChanged | EmployeeStatusChanged | EmployeeRoleAssigned;
+/**
+ * The person was forgotten at their request: their personal fields can no longer be read
+ * anywhere (their data key is destroyed with this event). What is not personal (id, department,
+ * status history, dates) stays, and no command is accepted for the employee afterwards.
+ */
+export type EmployeeErased = {
+  readonly type: 'EmployeeErased';
+  readonly data: { readonly employeeId: string; readonly erasedAt: string };
+};
+
+export type EmployeeEvent =
+  EmployeeHired | EmployeeDetailsChanged | EmployeeEmailChanged | EmployeeStatusChanged | EmployeeRoleAssigned | EmployeeErased;
 
 export type EmployeeEventType = EmployeeEvent['type'];
 
@@ -76,6 +87,7 @@ export const EMPLOYEE_EVENT_TYPES: readonly EmployeeEventType[] = [
   'EmployeeEmailChanged',
   'EmployeeStatusChanged',
   'EmployeeRoleAssigned',
+  'EmployeeErased',
 ];
 
 /** Stream of one employee. The tenant is part of the id, so no read can cross tenants by id. */
@@ -101,6 +113,17 @@ export const EMPLOYEE_PERSONAL_FIELDS: { readonly [E in EmployeeEvent as E['type
   EmployeeEmailChanged: ['email', 'previousEmail'],
 };
 
+/** Every personal field of the employee's events: what a parked copy of one loses on erasure. */
+export const PERSONAL_FIELDS: readonly string[] = [...new Set(Object.values(EMPLOYEE_PERSONAL_FIELDS).flat())];
+
+/**
+ * The streams of the `EmployeeErased` events among `events`. A projection applying one blanks the
+ * person's parked events (shared/projections/parking.ts, redactParkedEvents): one it parked after
+ * the erasure committed was opened on a page read before, and would otherwise keep the fields.
+ */
+export const erasedStreams = (events: ReadonlyArray<{ readonly type: string; readonly streamId: string }>): string[] =>
+  events.filter((e) => e.type === 'EmployeeErased').map((e) => e.streamId);
+
 export const employeePersonalData: PersonalDataPolicy = {
   fields: EMPLOYEE_PERSONAL_FIELDS,
   subjectOf(streamId) {
@@ -123,12 +146,21 @@ export type Employee = {
   readonly roleId: string | null;
 };
 
+/** What is left of an erased employee: the facts that are not personal, and when the person was erased. */
+export type ErasedEmployee = Pick<Employee, 'id' | 'department' | 'status' | 'hiredAt'> & {
+  readonly statusSince: string;
+  readonly erasedAt: string;
+};
+
 /**
  * `statusSince`: when the status in force now took effect (the hire date until a status change).
  * Status changes may be back-dated, so the status in force now is the one with the latest
  * effective instant (ties: the later recorded), not necessarily the last recorded.
  */
-export type EmployeeState = { readonly kind: 'none' } | ({ readonly kind: 'hired'; readonly statusSince: string } & Employee);
+export type EmployeeState =
+  | { readonly kind: 'none' }
+  | ({ readonly kind: 'hired'; readonly statusSince: string } & Employee)
+  | ({ readonly kind: 'erased' } & ErasedEmployee);
 
 /**
  * The instant a status change applies from in effective time: its effective instant, or the hire
@@ -168,6 +200,11 @@ export function evolve(state: EmployeeState, event: EmployeeEvent): EmployeeStat
     }
     case 'EmployeeRoleAssigned':
       return state.kind === 'hired' ? { ...state, roleId: event.data.roleId } : state;
+    case 'EmployeeErased': {
+      if (state.kind !== 'hired') return state;
+      const { id, department, status, hiredAt, statusSince } = state;
+      return { kind: 'erased', id, department, status, hiredAt, statusSince, erasedAt: event.data.erasedAt };
+    }
     default: {
       const unhandled: never = event;
       return unhandled;
@@ -189,3 +226,22 @@ export function toEmployeeView(state: Extract<EmployeeState, { kind: 'hired' }>)
 }
 
 export type EmployeeView = ReturnType<typeof toEmployeeView>;
+
+/**
+ * An erased employee as the change feed shows it (every change of theirs, once erased): the
+ * personal fields null, the facts that are not personal as they were.
+ */
+export function toErasedView(state: Extract<EmployeeState, { kind: 'erased' }>) {
+  return {
+    id: state.id,
+    email: null,
+    firstName: null,
+    lastName: null,
+    department: state.department,
+    status: state.status,
+    hiredAt: state.hiredAt,
+  };
+}
+
+/** The personal fields of the employee view: what erasure blanks wherever a view was stored. */
+export const PERSONAL_VIEW_FIELDS = ['email', 'firstName', 'lastName'] as const;

@@ -1,4 +1,4 @@
-import { BadRequestError, ConflictError, NotFoundError } from '../../shared/errors.ts';
+import { BadRequestError, ConflictError, ErasedError, NotFoundError } from '../../shared/errors.ts';
 import { evolve, statusAppliesFrom, type EmployeeEvent, type EmployeeState, type EmployeeStatus } from './contract.ts';
 
 /**
@@ -57,7 +57,14 @@ export type AssignEmployeeRole = {
   readonly metadata: CommandMetadata;
 };
 
-export type EmployeeCommand = HireEmployee | ChangeEmployeeDetails | ChangeEmployeeStatus | AssignEmployeeRole;
+/** Forget the person (their right to erasure); answered with the same `erasedAt` when repeated. */
+export type EraseEmployee = {
+  readonly type: 'EraseEmployee';
+  readonly data: Record<string, never>;
+  readonly metadata: CommandMetadata;
+};
+
+export type EmployeeCommand = HireEmployee | ChangeEmployeeDetails | ChangeEmployeeStatus | AssignEmployeeRole | EraseEmployee;
 
 /** Allowed status changes; anything else (including "to the same status") is a conflict. */
 export const STATUS_TRANSITIONS: Readonly<Record<EmployeeStatus, readonly EmployeeStatus[]>> = {
@@ -74,12 +81,15 @@ type StatusPoint = { readonly at: number; readonly status: EmployeeStatus };
  * so a back-dated change is checked against the status in force when it takes effect.
  */
 export type DeciderState =
-  { readonly kind: 'none' } | (Extract<EmployeeState, { kind: 'hired' }> & { readonly statuses: readonly StatusPoint[] });
+  | { readonly kind: 'none' }
+  | (Extract<EmployeeState, { kind: 'hired' }> & { readonly statuses: readonly StatusPoint[] })
+  | Extract<EmployeeState, { kind: 'erased' }>;
 
 export const initialState: DeciderState = { kind: 'none' };
 
 export function evolveDecider(state: DeciderState, event: EmployeeEvent): DeciderState {
   const next = evolve(state, event);
+  if (next.kind === 'erased') return next;
   if (next.kind !== 'hired') return { kind: 'none' };
   if (state.kind !== 'hired') return { ...next, statuses: [{ at: Date.parse(next.hiredAt), status: next.status }] };
   if (event.type !== 'EmployeeStatusChanged') return { ...next, statuses: state.statuses };
@@ -94,7 +104,9 @@ export function evolveDecider(state: DeciderState, event: EmployeeEvent): Decide
 const statusAt = (state: Extract<DeciderState, { kind: 'hired' }>, at: number): EmployeeStatus =>
   state.statuses.findLast((p) => p.at <= at)?.status ?? state.statuses[0]?.status ?? state.status;
 
-function requireHired(state: DeciderState): Extract<DeciderState, { kind: 'hired' }> {
+/** An erased employee is gone for good (410), not unknown (404): its id was real and stays reserved. */
+export function requireHired(state: DeciderState): Extract<DeciderState, { kind: 'hired' }> {
+  if (state.kind === 'erased') throw new ErasedError('This employee was erased', { erasedAt: state.erasedAt });
   if (state.kind !== 'hired') throw new NotFoundError('No employee with this id');
   return state;
 }
@@ -186,6 +198,12 @@ export function decide(command: EmployeeCommand, state: DeciderState): EmployeeE
       // been changed since (ops CLI), and an explicit assignment must be applied again.
       const current = requireHired(state);
       return [{ type: 'EmployeeRoleAssigned', data: { employeeId: current.id, roleId: command.data.roleId } }];
+    }
+    case 'EraseEmployee': {
+      // Erasing twice is one erasure: nothing more is recorded, and the first `erasedAt` stands.
+      if (state.kind === 'erased') return [];
+      const current = requireHired(state);
+      return [{ type: 'EmployeeErased', data: { employeeId: current.id, erasedAt: command.metadata.now } }];
     }
     default: {
       const unhandled: never = command;

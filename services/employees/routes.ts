@@ -5,7 +5,7 @@ import { bufferedRandom } from '../../shared/random.ts';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
-import { ForbiddenError, NotFoundError } from '../../shared/errors.ts';
+import { ErasedError, ForbiddenError, NotFoundError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import type { LegacyReservationsWatch } from './legacyReservations.ts';
@@ -29,6 +29,7 @@ import {
   type EmployeeResult,
 } from './commands.ts';
 import type { IfMatch } from '../commandHandler.ts';
+import type { ErasureResult } from './erasure.ts';
 import {
   changeStatusBody,
   createEmployeeBody,
@@ -41,6 +42,7 @@ import {
   readQuery,
   roleAssignmentBody,
   roleAssignmentSchema,
+  erasureSchema,
 } from './schemas.ts';
 
 export type EmployeesRoutesDeps = {
@@ -50,6 +52,8 @@ export type EmployeesRoutesDeps = {
   readonly store: EventStore;
   /** Fails with 422 when `roleId` names no role of the tenant (services/auth). */
   readonly assertRoleExists: (tenantId: string, roleId: string) => Promise<void>;
+  /** Erases the person (services/employees/erasure.ts, bound to its ports). */
+  readonly erase: (employeeId: string, metadata: CommandMetadata) => Promise<ErasureResult>;
   /** The keyed hash email uniqueness is kept on (shared/personal-data/emailHash.ts). */
   readonly emailHash: EmailHash;
   /** Whether hires must look for first-form email reservations (services/employees/legacyReservations.ts). */
@@ -61,6 +65,8 @@ export type EmployeesRoutesDeps = {
 
 const params = z.object({ id: employeeIdSchema });
 const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema } as const;
+/** What a route about one employee may also answer once the person is erased. */
+const erased = { 410: problemSchema } as const;
 const readHeaders = z.object({
   'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
 });
@@ -208,7 +214,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           params,
           querystring: readQuery,
           headers: readHeaders,
-          response: { 200: employeeSchema, ...problems },
+          response: { 200: employeeSchema, ...problems, ...erased },
         },
       },
       async (request, reply) => {
@@ -234,7 +240,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           params,
           headers: writeHeaders,
           body: patchEmployeeBody,
-          response: { 200: employeeSchema, ...problems, 409: problemSchema, 412: problemSchema },
+          response: { 200: employeeSchema, ...problems, ...erased, 409: problemSchema, 412: problemSchema },
         },
       },
       async (request, reply) => {
@@ -265,7 +271,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           params,
           headers: writeHeaders,
           body: changeStatusBody,
-          response: { 200: employeeSchema, ...problems, 409: problemSchema, 412: problemSchema },
+          response: { 200: employeeSchema, ...problems, ...erased, 409: problemSchema, 412: problemSchema },
         },
       },
       async (request, reply) => {
@@ -301,7 +307,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           params,
           headers: writeHeaders,
           body: roleAssignmentBody,
-          response: { 200: roleAssignmentSchema, ...problems, 412: problemSchema, 422: problemSchema },
+          response: { 200: roleAssignmentSchema, ...problems, ...erased, 412: problemSchema, 422: problemSchema },
         },
       },
       async (request, reply) => {
@@ -322,6 +328,32 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       },
     );
 
+    app.post(
+      '/employees/:id/erasure',
+      {
+        config: { permission: 'employees:erase', responseHeaders: ['X-Log-Position'] },
+        schema: {
+          operationId: 'eraseEmployee',
+          tags,
+          summary: 'Erase the person (right to erasure): their personal data becomes unreadable everywhere; idempotent',
+          description:
+            'Appends EmployeeErased and destroys the data key of the employee in one transaction. Afterwards the employee ' +
+            'answers 410 (problem /problems/erased), is in no list, their e-mail address is free again, every change of ' +
+            'theirs in the feed has its personal fields null, a change employee.erased is delivered, and a login made for ' +
+            'them loses its address and is disabled. Repeating the request answers the same erasedAt.',
+          params,
+          // 409: the employee or their address kept changing while the erasure was decided again.
+          response: { 200: erasureSchema, ...problems, 409: problemSchema },
+        },
+      },
+      async (request, reply) => {
+        const { id, erasedAt, position } = await deps.erase(request.params.id, metadataOf(request));
+        // A list read with this position no longer shows the employee (read-your-writes).
+        if (position) reply.header('x-log-position', formatPosition(position));
+        return { id, erasedAt };
+      },
+    );
+
     app.get(
       '/employees/:id/history',
       {
@@ -331,13 +363,19 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           operationId: 'getEmployeeHistory',
           summary: "The employee's events, oldest first: the audit trail",
           params,
-          response: { 200: historyResponse, ...problems },
+          response: { 200: historyResponse, ...problems, ...erased },
         },
       },
       async (request) => {
         const auth = requireAuth(request);
         const events = await deps.store.readStream(employeeStreamId(auth.tenantId, request.params.id));
         if (events.length === 0) throw new NotFoundError(`No employee ${request.params.id}`);
+        // The history of an erased person is theirs too: what is left of it is not shown.
+        const erasure = events.find((e) => e.type === 'EmployeeErased');
+        if (erasure || events.some((e) => e.redacted))
+          throw new ErasedError('This employee was erased', {
+            erasedAt: erasure && isRecord(erasure.data) ? erasure.data.erasedAt : undefined,
+          });
         return {
           data: events.map((e) => ({
             type: e.type,

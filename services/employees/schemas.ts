@@ -61,6 +61,13 @@ export const roleAssignmentBody = z.object({ roleId: uuid().describe('RBAC role 
 
 export const roleAssignmentSchema = z.object({ employeeId: employeeIdSchema, roleId: z.uuid() }).meta({ id: 'EmployeeRoleAssignment' });
 
+export const erasureSchema = z
+  .object({
+    id: employeeIdSchema,
+    erasedAt: z.string().describe('ISO 8601 UTC instant of the (first) erasure'),
+  })
+  .meta({ id: 'EmployeeErasure' });
+
 export const changeStatusBody = z
   .object({
     status: z.enum(EMPLOYEE_STATUSES),

@@ -4,6 +4,7 @@ import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps } from '../aut
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
+import type { DataKeyStore } from '../../shared/personal-data/dataKeys.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import type { RateLimiter } from '../../shared/rate-limit/limiter.ts';
 import type { UsageSamplePublisher } from '../../shared/metrics-bus/port.ts';
@@ -30,6 +31,12 @@ export type GatewayPorts = {
   /** Transaction-free tenant-scoped reads for list pages; without it they run in `withTenant` transactions. */
   readonly tenantReader?: TenantReader;
   readonly eventStore: EventStore;
+  /** The same log without the sealing boundary (an erasure reads it when a person's key is missing). */
+  readonly logStore: EventStore;
+  /** False when the log is KurrentDB, not `pool`'s database (an erasure then appends, then forgets). */
+  readonly logInDatabase: boolean;
+  /** The per-employee data keys (an erasure destroys one). */
+  readonly dataKeys: Pick<DataKeyStore, 'destroy'>;
   /** The keyed hash email uniqueness is kept on. */
   readonly emailHash: EmailHash;
   readonly rateLimiter: RateLimiter;
@@ -60,7 +67,15 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
         rolesRoutes(auth),
         changesCapability({ pool, databaseUrl: ports.databaseUrl }),
         webhooksCapability({ pool, secrets: ports.webhooks.secrets, targets: { allowHosts: ports.webhooks.allowHosts } }),
-        employeesCapability({ pool, tenantReader: ports.tenantReader, eventStore, emailHash: ports.emailHash }),
+        employeesCapability({
+          pool,
+          tenantReader: ports.tenantReader,
+          eventStore,
+          emailHash: ports.emailHash,
+          log: ports.logStore,
+          logInDatabase: ports.logInDatabase,
+          dataKeys: ports.dataKeys,
+        }),
         analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
         // After the KPI reads: its path lies under /analytics, and the API document lists it after them.
         billingRoutes({ store: eventStore }),
@@ -92,6 +107,9 @@ export async function startGatewayRole({ config, logger, runtime }: RoleContext)
       pool: runtime.pool,
       tenantReader: runtime.tenantReader,
       eventStore: runtime.eventStore,
+      logStore: runtime.logStore,
+      logInDatabase: runtime.logInDatabase,
+      dataKeys: runtime.dataKeys,
       emailHash: runtime.emailHash,
       rateLimiter: runtime.rateLimiter,
       usagePublisher: runtime.usage.publisher,

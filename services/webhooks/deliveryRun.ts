@@ -6,7 +6,7 @@ import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
 import { sendWebhook } from './deliver.ts';
 import { recordAttempt, recordDelivered } from './deliveryLog.ts';
-import { resealSecret, type EndpointRecord } from './endpoints.ts';
+import { deliveredTypes, resealSecret, type EndpointRecord } from './endpoints.ts';
 import { leaseState } from './lease.ts';
 import { nextRetryDelay, type RetryPolicy } from './schedule.ts';
 import { SecretUnavailableError, type SecretBox } from './secrets.ts';
@@ -70,7 +70,14 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
     return plain;
   };
   return async (endpoint: EndpointRecord, token: string, budget: number, until: number): Promise<{ delivered: number; more: boolean }> => {
-    const page = await scanChanges(pool, endpoint.tenantId, endpoint.cursor, endpoint.eventTypes, Math.min(budget, 100), scanWindow);
+    const page = await scanChanges(
+      pool,
+      endpoint.tenantId,
+      endpoint.cursor,
+      deliveredTypes(endpoint.eventTypes),
+      Math.min(budget, 100),
+      scanWindow,
+    );
     const succeeded: Array<{ position: ChangeRecord['position']; type: string; statusCode: number; at: Date; durationMs: number }> = [];
     /** Records what succeeded (renewing the lease) and moves the cursor past it, or to `moveTo`, past changes of other types. */
     const flush = async (moveTo?: GlobalPosition) => {

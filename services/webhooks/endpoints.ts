@@ -20,6 +20,16 @@ export const endpointRow = z.object({
   retrying_since: z.string().nullable(),
 });
 
+/**
+ * Delivered to every endpoint, whatever it subscribed to: each change it was sent carried the
+ * employee's personal data, and this is the change that asks it to erase them.
+ */
+export const ALWAYS_DELIVERED = 'employee.erased';
+
+/** The change types an endpoint is sent: its subscription and `ALWAYS_DELIVERED`. */
+export const deliveredTypes = (subscribed: readonly string[]): readonly string[] =>
+  subscribed.includes(ALWAYS_DELIVERED) ? subscribed : [...subscribed, ALWAYS_DELIVERED];
+
 export type EndpointRecord = {
   readonly id: string;
   readonly tenantId: string;

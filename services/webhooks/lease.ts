@@ -3,7 +3,7 @@ import type { ValueExpression } from 'slonik';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 import { changeWithin, inFeedOrder, type FeedOrder } from '../../projections/changes/queries.ts';
-import { endpointColumns, endpointRow, toEndpoint, type EndpointRecord } from './endpoints.ts';
+import { ALWAYS_DELIVERED, endpointColumns, endpointRow, toEndpoint, type EndpointRecord } from './endpoints.ts';
 
 /**
  * The delivery lease: one delivery in flight per endpoint. Who has work and no holder, taking
@@ -83,7 +83,7 @@ const dueNow = (order: FeedOrder, alias: string, scanWindow: number) => {
   return sql.fragment`${e}.status = 'active'
           and (${e}.next_attempt_at is null or ${e}.next_attempt_at <= now())
           and (${e}.lease_until is null or ${e}.lease_until < now())
-          and ${changeWithin(order, sql.fragment`${e}.tenant_id`, sql.fragment`${e}.cursor_commit`, sql.fragment`${e}.cursor_prepare`, sql.fragment`${e}.event_types`, scanWindow)}`;
+          and ${changeWithin(order, sql.fragment`${e}.tenant_id`, sql.fragment`${e}.cursor_commit`, sql.fragment`${e}.cursor_prepare`, sql.fragment`array_append(${e}.event_types, ${ALWAYS_DELIVERED}::text)`, scanWindow)}`;
 };
 
 /**

@@ -25,6 +25,15 @@ import type { AppendRequest, EventStore, NewEvent, ReadAllPage, RecordedEvent } 
  *   is passed on as it is, so the service runs on a log `ops privacy seal-existing` has not
  *   rewritten yet.
  */
+/**
+ * An event holds sealed fields but its data subject has no key at all (a restored database whose
+ * key table is older than the log): nothing can open them. Readers that only need what is not
+ * personal read the inner store instead; an erasure treats the subject as already shredded.
+ */
+export class MissingDataKeyError extends Error {
+  override readonly name = 'MissingDataKeyError';
+}
+
 export type SealingOptions = { readonly keys: DataKeyStore; readonly policy: PersonalDataPolicy };
 
 type KeyOf = (streamId: string) => StoredKey | undefined;
@@ -55,7 +64,7 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
       return withData(event, redacted, true);
     }
     if (!fields.some((f) => isSealed(data[f]))) return event;
-    if (key === undefined) throw new Error(`event ${event.id} holds sealed fields but its subject has no data key`);
+    if (key === undefined) throw new MissingDataKeyError(`event ${event.id} holds sealed fields but its subject has no data key`);
     const tenantId = policy.subjectOf(event.streamId)?.tenantId ?? '';
     const opened: Record<string, unknown> = { ...data };
     for (const field of fields) {

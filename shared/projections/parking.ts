@@ -327,3 +327,19 @@ async function assertNoRebuild(tx: DatabaseTransactionConnection, name: string):
   `);
   if (!free) throw new RebuildInProgressError(name);
 }
+
+/**
+ * Blanks `fields` (set to null where present) in the data of every event of `streamIds` parked by
+ * any projection: a parked event is stored as the projection was handed it, opened, so an
+ * erasure of the stream's person must reach it too. A retry of such an event applies the blanked
+ * values, as a rebuild after the erasure would.
+ */
+export async function redactParkedEvents(tx: Queryable, streamIds: readonly string[], fields: readonly string[]): Promise<void> {
+  if (streamIds.length === 0) return;
+  await tx.query(sql.type(z.object({}))`
+    update projection_parked_events set data = data || coalesce((
+      select jsonb_object_agg(k, null) from jsonb_object_keys(data) k where k = any(${sql.array([...fields], 'text')})
+    ), '{}'::jsonb)
+    where stream_id = any(${sql.array([...streamIds], 'text')}) and jsonb_typeof(data) = 'object'
+  `);
+}

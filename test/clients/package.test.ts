@@ -24,6 +24,7 @@ import { createTestAuth, createTestUser, provisionTenant } from '../support/auth
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 import { waitFor } from '../support/waitFor.ts';
 import { testEmailHash } from '../support/personalData.ts';
+import { testDataKeys } from '../support/dataKeys.ts';
 
 /**
  * The typed client as another project gets it: `npm pack` of clients/typescript (its prepack
@@ -83,7 +84,14 @@ beforeAll(async () => {
         rateLimited(limiter),
         sessionRoutes(auth),
         rolesRoutes(auth),
-        employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }),
+        employeesCapability({
+          pool: db.pool,
+          eventStore: store,
+          log: store,
+          logInDatabase: true,
+          emailHash: testEmailHash,
+          dataKeys: testDataKeys(db.pool),
+        }),
       ),
     ],
   });

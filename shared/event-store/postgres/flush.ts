@@ -2,9 +2,8 @@ import pg from 'pg';
 import { z } from 'zod';
 import { breaksConnection, connectionLostError, type PlainConnection } from '../../db/plainConnection.ts';
 import { sqlStateOf } from '../../db/sqlState.ts';
-import { ConflictError, WrongExpectedRevisionError } from '../../errors.ts';
-import type { AppendResult } from '../port.ts';
 import type { QueuedAppend } from './groupCommit.ts';
+import { appendOutcome } from './appendOutcomes.ts';
 import { NOTIFY_CHANNEL } from './wakeups.ts';
 import type { createWakeupSchedule } from './wakeupSchedule.ts';
 
@@ -69,29 +68,8 @@ export function createFlush(flushConnections: readonly PlainConnection[], wakeSc
     const row = await send(true);
     let part = 0;
     for (const request of requests) {
-      const results: AppendResult[] = [];
-      let failure: Error | undefined;
-      for (const { streamId, expectedRevision } of request.parts) {
-        const i = part++;
-        const outcome = row.outcomes[i];
-        const revision = row.revisions[i] ?? null;
-        const commit = row.commits[i] ?? null;
-        const prepare = row.prepares[i] ?? null;
-        if (outcome === 'appended' || outcome === 'duplicate') {
-          if (revision === null || commit === null || prepare === null) throw new Error('es_append_batch returned no position');
-          results.push({ nextRevision: Number(revision), position: { commit: BigInt(commit), prepare: BigInt(prepare) } });
-        } else if (outcome === 'wrong_expected_revision') {
-          failure ??= new WrongExpectedRevisionError(
-            streamId,
-            String(expectedRevision ?? 'any'),
-            revision === null ? 'no_stream' : Number(revision),
-          );
-        } else if (outcome === 'event_id_conflict') {
-          failure ??= new ConflictError('Some of these event ids were already used by other events');
-        } else if (outcome !== 'not_attempted') {
-          throw new Error(`unexpected append outcome ${String(outcome)}`);
-        }
-      }
+      const { results, failure } = appendOutcome(row, request.parts, part);
+      part += request.parts.length;
       if (failure) request.reject(failure);
       else request.resolve(results);
     }

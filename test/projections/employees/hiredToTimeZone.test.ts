@@ -12,6 +12,7 @@ import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection, type ProjectorHandle } from '../../../shared/projections/follow.ts';
 import { employeesProjection } from '../../../projections/employees/employeesProjection.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * A date-only `hiredTo` is a UTC day (docs/api.md), whatever the database session's time zone:
@@ -35,7 +36,17 @@ beforeAll(async () => {
   projector = runProjection(pool, store, employeesProjection, { pollIntervalMs: 50 });
   await waitFor(() => readCheckpoint(pool, employeesProjection.name));
   const auth = await createTestAuth(pool);
-  app = await createTestApp(auth, employeesCapability({ pool, eventStore: store, emailHash: testEmailHash }));
+  app = await createTestApp(
+    auth,
+    employeesCapability({
+      pool,
+      eventStore: store,
+      log: store,
+      logInDatabase: true,
+      emailHash: testEmailHash,
+      dataKeys: testDataKeys(pool),
+    }),
+  );
   headers = await authHeaders(auth, await provisionTenant(pool), 'hr_manager');
 });
 afterAll(async () => {

@@ -20,6 +20,7 @@ import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
 import { waitFor } from '../../support/waitFor.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 // The API latency KPI is the time the service worked: a client that asks it to wait (the feed's
 // long-poll, read-your-writes, a replay's hand-off) must not turn its waiting into latency.
@@ -50,7 +51,10 @@ beforeAll(async () => {
     usageSamples(publisher),
     changesCapability({ pool: db.pool, databaseUrl: db.url }),
     // A position far beyond the log is never reached: the read waits its whole bound.
-    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }, { readWaitMs: 1_500 }),
+    employeesCapability(
+      { pool: db.pool, eventStore: store, log: store, logInDatabase: true, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
+      { readWaitMs: 1_500 },
+    ),
     webhooksCapability({ pool: db.pool, secrets: createSecretBox(randomBytes(32)), targets: { allowHosts: ['127.0.0.1'] } }),
   );
 });

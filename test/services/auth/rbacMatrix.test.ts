@@ -13,6 +13,7 @@ import { webhooksCapability } from '../../../services/webhooks/capability.ts';
 import { createSecretBox } from '../../../services/webhooks/secrets.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant, type TestTenant } from '../../support/auth.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * Role × route, generated: the routes are whatever the authenticated scope registered (each
@@ -31,7 +32,10 @@ beforeAll(async () => {
   auth = await createTestAuth(db.pool);
   app = await createTestApp(
     auth,
-    employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }, { readWaitMs: 0 }),
+    employeesCapability(
+      { pool: db.pool, eventStore: store, log: store, logInDatabase: true, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
+      { readWaitMs: 0 },
+    ),
     analyticsRoutes({ pool: db.pool, store, readWaitMs: 0 }),
     billingRoutes({ store }),
     changesCapability({ pool: db.pool, databaseUrl: db.url }),

@@ -19,6 +19,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.ts
 import { authHeaders, createTestApp, createTestAuth, createTestUser, provisionTenant, type TestTenant } from '../../support/auth.ts';
 import { expectProblem } from '../../support/harness/employees.ts';
 import { waitFor } from '../../support/waitFor.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * Role assignment is a reaction to the employee's `EmployeeRoleAssigned`
@@ -64,7 +65,17 @@ beforeAll(async () => {
   });
   await waitFor(() => readCheckpoint(db.pool, roleAssignmentReactor.name));
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }));
+  app = await createTestApp(
+    auth,
+    employeesCapability({
+      pool: db.pool,
+      eventStore: store,
+      log: store,
+      logInDatabase: true,
+      emailHash: testEmailHash,
+      dataKeys: testDataKeys(db.pool),
+    }),
+  );
 });
 afterAll(async () => {
   await app?.close();
@@ -118,6 +129,7 @@ describe('role assignment after the append (regression: it was a call that could
       }
       const result = await retryParkedEvents(db.pool, roleAssignmentReactor, {
         role_reactor_emails: sql.identifier(['role_reactor_emails']),
+        role_reactor_logins: sql.identifier(['role_reactor_logins']),
       });
       expect(result.stillParked).toBe(0);
       expect(await roleOf(tenant, email)).toBe('hr_manager');

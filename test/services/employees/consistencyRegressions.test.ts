@@ -13,6 +13,7 @@ import { employeesProjection } from '../../../projections/employees/employeesPro
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import type { Employee } from '../../support/harness/employeesApi.ts';
 import { waitFor } from '../../support/waitFor.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * Two consistency regressions (a failed PATCH kept an email reserved; a single read answered
@@ -36,7 +37,17 @@ beforeAll(async () => {
   startProjector();
   await waitFor(() => readCheckpoint(db.pool, employeesProjection.name));
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }));
+  app = await createTestApp(
+    auth,
+    employeesCapability({
+      pool: db.pool,
+      eventStore: store,
+      log: store,
+      logInDatabase: true,
+      emailHash: testEmailHash,
+      dataKeys: testDataKeys(db.pool),
+    }),
+  );
 });
 afterAll(async () => {
   await app?.close();

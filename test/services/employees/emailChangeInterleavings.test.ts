@@ -9,6 +9,7 @@ import type { EventStore } from '../../../shared/event-store/port.ts';
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { employeeStreamId, type Employee } from '../../../services/employees/contract.ts';
 import { expectProblem } from '../../support/harness/employees.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * Email uniqueness when two email changes of one employee interleave (real PostgreSQL). The
@@ -83,7 +84,17 @@ beforeAll(async () => {
   store = createPostgresEventStore(db.pool, { listenUrl: db.url });
   gate = createGatedStore(store);
   auth = await createTestAuth(db.pool);
-  app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: gate.store, emailHash: testEmailHash }));
+  app = await createTestApp(
+    auth,
+    employeesCapability({
+      pool: db.pool,
+      eventStore: gate.store,
+      log: gate.store,
+      logInDatabase: true,
+      emailHash: testEmailHash,
+      dataKeys: testDataKeys(db.pool),
+    }),
+  );
 });
 afterAll(async () => {
   await app?.close();

@@ -7,6 +7,7 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres/e
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { authHeaders, createTestApp, createTestAuth, provisionTenant } from '../../support/auth.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 /**
  * Found by the OpenAPI fuzz test: a gateway started on a fresh database before any projector
@@ -22,7 +23,17 @@ describe('when the read model has not been built yet (no projector ran)', () => 
     db = await createTestDatabase();
     store = createPostgresEventStore(db.pool, { listenUrl: db.url });
     auth = await createTestAuth(db.pool);
-    app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }));
+    app = await createTestApp(
+      auth,
+      employeesCapability({
+        pool: db.pool,
+        eventStore: store,
+        log: store,
+        logInDatabase: true,
+        emailHash: testEmailHash,
+        dataKeys: testDataKeys(db.pool),
+      }),
+    );
   });
   afterAll(async () => {
     await app?.close();

@@ -15,6 +15,7 @@ import { authCapabilities, authHeaders, createTestAuth, provisionTenant } from '
 import { waitFor } from '../../support/waitFor.ts';
 import type { FastifyInstance } from 'fastify';
 import type { EventStore } from '../../../shared/event-store/port.ts';
+import { testDataKeys } from '../../support/dataKeys.ts';
 
 describe('when tracing is on', () => {
   const exporter = new InMemorySpanExporter();
@@ -36,7 +37,17 @@ describe('when tracing is on', () => {
       config: { BODY_LIMIT_BYTES: 1_048_576, LOG_LEVEL: 'silent', NODE_ENV: 'test' },
       readiness: [],
       registry: new Registry(),
-      v1: authCapabilities(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash })),
+      v1: authCapabilities(
+        auth,
+        employeesCapability({
+          pool: db.pool,
+          eventStore: store,
+          log: store,
+          logInDatabase: true,
+          emailHash: testEmailHash,
+          dataKeys: testDataKeys(db.pool),
+        }),
+      ),
       tracing: tracing.fastifyPlugin,
     });
   });

@@ -13,6 +13,7 @@ import { employeesProjection } from '../../../projections/employees/employeesPro
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { roleAssignmentReactor } from '../../../services/auth/roleAssignmentReactor.ts';
 import { waitFor } from '../waitFor.ts';
+import { testDataKeys } from '../dataKeys.ts';
 
 /** A fresh database, the live employees projector and the gateway with real auth in front. */
 export type EmployeesHarness = {
@@ -39,7 +40,13 @@ export async function createEmployeesHarness(options: { clock?: () => Date; read
   await waitFor(() => readCheckpoint(db.pool, employeesProjection.name));
   await waitFor(() => readCheckpoint(db.pool, roleAssignmentReactor.name));
   const auth = await createTestAuth(db.pool);
-  const app = await createTestApp(auth, employeesCapability({ pool: db.pool, eventStore: store, emailHash: testEmailHash }, options));
+  const app = await createTestApp(
+    auth,
+    employeesCapability(
+      { pool: db.pool, eventStore: store, log: store, logInDatabase: true, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
+      options,
+    ),
+  );
   return {
     db,
     store,

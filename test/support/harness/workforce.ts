@@ -14,6 +14,7 @@ import { workforceProjection } from '../../../projections/workforce/workforcePro
 import { employeesCapability } from '../../../services/employees/capability.ts';
 import { analyticsRoutes } from '../../../services/analytics/routes.ts';
 import { testEmailHash } from '../personalData.ts';
+import { testDataKeys } from '../dataKeys.ts';
 
 /**
  * A fresh database, the employees and workforce projectors, and a gateway with the employees and
@@ -53,7 +54,7 @@ export async function createWorkforceHarness(): Promise<WorkforceHarness> {
     app = await createTestApp(
       auth,
       employeesCapability(
-        { pool: db.pool, eventStore: store, emailHash: testEmailHash },
+        { pool: db.pool, eventStore: store, log: store, logInDatabase: true, emailHash: testEmailHash, dataKeys: testDataKeys(db.pool) },
         { clock: () => new Date(now), readWaitMs: 5_000 },
       ),
       analyticsRoutes({ pool: db.pool, store, now: () => now, readWaitMs: 5_000 }),

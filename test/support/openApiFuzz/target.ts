@@ -19,6 +19,7 @@ import { createMemoryRateLimitStore } from '../../../shared/rate-limit/memory.ts
 import { createTestDatabase, type TestDatabase } from '../database.ts';
 import { authHeaders, createTestAuth, createTestUser, provisionTenant, type TestTenant } from '../auth.ts';
 import type { OpenApiDocument, Op, Operation } from './types.ts';
+import { testDataKeys } from '../dataKeys.ts';
 
 /**
  * The service under fuzzing: the gateway with the service's own capability list (`gatewayRoutes`,
@@ -63,6 +64,9 @@ export async function startTarget(): Promise<void> {
       auth,
       pool: db.pool,
       eventStore: store,
+      logStore: store,
+      logInDatabase: true,
+      dataKeys: testDataKeys(db.pool),
       emailHash: testEmailHash,
       rateLimiter,
       usagePublisher: bus.publisher,

@@ -1,0 +1,157 @@
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import { sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
+import { WrongExpectedRevisionError } from '../../shared/errors.ts';
+import type { AppendRequest, AppendResult, EventStore, GlobalPosition } from '../../shared/event-store/port.ts';
+import { appendInTransaction } from '../../shared/event-store/postgres/appendInTransaction.ts';
+import { MissingDataKeyError } from '../../shared/event-store/sealing.ts';
+import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
+import { redactParkedEvents } from '../../shared/projections/parking.ts';
+import { eventMetadata } from './commands.ts';
+import {
+  EMPLOYEE_PERSONAL_FIELDS,
+  PERSONAL_FIELDS,
+  employeeStreamId,
+  evolve,
+  initialState,
+  type EmployeeEvent,
+  type EmployeeState,
+} from './contract.ts';
+import { employeeDecider, type CommandMetadata } from './decide.ts';
+import { planRelease } from './emailReservation.ts';
+import { recordErasure } from './erasureLedger.ts';
+
+/** The person an erasure forgets, as their stream last showed them before it. */
+export type ErasedPerson = {
+  readonly tenantId: string;
+  readonly employeeId: string;
+  readonly erasedAt: string;
+  /** Their address, while it can still be read (null once it cannot: erased before, key gone). */
+  readonly email: string | null;
+  /** Whether the person was given a role (a login was made or taken over for them). */
+  readonly hadRole: boolean;
+};
+
+export type ErasurePorts = {
+  readonly store: EventStore;
+  /**
+   * The same log without the sealing boundary: read when a stream's sealed fields have no key at
+   * all (MissingDataKeyError), which an erasure treats like a destroyed key.
+   */
+  readonly log: EventStore;
+  readonly pool: DatabasePool;
+  /** The keyed hash the address's reservation stream is named by. */
+  readonly emailHash: EmailHash;
+  /**
+   * True when `store` is the PostgreSQL adapter on `pool`'s database: `EmployeeErased` is then
+   * appended in the same transaction as everything else the erasure does, and one commit makes
+   * the whole erasure true. False (KurrentDB): the event is appended first and the rest follows
+   * in one transaction; a crash in between is finished by the next erasure request or by
+   * `ops employees reapply-erasures`, which finds the event in the log.
+   */
+  readonly logInDatabase: boolean;
+  /** What else forgets the person, in the erasure's transaction (their data key, a login made for them). Idempotent. */
+  readonly forget: (tx: Queryable, person: ErasedPerson) => Promise<void>;
+};
+
+export type ErasureResult = {
+  readonly id: string;
+  readonly erasedAt: string;
+  /** Of the employee's stream's last event, for read-your-writes. */
+  readonly position: GlobalPosition | null;
+  /** False when the employee was erased before (nothing appended this time). */
+  readonly fresh: boolean;
+};
+
+/** Attempts after a lost race on the employee's stream or its address's (as the command handler's retries). */
+const MAX_ATTEMPTS = 6;
+
+const fold = (events: readonly EmployeeEvent[]): EmployeeState => events.reduce(evolve, initialState);
+
+/**
+ * Erases an employee: `EmployeeErased` on their stream and the release of their address's
+ * reservation (the address is free again) in one atomic append, with the ledger entry and
+ * `forget` in the same transaction. Idempotent: on an employee erased already it appends nothing,
+ * answers the first `erasedAt` and does the rest again (each step is idempotent), so a repeated
+ * request also completes an erasure that a crash interrupted. 404 for an unknown employee.
+ */
+export async function eraseEmployee(ports: ErasurePorts, employeeId: string, metadata: CommandMetadata): Promise<ErasureResult> {
+  const { tenantId } = metadata;
+  const streamId = employeeStreamId(tenantId, employeeId);
+  for (let attempt = 1; ; attempt++) {
+    const recorded = await readForErasure(ports, streamId);
+    // The store hands back what the decider's own events serialised to; this is that boundary.
+    const history = recorded.map((e) => ({ type: e.type, data: e.data }) as EmployeeEvent);
+    const state = history.reduce(employeeDecider.evolve, employeeDecider.initialState);
+    const events = employeeDecider.decide({ type: 'EraseEmployee', data: {}, metadata }, state);
+    // The person as last seen before any erasure: whom a repeated erasure still has to forget
+    // (a backup restored under a log that holds the erasure brings their login and key back).
+    const person = fold(history.filter((e) => e.type !== 'EmployeeErased'));
+    // A field that no longer opens reads null whatever its type says (a key destroyed by an
+    // erasure whose event a restored log lacks): then there is no address to release or forget.
+    const email: string | null = person.kind === 'hired' ? (person.email as string | null) : null;
+    const known = { email, hadRole: person.kind === 'hired' && person.roleId !== null };
+    if (state.kind === 'erased' && events.length === 0) {
+      await ports.pool.transaction((tx) => completeErasure(tx, ports, { tenantId, employeeId, erasedAt: state.erasedAt, ...known }));
+      return { id: employeeId, erasedAt: state.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };
+    }
+    if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
+    const erasedAt = metadata.now;
+    const meta = eventMetadata(metadata);
+    const release =
+      email === null
+        ? null
+        : await planRelease(ports.store, { emailHash: ports.emailHash, tenantId, email, employeeId, now: metadata.now, metadata: meta });
+    const requests: AppendRequest[] = [
+      ...(release ? [release] : []),
+      { streamId, events: events.map((e) => ({ id: randomUUID(), ...e, metadata: meta })), expectedRevision: recorded.length - 1 },
+    ];
+    const erased: ErasedPerson = { tenantId, employeeId, erasedAt, ...known };
+    try {
+      let appended: AppendResult[];
+      if (ports.logInDatabase) {
+        appended = await ports.pool.transaction(async (tx) => {
+          const results = await appendInTransaction(tx, requests);
+          await completeErasure(tx, ports, erased);
+          return results;
+        });
+      } else {
+        appended = await ports.store.appendMany(requests);
+        await ports.pool.transaction((tx) => completeErasure(tx, ports, erased));
+      }
+      return { id: employeeId, erasedAt, position: appended.at(-1)?.position ?? null, fresh: true };
+    } catch (error) {
+      // The employee or the address moved meanwhile: nothing was appended; decided again.
+      if (!(error instanceof WrongExpectedRevisionError) || attempt >= MAX_ATTEMPTS) throw error;
+    }
+  }
+}
+
+/**
+ * The employee's stream, opened; with its personal fields null when the person's key is missing
+ * altogether (a restored key table older than the log): nothing can open them any more, exactly
+ * as after the key's destruction, so the erasure goes on rather than failing on them.
+ */
+async function readForErasure(ports: ErasurePorts, streamId: string) {
+  try {
+    return await ports.store.readStream(streamId);
+  } catch (error) {
+    if (!(error instanceof MissingDataKeyError)) throw error;
+    return (await ports.log.readStream(streamId)).map((event) => {
+      const fields: readonly string[] = EMPLOYEE_PERSONAL_FIELDS[event.type as keyof typeof EMPLOYEE_PERSONAL_FIELDS] ?? [];
+      if (fields.length === 0 || typeof event.data !== 'object' || event.data === null) return event;
+      const data: Record<string, unknown> = { ...event.data };
+      for (const field of fields) if (field in data) data[field] = null;
+      return { ...event, data, redacted: true as const };
+    });
+  }
+}
+
+/** The ledger entry and what `forget` does, in `tx`, for the person's tenant. */
+async function completeErasure(tx: Queryable, ports: ErasurePorts, person: ErasedPerson): Promise<void> {
+  // The tables `forget` touches are tenant-scoped (row-level security, forced): this transaction is the person's tenant's.
+  await tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${person.tenantId}, true)`);
+  await recordErasure(tx, person);
+  await redactParkedEvents(tx, [employeeStreamId(person.tenantId, person.employeeId)], PERSONAL_FIELDS);
+  await ports.forget(tx, person);
+}

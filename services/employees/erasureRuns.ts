@@ -1,0 +1,124 @@
+import { NotFoundError } from '../../shared/errors.ts';
+import { comparePositions, START, type EventStore } from '../../shared/event-store/port.ts';
+import { parseEmployeeStreamId, type EmployeeErased } from './contract.ts';
+import { eraseEmployee, type ErasurePorts } from './erasure.ts';
+import { listErasures, type ErasureEntry } from './erasureLedger.ts';
+
+/**
+ * Erasures of many employees at once, for the operator: a whole tenant (offboarding), and the
+ * erasures a restored backup undid. Each erasure is the one the API makes, idempotent, so a run
+ * that stops half-way is resumed by running it again.
+ */
+
+/**
+ * What the log says about a tenant's (or every tenant's) employees: who was hired, who was erased
+ * and when. Only stream ids and `EmployeeErased` (nothing personal) are needed, so `log` is the
+ * store without the sealing boundary: a hire whose key is missing cannot stop the scan.
+ */
+export async function scanEmployees(
+  log: EventStore,
+  tenantId?: string,
+): Promise<{ readonly hired: ReadonlyArray<{ tenantId: string; employeeId: string }>; readonly erased: readonly ErasureEntry[] }> {
+  const hired: Array<{ tenantId: string; employeeId: string }> = [];
+  const erased: ErasureEntry[] = [];
+  let after = START;
+  for (;;) {
+    const page = await log.readAll({ after, maxCount: 10_000, eventTypes: ['EmployeeHired', 'EmployeeErased'] });
+    for (const event of page.events) {
+      const stream = parseEmployeeStreamId(event.streamId);
+      if (!stream || (tenantId !== undefined && stream.tenantId !== tenantId)) continue;
+      if (event.type === 'EmployeeHired') hired.push(stream);
+      else erased.push({ ...stream, erasedAt: (event.data as EmployeeErased['data']).erasedAt });
+    }
+    if (comparePositions(page.checkpoint, after) === 0) return { hired, erased };
+    after = page.checkpoint;
+  }
+}
+
+export type ErasureOutcome = 'erased' | 'already' | 'absent';
+
+export type RunProgress = (done: number, total: number) => void;
+
+/**
+ * Erases each of `targets` in turn (at `erasedAt` when given: the time a ledger recorded). `erased`
+ * is a new erasure, `already` one that was erased before (its key destroyed and login forgotten
+ * again), `absent` an employee the log does not have (a backup older than the hire).
+ */
+export async function eraseAll(
+  ports: ErasurePorts,
+  targets: ReadonlyArray<{ readonly tenantId: string; readonly employeeId: string; readonly erasedAt?: string }>,
+  actor: string,
+  onProgress: RunProgress = () => undefined,
+): Promise<Record<ErasureOutcome, number>> {
+  const counts: Record<ErasureOutcome, number> = { erased: 0, already: 0, absent: 0 };
+  const now = new Date().toISOString();
+  for (const [i, target] of targets.entries()) {
+    const metadata = { tenantId: target.tenantId, actor, now: target.erasedAt ?? now };
+    try {
+      const result = await eraseEmployee(ports, target.employeeId, metadata);
+      counts[result.fresh ? 'erased' : 'already']++;
+    } catch (error) {
+      if (!(error instanceof NotFoundError)) throw error;
+      counts.absent++;
+    }
+    onProgress(i + 1, targets.length);
+  }
+  return counts;
+}
+
+/**
+ * Every erasure recorded (of one tenant, when given), each once, at its first `erasedAt`: in a
+ * copy of the ledger kept outside the backups (`kept`: a restore rolls the ledger table back with
+ * everything else), in the ledger table, and in the log (on KurrentDB the log is newer than a
+ * restored PostgreSQL backup and its keys).
+ */
+export async function erasuresToReapply(
+  ports: Pick<ErasurePorts, 'log' | 'pool'>,
+  tenantId?: string,
+  kept: readonly ErasureEntry[] = [],
+): Promise<ErasureEntry[]> {
+  const [ledger, log] = await Promise.all([listErasures(ports.pool, tenantId), scanEmployees(ports.log, tenantId)]);
+  const first = new Map<string, ErasureEntry>();
+  const fromCopy = kept.filter((e) => tenantId === undefined || e.tenantId === tenantId);
+  for (const entry of [...fromCopy, ...ledger, ...log.erased]) {
+    const key = `${entry.tenantId}/${entry.employeeId}`;
+    const seen = first.get(key);
+    if (!seen || Date.parse(entry.erasedAt) < Date.parse(seen.erasedAt)) first.set(key, entry);
+  }
+  return [...first.values()];
+}
+
+/**
+ * A tenant's employees, erased: the log scanned and everyone in it erased, the scan repeated until
+ * it finds nobody new (a hire that committed while the run went on is erased too). A person the
+ * ledger records as erased and whose key is destroyed was finished by an earlier run and is
+ * skipped, so a run resumed after a stop goes on where it left off. The caller disables the
+ * tenant's logins first, so that nobody can hire meanwhile with a session it could renew.
+ */
+export async function eraseTenantEmployees(
+  ports: ErasurePorts & { readonly isDestroyed: (tenantId: string, employeeId: string) => Promise<boolean> },
+  tenantId: string,
+  actor: string,
+  onProgress: RunProgress = () => undefined,
+): Promise<Record<ErasureOutcome | 'skipped', number> & { readonly employees: number }> {
+  const counts = { erased: 0, already: 0, absent: 0, skipped: 0 };
+  const seen = new Set<string>();
+  const ledger = new Set((await listErasures(ports.pool, tenantId)).map((e) => e.employeeId));
+  let done = 0;
+  for (;;) {
+    const { hired } = await scanEmployees(ports.log, tenantId);
+    const fresh = hired.filter((h) => !seen.has(h.employeeId));
+    if (fresh.length === 0) return { ...counts, employees: seen.size };
+    for (const h of fresh) seen.add(h.employeeId);
+    const targets: typeof fresh = [];
+    for (const h of fresh) {
+      if (ledger.has(h.employeeId) && (await ports.isDestroyed(tenantId, h.employeeId))) counts.skipped++;
+      else targets.push(h);
+    }
+    const base = done;
+    const run = await eraseAll(ports, targets, actor, (i) => onProgress(base + i, seen.size));
+    done += targets.length;
+    onProgress(done, seen.size);
+    for (const outcome of ['erased', 'already', 'absent'] as const) counts[outcome] += run[outcome];
+  }
+}

@@ -1,0 +1,64 @@
+import { z } from 'zod';
+import { sql, type Queryable } from '../../db/pool.ts';
+import { assertAppendManyRequests, type AppendRequest, type AppendResult } from '../port.ts';
+import { appendOutcome } from './appendOutcomes.ts';
+import { NOTIFY_CHANNEL } from './wakeups.ts';
+
+const batchRow = z.object({
+  outcomes: z.array(z.string()),
+  revisions: z.array(z.string().nullable()),
+  commits: z.array(z.string().nullable()),
+  prepares: z.array(z.string().nullable()),
+});
+
+/**
+ * An atomic multi-stream append (`appendMany`'s semantics) inside a transaction the caller holds,
+ * for a write that must commit or fail with other rows of the same database: the log on
+ * PostgreSQL is then one commit with them. It goes around group commit (one statement of
+ * `es_append_batch`, as a flush sends) and wakes the log's readers at commit. Only for the
+ * PostgreSQL adapter, on its own database; events are stored as given.
+ */
+export async function appendInTransaction(tx: Queryable, requests: readonly AppendRequest[]): Promise<AppendResult[]> {
+  assertAppendManyRequests(requests);
+  const events = requests.flatMap((r) => r.events);
+  const row = await tx.one(sql.type(batchRow)`
+    select outcomes, revisions::text[] as revisions, commits, prepares::text[] as prepares from es_append_batch(
+      ${sql.array(
+        requests.map(() => 0),
+        'int4',
+      )},
+      ${sql.array(
+        requests.map((r) => r.streamId),
+        'text',
+      )},
+      ${sql.array(
+        requests.map((r) => String(r.expectedRevision ?? 'any')),
+        'text',
+      )},
+      ${sql.array(
+        requests.map((r) => r.events.length),
+        'int4',
+      )},
+      ${sql.array(
+        events.map((e) => e.id),
+        'uuid',
+      )},
+      ${sql.array(
+        events.map((e) => e.type),
+        'text',
+      )},
+      ${sql.array(
+        events.map((e) => JSON.stringify(e.data)),
+        'jsonb',
+      )},
+      ${sql.array(
+        events.map((e) => JSON.stringify(e.metadata ?? {})),
+        'jsonb',
+      )},
+      ${NOTIFY_CHANNEL}
+    )
+  `);
+  const { results, failure } = appendOutcome(row, requests);
+  if (failure) throw failure;
+  return results;
+}

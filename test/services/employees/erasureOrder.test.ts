@@ -1,0 +1,138 @@
+import { monotonicFactory } from 'ulid';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
+import type { EventStore } from '../../../shared/event-store/port.ts';
+import type { DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
+import { erasurePorts } from '../../../services/employees/capability.ts';
+import { changeEmployeeStatus, hireEmployee, loadEmployee } from '../../../services/employees/commands.ts';
+import { ErasedError } from '../../../shared/errors.ts';
+import { employeeStreamId } from '../../../services/employees/contract.ts';
+import { eraseEmployee, type ErasurePorts } from '../../../services/employees/erasure.ts';
+import { listErasures } from '../../../services/employees/erasureLedger.ts';
+import { provisionTenant } from '../../support/auth.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { sealedEventStore, testEmailHash } from '../../support/personalData.ts';
+
+/**
+ * The erasure when the log is not in PostgreSQL (KurrentDB): `EmployeeErased` is appended first,
+ * then the key is destroyed with the rest in one PostgreSQL transaction. A crash between the two
+ * leaves the event without its destruction; the next erasure request completes it. Run here on
+ * the PostgreSQL adapter with `logInDatabase: false`, which takes exactly that path.
+ */
+const nextId = monotonicFactory();
+let db: TestDatabase;
+let store: EventStore;
+let log: EventStore;
+let keys: DataKeyStore;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  log = createPostgresEventStore(db.pool);
+  ({ store, keys } = sealedEventStore(log, db.pool));
+});
+afterAll(async () => {
+  await store?.close();
+  await db?.drop();
+});
+
+async function hired(tenantId: string): Promise<string> {
+  const employeeId = nextId();
+  await hireEmployee(
+    { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
+    {
+      type: 'HireEmployee',
+      data: { employeeId, email: `${employeeId}@order.test`, firstName: 'Kurt', lastName: 'Order' },
+      metadata: { tenantId, actor: 'spec', now: new Date().toISOString() },
+    },
+  );
+  return employeeId;
+}
+
+const metadata = (tenantId: string, now: string) => ({ tenantId, actor: 'spec', now });
+
+describe('when the log is elsewhere and the process dies between the append and the key destruction', () => {
+  it('has the event without the destruction, and a repeated request completes the erasure at the first erasedAt', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hired(tenantId);
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: false });
+    const crashing: ErasurePorts = {
+      ...ports,
+      forget: () => Promise.reject(new Error('the process died here')),
+    };
+    await expect(eraseEmployee(crashing, id, metadata(tenantId, '2026-01-01T00:00:00.000Z'))).rejects.toThrow('died');
+    expect((await store.readStream(employeeStreamId(tenantId, id))).map((e) => e.type)).toContain('EmployeeErased');
+    expect(await keys.isDestroyed(tenantId, id)).toBe(false);
+    expect((await listErasures(db.pool, tenantId)).length).toBe(0);
+
+    const again = await eraseEmployee(ports, id, metadata(tenantId, '2026-02-01T00:00:00.000Z'));
+    expect(again).toMatchObject({ id, erasedAt: '2026-01-01T00:00:00.000Z', fresh: false });
+    expect(await keys.isDestroyed(tenantId, id)).toBe(true);
+    expect(await listErasures(db.pool, tenantId)).toEqual([{ tenantId, employeeId: id, erasedAt: '2026-01-01T00:00:00.000Z' }]);
+    const hire = (await store.readStream(employeeStreamId(tenantId, id)))[0];
+    expect(hire?.redacted).toBe(true);
+    expect(hire?.data).toMatchObject({ email: null, firstName: null, lastName: null });
+  });
+});
+
+describe('when the log is in PostgreSQL and what follows the append fails', () => {
+  it('appends nothing: the event and the destruction commit together or not at all', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hired(tenantId);
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    await expect(
+      eraseEmployee({ ...ports, forget: () => Promise.reject(new Error('failed')) }, id, metadata(tenantId, '2026-01-01T00:00:00.000Z')),
+    ).rejects.toThrow('failed');
+    expect((await store.readStream(employeeStreamId(tenantId, id))).map((e) => e.type)).toEqual(['EmployeeHired']);
+    expect(await keys.isDestroyed(tenantId, id)).toBe(false);
+  });
+});
+
+describe('when the key is destroyed but the log lacks the erasure (a log restored from before it)', () => {
+  it('erases again without an address to release or forget', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hired(tenantId);
+    await db.pool.transaction((tx) => keys.destroy(tenantId, id, tx));
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    const result = await eraseEmployee(ports, id, metadata(tenantId, '2026-03-01T00:00:00.000Z'));
+    expect(result).toMatchObject({ id, erasedAt: '2026-03-01T00:00:00.000Z', fresh: true });
+    expect((await store.readStream(employeeStreamId(tenantId, id))).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeErased']);
+  });
+});
+
+describe('when the employee changes between the erasure reading it and appending', () => {
+  it('decides again on the fresh stream and erases', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hired(tenantId);
+    const streamId = employeeStreamId(tenantId, id);
+    let raced = false;
+    const racing: EventStore = {
+      ...store,
+      readStream: async (read, options) => {
+        const events = await store.readStream(read, options);
+        if (read === streamId && !raced) {
+          raced = true;
+          await changeEmployeeStatus(
+            { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
+            id,
+            metadata(tenantId, '2026-04-01T00:00:00.000Z'),
+            { status: 'on_leave' },
+          );
+        }
+        return events;
+      },
+    };
+    const ports = erasurePorts({ store: racing, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    expect(await eraseEmployee(ports, id, metadata(tenantId, '2026-04-02T00:00:00.000Z'))).toMatchObject({ fresh: true });
+    expect(raced).toBe(true);
+    expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeStatusChanged', 'EmployeeErased']);
+  });
+});
+
+describe('when the key is gone but the log lacks the erasure (a log restored without it)', () => {
+  it('reads the employee as erased, not as one without a name', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hired(tenantId);
+    await keys.destroy(tenantId, id, db.pool);
+    await expect(loadEmployee(store, tenantId, id)).rejects.toBeInstanceOf(ErasedError);
+  });
+});

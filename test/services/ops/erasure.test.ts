@@ -1,0 +1,181 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { monotonicFactory } from 'ulid';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createDatabasePool } from '../../../shared/db/pool.ts';
+import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
+import type { EventStore } from '../../../shared/event-store/port.ts';
+import { createSealingEventStore } from '../../../shared/event-store/sealing.ts';
+import { createDataKeyStore, type DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
+import { employeePersonalData, employeeStreamId } from '../../../services/employees/contract.ts';
+import { hireEmployee } from '../../../services/employees/commands.ts';
+import { createEmptyTestDatabase, createTestDatabase, sqlAt, type BareTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { createTestUser, provisionTenant } from '../../support/auth.ts';
+import { runOpsWith } from '../../support/processes.ts';
+import { testEmailHash, testKeyEncryptionKeys, testPersonalDataEnv } from '../../support/personalData.ts';
+
+/**
+ * The erasure commands of the ops CLI, run as an operator runs them (a child process, the real
+ * database): a tenant's offboarding, and erasures re-applied to a database restored from a backup
+ * taken before them. The CLI shares the test's key-encryption key, as every process of one
+ * deployment does.
+ */
+const nextId = monotonicFactory();
+let db: TestDatabase;
+let keys: DataKeyStore;
+let store: EventStore;
+let work: string;
+const restored: BareTestDatabase[] = [];
+
+const ops = (url: string, ...args: string[]) =>
+  runOpsWith({ ...process.env, DATABASE_URL: url, LOG_LEVEL: 'warn', ...testPersonalDataEnv, DATA_DIR: work }, ...args);
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), 'ops-erasure-'));
+  db = await createTestDatabase();
+  keys = createDataKeyStore(db.pool, testKeyEncryptionKeys);
+  store = createSealingEventStore(createPostgresEventStore(db.pool), { keys, policy: employeePersonalData });
+});
+afterAll(async () => {
+  await store?.close();
+  for (const r of restored) await r.drop();
+  await db?.drop();
+  await rm(work, { recursive: true, force: true });
+});
+
+async function hire(tenantId: string, email: string): Promise<string> {
+  const employeeId = nextId();
+  await hireEmployee(
+    { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
+    {
+      type: 'HireEmployee',
+      data: { employeeId, email, firstName: 'Op', lastName: 'Erase' },
+      metadata: { tenantId, actor: 'spec', now: new Date().toISOString() },
+    },
+  );
+  return employeeId;
+}
+
+const types = async (eventStore: EventStore, tenantId: string, employeeId: string) =>
+  (await eventStore.readStream(employeeStreamId(tenantId, employeeId))).map((e) => e.type);
+
+const logins = (url: string, tenantId: string) =>
+  sqlAt<{ email: string; disabled: boolean }>(
+    url,
+    'select email, disabled_at is not null as disabled from users where tenant_id = $1 order by email',
+    [tenantId],
+  );
+
+describe('ops tenants erase <slug>', () => {
+  it('erases every employee, forgets and disables every login, shows progress, and a second run finds it done', async () => {
+    const { tenantId, slug } = await provisionTenant(db.pool);
+    const ids = [
+      await hire(tenantId, 'one@offboard.test'),
+      await hire(tenantId, 'two@offboard.test'),
+      await hire(tenantId, 'three@offboard.test'),
+    ];
+    await createTestUser(db.pool, { tenantId, slug }, 'admin', { email: 'boss@offboard.test' });
+
+    const first = await ops(db.url, 'tenants', 'erase', slug);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stdout).toContain(
+      `tenant ${slug}: 3 employees, 3 erased, 0 erased before (done again), 0 not in the log, 0 finished before (skipped); 1 logins forgotten`,
+    );
+    expect(first.stderr).toContain(`erase ${slug} |`);
+    for (const id of ids) {
+      expect(await types(store, tenantId, id)).toContain('EmployeeErased');
+      expect(await keys.isDestroyed(tenantId, id)).toBe(true);
+    }
+    const users = await logins(db.url, tenantId);
+    expect(users.length).toBeGreaterThan(0);
+    for (const user of users) expect(user).toEqual({ email: expect.stringMatching(/^erased-.*@erased\.invalid$/), disabled: true });
+
+    const again = await ops(db.url, 'tenants', 'erase', slug);
+    expect(again.code, again.stderr).toBe(0);
+    // Everyone in the ledger with a destroyed key was finished: skipped, not erased again.
+    expect(again.stdout).toContain(
+      '3 employees, 0 erased, 0 erased before (done again), 0 not in the log, 3 finished before (skipped); 0 logins',
+    );
+
+    // Someone the ledger has but whose key is whole again (a restore) is erased again.
+    await sqlAt(db.url, 'delete from personal_data_keys where tenant_id = $1 and subject_id = $2', [tenantId, ids[0]]);
+    const third = await ops(db.url, 'tenants', 'erase', slug);
+    expect(third.stdout).toContain('3 employees, 0 erased, 1 erased before (done again), 0 not in the log, 2 finished before (skipped)');
+  });
+});
+
+describe('ops employees reapply-erasures, after restoring a backup taken before an erasure', () => {
+  it('erases the person again from a copy of the ledger; without the copy the restored database knows of no erasure', async () => {
+    const { tenantId, slug } = await provisionTenant(db.pool);
+    const id = await hire(tenantId, 'restored@backup.test');
+    const backup = join(work, 'backup.sql');
+    const { stdout } = await promisify(execFile)('pg_dump', ['--dbname', db.url, '--no-owner'], { maxBuffer: 256 * 1024 * 1024 });
+    await writeFile(backup, stdout);
+
+    const erased = await ops(db.url, 'employees', 'erase', slug, id);
+    expect(erased.code, erased.stderr).toBe(0);
+    expect(erased.stdout).toMatch(new RegExp(`^erased ${id} at \\d{4}-`));
+    const ledger = await ops(db.url, 'employees', 'erasures');
+    const copy = join(work, 'ledger.json');
+    await writeFile(copy, ledger.stdout);
+    const erasedAt = z
+      .array(z.object({ employeeId: z.string(), erasedAt: z.string() }))
+      .parse(JSON.parse(ledger.stdout))
+      .find((e) => e.employeeId === id)?.erasedAt;
+
+    // The restore: a new database from the backup, where the person is hired and their key whole.
+    const target = await createEmptyTestDatabase();
+    restored.push(target);
+    await promisify(execFile)('psql', ['--quiet', '--no-psqlrc', '--set', 'ON_ERROR_STOP=1', '--dbname', target.url, '--file', backup]);
+    const pool = await createDatabasePool(target.url);
+    try {
+      const targetKeys = createDataKeyStore(pool, testKeyEncryptionKeys);
+      const targetStore = createSealingEventStore(createPostgresEventStore(pool), { keys: targetKeys, policy: employeePersonalData });
+      expect(await types(targetStore, tenantId, id)).not.toContain('EmployeeErased');
+      expect(await targetKeys.isDestroyed(tenantId, id)).toBe(false);
+
+      const withoutCopy = await ops(target.url, 'employees', 'reapply-erasures', '--tenant', slug);
+      expect(withoutCopy.stdout).toContain('0 erasures re-applied');
+
+      const reapplied = await ops(target.url, 'employees', 'reapply-erasures', '--tenant', slug, '--ledger', copy);
+      expect(reapplied.code, reapplied.stderr).toBe(0);
+      expect(reapplied.stdout).toMatch(/1 erasures re-applied: 1 erased, 0 erased before/);
+      expect(reapplied.stderr).toContain('reapply-erasures |');
+      expect(await types(targetStore, tenantId, id)).toContain('EmployeeErased');
+      expect(await targetKeys.isDestroyed(tenantId, id)).toBe(true);
+      const history = await targetStore.readStream(employeeStreamId(tenantId, id));
+      expect(history.find((e) => e.type === 'EmployeeErased')?.data).toEqual({ employeeId: id, erasedAt });
+      // The restored ledger has the entry again.
+      const entries = await sqlAt<{ employee_id: string }>(target.url, 'select employee_id from employee_erasures where tenant_id = $1', [
+        tenantId,
+      ]);
+      expect(entries.map((e) => e.employee_id)).toEqual([id]);
+      await targetStore.close();
+    } finally {
+      await pool.end();
+    }
+  });
+});
+
+describe('ops erasure commands when a person has no data key at all (a key table older than the log)', () => {
+  it('scan the log past their sealed fields and erase them like a person whose key is destroyed', async () => {
+    const { tenantId, slug } = await provisionTenant(db.pool);
+    const keyless = await hire(tenantId, 'keyless@restore.test');
+    const whole = await hire(tenantId, 'whole@restore.test');
+    await sqlAt(db.url, 'delete from personal_data_keys where tenant_id = $1 and subject_id = $2', [tenantId, keyless]);
+
+    const reapplied = await ops(db.url, 'employees', 'reapply-erasures', '--tenant', slug);
+    expect(reapplied.code, reapplied.stderr).toBe(0);
+    expect(reapplied.stdout).toContain('0 erasures re-applied');
+
+    const erased = await ops(db.url, 'tenants', 'erase', slug);
+    expect(erased.code, erased.stderr).toBe(0);
+    expect(erased.stdout).toContain(`tenant ${slug}: 2 employees, 2 erased`);
+    for (const id of [keyless, whole]) expect(await types(store, tenantId, id)).toContain('EmployeeErased');
+    expect(await keys.isDestroyed(tenantId, whole)).toBe(true);
+  });
+});
