@@ -2,6 +2,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { withTenant } from '../../shared/db/pool.ts';
 import { NotFoundError } from '../../shared/errors.ts';
 import { forgetTenantAccounts } from '../auth/forgetAccount.ts';
+import { revocableAnalystLogins, revokeAnalystLogin } from '../analysts/logins.ts';
 import { erasurePorts } from '../employees/capability.ts';
 import { eraseEmployee } from '../employees/erasure.ts';
 import { eraseAll, eraseTenantEmployees, erasuresToReapply, type ErasureOutcome } from '../employees/erasureRuns.ts';
@@ -124,7 +125,7 @@ export function registerErasureCommands(program: Command): void {
 
   tenants
     .command('erase <slug>')
-    .description("offboard a tenant: erase every employee, take every login's address away and disable it")
+    .description("offboard a tenant: erase every employee, take every login's address away and disable it, revoke its analysts' logins")
     .action(
       opsAction(async (slug: string) => {
         const valid = parseSlug(slug);
@@ -134,13 +135,21 @@ export function registerErasureCommands(program: Command): void {
           // session to hire while the tenant is erased (an access token already issued lives out its
           // minutes: run the command again after them; it skips whoever it finished).
           const logins = await withTenant(runtime.pool, tenantId, (tx) => forgetTenantAccounts(tx, tenantId));
+          // The tenant's analysts' database logins read its read models directly: they go too.
+          const analysts = await revocableAnalystLogins(runtime.pool, tenantId);
+          const unfinished: string[] = [];
+          for (const login of analysts) if ((await revokeAnalystLogin(runtime.pool, login)).dropFailure) unfinished.push(login);
           const ports = { ...portsOf(runtime), isDestroyed: (t: string, id: string) => runtime.dataKeys.isDestroyed(t, id) };
           const bar = employeesBar(`erase ${valid}`);
           const counts = await eraseTenantEmployees(ports, tenantId, 'ops:tenants erase', bar.update).finally(bar.stop);
           process.stdout.write(
             `tenant ${valid}: ${counts.employees} employees, ${summary(counts)}, ${counts.skipped} finished before (skipped); ` +
-              `${logins} logins forgotten and disabled\n`,
+              `${logins} logins forgotten and disabled; ${analysts.length} analysts' database logins revoked\n`,
           );
+          if (unfinished.length > 0) {
+            process.stdout.write(`cut off but not yet dropped (run \`ops analysts revoke ${valid}\` again): ${unfinished.join(', ')}\n`);
+            process.exitCode = 1;
+          }
         });
       }),
     );

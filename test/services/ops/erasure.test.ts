@@ -79,9 +79,15 @@ describe('ops tenants erase <slug>', () => {
       await hire(tenantId, 'three@offboard.test'),
     ];
     await createTestUser(db.pool, { tenantId, slug }, 'admin', { email: 'boss@offboard.test' });
+    // Roles are cluster-wide: a name of this run's own.
+    const analyst = `analyst_off_${monotonicFactory()().toLowerCase().slice(-10)}`;
+    const granted = await ops(db.url, 'analysts', 'grant', slug, '--login', analyst);
+    expect(granted.code, granted.stderr).toBe(0);
 
     const first = await ops(db.url, 'tenants', 'erase', slug);
     expect(first.code, first.stderr).toBe(0);
+    expect(first.stdout).toContain("1 analysts' database logins revoked");
+    expect(await sqlAt(db.url, 'select 1 from pg_roles where rolname = $1', [analyst])).toEqual([]);
     expect(first.stdout).toContain(
       `tenant ${slug}: 3 employees, 3 erased, 0 erased before (done again), 0 not in the log, 0 finished before (skipped); 1 logins forgotten`,
     );
