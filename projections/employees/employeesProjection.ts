@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
+import { byEmployee, employeeKey, isEmployeeEvent } from './byEmployee.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
@@ -120,8 +121,7 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
   }
 }
 
-const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(event.type);
-const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
+const keyOf = employeeKey;
 
 /**
  * Folds one event into `row` unless the row already reflects it (revision guard), the one
@@ -183,15 +183,7 @@ async function handle(
 ): Promise<void> {
   await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
   // Per employee, its events of this batch in order (the batch is in global order).
-  const streams = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
-  for (const event of events) {
-    const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
-    if (!parsed) continue;
-    const key = keyOf(parsed.tenantId, parsed.employeeId);
-    const stream = streams.get(key) ?? { tenantId: parsed.tenantId, id: parsed.employeeId, events: [] };
-    stream.events.push(event);
-    streams.set(key, stream);
-  }
+  const streams = byEmployee(events);
   if (streams.size === 0) return;
   // Only employees whose batch does not start with their hire can already have a row.
   const known = [...streams.values()].filter((s) => (s.events[0]?.revision ?? 0) > 0);

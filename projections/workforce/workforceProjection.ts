@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
+import { byEmployee, employeeKey, isEmployeeEvent } from '../employees/byEmployee.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import {
@@ -71,9 +72,8 @@ function foldEvent(employee: Employee, recorded: RecordedEvent): void {
   employee.revision = recorded.revision;
 }
 
-const keyOf = (tenantId: string, id: string) => `${tenantId}/${id}`;
+const keyOf = employeeKey;
 const iso = (ms: number) => new Date(ms).toISOString();
-const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(event.type);
 
 /** When an event was recorded: the command's clock (metadata), else the store's. */
 const recordedAtOf = (event: RecordedEvent): number =>
@@ -127,15 +127,7 @@ const versionTuple = (e: Employee, v: Version) => [
 
 async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: Readonly<Record<Tables, IdentifierSqlToken>>) {
   await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
-  const touched = new Map<string, { tenantId: string; id: string; events: RecordedEvent[] }>();
-  for (const event of events) {
-    const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
-    if (!parsed) continue;
-    const key = keyOf(parsed.tenantId, parsed.employeeId);
-    const entry = touched.get(key) ?? { tenantId: parsed.tenantId, id: parsed.employeeId, events: [] };
-    entry.events.push(event);
-    touched.set(key, entry);
-  }
+  const touched = byEmployee(events);
   if (touched.size === 0) return;
   // Only employees whose batch does not start with their hire can have versions already (a page of
   // hires, the common case, is then one statement). Were one there all the same, the insert's
