@@ -4,6 +4,10 @@ import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId } from '../../services/empl
 /** Whether the event is one of an employee's (its stream may hold no other, but a page holds every stream's). */
 export const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(event.type);
 
+/** The employee an event belongs to, if it is one of an employee's events. */
+export const employeeOf = (event: RecordedEvent): { tenantId: string; employeeId: string } | undefined =>
+  isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
+
 /** One employee's events of a page, in the page's (global) order. */
 export type EmployeeBatch = { readonly tenantId: string; readonly id: string; readonly events: RecordedEvent[] };
 
@@ -14,7 +18,7 @@ export const employeeKey = (tenantId: string, id: string): string => `${tenantId
 export function byEmployee(events: readonly RecordedEvent[]): Map<string, EmployeeBatch> {
   const batches = new Map<string, EmployeeBatch>();
   for (const event of events) {
-    const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
+    const parsed = employeeOf(event);
     if (!parsed) continue;
     const key = employeeKey(parsed.tenantId, parsed.employeeId);
     const batch = batches.get(key) ?? { tenantId: parsed.tenantId, id: parsed.employeeId, events: [] };

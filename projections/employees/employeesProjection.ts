@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
-import { byEmployee, employeeKey, isEmployeeEvent } from './byEmployee.ts';
+import { byEmployee, employeeKey, employeeOf } from './byEmployee.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
@@ -9,7 +9,6 @@ import { deleteErasedRows } from './erasedRows.ts';
 import { counterKeys, createCounterDeltas } from './counters.ts';
 import {
   EMPLOYEE_EVENT_TYPES,
-  parseEmployeeStreamId,
   statusAppliesFrom,
   type EmployeeEvent,
   type EmployeeStatus,
@@ -121,8 +120,6 @@ function apply(row: Row | undefined, event: EmployeeEvent, recorded: RecordedEve
   }
 }
 
-const keyOf = employeeKey;
-
 /**
  * Folds one event into `row` unless the row already reflects it (revision guard), the one
  * place both the live handler and the bulk fold go through.
@@ -203,7 +200,7 @@ async function handle(
           )}) as k(tenant_id, id)
             on e.tenant_id = k.tenant_id and e.id = k.id
         `);
-  const before = new Map<string, Row>(existing.map((r) => [keyOf(r.tenant_id, r.id), r]));
+  const before = new Map<string, Row>(existing.map((r) => [employeeKey(r.tenant_id, r.id), r]));
   const changed: Row[] = [];
   const erased: Row[] = [];
   for (const [key, stream] of streams) {
@@ -227,7 +224,7 @@ async function handle(
     delta.push([row.tenant_id, row.id, k.status, k.department, k.monthStart, k.dayStart, sign]);
   };
   for (const row of changed) {
-    const old = before.get(keyOf(row.tenant_id, row.id));
+    const old = before.get(employeeKey(row.tenant_id, row.id));
     if (old) count(row, old, -1);
     count(row, row, 1);
   }
@@ -271,9 +268,9 @@ function bulkFold() {
   return {
     add(events: readonly RecordedEvent[]) {
       for (const event of events) {
-        const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
+        const parsed = employeeOf(event);
         if (!parsed) continue;
-        const key = keyOf(parsed.tenantId, parsed.employeeId);
+        const key = employeeKey(parsed.tenantId, parsed.employeeId);
         const before = rows.get(key);
         const after = fold(before, event, parsed.tenantId);
         if (after === ERASED) rows.delete(key);

@@ -2,16 +2,10 @@ import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
 import { sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
-import { byEmployee, employeeKey, isEmployeeEvent } from '../employees/byEmployee.ts';
+import { byEmployee, employeeKey, employeeOf } from '../employees/byEmployee.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import {
-  EMPLOYEE_EVENT_TYPES,
-  parseEmployeeStreamId,
-  type EmployeeEvent,
-  erasedStreams,
-  PERSONAL_FIELDS,
-} from '../../services/employees/contract.ts';
+import { EMPLOYEE_EVENT_TYPES, type EmployeeEvent, erasedStreams, PERSONAL_FIELDS } from '../../services/employees/contract.ts';
 import { contributions, evolveVersions, instantMs, redactVersions, type Contribution, type Version } from './versions.ts';
 import { redactParkedEvents } from '../../shared/projections/parking.ts';
 
@@ -72,7 +66,6 @@ function foldEvent(employee: Employee, recorded: RecordedEvent): void {
   employee.revision = recorded.revision;
 }
 
-const keyOf = employeeKey;
 const iso = (ms: number) => new Date(ms).toISOString();
 
 /** When an event was recorded: the command's clock (metadata), else the store's. */
@@ -152,7 +145,7 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
   `);
   const before = new Map<string, Employee>();
   for (const r of rows) {
-    const key = keyOf(r.tenant_id, r.employee_id);
+    const key = employeeKey(r.tenant_id, r.employee_id);
     const employee = before.get(key) ?? { tenantId: r.tenant_id, id: r.employee_id, revision: r.revision, versions: [], erased: r.erased };
     employee.versions.push({
       validFrom: Date.parse(r.valid_from),
@@ -183,7 +176,7 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
   }
   if (changed.length === 0) return;
 
-  const replaced = changed.filter((e) => before.has(keyOf(e.tenantId, e.id)));
+  const replaced = changed.filter((e) => before.has(employeeKey(e.tenantId, e.id)));
   if (replaced.length > 0)
     await tx.query(sql.type(z.object({}))`
     delete from ${tables.employee_versions} v
@@ -234,9 +227,9 @@ function bulkFold() {
   return {
     add(events: readonly RecordedEvent[]) {
       for (const event of events) {
-        const parsed = isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
+        const parsed = employeeOf(event);
         if (!parsed) continue;
-        const key = keyOf(parsed.tenantId, parsed.employeeId);
+        const key = employeeKey(parsed.tenantId, parsed.employeeId);
         const employee = employees.get(key) ?? {
           tenantId: parsed.tenantId,
           id: parsed.employeeId,

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from 'jose';
 import { z } from 'zod';
-import { readOrCreateSecretFile } from '../../shared/personal-data/secretFile.ts';
+import { readOrCreateSecretFile } from '../../shared/secretFile.ts';
 
 /**
  * The signing keys. The first key signs; every key verifies, so rotation is: put the new key

@@ -1,6 +1,5 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
-import { link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { readOrCreateSecretFile } from '../../shared/secretFile.ts';
 
 /**
  * Signing secrets must be usable to sign (so they cannot be hashed) and must not be readable
@@ -102,23 +101,5 @@ export async function loadSecretBox(config: {
   const old = (config.WEBHOOK_SECRETS_OLD_KEYS ?? []).map((k) => Buffer.from(k, 'base64'));
   const box = (key: string) => createSecretBox(Buffer.from(key.trim(), 'base64'), old);
   if (config.WEBHOOK_SECRETS_KEY) return box(config.WEBHOOK_SECRETS_KEY);
-  const file = join(config.DATA_DIR, KEY_FILE);
-  try {
-    return box(await readFile(file, 'utf8'));
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
-  }
-  await mkdir(config.DATA_DIR, { recursive: true });
-  // Written aside, then linked into place: link fails if another process got there first, and
-  // nobody ever reads a half-written key (processes sharing DATA_DIR start together).
-  const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
-  await writeFile(aside, randomBytes(32).toString('base64'), { mode: 0o600 });
-  try {
-    await link(aside, file).catch((error: NodeJS.ErrnoException) => {
-      if (error.code !== 'EEXIST') throw error;
-    });
-  } finally {
-    await rm(aside, { force: true });
-  }
-  return box(await readFile(file, 'utf8'));
+  return box(await readOrCreateSecretFile(config.DATA_DIR, KEY_FILE, () => randomBytes(32).toString('base64')));
 }

@@ -1,6 +1,6 @@
-import { createHmac, randomBytes } from 'node:crypto';
+import { createHmac, createSecretKey, randomBytes } from 'node:crypto';
 import { normaliseEmail } from '../email.ts';
-import { readOrCreateSecretFile } from './secretFile.ts';
+import { readOrCreateSecretFile } from '../secretFile.ts';
 
 /**
  * A keyed hash (HMAC-SHA256) of a tenant's normalised e-mail address: what email uniqueness is
@@ -14,8 +14,10 @@ export type EmailHash = (tenantId: string, email: string) => string;
 
 export function createEmailHash(key: Buffer): EmailHash {
   if (key.length < 32) throw new Error('the e-mail hash key must be at least 32 bytes');
+  // Imported once: a raw key buffer would be imported again on every hire and email change.
+  const secret = createSecretKey(key);
   return (tenantId, email) =>
-    createHmac('sha256', key)
+    createHmac('sha256', secret)
       .update(`${tenantId}\n${normaliseEmail(email)}`)
       .digest('hex');
 }

@@ -1,6 +1,6 @@
 import { createHash, createSecretKey, randomBytes } from 'node:crypto';
 import { openValue, sealValue, type DataKey } from './fieldCipher.ts';
-import { readOrCreateSecretFile } from './secretFile.ts';
+import { readOrCreateSecretFile } from '../secretFile.ts';
 
 /**
  * The key-encryption keys (KEKs) that seal the data keys stored in PostgreSQL. They live

@@ -15,34 +15,42 @@ import { compact, formatter } from './format.js';
 const charts = new Map();
 
 /**
- * A figure's part that chartFigure always creates.
+ * A figure's part that `figureFor` always creates.
  * @param {HTMLElement} figure
  * @param {string} selector
  */
-const part = (figure, selector) => /** @type {HTMLElement} */ (figure.querySelector(selector));
+export const part = (figure, selector) => /** @type {HTMLElement} */ (figure.querySelector(selector));
+
+/**
+ * The figure `data-<kind>="<id>"` in `#<containerId>`, created the first time (a heading
+ * `#<idPrefix>-<id>`, a plot, the `extra` parts, a caption); a chart keeps its figure across ranges.
+ * @param {{ containerId: string, kind: string, idPrefix: string, id: string, title: string, extra?: HTMLElement[] }} spec
+ * @returns {HTMLElement}
+ */
+export function figureFor({ containerId, kind, idPrefix, id, title, extra = [] }) {
+  /** @type {HTMLElement | null} */
+  let figure = document.querySelector(`figure[data-${kind}="${id}"]`);
+  if (figure) return figure;
+  figure = document.createElement('figure');
+  figure.dataset[kind] = id;
+  const heading = document.createElement('h3');
+  heading.id = `${idPrefix}-${id}`;
+  heading.textContent = title;
+  figure.setAttribute('aria-labelledby', heading.id);
+  const plot = document.createElement('div');
+  plot.className = 'plot';
+  figure.append(heading, plot, ...extra, document.createElement('figcaption'));
+  /** @type {HTMLElement} */ (document.getElementById(containerId)).append(figure);
+  return figure;
+}
 
 /**
  * The metric's figure, created (title, plot, caption) the first time.
  * @param {Metric} metric
  * @returns {HTMLElement}
  */
-export function chartFigure(metric) {
-  /** @type {HTMLElement | null} */
-  let figure = document.querySelector(`figure[data-metric="${metric.id}"]`);
-  if (figure) return figure;
-  figure = document.createElement('figure');
-  figure.dataset.metric = metric.id;
-  figure.setAttribute('aria-labelledby', `chart-${metric.id}`);
-  const title = document.createElement('h3');
-  title.id = `chart-${metric.id}`;
-  title.textContent = metric.title;
-  const plot = document.createElement('div');
-  plot.className = 'plot';
-  const caption = document.createElement('figcaption');
-  figure.append(title, plot, caption);
-  /** @type {HTMLElement} */ (document.getElementById('charts')).append(figure);
-  return figure;
-}
+export const chartFigure = (metric) =>
+  figureFor({ containerId: 'charts', kind: 'metric', idPrefix: 'chart', id: metric.id, title: metric.title });
 
 /**
  * Empties a chart's plot (destroying its uPlot) and marks what it now shows.

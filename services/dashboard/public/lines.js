@@ -5,6 +5,7 @@
  * count that is still growing does not read as a drop. */
 /* global document, uPlot */
 import { HttpError } from './api.js';
+import { figureFor, part } from './charts.js';
 import { compact } from './format.js';
 
 /**
@@ -26,35 +27,21 @@ export function resetLines() {
 }
 
 /**
- * A figure's part that lineFigure always creates.
- * @param {HTMLElement} figure
- * @param {string} selector
- */
-const part = (figure, selector) => /** @type {HTMLElement} */ (figure.querySelector(selector));
-
-/**
  * The chart's figure in #workforce-charts, created (title, plot, legend, caption) the first time.
  * @param {Chart} chart
  * @returns {HTMLElement}
  */
 export function lineFigure(chart) {
-  /** @type {HTMLElement | null} */
-  let figure = document.querySelector(`figure[data-workforce="${chart.id}"]`);
-  if (figure) return figure;
-  figure = document.createElement('figure');
-  figure.dataset.workforce = chart.id;
-  figure.setAttribute('aria-labelledby', `workforce-${chart.id}`);
-  const title = document.createElement('h3');
-  title.id = `workforce-${chart.id}`;
-  title.textContent = chart.title;
-  const plot = document.createElement('div');
-  plot.className = 'plot';
   const legend = document.createElement('ul');
   legend.className = 'series-legend';
-  const caption = document.createElement('figcaption');
-  figure.append(title, plot, legend, caption);
-  /** @type {HTMLElement} */ (document.getElementById('workforce-charts')).append(figure);
-  return figure;
+  return figureFor({
+    containerId: 'workforce-charts',
+    kind: 'workforce',
+    idPrefix: 'workforce',
+    id: chart.id,
+    title: chart.title,
+    extra: [legend],
+  });
 }
 
 /**

@@ -6,7 +6,8 @@ import { join } from 'node:path';
  * The text of `DATA_DIR/<name>`, made with `generate()` on first use. Written aside, then linked
  * into place: `link` fails if another process got there first, so processes that share DATA_DIR
  * and start together all end up with the same secret, and nobody reads a half-written file.
- * Used for every secret the service makes itself (the KEKs, the email hash key, the JWT keys).
+ * Used for every secret the service makes itself (the KEKs, the email hash key, the JWT keys, the
+ * webhook secrets key).
  */
 export async function readOrCreateSecretFile(dataDir: string, name: string, generate: () => string | Promise<string>): Promise<string> {
   const file = join(dataDir, name);
