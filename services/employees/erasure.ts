@@ -11,6 +11,7 @@ import { eventMetadata } from './commands.ts';
 import {
   EMPLOYEE_PERSONAL_FIELDS,
   PERSONAL_FIELDS,
+  employeePersonalData,
   employeeStreamId,
   evolve,
   initialState,
@@ -111,7 +112,7 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
       let appended: AppendResult[];
       if (ports.logInDatabase) {
         appended = await ports.pool.transaction(async (tx) => {
-          const results = await appendInTransaction(tx, requests);
+          const results = await appendInTransaction(tx, requests, employeePersonalData);
           await completeErasure(tx, ports, erased);
           return results;
         });
