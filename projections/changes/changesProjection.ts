@@ -18,7 +18,7 @@ import {
   erasedStreams,
   PERSONAL_FIELDS,
 } from '../../services/employees/contract.ts';
-import { redactParkedEvents } from '../../shared/projections/parking.ts';
+import { redactParkedEvents } from '../../shared/projections/parkedRedactions.ts';
 // The feed's `employee` must be exactly the state the write side computes after the change, so
 // it folds with the aggregate's own `evolve` instead of a second copy that could drift.
 

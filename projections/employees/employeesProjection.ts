@@ -15,7 +15,7 @@ import {
   erasedStreams,
   PERSONAL_FIELDS,
 } from '../../services/employees/contract.ts';
-import { redactParkedEvents } from '../../shared/projections/parking.ts';
+import { redactParkedEvents } from '../../shared/projections/parkedRedactions.ts';
 
 /**
  * The employees read model: one row per employee (its API fields + tenant + stream revision) and

@@ -7,7 +7,7 @@ import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, type EmployeeEvent, erasedStreams, PERSONAL_FIELDS } from '../../services/employees/contract.ts';
 import { contributions, evolveVersions, instantMs, redactVersions, type Contribution, type Version } from './versions.ts';
-import { redactParkedEvents } from '../../shared/projections/parking.ts';
+import { redactParkedEvents } from '../../shared/projections/parkedRedactions.ts';
 
 /**
  * The workforce read model: the employee directory in effective time (versions.ts) and daily and

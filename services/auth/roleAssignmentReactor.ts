@@ -6,7 +6,7 @@ import { defineProjection } from '../../shared/projections/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, erasedStreams, PERSONAL_FIELDS } from '../employees/contract.ts';
 import { normaliseEmail } from '../../shared/email.ts';
 import { forgetAccountsById } from './forgetAccount.ts';
-import { redactParkedEvents } from '../../shared/projections/parking.ts';
+import { redactParkedEvents } from '../../shared/projections/parkedRedactions.ts';
 
 /**
  * Role assignment as a reaction to the employee's events. An employee's

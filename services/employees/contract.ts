@@ -118,8 +118,9 @@ export const PERSONAL_FIELDS: readonly string[] = [...new Set(Object.values(EMPL
 
 /**
  * The streams of the `EmployeeErased` events among `events`. A projection applying one blanks the
- * person's parked events (shared/projections/parking.ts, redactParkedEvents): one it parked after
- * the erasure committed was opened on a page read before, and would otherwise keep the fields.
+ * person's parked events (redactParkedEvents, shared/projections/parkedRedactions.ts), as the
+ * erasure's own transaction does: with the log on KurrentDB the event is appended, and read,
+ * before that transaction runs, which a crash may put off until the erasure is repeated.
  */
 export const erasedStreams = (events: ReadonlyArray<{ readonly type: string; readonly streamId: string }>): string[] =>
   events.filter((e) => e.type === 'EmployeeErased').map((e) => e.streamId);

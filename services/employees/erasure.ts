@@ -6,11 +6,12 @@ import type { AppendRequest, AppendResult, EventStore, GlobalPosition } from '..
 import { appendInTransaction } from '../../shared/event-store/postgres/appendInTransaction.ts';
 import { MissingDataKeyError } from '../../shared/event-store/sealing.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
-import { redactParkedEvents } from '../../shared/projections/parking.ts';
+import { holdParkedStreams, redactParkedStreams } from '../../shared/projections/parkedRedactions.ts';
 import { eventMetadata } from './commands.ts';
 import {
   EMPLOYEE_PERSONAL_FIELDS,
   PERSONAL_FIELDS,
+  employeePersonalData,
   employeeStreamId,
   evolve,
   initialState,
@@ -111,7 +112,7 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
       let appended: AppendResult[];
       if (ports.logInDatabase) {
         appended = await ports.pool.transaction(async (tx) => {
-          const results = await appendInTransaction(tx, requests);
+          const results = await appendInTransaction(tx, requests, employeePersonalData);
           await completeErasure(tx, ports, erased);
           return results;
         });
@@ -149,9 +150,13 @@ async function readForErasure(ports: ErasurePorts, streamId: string) {
 
 /** The ledger entry and what `forget` does, in `tx`, for the person's tenant. */
 async function completeErasure(tx: Queryable, ports: ErasurePorts, person: ErasedPerson): Promise<void> {
+  const streamId = employeeStreamId(person.tenantId, person.employeeId);
+  // First, before it holds any row a projection's page could be waiting for
+  // (parkedRedactions.ts); the log's rows it may have appended already are not among those.
+  await holdParkedStreams(tx, [streamId]);
   // The tables `forget` touches are tenant-scoped (row-level security, forced): this transaction is the person's tenant's.
   await tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${person.tenantId}, true)`);
   await recordErasure(tx, person);
-  await redactParkedEvents(tx, [employeeStreamId(person.tenantId, person.employeeId)], PERSONAL_FIELDS);
+  await redactParkedStreams(tx, [streamId], PERSONAL_FIELDS);
   await ports.forget(tx, person);
 }

@@ -5,7 +5,7 @@ import { bufferedRandom } from '../../shared/random.ts';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
-import { ErasedError, ForbiddenError, NotFoundError } from '../../shared/errors.ts';
+import { ForbiddenError, NotFoundError } from '../../shared/errors.ts';
 import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import type { LegacyReservationsWatch } from './legacyReservations.ts';
@@ -19,7 +19,7 @@ import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 import { rolesAllow } from '../auth/permissions.ts';
 import { ifMatchHeader, logPositionText, strongEntityTags } from '../../shared/validation.ts';
 import type { CommandMetadata } from './decide.ts';
-import { type EmployeeState, toEmployeeView, employeeStreamId } from './contract.ts';
+import { type EmployeeState, toEmployeeView } from './contract.ts';
 import {
   assignEmployeeRole,
   changeEmployeeDetails,
@@ -30,19 +30,20 @@ import {
 } from './commands.ts';
 import type { IfMatch } from '../commandHandler.ts';
 import type { ErasureResult } from './erasure.ts';
+import { erasureRoutes } from './erasureRoutes.ts';
 import {
   changeStatusBody,
   createEmployeeBody,
-  employeeIdSchema,
+  employeeParams,
   employeeSchema,
-  historyResponse,
+  erasedResponse,
   listEmployeesQuery,
   listResponse,
   patchEmployeeBody,
+  problemResponses,
   readQuery,
   roleAssignmentBody,
   roleAssignmentSchema,
-  erasureSchema,
 } from './schemas.ts';
 
 export type EmployeesRoutesDeps = {
@@ -63,10 +64,6 @@ export type EmployeesRoutesDeps = {
   readonly readWaitMs?: number;
 };
 
-const params = z.object({ id: employeeIdSchema });
-const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema } as const;
-/** What a route about one employee may also answer once the person is erased. */
-const erased = { 410: problemSchema } as const;
 const readHeaders = z.object({
   'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
 });
@@ -142,7 +139,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           operationId: 'createEmployee',
           summary: 'Hire (create) an employee',
           body: createEmployeeBody,
-          response: { 201: employeeSchema, ...problems, 409: problemSchema, 422: problemSchema },
+          response: { 201: employeeSchema, ...problemResponses, 409: problemSchema, 422: problemSchema },
         },
       },
       async (request, reply) => {
@@ -180,7 +177,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           summary: 'List employees (hiredAt desc, id desc), now or as of an instant',
           querystring: listEmployeesQuery,
           headers: readHeaders,
-          response: { 200: listResponse, ...problems },
+          response: { 200: listResponse, ...problemResponses },
         },
       },
       async (request, reply) => {
@@ -211,10 +208,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           tags,
           operationId: 'getEmployee',
           summary: 'Read one employee from its stream (strongly consistent); ETag is its stream revision',
-          params,
+          params: employeeParams,
           querystring: readQuery,
           headers: readHeaders,
-          response: { 200: employeeSchema, ...problems, ...erased },
+          response: { 200: employeeSchema, ...problemResponses, ...erasedResponse },
         },
       },
       async (request, reply) => {
@@ -237,10 +234,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           tags,
           operationId: 'updateEmployee',
           summary: 'Change name, department or email; If-Match guards against lost updates',
-          params,
+          params: employeeParams,
           headers: writeHeaders,
           body: patchEmployeeBody,
-          response: { 200: employeeSchema, ...problems, ...erased, 409: problemSchema, 412: problemSchema },
+          response: { 200: employeeSchema, ...problemResponses, ...erasedResponse, 409: problemSchema, 412: problemSchema },
         },
       },
       async (request, reply) => {
@@ -268,10 +265,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           tags,
           operationId: 'changeEmployeeStatus',
           summary: 'Change status (active ⇄ on_leave, active|on_leave → inactive, inactive → active)',
-          params,
+          params: employeeParams,
           headers: writeHeaders,
           body: changeStatusBody,
-          response: { 200: employeeSchema, ...problems, ...erased, 409: problemSchema, 412: problemSchema },
+          response: { 200: employeeSchema, ...problemResponses, ...erasedResponse, 409: problemSchema, 412: problemSchema },
         },
       },
       async (request, reply) => {
@@ -304,10 +301,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
             'Records EmployeeRoleAssigned on the employee stream; the role reactor then sets the role of the user with ' +
             "the employee's e-mail (creating a login without a password if there is none). Access tokens carry the new " +
             'role from their next refresh. ETag and X-Log-Position as for every write.',
-          params,
+          params: employeeParams,
           headers: writeHeaders,
           body: roleAssignmentBody,
-          response: { 200: roleAssignmentSchema, ...problems, ...erased, 412: problemSchema, 422: problemSchema },
+          response: { 200: roleAssignmentSchema, ...problemResponses, ...erasedResponse, 412: problemSchema, 422: problemSchema },
         },
       },
       async (request, reply) => {
@@ -328,69 +325,10 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
       },
     );
 
-    app.post(
-      '/employees/:id/erasure',
-      {
-        config: { permission: 'employees:erase', responseHeaders: ['X-Log-Position'] },
-        schema: {
-          operationId: 'eraseEmployee',
-          tags,
-          summary: 'Erase the person (right to erasure): their personal data becomes unreadable everywhere; idempotent',
-          description:
-            'Appends EmployeeErased and destroys the data key of the employee in one transaction. Afterwards the employee ' +
-            'answers 410 (problem /problems/erased), is in no list, their e-mail address is free again, every change of ' +
-            'theirs in the feed has its personal fields null, a change employee.erased is delivered, and a login made for ' +
-            'them loses its address and is disabled. Repeating the request answers the same erasedAt.',
-          params,
-          // 409: the employee or their address kept changing while the erasure was decided again.
-          response: { 200: erasureSchema, ...problems, 409: problemSchema },
-        },
-      },
-      async (request, reply) => {
-        const { id, erasedAt, position } = await deps.erase(request.params.id, metadataOf(request));
-        // A list read with this position no longer shows the employee (read-your-writes).
-        if (position) reply.header('x-log-position', formatPosition(position));
-        return { id, erasedAt };
-      },
-    );
-
-    app.get(
-      '/employees/:id/history',
-      {
-        config: { permission: 'employees:read' },
-        schema: {
-          tags,
-          operationId: 'getEmployeeHistory',
-          summary: "The employee's events, oldest first: the audit trail",
-          params,
-          response: { 200: historyResponse, ...problems, ...erased },
-        },
-      },
-      async (request) => {
-        const auth = requireAuth(request);
-        const events = await deps.store.readStream(employeeStreamId(auth.tenantId, request.params.id));
-        if (events.length === 0) throw new NotFoundError(`No employee ${request.params.id}`);
-        // The history of an erased person is theirs too: what is left of it is not shown.
-        const erasure = events.find((e) => e.type === 'EmployeeErased');
-        if (erasure || events.some((e) => e.redacted))
-          throw new ErasedError('This employee was erased', {
-            erasedAt: erasure && isRecord(erasure.data) ? erasure.data.erasedAt : undefined,
-          });
-        return {
-          data: events.map((e) => ({
-            type: e.type,
-            revision: e.revision,
-            data: isRecord(e.data) ? e.data : {},
-            occurredAt: typeof e.metadata.occurredAt === 'string' ? e.metadata.occurredAt : e.recordedAt,
-            actor: typeof e.metadata.actor === 'string' ? e.metadata.actor : null,
-          })),
-        };
-      },
-    );
+    // Last: the OpenAPI document lists paths in the order their routes are registered.
+    await erasureRoutes({ store: deps.store, erase: deps.erase, metadataOf })(v1);
   };
 }
-
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 function hired(state: EmployeeState): Extract<EmployeeState, { kind: 'hired' }> {
   if (state.kind !== 'hired') throw new NotFoundError('No such employee');

@@ -11,6 +11,7 @@ import {
   uuid,
   type DateBound,
 } from '../../shared/validation.ts';
+import { problemSchema } from '../gateway/problems.ts';
 import { EMPLOYEE_STATUSES } from './contract.ts';
 
 /** The HTTP shapes of the employees capability; the OpenAPI document is generated from them. */
@@ -134,3 +135,12 @@ export const historyResponse = z.object({
     }),
   ),
 });
+
+/** The path parameters of a route about one employee. */
+export const employeeParams = z.object({ id: employeeIdSchema });
+
+/** The problems every employees route may answer. */
+export const problemResponses = { 400: problemSchema, 401: problemSchema, 403: problemSchema, 404: problemSchema } as const;
+
+/** What a route about one employee may also answer once the person is erased. */
+export const erasedResponse = { 410: problemSchema } as const;

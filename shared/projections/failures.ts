@@ -12,7 +12,8 @@ import { sqlStateOf } from '../db/sqlState.ts';
  * Why a page failed decides what the runner does with it:
  *
  * - transient: the database, not the event, is the problem (serialization failure, deadlock,
- *   lost or refused connection, server shutting down, out of resources, cancelled statement).
+ *   lost or refused connection, server shutting down, out of resources, cancelled statement), or
+ *   another transaction must commit first (RetryLaterError).
  *   The page is retried as it is, with backoff, for as long as it takes; nothing is parked.
  * - deterministic: anything else, i.e. the event cannot be applied by this code (SQLSTATE class
  *   22 data exception, 23 integrity violation, a handler that throws). Retried a bounded number
@@ -20,11 +21,17 @@ import { sqlStateOf } from '../db/sqlState.ts';
  */
 export type FailureKind = 'transient' | 'deterministic';
 
+/** Not the event's fault and soon over (another transaction must commit first): the page is tried again, read afresh. */
+export class RetryLaterError extends Error {
+  override readonly name = 'RetryLaterError';
+}
+
 /** SQLSTATE classes (first two characters) and codes that say "try again later". */
 const TRANSIENT_CLASSES = new Set(['08', '53', '57', '58']);
 const TRANSIENT_CODES = new Set(['40001', '40P01', '55P03', '25P03']);
 
 const transientErrorClasses = [
+  RetryLaterError,
   BackendTerminatedError,
   BackendTerminatedUnexpectedlyError,
   ConnectionError,

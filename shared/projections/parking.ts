@@ -6,6 +6,7 @@ import { recordLateApplies } from './applyOrder.ts';
 import { readCheckpoint } from './checkpoints.ts';
 import { pageCommitMode, setCommitMode } from './commitMode.ts';
 import { classifyFailure, describeFailure } from './failures.ts';
+import { dataToPark } from './parkedRedactions.ts';
 import type { Projection } from './projection.ts';
 
 /**
@@ -109,13 +110,18 @@ const parkedColumns = sql.fragment`
 
 const tenantOf = (event: RecordedEvent): string | null => (typeof event.metadata.tenantId === 'string' ? event.metadata.tenantId : null);
 
-/** Parks one event (inside the caller's transaction, so it commits with the checkpoint that skips it). */
+/**
+ * Parks one event (inside the caller's transaction, so it commits with the checkpoint that skips it).
+ * The event is stored as the projection was handed it, opened, but without the fields of a person
+ * erased meanwhile (parkedRedactions.ts: it throws RetryLaterError while such an erasure is in flight).
+ */
 export async function parkEvent(
   tx: Queryable,
   projection: Pick<Projection, 'name' | 'version'>,
   event: RecordedEvent,
   failure: { readonly error: string; readonly attempts: number },
 ): Promise<void> {
+  const data = await dataToPark(tx, event);
   await tx.query(sql.type(z.object({}))`
     insert into projection_parked_events as p (
       projection, version, commit_position, prepare_position, event_id, stream_id, revision, event_type, tenant_id,
@@ -123,7 +129,7 @@ export async function parkEvent(
     ) values (
       ${projection.name}, ${projection.version}, ${event.position.commit.toString()}, ${event.position.prepare.toString()},
       ${event.id}, ${event.streamId}, ${event.revision}, ${event.type}, ${tenantOf(event)},
-      ${sql.jsonb(JSON.parse(JSON.stringify(event.data ?? null)))}, ${sql.jsonb(JSON.parse(JSON.stringify(event.metadata)))},
+      ${sql.jsonb(JSON.parse(JSON.stringify(data ?? null)))}, ${sql.jsonb(JSON.parse(JSON.stringify(event.metadata)))},
       ${event.recordedAt}, ${failure.error}, ${failure.attempts}
     )
     on conflict (projection, version, event_id) do update set
@@ -326,20 +332,4 @@ async function assertNoRebuild(tx: DatabaseTransactionConnection, name: string):
     select pg_try_advisory_xact_lock_shared(hashtext(${replayLockKey(name)})) as free
   `);
   if (!free) throw new RebuildInProgressError(name);
-}
-
-/**
- * Blanks `fields` (set to null where present) in the data of every event of `streamIds` parked by
- * any projection: a parked event is stored as the projection was handed it, opened, so an
- * erasure of the stream's person must reach it too. A retry of such an event applies the blanked
- * values, as a rebuild after the erasure would.
- */
-export async function redactParkedEvents(tx: Queryable, streamIds: readonly string[], fields: readonly string[]): Promise<void> {
-  if (streamIds.length === 0) return;
-  await tx.query(sql.type(z.object({}))`
-    update projection_parked_events set data = data || coalesce((
-      select jsonb_object_agg(k, null) from jsonb_object_keys(data) k where k = any(${sql.array([...fields], 'text')})
-    ), '{}'::jsonb)
-    where stream_id = any(${sql.array([...streamIds], 'text')}) and jsonb_typeof(data) = 'object'
-  `);
 }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../../db/pool.ts';
+import type { PersonalDataPolicy } from '../../personal-data/policy.ts';
 import { assertAppendManyRequests, type AppendRequest, type AppendResult } from '../port.ts';
 import { appendOutcome } from './appendOutcomes.ts';
 import { NOTIFY_CHANNEL } from './wakeups.ts';
@@ -17,9 +18,27 @@ const batchRow = z.object({
  * PostgreSQL is then one commit with them. It goes around group commit (one statement of
  * `es_append_batch`, as a flush sends) and wakes the log's readers at commit. Only for the
  * PostgreSQL adapter, on its own database; events are stored as given.
+ *
+ * It goes around the sealing boundary too, so it refuses, before writing anything, an event of
+ * any type `policy` names as personal: stored as given, its fields would be in the clear. It
+ * refuses rather than seals because sealing needs the subject's data key, which is made in a
+ * transaction of its own and which this path's one caller, the erasure, destroys in this very
+ * transaction; what it appends (the erasure, an address's release) carries nothing personal.
  */
-export async function appendInTransaction(tx: Queryable, requests: readonly AppendRequest[]): Promise<AppendResult[]> {
+export async function appendInTransaction(
+  tx: Queryable,
+  requests: readonly AppendRequest[],
+  policy: Pick<PersonalDataPolicy, 'fields'>,
+): Promise<AppendResult[]> {
   assertAppendManyRequests(requests);
+  for (const request of requests) {
+    const personal = request.events.find((e) => policy.fields[e.type] !== undefined);
+    if (personal) {
+      throw new PersonalEventRefusedError(
+        `appendInTransaction stores events unsealed and refuses ${personal.type} on ${request.streamId}, a type with personal fields: append it through the sealing boundary`,
+      );
+    }
+  }
   const events = requests.flatMap((r) => r.events);
   const row = await tx.one(sql.type(batchRow)`
     select outcomes, revisions::text[] as revisions, commits, prepares::text[] as prepares from es_append_batch(
@@ -61,4 +80,9 @@ export async function appendInTransaction(tx: Queryable, requests: readonly Appe
   const { results, failure } = appendOutcome(row, requests);
   if (failure) throw failure;
   return results;
+}
+
+/** An event with personal fields given to a path that would store it in the clear. */
+export class PersonalEventRefusedError extends Error {
+  override readonly name = 'PersonalEventRefusedError';
 }

@@ -1,0 +1,91 @@
+import { z } from 'zod';
+import { sql, type Queryable } from '../db/pool.ts';
+import type { RecordedEvent } from '../event-store/port.ts';
+import { RetryLaterError } from './failures.ts';
+
+/**
+ * Keeping an erased person's fields out of parked events (parking.ts). A projection parks an event
+ * as it was handed it, opened, possibly on a page read before the person's key was destroyed. So
+ * the erasure blanks the copies already parked and records the person's stream, and a park looks
+ * the stream up: the erased fields of a later copy are stored null.
+ */
+
+/**
+ * Orders a park of a stream's event (shared) and an erasure of the stream's person (exclusive):
+ * the second of the two sees what the first committed.
+ */
+const parkingLock = (streamId: string) => sql.fragment`hashtext(${`projection-parking:${streamId}`})`;
+
+/**
+ * The data to park `event` with, in the parking transaction: as it is, or with the fields an
+ * erasure of its stream's person named set to null. While such an erasure is in flight, throws
+ * RetryLaterError: the page is tried again, read afresh (a page never waits for an erasure, so
+ * the two never wait on each other).
+ */
+export async function dataToPark(tx: Queryable, event: RecordedEvent): Promise<unknown> {
+  const free = await tx.oneFirst(sql.type(z.object({ free: z.boolean() }))`
+    select pg_try_advisory_xact_lock_shared(${parkingLock(event.streamId)}) as free
+  `);
+  if (!free) throw new RetryLaterError(`an erasure of the person of ${event.streamId} is in flight: the page is read again after it`);
+  // A statement of its own: under read committed it sees every erasure that committed before it began.
+  const redacted = await tx.maybeOneFirst(sql.type(z.object({ fields: z.array(z.string()) }))`
+    select fields from projection_parked_redactions where stream_id = ${event.streamId}
+  `);
+  return redacted ? withoutFields(event.data, redacted) : event.data;
+}
+
+/**
+ * Blanks `fields` (set to null where present) in the data of every event of `streamIds` parked by
+ * any projection: a parked event is stored as the projection was handed it, opened, so an
+ * erasure of the stream's person must reach it too. A retry of such an event applies the blanked
+ * values, as a rebuild after the erasure would.
+ */
+export async function redactParkedEvents(tx: Queryable, streamIds: readonly string[], fields: readonly string[]): Promise<void> {
+  if (streamIds.length === 0) return;
+  await tx.query(sql.type(z.object({}))`
+    update projection_parked_events set data = data || coalesce((
+      select jsonb_object_agg(k, null) from jsonb_object_keys(data) k where k = any(${sql.array([...fields], 'text')})
+    ), '{}'::jsonb)
+    where stream_id = any(${sql.array([...streamIds], 'text')}) and jsonb_typeof(data) = 'object'
+  `);
+}
+
+/**
+ * For an erasure, first in its transaction: takes the parking lock of `streamIds` exclusively,
+ * waiting for the pages that have parked an event of theirs to commit (a page never waits for
+ * it). Taken before anything else, the erasure holds no row a page could be waiting for.
+ */
+export async function holdParkedStreams(tx: Queryable, streamIds: readonly string[]): Promise<void> {
+  // One at a time, in one order: two erasures of overlapping streams never wait on each other in a cycle.
+  for (const streamId of [...new Set(streamIds)].sort()) {
+    await tx.query(sql.type(z.object({}))`select pg_advisory_xact_lock(${parkingLock(streamId)})::text`);
+  }
+}
+
+/**
+ * For an erasure, in its transaction: blanks `fields` in the parked events of `streamIds`
+ * (redactParkedEvents) and records the streams, so that an event of theirs a projection parks
+ * later, opened on a page it read before the erasure committed, is parked without them
+ * (parkEvent). Holds the streams' parking lock (holdParkedStreams) before it, so the blanking
+ * statement also finds the rows of the pages that were parking meanwhile.
+ */
+export async function redactParkedStreams(tx: Queryable, streamIds: readonly string[], fields: readonly string[]): Promise<void> {
+  const streams = [...new Set(streamIds)].sort();
+  if (streams.length === 0) return;
+  await holdParkedStreams(tx, streams);
+  await tx.query(sql.type(z.object({}))`
+    insert into projection_parked_redactions (stream_id, fields)
+    select stream_id, ${sql.array([...fields], 'text')} from unnest(${sql.array(streams, 'text')}::text[]) as stream_id
+    on conflict (stream_id) do update
+      set fields = array(select distinct f from unnest(projection_parked_redactions.fields || excluded.fields) as f order by f)
+  `);
+  await redactParkedEvents(tx, streams, fields);
+}
+
+/** `data` with each of `fields` it has set to null (data that is not an object is kept as it is). */
+function withoutFields(data: unknown, fields: readonly string[]): unknown {
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) return data;
+  const blanked: Record<string, unknown> = { ...data };
+  for (const field of fields) if (field in blanked) blanked[field] = null;
+  return blanked;
+}
