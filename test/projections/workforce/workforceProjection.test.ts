@@ -37,12 +37,16 @@ const DAY = 86_400_000;
 const T0 = Date.UTC(2024, 0, 1);
 const iso = (ms: number) => new Date(ms).toISOString();
 
-/** A small deterministic generator, so a failure can be replayed. */
+/**
+ * A small deterministic generator, so a failure can be replayed. It answers from the state's high
+ * bits: the low bits of a power-of-two LCG cycle (the lowest alternates), so `s % 2` would repeat
+ * one answer whenever the calls between two draws are even in number.
+ */
 function lcg(seed: number) {
   let s = seed;
   return (n: number) => {
     s = (s * 1_103_515_245 + 12_345) % 2 ** 31;
-    return s % n;
+    return Math.floor(s / 2 ** 15) % n;
   };
 }
 
@@ -131,7 +135,8 @@ const derivedCounters = (pool: DatabasePool) =>
     from (
       select tenant_id, (valid_from at time zone 'UTC')::date as day, coalesce(department, '') as department, status, 1 as in_force,
              (valid_from = hired_at)::int as hires,
-             (status = 'inactive' and (valid_from = hired_at or previous_status in ('active', 'on_leave')))::int as exits
+             -- A version that starts with another change has no previous_status: not an exit (not null).
+             coalesce(status = 'inactive' and (valid_from = hired_at or previous_status in ('active', 'on_leave')), false)::int as exits
       from employee_versions
       union all
       select tenant_id, (valid_to at time zone 'UTC')::date, coalesce(department, ''), status, -1, 0, 0 from employee_versions where valid_to is not null
