@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { BadRequestError } from '../../shared/errors.ts';
 import { parsePosition } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
@@ -14,6 +15,8 @@ import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 
 export type WorkforceRoutesDeps = {
   readonly pool: DatabasePool;
+  /** When given, series read through it (no transaction; see shared/db/tenantReader.ts). */
+  readonly tenantReader?: TenantReader | undefined;
   readonly now?: () => number;
   /** Longest a read waits for the workforce projection to reach `X-Min-Position`. */
   readonly readWaitMs?: number;
@@ -140,7 +143,12 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
         const buckets = workforceBuckets(from, to, interval, now());
         if (!buckets) throw badRange('interval', `more than ${MAX_SERIES_POINTS} points; narrow the range or choose a longer interval`);
         await awaitPosition(request, request.headers['x-min-position']);
-        const values = await readWorkforceSeries(deps.pool, auth.tenantId, { metric, monthly: interval === 'month', buckets, department });
+        const values = await readWorkforceSeries(deps.tenantReader ?? deps.pool, auth.tenantId, {
+          metric,
+          monthly: interval === 'month',
+          buckets,
+          department,
+        });
         return {
           metric,
           interval,
