@@ -5,8 +5,8 @@ import { sql, type DatabasePool } from '../../shared/db/pool.ts';
  * Seeds the workforce read model straight in SQL (generate_series): `employees` people of one
  * tenant hired evenly over the `years` before `now`, 20 departments; every 4th moves department a
  * year after the hire and every 5th leaves two years after it (when that is before now), so the
- * model holds about 1.5 versions per employee. The counters are derived from the versions, as
- * the projection's would be. This measures the read side only: going through events and the
+ * model holds about 1.5 versions per employee. The counters and their totals over every department
+ * are derived from the versions, as the projection's would be. This measures the read side only: going through events and the
  * projector would take hours for a million people and measure the write path instead.
  */
 export async function seedWorkforce(
@@ -62,6 +62,21 @@ export async function seedWorkforce(
     select tenant_id, date_trunc('month', day)::date, department, status, sum(in_force), sum(hires), sum(exits)
     from workforce_day_counts where tenant_id = ${tenantId}::uuid group by 1, 2, 3, 4
   `);
+    // The totals over every department, as the projection keeps them beside the counters (a
+    // department move within one day adds nothing to them: no row).
+    for (const [totals, counts, bucket] of [
+      ['workforce_day_totals', 'workforce_day_counts', 'day'],
+      ['workforce_month_totals', 'workforce_month_counts', 'month'],
+    ] as const) {
+      const [t, c, b] = [sql.identifier([totals]), sql.identifier([counts]), sql.identifier([bucket])];
+      await tx.query(sql.type(none)`
+      insert into ${t} (tenant_id, ${b}, status, in_force, hires, exits)
+      select tenant_id, ${b}, status, sum(in_force), sum(hires), sum(exits)
+      from ${c} where tenant_id = ${tenantId}::uuid group by 1, 2, 3
+      having sum(in_force) <> 0 or sum(hires) <> 0 or sum(exits) <> 0
+    `);
+      await tx.query(sql.type(none)`analyze ${t}`);
+    }
     await tx.query(sql.type(none)`analyze employee_versions`);
     await tx.query(sql.type(none)`analyze workforce_day_counts`);
     await tx.query(sql.type(none)`analyze workforce_month_counts`);

@@ -3484,6 +3484,7 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Consistency": components["headers"]["X-Consistency"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3610,6 +3611,7 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Consistency": components["headers"]["X-Consistency"];
                     [name: string]: unknown;
                 };
                 content: {

@@ -1,6 +1,10 @@
 import { z } from 'zod';
+import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
 import { sql, withTenant, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { sqlStateOf } from '../../shared/db/sqlState.ts';
+import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { floorTo, inclusiveEnd } from '../../shared/series/intervals.ts';
+import { inTenant } from '../employees/queries.ts';
 import { pgDate, pgIso } from './instants.ts';
 
 /**
@@ -15,7 +19,9 @@ import { pgDate, pgIso } from './instants.ts';
  * Whole days come from the day counters (whole months from the month counters when the buckets
  * are months); only the open bucket's last, unfinished day is read from the versions themselves.
  * So a series costs O(days in its range) counter rows plus one day of versions, whatever the
- * number of employees, and the headcount before the range is O(months before it) rows.
+ * number of employees, and the headcount before the range is O(months before it) rows. A series
+ * of one department reads that department's counters; one of the whole tenant reads the totals
+ * over every department, so neither grows with the number of departments.
  */
 export const WORKFORCE_METRICS = ['headcount', 'hires', 'exits', 'turnoverRate'] as const;
 export type WorkforceMetric = (typeof WORKFORCE_METRICS)[number];
@@ -31,26 +37,74 @@ const keys = (tenantId: string, department: string | undefined) =>
     ? sql.fragment`tenant_id = ${tenantId}::uuid`
     : sql.fragment`tenant_id = ${tenantId}::uuid and department = ${department}`;
 
-const atomRow = z.object({ t: z.string(), in_force: z.number(), hires: z.number(), exits: z.number() });
+/** The counter tables a series adds up, and the condition that picks its rows there. */
+type Counters = { readonly day: IdentifierSqlToken; readonly month: IdentifierSqlToken; readonly key: FragmentSqlToken };
+
+const departmentCounters = (tenantId: string, department: string | undefined): Counters => ({
+  day: sql.identifier(['workforce_day_counts']),
+  month: sql.identifier(['workforce_month_counts']),
+  key: keys(tenantId, department),
+});
+
+const tenantTotals = (tenantId: string): Counters => ({
+  day: sql.identifier(['workforce_day_totals']),
+  month: sql.identifier(['workforce_month_totals']),
+  key: keys(tenantId, undefined),
+});
+
+/**
+ * What each row of a series statement holds (its `part`, written as a literal in each part's SQL):
+ * the headcount before the range, a day or month of counters, or the open day's flows.
+ */
+const BEFORE = 0;
+const REST = 2;
+
+const partRow = z.object({ part: z.number(), t: z.string().nullable(), in_force: z.number(), hires: z.number(), exits: z.number() });
+
+/** Employed just before `day` (day-aligned): whole months, then days. */
+function beforePart(c: Counters, day: number): FragmentSqlToken {
+  const month = floorTo('month', day);
+  return sql.fragment`
+    select 0 as part, null::date as d, coalesce(sum(n), 0)::int8 as in_force, 0::int8 as hires, 0::int8 as exits from (
+      select in_force as n from ${c.month} where ${c.key} and ${EMPLOYED} and month < ${pgDate(month)}::date
+      union all
+      select in_force from ${c.day} where ${c.key} and ${EMPLOYED} and day >= ${pgDate(month)}::date and day < ${pgDate(day)}::date
+    ) b`;
+}
 
 /** Counter rows in [from, to) (day-aligned, or month-aligned for `month`), summed per day or month. */
-async function loadAtoms(
-  tx: DatabaseTransactionConnection,
-  key: ReturnType<typeof keys>,
-  level: 'day' | 'month',
-  from: number,
-  to: number,
-): Promise<Atom[]> {
-  if (from >= to) return [];
-  const table = sql.identifier([level === 'day' ? 'workforce_day_counts' : 'workforce_month_counts']);
+function atomsPart(c: Counters, level: 'day' | 'month', from: number, to: number): FragmentSqlToken {
   const column = sql.identifier([level]);
-  const rows = await tx.any(sql.type(atomRow)`
-    select ${column}::text as t, coalesce(sum(in_force) filter (where ${EMPLOYED}), 0)::int8 as in_force,
-           sum(hires)::int8 as hires, sum(exits)::int8 as exits
-    from ${table} where ${key} and ${column} >= ${pgDate(from)}::date and ${column} < ${pgDate(to)}::date
-    group by ${column} order by ${column}
-  `);
-  return rows.map((r) => ({ t: Date.parse(`${r.t}T00:00:00Z`), inForce: r.in_force, hires: r.hires, exits: r.exits }));
+  return sql.fragment`
+    select 1, ${column}, coalesce(sum(in_force) filter (where ${EMPLOYED}), 0)::int8, sum(hires)::int8, sum(exits)::int8
+    from ${level === 'day' ? c.day : c.month}
+    where ${c.key} and ${column} >= ${pgDate(from)}::date and ${column} < ${pgDate(to)}::date
+    group by ${column}`;
+}
+
+/** Within [from, to) (less than a day), from the versions: the change in headcount, hires and exits. */
+function restPart(key: FragmentSqlToken, from: number, to: number): FragmentSqlToken {
+  return sql.fragment`
+    select 2, null::date, coalesce(sum(in_force), 0)::int8, coalesce(sum(hires), 0)::int8, coalesce(sum(exits), 0)::int8
+    from (${flowRows(key, from, to)}) r`;
+}
+
+/**
+ * The versions that start or end in [from, to), as (department, in_force, hires, exits) each.
+ * Only an employee's first version starts at the hire; an exit follows a status that was not
+ * inactive, or is that first version itself (inactive from the hire: versions.ts).
+ */
+function flowRows(key: FragmentSqlToken, from: number, to: number): FragmentSqlToken {
+  const [a, b] = [pgIso(from), pgIso(to)];
+  return sql.fragment`
+    select coalesce(department, '') as department,
+           case when ${EMPLOYED} then 1 else 0 end as in_force,
+           case when valid_from = hired_at then 1 else 0 end as hires,
+           case when status = 'inactive' and (valid_from = hired_at or previous_status in ('active', 'on_leave')) then 1 else 0 end as exits
+    from employee_versions where ${key} and valid_from >= ${a}::timestamptz and valid_from < ${b}::timestamptz
+    union all
+    select coalesce(department, ''), -1, 0, 0
+    from employee_versions where ${key} and ${EMPLOYED} and valid_to >= ${a}::timestamptz and valid_to < ${b}::timestamptz`;
 }
 
 /** Employed just before `day` (day-aligned), per department ('' for none): whole months, then days. */
@@ -68,31 +122,25 @@ async function inForceBefore(tx: DatabaseTransactionConnection, key: ReturnType<
 
 /** Within [from, to) (less than a day), from the versions: per department, the change in headcount, hires and exits. */
 async function flowsWithin(tx: DatabaseTransactionConnection, key: ReturnType<typeof keys>, from: number, to: number) {
-  const [a, b] = [pgIso(from), pgIso(to)];
   return tx.any(sql.type(z.object({ department: z.string(), in_force: z.number(), hires: z.number(), exits: z.number() }))`
-    select department, sum(in_force)::int8 as in_force, sum(hires)::int8 as hires, sum(exits)::int8 as exits from (
-      select coalesce(department, '') as department,
-             case when ${EMPLOYED} then 1 else 0 end as in_force,
-             -- Only an employee's first version starts at the hire; an exit follows a status that was
-             -- not inactive, or is that first version itself (inactive from the hire: versions.ts).
-             case when valid_from = hired_at then 1 else 0 end as hires,
-             case when status = 'inactive' and (valid_from = hired_at or previous_status in ('active', 'on_leave')) then 1 else 0 end as exits
-      from employee_versions where ${key} and valid_from >= ${a}::timestamptz and valid_from < ${b}::timestamptz
-      union all
-      select coalesce(department, ''), -1, 0, 0
-      from employee_versions where ${key} and ${EMPLOYED} and valid_to >= ${a}::timestamptz and valid_to < ${b}::timestamptz
-    ) x group by department
+    select department, sum(in_force)::int8 as in_force, sum(hires)::int8 as hires, sum(exits)::int8 as exits
+    from (${flowRows(key, from, to)}) x group by department
   `);
 }
 
 /** A read's statements add up counters and versions: all must see one state of the read model. */
 const SNAPSHOT = { snapshot: true } as const;
 
-const sum = (rows: readonly { n: number }[]) => rows.reduce((acc, r) => acc + r.n, 0);
+/** PostgreSQL's `undefined_table`. */
+const UNDEFINED_TABLE = '42P01';
 
-/** The value of `metric` in each bucket (consecutive, as `workforceBuckets` makes them). */
+/**
+ * The value of `metric` in each bucket (consecutive, as `workforceBuckets` makes them). One
+ * statement, so one state of the read model without a transaction of its own: through the
+ * transaction-free tenant reader when there is one.
+ */
 export async function readWorkforceSeries(
-  pool: DatabasePool,
+  scope: DatabasePool | TenantReader,
   tenantId: string,
   query: {
     readonly metric: WorkforceMetric;
@@ -102,63 +150,78 @@ export async function readWorkforceSeries(
     readonly department?: string | undefined;
   },
 ): Promise<number[]> {
-  const { buckets, metric } = query;
+  const { buckets, metric, department } = query;
   const first = buckets[0];
   const last = buckets.at(-1);
   if (!first || !last) return [];
-  const key = keys(tenantId, query.department);
-  return withTenant(
-    pool,
-    tenantId,
-    async (tx) => {
-      // Whole days end at `cut`; an open bucket's unfinished day is read from the versions.
-      const cut = last.partial ? floorTo('day', last.end) : last.end;
-      const atoms = query.monthly
-        ? [
-            ...(await loadAtoms(tx, key, 'month', first.start, floorTo('month', cut))),
-            ...(await loadAtoms(tx, key, 'day', Math.max(first.start, floorTo('month', cut)), cut)),
-          ]
-        : await loadAtoms(tx, key, 'day', first.start, cut);
-      const rest = last.partial && cut < last.end ? await flowsWithin(tx, key, cut, last.end) : [];
-      let headcount = sum(await inForceBefore(tx, key, first.start));
-      let next = 0;
-      return buckets.map((bucket) => {
-        const flow: Flow = { inForce: 0, hires: 0, exits: 0 };
-        for (; next < atoms.length && atoms[next]!.t < Math.min(bucket.end, cut); next++) {
-          const atom = atoms[next]!;
-          flow.inForce += atom.inForce;
-          flow.hires += atom.hires;
-          flow.exits += atom.exits;
-        }
-        if (bucket === last) {
-          for (const r of rest) {
-            flow.inForce += r.in_force;
-            flow.hires += r.hires;
-            flow.exits += r.exits;
-          }
-        }
-        const start = headcount;
-        headcount += flow.inForce;
-        switch (metric) {
-          case 'headcount':
-            return headcount;
-          case 'hires':
-            return flow.hires;
-          case 'exits':
-            return flow.exits;
-          case 'turnoverRate': {
-            const average = (start + headcount) / 2;
-            return average === 0 ? 0 : Math.round((flow.exits / average) * 1e6) / 1e6;
-          }
-          default: {
-            const never: never = metric;
-            throw new Error(`unknown metric ${String(never)}`);
-          }
-        }
-      });
-    },
-    SNAPSHOT,
-  );
+  // Whole days end at `cut`; an open bucket's unfinished day is read from the versions.
+  const cut = last.partial ? floorTo('day', last.end) : last.end;
+  const statement = (c: Counters) => {
+    const parts = [beforePart(c, first.start)];
+    const days = query.monthly ? Math.max(first.start, floorTo('month', cut)) : first.start;
+    if (query.monthly && first.start < floorTo('month', cut)) parts.push(atomsPart(c, 'month', first.start, floorTo('month', cut)));
+    if (days < cut) parts.push(atomsPart(c, 'day', days, cut));
+    if (last.partial && cut < last.end) parts.push(restPart(keys(tenantId, department), cut, last.end));
+    return sql.type(partRow)`
+      select part, d::text as t, in_force, hires, exits from (${sql.join(parts, sql.fragment` union all `)}) x order by part, d
+    `;
+  };
+  const read = (c: Counters) => inTenant(scope, tenantId, (db) => db.any(statement(c)));
+  let rows: readonly z.infer<typeof partRow>[];
+  if (department !== undefined) rows = await read(departmentCounters(tenantId, department));
+  else {
+    try {
+      rows = await read(tenantTotals(tenantId));
+    } catch (error) {
+      // A model built before the totals existed (a rolling deploy, until the rebuild that adds
+      // them swaps in): every department's counters add up to the same figures.
+      if (sqlStateOf(error) !== UNDEFINED_TABLE) throw error;
+      rows = await read(departmentCounters(tenantId, undefined));
+    }
+  }
+
+  let headcount = 0;
+  let rest: Flow = { inForce: 0, hires: 0, exits: 0 };
+  const atoms: Atom[] = [];
+  for (const r of rows) {
+    const flow = { inForce: r.in_force, hires: r.hires, exits: r.exits };
+    if (r.part === BEFORE) headcount = flow.inForce;
+    else if (r.part === REST) rest = flow;
+    else atoms.push({ ...flow, t: Date.parse(`${r.t}T00:00:00Z`) });
+  }
+  let next = 0;
+  return buckets.map((bucket) => {
+    const flow: Flow = { inForce: 0, hires: 0, exits: 0 };
+    for (; next < atoms.length && atoms[next]!.t < Math.min(bucket.end, cut); next++) {
+      const atom = atoms[next]!;
+      flow.inForce += atom.inForce;
+      flow.hires += atom.hires;
+      flow.exits += atom.exits;
+    }
+    if (bucket === last) {
+      flow.inForce += rest.inForce;
+      flow.hires += rest.hires;
+      flow.exits += rest.exits;
+    }
+    const start = headcount;
+    headcount += flow.inForce;
+    switch (metric) {
+      case 'headcount':
+        return headcount;
+      case 'hires':
+        return flow.hires;
+      case 'exits':
+        return flow.exits;
+      case 'turnoverRate': {
+        const average = (start + headcount) / 2;
+        return average === 0 ? 0 : Math.round((flow.exits / average) * 1e6) / 1e6;
+      }
+      default: {
+        const never: never = metric;
+        throw new Error(`unknown metric ${String(never)}`);
+      }
+    }
+  });
 }
 
 /** Headcount at `at` (inclusive), in total and per department ('' for employees without one). */

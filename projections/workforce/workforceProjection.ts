@@ -19,6 +19,9 @@ import { redactParkedEvents } from '../../shared/projections/parkedRedactions.ts
  *   status) the change in the number of versions in force (`in_force`: +1 where one starts, −1
  *   where one ends), hires and exits. The number in force at the end of a day is the sum of
  *   `in_force` up to it: whole months from the month table, the rest from the day table.
+ * - `workforce_day_totals` / `workforce_month_totals`: the same summed over every department, per
+ *   (tenant, day or month, status), so that a tenant-wide series reads one row per day and status
+ *   rather than one per department as well.
  *
  * A batch loads the versions of the employees it touches (except those it hires), folds its events
  * in memory (events at or below the stored revision are skipped), replaces those employees'
@@ -28,7 +31,7 @@ import { redactParkedEvents } from '../../shared/projections/parkedRedactions.ts
  */
 export const WORKFORCE_PROJECTION = 'employees-workforce';
 
-type Tables = 'employee_versions' | 'workforce_day_counts' | 'workforce_month_counts';
+type Tables = 'employee_versions' | 'workforce_day_counts' | 'workforce_month_counts' | 'workforce_day_totals' | 'workforce_month_totals';
 
 const versionRow = z.object({
   tenant_id: z.string(),
@@ -209,6 +212,19 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
       from d group by 1, 2, 3, 4
       on conflict (tenant_id, month, department, status) do update set
         in_force = m.in_force + excluded.in_force, hires = m.hires + excluded.hires, exits = m.exits + excluded.exits
+    ), day_totals as (
+      -- A move between departments on one day adds nothing to the totals: no row for it.
+      insert into ${tables.workforce_day_totals} as t (tenant_id, day, status, in_force, hires, exits)
+      select tenant_id, day, status, sum(in_force), sum(hires), sum(exits)
+      from d group by 1, 2, 3 having sum(in_force) <> 0 or sum(hires) <> 0 or sum(exits) <> 0
+      on conflict (tenant_id, day, status) do update set
+        in_force = t.in_force + excluded.in_force, hires = t.hires + excluded.hires, exits = t.exits + excluded.exits
+    ), month_totals as (
+      insert into ${tables.workforce_month_totals} as t (tenant_id, month, status, in_force, hires, exits)
+      select tenant_id, date_trunc('month', day)::date, status, sum(in_force), sum(hires), sum(exits)
+      from d group by 1, 2, 3 having sum(in_force) <> 0 or sum(hires) <> 0 or sum(exits) <> 0
+      on conflict (tenant_id, month, status) do update set
+        in_force = t.in_force + excluded.in_force, hires = t.hires + excluded.hires, exits = t.exits + excluded.exits
     )
     insert into ${tables.workforce_day_counts} as c (tenant_id, day, department, status, in_force, hires, exits)
     select tenant_id, day, department, status, in_force, hires, exits from d
@@ -251,55 +267,83 @@ function bulkFold() {
           versions.push(versionTuple(employee, v).map((x) => (typeof x === 'boolean' ? (x ? 't' : 'f') : x)));
         contributions(employee.tenantId, employee.versions, 1, days);
       }
-      const months = new Map<string, Contribution>();
-      for (const d of days.values()) {
-        const month = `${d.day.slice(0, 7)}-01`;
-        const key = `${d.tenantId}\u0000${month}\u0000${d.department}\u0000${d.status}`;
-        const m = months.get(key) ?? { ...d, day: month, inForce: 0, hires: 0, exits: 0 };
-        m.inForce += d.inForce;
-        m.hires += d.hires;
-        m.exits += d.exits;
-        months.set(key, m);
-      }
-      const counters = (map: Map<string, Contribution>, bucket: 'day' | 'month') => ({
-        columns: ['tenant_id', bucket, 'department', 'status', 'in_force', 'hires', 'exits'],
-        types: ['uuid', 'date', 'text', 'text', 'int8', 'int8', 'int8'],
+      const months = rollUp(days.values(), monthOf, true);
+      const counters = (map: Map<string, Contribution>, bucket: 'day' | 'month', byDepartment: boolean) => ({
+        columns: ['tenant_id', bucket, ...(byDepartment ? ['department'] : []), 'status', 'in_force', 'hires', 'exits'],
+        types: ['uuid', 'date', ...(byDepartment ? ['text'] : []), 'text', 'int8', 'int8', 'int8'],
         rows: [...map.values()]
           .filter((c) => c.inForce !== 0 || c.hires !== 0 || c.exits !== 0)
-          .map((c) => [c.tenantId, c.day, c.department, c.status, c.inForce, c.hires, c.exits]),
+          .map((c) => [c.tenantId, c.day, ...(byDepartment ? [c.department] : []), c.status, c.inForce, c.hires, c.exits]),
       });
       return {
         employee_versions: { columns: VERSION_COLUMNS, types: VERSION_TYPES, rows: versions },
-        workforce_day_counts: counters(days, 'day'),
-        workforce_month_counts: counters(months, 'month'),
+        workforce_day_counts: counters(days, 'day', true),
+        workforce_month_counts: counters(months, 'month', true),
+        workforce_day_totals: counters(
+          rollUp(days.values(), (day) => day, false),
+          'day',
+          false,
+        ),
+        workforce_month_totals: counters(
+          rollUp(months.values(), (month) => month, false),
+          'month',
+          false,
+        ),
       };
     },
   };
 }
 
-const counterTable = (bucket: 'day' | 'month') => (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => ({
-  create: [
-    sql.fragment`create table ${table} (
-      tenant_id uuid not null,
-      ${sql.identifier([bucket])} date not null,
-      department text not null,
-      status text not null,
-      in_force bigint not null,
-      hires bigint not null,
-      exits bigint not null
-    )`,
-    ...readModelTable(table, named, 'read'),
-  ],
-  afterLoad: [
-    sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, ${sql.identifier([bucket])}, department, status)`,
-  ],
-});
+/** `YYYY-MM-01` of a `YYYY-MM-DD` day. */
+const monthOf = (day: string) => `${day.slice(0, -2)}01`;
+
+/** Counters summed per coarser key: `bucket` of their day, and over every department unless `byDepartment`. */
+function rollUp(counters: Iterable<Contribution>, bucket: (day: string) => string, byDepartment: boolean): Map<string, Contribution> {
+  const out = new Map<string, Contribution>();
+  for (const c of counters) {
+    const day = bucket(c.day);
+    const department = byDepartment ? c.department : '';
+    const key = `${c.tenantId}\u0000${day}\u0000${department}\u0000${c.status}`;
+    const sum = out.get(key) ?? { ...c, day, department, inForce: 0, hires: 0, exits: 0 };
+    sum.inForce += c.inForce;
+    sum.hires += c.hires;
+    sum.exits += c.exits;
+    out.set(key, sum);
+  }
+  return out;
+}
+
+/** A counter table: per department (`…_counts`) or summed over every department (`…_totals`). */
+const counterTable =
+  (bucket: 'day' | 'month', byDepartment: boolean) => (table: IdentifierSqlToken, named: (suffix: string) => IdentifierSqlToken) => {
+    const column = sql.identifier([bucket]);
+    return {
+      create: [
+        sql.fragment`create table ${table} (
+          tenant_id uuid not null,
+          ${column} date not null,
+          ${byDepartment ? sql.fragment`department text not null,` : sql.fragment``}
+          status text not null,
+          in_force bigint not null,
+          hires bigint not null,
+          exits bigint not null
+        )`,
+        ...readModelTable(table, named, 'read'),
+      ],
+      afterLoad: [
+        byDepartment
+          ? sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, ${column}, department, status)`
+          : sql.fragment`alter table ${table} add constraint ${named('pkey')} primary key (tenant_id, ${column}, status)`,
+      ],
+    };
+  };
 
 export const workforceProjection = defineProjection<Tables>({
   name: WORKFORCE_PROJECTION,
   // 2: a status change holds until the next one in effective time; `previous_status` only on
-  // versions that start with a status change. 3: `erased`, and names and email nullable.
-  version: 3,
+  // versions that start with a status change. 3: `erased`, and names and email nullable. 4: the
+  // tenant-wide totals.
+  version: 4,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   tables: {
     employee_versions: (table, named) => ({
@@ -336,8 +380,10 @@ export const workforceProjection = defineProjection<Tables>({
         sql.fragment`create index ${named('erased')} on ${table} (tenant_id, valid_from) where erased`,
       ],
     }),
-    workforce_day_counts: counterTable('day'),
-    workforce_month_counts: counterTable('month'),
+    workforce_day_counts: counterTable('day', true),
+    workforce_month_counts: counterTable('month', true),
+    workforce_day_totals: counterTable('day', false),
+    workforce_month_totals: counterTable('month', false),
   },
   handle,
   bulk: { fold: bulkFold },

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { BadRequestError } from '../../shared/errors.ts';
 import { parsePosition, type EventStore } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
@@ -17,6 +18,8 @@ import { workforceRoutes } from './workforceRoutes.ts';
 
 export type AnalyticsRoutesDeps = {
   readonly pool: DatabasePool;
+  /** Transaction-free tenant-scoped reads for the workforce series; without it they run in `withTenant` transactions. */
+  readonly tenantReader?: TenantReader | undefined;
   readonly store: EventStore;
   /** The KPI consumer's end of the metrics bus, for the usage watermark (`asOf`). */
   readonly usage?: UsageProgress;
@@ -78,7 +81,12 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;
   const kpiPorts: KpiReadDeps = { pool: deps.pool, eventStore: deps.store, ...(deps.usage ? { usage: deps.usage } : {}) };
-  const workforce = workforceRoutes({ pool: deps.pool, readWaitMs, ...(deps.now ? { now: deps.now } : {}) });
+  const workforce = workforceRoutes({
+    pool: deps.pool,
+    tenantReader: deps.tenantReader,
+    readWaitMs,
+    ...(deps.now ? { now: deps.now } : {}),
+  });
   return async (scope: FastifyInstance): Promise<void> => {
     const app = scope.withTypeProvider<ZodTypeProvider>();
     await workforce(scope);

@@ -1,7 +1,8 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
+import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { BadRequestError } from '../../shared/errors.ts';
 import { parsePosition } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
@@ -14,6 +15,8 @@ import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
 
 export type WorkforceRoutesDeps = {
   readonly pool: DatabasePool;
+  /** When given, series read through it (no transaction; see shared/db/tenantReader.ts). */
+  readonly tenantReader?: TenantReader | undefined;
   readonly now?: () => number;
   /** Longest a read waits for the workforce projection to reach `X-Min-Position`. */
   readonly readWaitMs?: number;
@@ -90,11 +93,13 @@ export function workforceBuckets(from: number, to: number, interval: (typeof WOR
 export function workforceRoutes(deps: WorkforceRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;
-  const awaitPosition = async (request: FastifyRequest, header: string | undefined) => {
+  /** Waits for the projection when the client asked for a position; says in X-Consistency whether it got there. */
+  const awaitPosition = async (request: FastifyRequest, reply: FastifyReply, header: string | undefined) => {
     if (header === undefined) return;
     const position = parsePosition(header);
     if (!position) throw new BadRequestError('X-Min-Position must be a log position as returned by a write');
-    await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, WORKFORCE_PROJECTION, position, readWaitMs));
+    const reached = await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, WORKFORCE_PROJECTION, position, readWaitMs));
+    reply.header('x-consistency', reached ? 'consistent' : 'stale');
   };
   return async (scope: FastifyInstance): Promise<void> => {
     const app = scope.withTypeProvider<ZodTypeProvider>();
@@ -102,7 +107,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
     app.get(
       '/analytics/workforce',
       {
-        config: { permission: 'analytics:read' },
+        config: { permission: 'analytics:read', responseHeaders: ['X-Consistency'] },
         schema: {
           tags: ['analytics'],
           operationId: 'getWorkforceSummary',
@@ -112,9 +117,9 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
           response: { 200: workforceSummarySchema, ...problems },
         },
       },
-      async (request) => {
+      async (request, reply) => {
         const auth = requireAuth(request);
-        await awaitPosition(request, request.headers['x-min-position']);
+        await awaitPosition(request, reply, request.headers['x-min-position']);
         const asOf = Math.min(request.query.at ?? now(), now());
         return { ...(await readWorkforceAt(deps.pool, auth.tenantId, asOf)), asOf: new Date(asOf).toISOString() };
       },
@@ -123,7 +128,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
     app.get(
       '/analytics/workforce/series',
       {
-        config: { permission: 'analytics:read' },
+        config: { permission: 'analytics:read', responseHeaders: ['X-Consistency'] },
         schema: {
           tags: ['analytics'],
           operationId: 'getWorkforceSeries',
@@ -133,14 +138,19 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
           response: { 200: workforceSeriesSchema, ...problems },
         },
       },
-      async (request) => {
+      async (request, reply) => {
         const auth = requireAuth(request);
         const { metric, interval, from, to, department } = request.query;
         if (from > to) throw badRange('from', 'must not be after to');
         const buckets = workforceBuckets(from, to, interval, now());
         if (!buckets) throw badRange('interval', `more than ${MAX_SERIES_POINTS} points; narrow the range or choose a longer interval`);
-        await awaitPosition(request, request.headers['x-min-position']);
-        const values = await readWorkforceSeries(deps.pool, auth.tenantId, { metric, monthly: interval === 'month', buckets, department });
+        await awaitPosition(request, reply, request.headers['x-min-position']);
+        const values = await readWorkforceSeries(deps.tenantReader ?? deps.pool, auth.tenantId, {
+          metric,
+          monthly: interval === 'month',
+          buckets,
+          department,
+        });
         return {
           metric,
           interval,

@@ -28,7 +28,7 @@ import type { RoleContext, RoleHandle } from './process.ts';
 export type GatewayPorts = {
   readonly auth: AuthDeps;
   readonly pool: DatabasePool;
-  /** Transaction-free tenant-scoped reads for list pages; without it they run in `withTenant` transactions. */
+  /** Transaction-free tenant-scoped reads for list pages and series; without it they run in `withTenant` transactions. */
   readonly tenantReader?: TenantReader;
   readonly eventStore: EventStore;
   /** The same log without the sealing boundary (an erasure reads it when a person's key is missing). */
@@ -76,7 +76,12 @@ export function gatewayRoutes(ports: GatewayPorts): Pick<GatewayOptions, 'v1' | 
           logInDatabase: ports.logInDatabase,
           dataKeys: ports.dataKeys,
         }),
-        analyticsRoutes({ pool, store: eventStore, ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}) }),
+        analyticsRoutes({
+          pool,
+          tenantReader: ports.tenantReader,
+          store: eventStore,
+          ...(ports.usageSource ? { usage: { source: ports.usageSource } } : {}),
+        }),
         // After the KPI reads: its path lies under /analytics, and the API document lists it after them.
         billingRoutes({ store: eventStore }),
       ),

@@ -5,8 +5,9 @@ import { sqlAt } from '../../support/database.ts';
 import { createWorkforceHarness, type WorkforceHarness } from '../../support/harness/workforce.ts';
 
 /**
- * A workforce read takes several statements (counters, then versions); a projector batch that
- * commits between two of them must not show up in some and not in others.
+ * A workforce read adds up counters and versions (a summary in several statements, a series in
+ * one); a projector batch that commits while it runs must not show up in some parts and not in
+ * others.
  */
 let h: WorkforceHarness;
 beforeAll(async () => {

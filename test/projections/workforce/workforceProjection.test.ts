@@ -11,7 +11,8 @@ import { replayProjection } from '../../../shared/projections/replay.ts';
 import { listParkedEvents } from '../../../shared/projections/parking.ts';
 import { workforceProjection } from '../../../projections/workforce/workforceProjection.ts';
 import { listEmployeesAsOf } from '../../../projections/workforce/asOf.ts';
-import { readWorkforceAt, readWorkforceSeries } from '../../../projections/workforce/series.ts';
+import { readWorkforceAt, readWorkforceSeries, WORKFORCE_METRICS } from '../../../projections/workforce/series.ts';
+import { createTenantReader } from '../../../shared/db/tenantReader.ts';
 import { workforceBuckets } from '../../../services/analytics/workforceRoutes.ts';
 import { employeeStreamId, type EmployeeEvent, type EmployeeStatus } from '../../../services/employees/contract.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
@@ -37,12 +38,16 @@ const DAY = 86_400_000;
 const T0 = Date.UTC(2024, 0, 1);
 const iso = (ms: number) => new Date(ms).toISOString();
 
-/** A small deterministic generator, so a failure can be replayed. */
+/**
+ * A small deterministic generator, so a failure can be replayed. It answers from the state's high
+ * bits: the low bits of a power-of-two LCG cycle (the lowest alternates), so `s % 2` would repeat
+ * one answer whenever the calls between two draws are even in number.
+ */
 function lcg(seed: number) {
   let s = seed;
   return (n: number) => {
     s = (s * 1_103_515_245 + 12_345) % 2 ** 31;
-    return s % n;
+    return Math.floor(s / 2 ** 15) % n;
   };
 }
 
@@ -122,7 +127,22 @@ const model = async (pool: DatabasePool) => ({
   months: await pool.any(
     sql.type(anyRows)`select * from workforce_month_counts where (in_force, hires, exits) <> (0, 0, 0) order by 1, 2, 3, 4`,
   ),
+  dayTotals: await pool.any(
+    sql.type(anyRows)`select * from workforce_day_totals where (in_force, hires, exits) <> (0, 0, 0) order by 1, 2, 3`,
+  ),
+  monthTotals: await pool.any(
+    sql.type(anyRows)`select * from workforce_month_totals where (in_force, hires, exits) <> (0, 0, 0) order by 1, 2, 3`,
+  ),
 });
+
+/** What the department counters add up to per (tenant, day or month, status): what the totals must hold. */
+const sumOfDepartments = (pool: DatabasePool, bucket: 'day' | 'month') => {
+  const [column, table] = [sql.identifier([bucket]), sql.identifier([`workforce_${bucket}_counts`])];
+  return pool.any(sql.type(anyRows)`
+    select tenant_id, ${column}, status, sum(in_force)::int8 as in_force, sum(hires)::int8 as hires, sum(exits)::int8 as exits
+    from ${table} group by 1, 2, 3 having (sum(in_force), sum(hires), sum(exits)) <> (0, 0, 0) order by 1, 2, 3
+  `);
+};
 
 /** The counters the versions imply, computed independently in SQL. */
 const derivedCounters = (pool: DatabasePool) =>
@@ -131,7 +151,8 @@ const derivedCounters = (pool: DatabasePool) =>
     from (
       select tenant_id, (valid_from at time zone 'UTC')::date as day, coalesce(department, '') as department, status, 1 as in_force,
              (valid_from = hired_at)::int as hires,
-             (status = 'inactive' and (valid_from = hired_at or previous_status in ('active', 'on_leave')))::int as exits
+             -- A version that starts with another change has no previous_status: not an exit (not null).
+             coalesce(status = 'inactive' and (valid_from = hired_at or previous_status in ('active', 'on_leave')), false)::int as exits
       from employee_versions
       union all
       select tenant_id, (valid_to at time zone 'UTC')::date, coalesce(department, ''), status, -1, 0, 0 from employee_versions where valid_to is not null
@@ -149,7 +170,7 @@ describe('the workforce projection', () => {
     expect(await waitForCheckpoint(db.pool, workforceProjection.name, end, 30_000)).toBe(true);
   }, 60_000);
 
-  it('keeps counters that match its versions, and a rebuild (page by page or bulk) builds the same model as the live projector', async () => {
+  it('keeps counters (and their totals over departments) that match its versions, and a rebuild (page by page or bulk) builds the same model as the live projector', async () => {
     const live = await model(db.pool);
     expect(live.versions.length).toBeGreaterThan(50);
     expect(live.days).toEqual(await derivedCounters(db.pool));
@@ -159,6 +180,9 @@ describe('the workforce projection', () => {
       from workforce_day_counts group by 1, 2, 3, 4 having (sum(in_force), sum(hires), sum(exits)) <> (0, 0, 0) order by 1, 2, 3, 4
     `);
     expect(live.months).toEqual(monthsOfDays);
+    expect(live.dayTotals.length).toBeGreaterThan(20);
+    expect(live.dayTotals).toEqual(await sumOfDepartments(db.pool, 'day'));
+    expect(live.monthTotals).toEqual(await sumOfDepartments(db.pool, 'month'));
 
     // Page by page (the handler, in small pages), then the bulk fold, then the bulk fold again.
     const { bulk: _, ...pageByPage } = workforceProjection;
@@ -198,6 +222,65 @@ describe('the workforce projection', () => {
     expect(buckets.at(-1)?.partial).toBe(true);
     for (const [i, bucket] of buckets.entries())
       expect(series[i], iso(bucket.start)).toBe(await count(sql.fragment`${validAt(bucket.end - 1)} and ${employed}`));
+  }, 60_000);
+
+  it("reads a tenant-wide series from the totals as the departments' series add up, through the tenant reader too", async () => {
+    const reader = await createTenantReader(db.url, { maximumPoolSize: 1 });
+    try {
+      const now = T0 + 250 * DAY + 7 * 3_600_000;
+      for (const interval of ['day', 'week', 'month'] as const) {
+        const buckets = workforceBuckets(T0 - 20 * DAY, T0 + 400 * DAY, interval, now) ?? [];
+        expect(buckets.at(-1)?.partial).toBe(true);
+        for (const metric of ['headcount', 'hires', 'exits'] as const) {
+          const query = { metric, monthly: interval === 'month', buckets };
+          const total = await readWorkforceSeries(db.pool, busy, query);
+          expect(
+            total.some((v) => v > 0),
+            `${metric} by ${interval}`,
+          ).toBe(true);
+          const departments = await Promise.all(
+            ['d0', 'd1', 'd2'].map((department) => readWorkforceSeries(db.pool, busy, { ...query, department })),
+          );
+          expect(total, `${metric} by ${interval}`).toEqual(buckets.map((_, i) => departments.reduce((n, d) => n + d[i]!, 0)));
+          expect(await readWorkforceSeries(reader, busy, query)).toEqual(total);
+          expect(await readWorkforceSeries(reader, busy, { ...query, department: 'd1' })).toEqual(departments[1]);
+        }
+      }
+    } finally {
+      await reader.end();
+    }
+  }, 60_000);
+
+  it('reads a tenant-wide series from every department while a model without the totals is live (a rolling deploy)', async () => {
+    const reader = await createTenantReader(db.url, { maximumPoolSize: 1 });
+    const now = T0 + 250 * DAY + 7 * 3_600_000;
+    const queries = (['day', 'week', 'month'] as const).flatMap((interval) =>
+      WORKFORCE_METRICS.map((metric) => ({
+        metric,
+        monthly: interval === 'month',
+        buckets: workforceBuckets(T0 - 20 * DAY, T0 + 400 * DAY, interval, now) ?? [],
+      })),
+    );
+    const fromTotals: number[][] = [];
+    for (const query of queries) fromTotals.push(await readWorkforceSeries(reader, busy, query));
+    const rename = async (from: string, to: string) => {
+      for (const bucket of ['day', 'month'])
+        await db.pool.query(sql.type(z.object({}))`
+          alter table ${sql.identifier([`workforce_${bucket}_totals${from}`])} rename to ${sql.identifier([`workforce_${bucket}_totals${to}`])}
+        `);
+    };
+    // No event arrives meanwhile: the projector, which writes the totals, stays idle.
+    await rename('', '_hidden');
+    try {
+      for (const [i, query] of queries.entries()) {
+        expect(await readWorkforceSeries(reader, busy, query), `${query.metric}`).toEqual(fromTotals[i]);
+        expect(await readWorkforceSeries(db.pool, busy, query), `${query.metric}`).toEqual(fromTotals[i]);
+      }
+    } finally {
+      await rename('_hidden', '');
+      await reader.end();
+    }
+    expect(await readWorkforceSeries(db.pool, busy, queries[0]!)).toEqual(fromTotals[0]);
   }, 60_000);
 
   it("parks an event it cannot apply and goes on with the others' events", async () => {

@@ -99,6 +99,9 @@ describe("when an analyst connects with the tenant's login", () => {
     expect(await tenantsIn(analyst, 'kpi_usage_days')).toEqual([{ tenant_id: a.tenantId, n: 1 }]);
     expect(await tenantsIn(analyst, 'employee_versions')).toEqual([{ tenant_id: a.tenantId, n: 2 }]);
     expect(await tenantsIn(analyst, 'workforce_day_counts')).toEqual([{ tenant_id: a.tenantId, n: 2 }]);
+    // Both hires are active from today: one row of the totals over every department.
+    expect(await tenantsIn(analyst, 'workforce_day_totals')).toEqual([{ tenant_id: a.tenantId, n: 1 }]);
+    expect(await tenantsIn(analyst, 'workforce_month_totals')).toEqual([{ tenant_id: a.tenantId, n: 1 }]);
   });
 
   it('reads no more after setting app.tenant_id to another tenant, or switching to its group role', async () => {
@@ -202,6 +205,8 @@ describe("the analysts' group role", () => {
         'employee_versions',
         'workforce_day_counts',
         'workforce_month_counts',
+        'workforce_day_totals',
+        'workforce_month_totals',
         'kpi_billing_facts',
         'kpi_subscriptions',
         'kpi_subscription_periods',

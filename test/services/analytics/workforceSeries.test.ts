@@ -109,6 +109,34 @@ describe('GET /v1/analytics/workforce/series on the hand-computed history', () =
   });
 });
 
+describe('read-your-writes on the workforce reads', () => {
+  it('says in X-Consistency whether the read model reached X-Min-Position, and sends none without it', async () => {
+    const { hr, analyst: reader } = await h.tenant();
+    const hired = await h.app.inject({
+      method: 'POST',
+      url: '/v1/employees',
+      headers: hr,
+      payload: { email: 'ryw@example.test', firstName: 'R', lastName: 'W', department: 'ops', hiredAt: '2026-03-02T00:00:00Z' },
+    });
+    expect(hired.statusCode).toBe(201);
+    const position = String(hired.headers['x-log-position']);
+    const get = (url: string, headers: Record<string, string>) => h.app.inject({ method: 'GET', url, headers });
+    const seriesUrl = `/v1/analytics/workforce/series?metric=hires&${months}`;
+    const read = await get(seriesUrl, { ...reader, 'x-min-position': position });
+    expect(read.headers['x-consistency']).toBe('consistent');
+    expect(ok<Series>(read).points.map((p) => p.value)).toEqual([0, 0, 1, 0]);
+    const summary = await get('/v1/analytics/workforce', { ...reader, 'x-min-position': position });
+    expect(summary.headers['x-consistency']).toBe('consistent');
+    expect(ok<{ headcount: number }>(summary).headcount).toBe(1);
+    expect((await get(seriesUrl, reader)).headers['x-consistency']).toBeUndefined();
+    expect((await get('/v1/analytics/workforce', reader)).headers['x-consistency']).toBeUndefined();
+    // A position the projection does not reach within the wait: the figures it has, flagged stale.
+    const stale = await get(seriesUrl, { ...reader, 'x-min-position': '99999999999-99999999999' });
+    expect(stale.statusCode).toBe(200);
+    expect(stale.headers['x-consistency']).toBe('stale');
+  }, 30_000);
+});
+
 describe('GET /v1/analytics/workforce/series limits', () => {
   it('refuses more than 1,000 points, an inverted range and an unknown metric with 400', async () => {
     expectProblem(

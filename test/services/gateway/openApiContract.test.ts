@@ -299,7 +299,7 @@ describe('every declared header is really sent', () => {
     expect(roles.headers['cache-control']).toBe('no-store');
   });
 
-  it('sends Location and ETag on a create, X-Log-Position to read it back, and X-Consistency on that read', async () => {
+  it('sends Location and ETag on a create, X-Log-Position to read it back, and X-Consistency on the reads that wait for it', async () => {
     const create = ops.find((op) => operationOf(op).operationId === 'createEmployee');
     if (!create) throw new Error('no createEmployee in the document');
     const created = await send(create, baseline(create));
@@ -318,5 +318,17 @@ describe('every declared header is really sent', () => {
     expect(listed.statusCode).toBe(200);
     expect(headersOf(list, 200)).toContain('X-Consistency');
     expect(listed.headers['x-consistency']).toBe('consistent');
+
+    for (const operationId of ['getWorkforceSeries', 'getWorkforceSummary']) {
+      const read = byId(operationId);
+      const request = baseline(read);
+      const answer = await send(read, {
+        ...request,
+        headers: { ...request.headers, 'x-min-position': String(created.headers['x-log-position']) },
+      });
+      expect(answer.statusCode, operationId).toBe(200);
+      expect(headersOf(read, 200)).toContain('X-Consistency');
+      expect(answer.headers['x-consistency'], operationId).toBe('consistent');
+    }
   });
 });
