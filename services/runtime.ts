@@ -19,6 +19,7 @@ import { parkedEventsReadiness, registerParkedEventsMetric } from '../shared/pro
 import pg from 'pg';
 import { createDataKeyStore, type DataKeyStore } from '../shared/personal-data/dataKeys.ts';
 import { loadKeyEncryptionKeys } from '../shared/personal-data/keyEncryptionKeys.ts';
+import { startBulkOpener } from '../shared/personal-data/bulkOpener.ts';
 import { loadEmailHash, type EmailHash } from '../shared/personal-data/emailHash.ts';
 import { createSealingEventStore } from '../shared/event-store/sealing.ts';
 import { employeePersonalData } from './employees/contract.ts';
@@ -121,12 +122,17 @@ export async function createRuntime(config: Config, logger: Logger, options: Run
           esdb.createEventStoreDbEventStore(esdb.connectEventStoreDb(config.EVENTSTORE_URL as string)),
         )
       : createPostgresEventStore(pool, { listenUrl: databaseUrl });
-    const dataKeys = createDataKeyStore(pool, await loadKeyEncryptionKeys(config), {
+    const keks = await loadKeyEncryptionKeys(config);
+    const dataKeys = createDataKeyStore(pool, keks, {
       // Keys and events in one PostgreSQL database: an event's synchronous commit makes its key durable too.
       asynchronousCommit: !config.EVENTSTORE_URL,
     });
     const emailHash = await loadEmailHash(config);
-    const sealedStore = createSealingEventStore(untracedStore, { keys: dataKeys, policy: employeePersonalData });
+    const sealedStore = createSealingEventStore(untracedStore, {
+      keys: dataKeys,
+      policy: employeePersonalData,
+      bulkOpener: () => startBulkOpener(keks),
+    });
     // With tracing on, each append is a span and carries the request's trace context in its events' metadata.
     const eventStore = tracing ? traceEventStore(sealedStore) : sealedStore;
     closers.push(() => eventStore.close());

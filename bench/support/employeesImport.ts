@@ -23,6 +23,7 @@ import { createPostgresEventStore } from '../../shared/event-store/postgres/even
 import type { EventStore } from '../../shared/event-store/port.ts';
 import { createSealingEventStore } from '../../shared/event-store/sealing.ts';
 import { createDataKeyStore, makeDataKey } from '../../shared/personal-data/dataKeys.ts';
+import { startBulkOpener } from '../../shared/personal-data/bulkOpener.ts';
 import { createEmailHash } from '../../shared/personal-data/emailHash.ts';
 import { fieldPlace, sealValue } from '../../shared/personal-data/fieldCipher.ts';
 import { createKeyEncryptionKeys, parseKeyEncryptionKeys } from '../../shared/personal-data/keyEncryptionKeys.ts';
@@ -39,7 +40,11 @@ const HIRED_FIELDS = EMPLOYEE_PERSONAL_FIELDS.EmployeeHired ?? [];
 
 /** A PostgreSQL event store behind the sealing boundary with this run's keys: what reads an imported log. */
 export function benchEventStore(pool: DatabasePool): EventStore {
-  return createSealingEventStore(createPostgresEventStore(pool), { keys: createDataKeyStore(pool, keks), policy: employeePersonalData });
+  return createSealingEventStore(createPostgresEventStore(pool), {
+    keys: createDataKeyStore(pool, keks),
+    policy: employeePersonalData,
+    bulkOpener: () => startBulkOpener(keks),
+  });
 }
 
 /**

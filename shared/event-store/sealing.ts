@@ -1,5 +1,6 @@
 import { AppError } from '../errors.ts';
-import { subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../personal-data/dataKeys.ts';
+import type { BulkOpener } from '../personal-data/bulkOpener.ts';
+import { subjectRef, type DataKeyStore, type DataSubject, type SealedDataKey, type StoredKey } from '../personal-data/dataKeys.ts';
 import { fieldPlace, isSealed, openValue, sealValue, type DataKey } from '../personal-data/fieldCipher.ts';
 import type { PersonalDataPolicy } from '../personal-data/policy.ts';
 import type { AppendRequest, EventStore, NewEvent, ReadAllPage, RecordedEvent } from './port.ts';
@@ -14,8 +15,10 @@ import type { AppendRequest, EventStore, NewEvent, ReadAllPage, RecordedEvent } 
  *   subject is refused rather than stored in the clear.
  * - Reads: a stream's fields open with one key lookup, made beside the read; a page of the log
  *   with one lookup for all the subjects in it; a bulk read (rebuilds) looks the next page's
- *   keys up while the caller folds the current one. Keys for opening are always read afresh, so
- *   a destroyed key opens nothing once its destruction committed (dataKeys.ts).
+ *   keys up, and opens it on a worker thread when given one, while the caller folds the current
+ *   one. Keys for opening are always read afresh, so a destroyed key opens nothing once its
+ *   destruction committed (dataKeys.ts); live subscribers of one process decipher a shared
+ *   event once.
  * - Every personal string is sealed on write, whatever it looks like (a first name `enc:x` too),
  *   bound to its place (tenant, stream, event type, field: fieldPlace), so a sealed value opens
  *   only where it was written.
@@ -34,11 +37,16 @@ export class MissingDataKeyError extends Error {
   override readonly name = 'MissingDataKeyError';
 }
 
-export type SealingOptions = { readonly keys: DataKeyStore; readonly policy: PersonalDataPolicy };
+export type SealingOptions = {
+  readonly keys: DataKeyStore;
+  readonly policy: PersonalDataPolicy;
+  /** Opens a bulk read's pages on another thread (bulkOpener.ts); without it, in-thread. */
+  readonly bulkOpener?: () => BulkOpener;
+};
 
 type KeyOf = (streamId: string) => StoredKey | undefined;
 
-export function createSealingEventStore(inner: EventStore, { keys, policy }: SealingOptions): EventStore {
+export function createSealingEventStore(inner: EventStore, { keys, policy, bulkOpener }: SealingOptions): EventStore {
   const personal = (type: string): readonly string[] | undefined => policy.fields[type];
 
   async function sealEvents(streamId: string, events: readonly NewEvent[]): Promise<readonly NewEvent[]> {
@@ -92,19 +100,101 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
     return byStream;
   }
 
-  /** Starts the page's key lookup; the returned function opens the page once the keys are in. */
-  function prepare(page: ReadAllPage): Promise<() => ReadAllPage> {
+  // The subscriptions of one process that follow the head share the pages they read (the event
+  // objects are the same): an event opened for one is handed opened to the others, instead of
+  // each deciphering it again. Each still looks the keys up afresh, and takes the opened event
+  // only when that lookup gives the very key it was opened with (the key store hands out one
+  // object per stored key): once the key is destroyed, the event reads redacted, as ever.
+  const sharedOpenings = new WeakMap<RecordedEvent, { readonly event: RecordedEvent; readonly key: StoredKey }>();
+
+  /**
+   * Starts the page's key lookup; the returned function opens the page once the keys are in.
+   * `share`: for live subscriptions only, the one path whose event objects other readers see too.
+   */
+  function prepare(page: ReadAllPage, share = false): Promise<() => ReadAllPage> {
     const subjects = subjectsOf(page.events);
     if (subjects.size === 0) return Promise.resolve(() => page);
     return keys.load(unique(subjects.values())).then((stored) => () => {
       const byStream = new Map<string, StoredKey | undefined>();
       for (const [streamId, subject] of subjects) byStream.set(streamId, stored.get(subjectRef(subject)));
       const keyOf: KeyOf = (streamId) => byStream.get(streamId);
-      return { ...page, events: page.events.map((e) => openEvent(e, keyOf)) };
+      const open = (event: RecordedEvent) => {
+        if (!share) return openEvent(event, keyOf);
+        const key = keyOf(event.streamId);
+        const shared = sharedOpenings.get(event);
+        if (shared !== undefined && key !== undefined && key !== 'destroyed' && shared.key === key) return shared.event;
+        const result = openEvent(event, keyOf);
+        if (result !== event && key !== undefined && key !== 'destroyed') sharedOpenings.set(event, { event: result, key });
+        return result;
+      };
+      return { ...page, events: page.events.map(open) };
     });
   }
 
   const openPage = async (page: ReadAllPage) => (await prepare(page))();
+
+  /** `prepare` for a bulk read, its values opened by `opener`'s thread while the caller folds. */
+  function prepareOffThread(opener: BulkOpener, loadSealed: NonNullable<DataKeyStore['loadSealed']>) {
+    return async (page: ReadAllPage): Promise<() => ReadAllPage> => {
+      const subjects = subjectsOf(page.events);
+      if (subjects.size === 0) return () => page;
+      const stored = await loadSealed(unique(subjects.values()));
+      const job = { keys: [] as SealedDataKey[], keyOf: [] as number[], values: [] as string[], places: [] as string[] };
+      const keyIndex = new Map<string, number>();
+      // Where each event's values start in the job; the others open (or fail) in-thread as usual.
+      const startOf = new Map<number, number>();
+      page.events.forEach((event, i) => {
+        const fields = personal(event.type);
+        const subject = subjects.get(event.streamId);
+        const key = subject && stored.get(subjectRef(subject));
+        if (!fields || !subject || key === undefined || key === 'destroyed' || !isRecord(event.data)) return;
+        const data = event.data;
+        if (!fields.some((f) => isSealed(data[f]))) return;
+        let k = keyIndex.get(subjectRef(subject));
+        if (k === undefined) keyIndex.set(subjectRef(subject), (k = job.keys.push(key) - 1));
+        startOf.set(i, job.values.length);
+        for (const field of fields) {
+          const value = data[field];
+          if (!isSealed(value)) continue;
+          job.keyOf.push(k);
+          job.values.push(value);
+          job.places.push(fieldPlace(subject.tenantId, event.streamId, event.type, field));
+        }
+      });
+      const plainValues = job.values.length > 0 ? await opener.open(job) : [];
+      const destroyedOrNone: KeyOf = (streamId) => {
+        const subject = subjects.get(streamId);
+        return subject && stored.get(subjectRef(subject)) === 'destroyed' ? 'destroyed' : undefined;
+      };
+      return () => ({
+        ...page,
+        events: page.events.map((event, i) => {
+          let at = startOf.get(i);
+          if (at === undefined) return openEvent(event, destroyedOrNone);
+          const data = event.data as Record<string, unknown>;
+          const plain: Record<string, unknown> = { ...data };
+          for (const field of personal(event.type) ?? []) if (isSealed(data[field])) plain[field] = plainValues[at++];
+          return withData(event, plain, false);
+        }),
+      });
+    };
+  }
+
+  function readAllBulk(bulk: NonNullable<EventStore['readAllBulk']>, options: Parameters<NonNullable<EventStore['readAllBulk']>>[0]) {
+    const pages = bulk(options);
+    const loadSealed = keys.loadSealed?.bind(keys);
+    if (!bulkOpener || !loadSealed) return openAhead(pages, prepare);
+    const start = bulkOpener;
+    // The thread starts with the first page asked for and ends with the read.
+    return (async function* () {
+      const opener = start();
+      try {
+        yield* openAhead(pages, prepareOffThread(opener, loadSealed));
+      } finally {
+        await opener.close();
+      }
+    })();
+  }
 
   async function readStream(streamId: string, options?: Parameters<EventStore['readStream']>[1]): Promise<RecordedEvent[]> {
     const subject = policy.subjectOf(streamId);
@@ -155,11 +245,11 @@ export function createSealingEventStore(inner: EventStore, { keys, policy }: Sea
     readAll: async (options) => openPage(await inner.readAll(options)),
 
     async *subscribeToAll(options) {
-      for await (const page of inner.subscribeToAll(options)) yield await openPage(page);
+      for await (const page of inner.subscribeToAll(options)) yield (await prepare(page, true))();
     },
 
     ...(inner.readAllBulk && {
-      readAllBulk: (options) => openAhead((inner.readAllBulk as NonNullable<EventStore['readAllBulk']>)(options), prepare),
+      readAllBulk: (options) => readAllBulk((inner.readAllBulk as NonNullable<EventStore['readAllBulk']>).bind(inner), options),
     }),
 
     headPosition: () => inner.headPosition(),

@@ -4,9 +4,13 @@ import { ConflictError } from '../errors.ts';
 import { sql, type DatabasePool, type Queryable } from '../db/pool.ts';
 import type { DataKey } from './fieldCipher.ts';
 import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
+import { bufferedBytes } from '../random.ts';
 
 /** Whose personal data a value is: one data key each. For employees the subject is the employee id. */
 export type DataSubject = { readonly tenantId: string; readonly subjectId: string };
+
+/** A data key as stored: sealed under the KEK `kekId`, bound to `context` (wrapContext). */
+export type SealedDataKey = { readonly keyId: string; readonly kekId: string; readonly sealed: string; readonly context: string };
 
 /** A subject's key as stored now: usable, destroyed (erased), or never made. */
 export type StoredKey = DataKey | 'destroyed';
@@ -25,11 +29,12 @@ export class SubjectErasedError extends ConflictError {
  * stored sealed by the key-encryption keys, destroyed on erasure.
  *
  * Caching: keys are cached in memory (bounded, least recently used first out) for sealing only,
- * and only keys this store inserted itself: `load` never fills the cache, so a lookup that ran
+ * and only keys this store inserted itself: `load` never fills that cache, so a lookup that ran
  * while a destruction was still uncommitted cannot put the key back after it committed. A
  * subject seen destroyed is remembered as such (destruction is final). Opening always reads the
  * keys afresh (`load`: one query per stream read or per page of the log), so a key destroyed by
- * any process is never used to open a value after its destruction committed. Sealing with a
+ * any process is never used to open a value after its destruction committed; what `load` keeps
+ * is the unwrapped form of a row it reads again, to spare the decipher, never the row itself. Sealing with a
  * cached key that another process destroyed meanwhile writes a value nobody can open any more,
  * which is harmless; and it does not happen in practice, since the decision to write it would
  * have been taken on a stream that does not end with the erasure and its append would fail on
@@ -40,6 +45,8 @@ export type DataKeyStore = {
   forSealing(subject: DataSubject): Promise<DataKey>;
   /** The stored keys of these subjects, read afresh in one query, by `subjectRef`; absent: none made. */
   load(subjects: readonly DataSubject[]): Promise<Map<string, StoredKey>>;
+  /** The same, still sealed: for opening them elsewhere (a worker thread, bulkOpener.ts). */
+  loadSealed?(subjects: readonly DataSubject[]): Promise<Map<string, SealedDataKey | 'destroyed'>>;
   /**
    * Destroys the subject's key in the transaction `queryable` runs in (so an erasure's event and
    * the destruction commit together). Idempotent: answers the first destruction's time. A
@@ -78,15 +85,20 @@ const keyRows = z.object({
 /** What a sealed data key is bound to: its subject and id (a row copied to another subject does not open). */
 export const wrapContext = (s: DataSubject, keyId: string): string => `${s.tenantId}/${s.subjectId}/${keyId}`;
 
+const freshBytes = bufferedBytes();
+
 /** A fresh data key for `subject` and its stored (sealed) form. */
 export function makeDataKey(
   keks: KeyEncryptionKeys,
   subject: DataSubject,
 ): { readonly key: DataKey; readonly kekId: string; readonly sealed: string } {
-  const raw = randomBytes(32);
-  const keyId = randomBytes(9).toString('base64url');
+  const raw = freshBytes(32);
+  const keyId = freshBytes(9).toString('base64url');
   const { kekId, sealed } = keks.wrap(raw, wrapContext(subject, keyId));
-  return { key: { keyId, key: createSecretKey(raw) }, kekId, sealed };
+  const key = createSecretKey(raw);
+  // The key object holds its own copy: the raw bytes are not left for the heap to keep.
+  raw.fill(0);
+  return { key: { keyId, key }, kekId, sealed };
 }
 
 /** Largest number of new keys one insert carries. */
@@ -102,8 +114,32 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   };
   const commitMode = options.asynchronousCommit ? sql.fragment`'off'` : sql.fragment`current_setting('synchronous_commit')`;
 
+  // Unwrapped keys, per subject with the stored form they came from. Every lookup still reads
+  // the row afresh; only the decipher is spared when the row is as it was (every projection of a
+  // process, every command on the same employee), and the same key object is handed out again.
+  // A row seen destroyed, or destroyed here, drops the subject's entry.
+  const unwrappedKeys = new Map<string, { readonly from: string; readonly key: DataKey }>();
+  function unwrapped(ref: string, stored: SealedDataKey): DataKey {
+    const from = `${stored.kekId}\n${stored.keyId}\n${stored.sealed}`;
+    const hit = unwrappedKeys.get(ref);
+    unwrappedKeys.delete(ref);
+    const key =
+      hit?.from === from
+        ? hit.key
+        : { keyId: stored.keyId, key: createSecretKey(keks.unwrap(stored.kekId, stored.sealed, stored.context)) };
+    unwrappedKeys.set(ref, { from, key });
+    if (unwrappedKeys.size > cacheSize) unwrappedKeys.delete(unwrappedKeys.keys().next().value as string);
+    return key;
+  }
+
   async function load(subjects: readonly DataSubject[]): Promise<Map<string, StoredKey>> {
     const found = new Map<string, StoredKey>();
+    for (const [ref, stored] of await loadSealed(subjects)) found.set(ref, stored === 'destroyed' ? stored : unwrapped(ref, stored));
+    return found;
+  }
+
+  async function loadSealed(subjects: readonly DataSubject[]): Promise<Map<string, SealedDataKey | 'destroyed'>> {
+    const found = new Map<string, SealedDataKey | 'destroyed'>();
     if (subjects.length === 0) return found;
     // One row of arrays: validated once, not once per key (a replay page asks for thousands).
     // The lateral lookup keeps it on the primary key whatever the planner thinks of the list.
@@ -130,10 +166,11 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
       const ref = subjectRef(subject);
       if (kekId == null || sealed == null) {
         remember(ref, 'destroyed');
+        unwrappedKeys.delete(ref);
         found.set(ref, 'destroyed');
         return;
       }
-      found.set(ref, { keyId, key: createSecretKey(keks.unwrap(kekId, sealed, wrapContext(subject, keyId))) });
+      found.set(ref, { keyId, kekId, sealed, context: wrapContext(subject, keyId) });
     });
     return found;
   }
@@ -219,9 +256,11 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
     },
 
     load,
+    loadSealed,
 
     async destroy(tenantId, subjectId, queryable) {
       cache.delete(subjectRef({ tenantId, subjectId }));
+      unwrappedKeys.delete(subjectRef({ tenantId, subjectId }));
       const destroyedAt = await queryable.oneFirst(sql.type(z.object({ destroyed_at: z.string() }))`
         insert into personal_data_keys as k (tenant_id, subject_id, key_id, destroyed_at)
         values (${tenantId}, ${subjectId}, ${randomBytes(9).toString('base64url')}, now())

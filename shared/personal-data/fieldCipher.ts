@@ -1,4 +1,5 @@
-import { createCipheriv, createDecipheriv, randomFillSync, type KeyObject } from 'node:crypto';
+import { createCipheriv, createDecipheriv, type KeyObject } from 'node:crypto';
+import { bufferedBytes } from '../random.ts';
 
 /**
  * One value sealed with AES-256-GCM: `enc:A256GCM:<key id>:<base64url(nonce ‖ ciphertext ‖ tag)>`.
@@ -20,18 +21,7 @@ const TAG_BYTES = 16;
 /** A data key ready to use: its id (named in every value it seals) and the key itself. */
 export type DataKey = { readonly keyId: string; readonly key: KeyObject };
 
-// Nonces are drawn from the CSPRNG in blocks: one call per value costs more than the cipher.
-const nonces = Buffer.alloc(NONCE_BYTES * 256);
-let nextNonce = nonces.length;
-function freshNonce(): Buffer {
-  if (nextNonce === nonces.length) {
-    randomFillSync(nonces);
-    nextNonce = 0;
-  }
-  const nonce = Buffer.from(nonces.subarray(nextNonce, nextNonce + NONCE_BYTES));
-  nextNonce += NONCE_BYTES;
-  return nonce;
-}
+const freshNonce = bufferedBytes();
 
 // The whole shape, not just the prefix: a plain value may start with `enc:` (a name typed so),
 // and only a value that parses as ours all through is ever taken for sealed.
@@ -54,7 +44,7 @@ export const fieldPlace = (tenantId: string, streamId: string, eventType: string
 /** `additionalData` binds the value to a context it must be opened in (besides its own header): a field's `fieldPlace`. */
 export function sealValue(dataKey: DataKey, plain: string, additionalData?: string): string {
   const header = `${HEADER}${dataKey.keyId}:`;
-  const nonce = freshNonce();
+  const nonce = freshNonce(NONCE_BYTES);
   const cipher = createCipheriv('aes-256-gcm', dataKey.key, nonce, { authTagLength: TAG_BYTES });
   cipher.setAAD(Buffer.from(additionalData === undefined ? header : header + additionalData, 'utf8'));
   const body = cipher.update(plain, 'utf8');

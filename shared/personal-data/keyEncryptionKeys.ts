@@ -20,6 +20,8 @@ export type KeyEncryptionKeys = {
   wrap(rawKey: Buffer, context: string): { readonly kekId: string; readonly sealed: string };
   /** Opens a data key; throws when `kekId` is unknown or the value was altered or moved. */
   unwrap(kekId: string, sealed: string, context: string): Buffer;
+  /** Every key, ready to use (a `KeyObject` each): what a worker thread that opens data keys is given. */
+  readonly all: readonly DataKey[];
 };
 
 export const KEK_FILE = 'key-encryption-keys';
@@ -47,13 +49,18 @@ export function parseKeyEncryptionKeys(text: string): KekEntry[] {
 }
 
 export function createKeyEncryptionKeys(entries: readonly KekEntry[]): KeyEncryptionKeys {
-  const first = entries[0];
-  if (!first) throw new Error('at least one key-encryption key is required');
-  const keys = new Map<string, DataKey>(entries.map((e) => [e.id, { keyId: e.id, key: createSecretKey(e.key) }]));
-  const current = keys.get(first.id) as DataKey;
+  return keyEncryptionKeysOf(entries.map((e) => ({ keyId: e.id, key: createSecretKey(e.key) })));
+}
+
+/** The same from keys already imported (the first seals): how a worker thread rebuilds them from `all`. */
+export function keyEncryptionKeysOf(all: readonly DataKey[]): KeyEncryptionKeys {
+  const current = all[0];
+  if (!current) throw new Error('at least one key-encryption key is required');
+  const keys = new Map<string, DataKey>(all.map((k) => [k.keyId, k]));
   return {
-    currentId: first.id,
-    wrap: (rawKey, context) => ({ kekId: first.id, sealed: sealValue(current, rawKey.toString('base64'), context) }),
+    currentId: current.keyId,
+    all,
+    wrap: (rawKey, context) => ({ kekId: current.keyId, sealed: sealValue(current, rawKey.toString('base64'), context) }),
     unwrap(kekId, sealed, context) {
       const kek = keys.get(kekId);
       if (!kek) throw new Error(`data key sealed with key-encryption key ${kekId}, which is not configured`);

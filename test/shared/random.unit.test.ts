@@ -1,6 +1,6 @@
 import { monotonicFactory } from 'ulid';
 import { describe, expect, it } from 'vitest';
-import { bufferedRandom } from '../../shared/random.ts';
+import { bufferedBytes, bufferedRandom } from '../../shared/random.ts';
 
 describe('bufferedRandom (the ulid PRNG)', () => {
   it('gives bytes of the CSPRNG as floats in [0, 1), across block refills, evenly spread', () => {
@@ -23,5 +23,30 @@ describe('bufferedRandom (the ulid PRNG)', () => {
     const ids = Array.from({ length: 10_000 }, (_, i) => next(1_700_000_000_000 + Math.floor(i / 100)));
     expect(new Set(ids).size).toBe(ids.length);
     expect([...ids].sort()).toEqual(ids);
+  });
+});
+
+describe('buffered random bytes', () => {
+  it('hands out copies of the length asked, never the same bytes twice, across block refills', () => {
+    const next = bufferedBytes(64);
+    const seen = new Set<string>();
+    for (let i = 0; i < 100; i++) {
+      const bytes = next(12);
+      expect(bytes.length).toBe(12);
+      seen.add(bytes.toString('hex'));
+    }
+    expect(seen.size).toBe(100);
+  });
+
+  it('gives each caller its own buffer, so changing one changes no other', () => {
+    const next = bufferedBytes(64);
+    const a = next(8);
+    const copy = Buffer.from(a);
+    next(8).fill(0);
+    expect(a).toEqual(copy);
+  });
+
+  it('refuses more than a block at once', () => {
+    expect(() => bufferedBytes(16)(17)).toThrow(RangeError);
   });
 });

@@ -161,6 +161,38 @@ describe('the sealing boundary', () => {
     expect(forgotten).toEqual(['t/8']);
   });
 
+  it('deciphers an event once for the live subscribers that share it, each looking the key up afresh', async () => {
+    const log = memoryLog();
+    const keys = memoryKeys();
+    let lookups = 0;
+    const counted: DataKeyStore = { ...keys, load: (subjects) => (lookups++, keys.load(subjects)) };
+    await createSealingEventStore(log.store, { keys, policy }).append('person-7', [registered('g@example.test', 'Gus')]);
+    // The shared tail hands every subscriber of a process the same event objects.
+    const page = await log.store.readAll();
+    const tail = {
+      ...log.store,
+      async *subscribeToAll() {
+        yield page;
+      },
+    } as EventStore;
+    const boundary = createSealingEventStore(tail, { keys: counted, policy });
+    const firstOf = async () => {
+      for await (const p of boundary.subscribeToAll({ after: START })) return p.events[0];
+      return undefined;
+    };
+    const first = await firstOf();
+    expect(first?.data).toEqual({ email: 'g@example.test', name: 'Gus', team: 'x' });
+    // The second subscriber gets the very event the first opened, after its own lookup.
+    expect(await firstOf()).toBe(first);
+    expect(lookups).toBe(2);
+    // Once the key is destroyed, the next subscriber's lookup says so and nothing is handed on.
+    await keys.destroy('t', '7', undefined as never);
+    const after = await firstOf();
+    expect(after?.data).toEqual({ email: null, name: null, team: 'x' });
+    expect(after?.redacted).toBe(true);
+    expect(lookups).toBe(3);
+  });
+
   it('refuses personal fields on a stream without a subject', async () => {
     const sealed = createSealingEventStore(memoryLog().store, { keys: memoryKeys(), policy });
     await expect(sealed.append('other-1', [registered('d@example.test', 'Di')])).rejects.toThrow(/without a data subject/);

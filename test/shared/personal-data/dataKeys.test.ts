@@ -90,6 +90,22 @@ describe('destroying a key', () => {
     expect(row).toEqual({ sealed_key: null, kek_id: null });
   });
 
+  it('is seen at once by a store that unwrapped the key before, and opens nothing more', async () => {
+    let unwraps = 0;
+    const counting = keks();
+    const unwrap = counting.unwrap.bind(counting);
+    const store = createDataKeyStore(db.pool, { ...counting, unwrap: (...args) => (unwraps++, unwrap(...args)) });
+    const s = subject();
+    const made = await keys.forSealing(s);
+    expect((await store.load([s])).get(subjectRef(s))).toMatchObject({ keyId: made.keyId });
+    expect((await store.load([s])).get(subjectRef(s))).toMatchObject({ keyId: made.keyId });
+    // The second lookup read the row again but did not decipher it again.
+    expect(unwraps).toBe(1);
+    await db.pool.transaction((tx) => keys.destroy(s.tenantId, s.subjectId, tx));
+    expect((await store.load([s])).get(subjectRef(s))).toBe('destroyed');
+    expect(unwraps).toBe(1);
+  });
+
   it('is seen at once by every process that opens, even one that has the key cached', async () => {
     const s = subject();
     await other.forSealing(s); // cached in `other`

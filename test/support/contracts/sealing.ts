@@ -4,6 +4,7 @@ import { expect, it } from 'vitest';
 import type { DatabasePool } from '../../../shared/db/pool.ts';
 import { START, comparePositions, type EventStore, type NewEvent, type RecordedEvent } from '../../../shared/event-store/port.ts';
 import { createSealingEventStore } from '../../../shared/event-store/sealing.ts';
+import { startBulkOpener } from '../../../shared/personal-data/bulkOpener.ts';
 import { createDataKeyStore, type DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
 import { createKeyEncryptionKeys, generateKekEntry, parseKeyEncryptionKeys } from '../../../shared/personal-data/keyEncryptionKeys.ts';
 import type { PersonalDataPolicy } from '../../../shared/personal-data/policy.ts';
@@ -32,8 +33,10 @@ const policy: PersonalDataPolicy = {
 };
 
 export function sealedContractStore(inner: EventStore, keysPool: DatabasePool): { store: EventStore; keys: DataKeyStore } {
-  const keys = createDataKeyStore(keysPool, createKeyEncryptionKeys(parseKeyEncryptionKeys(generateKekEntry())));
-  return { store: createSealingEventStore(inner, { keys, policy }), keys };
+  const keks = createKeyEncryptionKeys(parseKeyEncryptionKeys(generateKekEntry()));
+  const keys = createDataKeyStore(keysPool, keks);
+  // As the service runs it: bulk reads open on a worker thread.
+  return { store: createSealingEventStore(inner, { keys, policy, bulkOpener: () => startBulkOpener(keks) }), keys };
 }
 
 const person = () => {
