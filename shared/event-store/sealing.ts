@@ -189,7 +189,7 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
     return (async function* () {
       const opener = start();
       try {
-        yield* openAhead(pages, prepareOffThread(opener, loadSealed));
+        yield* openAhead(pages, prepareOffThread(opener, loadSealed), BULK_PAGES_AHEAD);
       } finally {
         await opener.close();
       }
@@ -298,26 +298,41 @@ function withData(event: RecordedEvent, data: unknown, redacted: boolean): Recor
 }
 
 /**
- * Pages opened one ahead: the next page is requested, and its keys looked up, before the caller
- * gets the current one, so key lookups overlap the caller's fold instead of adding to it.
+ * Pages opened ahead: the next `depth` pages are requested, and their keys looked up, before the
+ * caller gets the current one, so key lookups overlap the caller's fold instead of adding to it.
  */
-async function* openAhead(pages: AsyncIterable<ReadAllPage>, prepare: (page: ReadAllPage) => Promise<() => ReadAllPage>) {
+// Off-thread, a page's job can only be handed to the thread in a turn of the event loop, which a
+// caller folding a page does not give back until it is done: with several pages under way, the
+// thread has the next one queued already whenever a fold begins.
+const BULK_PAGES_AHEAD = 3;
+
+async function* openAhead(pages: AsyncIterable<ReadAllPage>, prepare: (page: ReadAllPage) => Promise<() => ReadAllPage>, depth = 1) {
   const iterator = pages[Symbol.asyncIterator]();
+  let ended = false;
   const fetchNext = () => {
-    const next = iterator.next().then(async (r) => (r.done ? null : await prepare(r.value)));
-    next.catch(() => undefined); // awaited on the next turn; only keeps an abandoned read quiet
+    const next = iterator.next().then(async (r) => {
+      if (r.done) {
+        ended = true;
+        return null;
+      }
+      return prepare(r.value);
+    });
+    next.catch(() => undefined); // awaited on a later turn; only keeps an abandoned read quiet
     return next;
   };
   let done = false;
   try {
-    let pending = fetchNext();
+    const ahead = [fetchNext()];
+    const fill = () => {
+      while (!ended && ahead.length < depth) ahead.push(fetchNext());
+    };
     for (;;) {
-      const open = await pending;
+      const open = await ahead.shift();
       if (!open) {
         done = true;
         return;
       }
-      pending = fetchNext();
+      fill();
       yield open();
     }
   } finally {

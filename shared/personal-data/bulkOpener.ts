@@ -1,12 +1,13 @@
+import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type { SealedDataKey } from './dataKeys.ts';
 import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
 
 /**
- * Sealed values opened on a worker thread, for rebuilds: a rebuild's thread folds one page
- * while the worker opens the next (unwrapping each subject's data key, then deciphering its
- * values), so the deciphering runs on another core instead of adding to the fold. Each
- * `node:crypto` call costs microseconds of fixed overhead, and a rebuild makes several per
+ * Sealed values opened on worker threads, for rebuilds: a rebuild's thread reads and folds while
+ * the workers open the pages ahead (unwrapping each subject's data key, then deciphering its
+ * values), one thread per core by default, since deciphering is most of a sealed rebuild's CPU:
+ * each `node:crypto` call costs microseconds of fixed overhead, and a rebuild makes several per
  * event. Live reads open in-thread: their pages are small, and a round trip would cost more.
  */
 export type OpenJob = {
@@ -26,10 +27,14 @@ export type BulkOpener = {
 
 type Reply = { readonly id: number; readonly opened?: string[]; readonly error?: string };
 
-export function startBulkOpener(keks: KeyEncryptionKeys): BulkOpener {
-  const worker = new Worker(new URL('./bulkOpenerWorker.ts', import.meta.url), { workerData: { keks: keks.all } });
-  // A rebuild that ends without closing (its process exits) is not held up by the thread.
-  worker.unref();
+export function startBulkOpener(keks: KeyEncryptionKeys, threads = availableParallelism()): BulkOpener {
+  const workers = Array.from(
+    { length: Math.max(1, threads) },
+    () => new Worker(new URL('./bulkOpenerWorker.ts', import.meta.url), { workerData: { keks: keks.all } }),
+  );
+  let turn = 0;
+  // A rebuild that ends without closing (its process exits) is not held up by the threads.
+  for (const worker of workers) worker.unref();
   const pending = new Map<number, { resolve(values: string[]): void; reject(error: Error): void }>();
   let nextId = 0;
   let failed: Error | undefined;
@@ -38,25 +43,27 @@ export function startBulkOpener(keks: KeyEncryptionKeys): BulkOpener {
     for (const waiting of pending.values()) waiting.reject(error);
     pending.clear();
   };
-  worker.on('message', (reply: Reply) => {
-    const waiting = pending.get(reply.id);
-    pending.delete(reply.id);
-    if (reply.opened) waiting?.resolve(reply.opened);
-    else waiting?.reject(new Error(reply.error ?? 'the opening thread answered nothing'));
-  });
-  worker.on('error', failAll);
-  worker.on('exit', (code) => failAll(new Error(`the opening thread exited (${code})`)));
+  for (const worker of workers) {
+    worker.on('message', (reply: Reply) => {
+      const waiting = pending.get(reply.id);
+      pending.delete(reply.id);
+      if (reply.opened) waiting?.resolve(reply.opened);
+      else waiting?.reject(new Error(reply.error ?? 'the opening thread answered nothing'));
+    });
+    worker.on('error', failAll);
+    worker.on('exit', (code) => failAll(new Error(`an opening thread exited (${code})`)));
+  }
   return {
     open(job) {
       if (failed) return Promise.reject(failed);
       const id = nextId++;
       return new Promise<string[]>((resolve, reject) => {
         pending.set(id, { resolve, reject });
-        worker.postMessage({ id, ...job });
+        workers[turn++ % workers.length]?.postMessage({ id, ...job });
       });
     },
     async close() {
-      await worker.terminate();
+      await Promise.all(workers.map((worker) => worker.terminate()));
     },
   };
 }
