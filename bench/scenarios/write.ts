@@ -25,11 +25,12 @@ import { randomUUID } from 'node:crypto';
 import { getPostgreSQLEventStore } from '@event-driven-io/emmett-postgresql';
 import { STREAM_DOES_NOT_EXIST } from '@event-driven-io/emmett';
 import autocannon from 'autocannon';
-import { createDatabasePool } from '../../shared/db/pool.ts';
+import { z } from 'zod';
+import { createDatabasePool, sql } from '../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
 import { provisionTenant } from '../../services/tenants/provision.ts';
 import { createBenchDatabase } from '../support/database.ts';
-import { freePort, median, waitForHttp } from '../support/measure.ts';
+import { cpuMillis, freePort, median, waitForHttp } from '../support/measure.ts';
 import { createBenchAuth, serviceEnv, stopChild } from '../support/services.ts';
 import { measureSealingCost } from '../support/sealingCost.ts';
 
@@ -109,7 +110,40 @@ async function appendsBench(rounds: number) {
   }
 }
 
-type CreateRound = { createsPerSecond: number; p50: number; p99: number; non2xx: number; errors: number };
+type CreateRound = {
+  createsPerSecond: number;
+  created: number;
+  p50: number;
+  p99: number;
+  non2xx: number;
+  errors: number;
+  /** CPU ms per create: the side's own processes, PostgreSQL's, and both (see measuredRound). */
+  cpuMsPerCreate?: { own: number; byProcess: number[]; postgres: number; total: number; settleMs: number };
+};
+
+/**
+ * A round with its CPU cost: what the side's processes and every PostgreSQL process used from
+ * its start until `settled` says its work is done (our projector caught up), per create. On a
+ * VM whose speed and steal vary between rounds, CPU per create stays comparable where rates
+ * swing.
+ */
+async function measuredRound(
+  round: () => Promise<CreateRound>,
+  pids: readonly number[],
+  settled: () => Promise<void>,
+): Promise<CreateRound> {
+  const before = await cpuMillis(pids);
+  const result = await round();
+  const ended = performance.now();
+  await settled();
+  const settleMs = Math.round(performance.now() - ended);
+  const after = await cpuMillis(pids);
+  const per = (ms: number) => Number((ms / Math.max(result.created, 1)).toFixed(3));
+  const own = after.own - before.own;
+  const postgres = after.postgres - before.postgres;
+  const byProcess = after.byPid.map((ms, i) => per(ms - (before.byPid[i] ?? 0)));
+  return { ...result, cpuMsPerCreate: { own: per(own), byProcess, postgres: per(postgres), total: per(own + postgres), settleMs } };
+}
 
 async function createRound(url: string, headers: Record<string, string>, seconds: number, connections: number): Promise<CreateRound> {
   let n = 0;
@@ -141,6 +175,7 @@ async function createRound(url: string, headers: Record<string, string>, seconds
   });
   return {
     createsPerSecond: Math.round(result['2xx'] / seconds),
+    created: result['2xx'],
     p50: result.latency.p50,
     p99: result.latency.p99,
     non2xx: result.non2xx,
@@ -172,10 +207,23 @@ async function createsBench(rounds: number, seconds: number, connections: number
       return child;
     };
     const oursPort = await freePort();
-    start('services/main.ts', oursPort, {}, 'gateway');
-    start('services/main.ts', await freePort(), {}, 'projector', 'employees');
+    const gateway = start('services/main.ts', oursPort, {}, 'gateway');
+    const projector = start('services/main.ts', await freePort(), {}, 'projector', 'employees');
     const crudPort = await freePort();
-    start('bench/support/crudServer.ts', crudPort, { DATABASE_URL: crudDb.url });
+    const crudServer = start('bench/support/crudServer.ts', crudPort, { DATABASE_URL: crudDb.url });
+    const oursPids = [gateway.pid, projector.pid].filter((pid): pid is number => pid !== undefined);
+    const crudPids = [crudServer.pid].filter((pid): pid is number => pid !== undefined);
+    // Our round's work ends when every projection of the projector has passed the log's last event.
+    const caughtUp = async () => {
+      const last = await pool.oneFirst(sql.type(z.object({ n: z.string() }))`select coalesce(max(position), 0)::text as n from es_events`);
+      for (let waited = 0; waited < 60_000; waited += 100) {
+        const behind = await pool.oneFirst(sql.type(z.object({ n: z.number() }))`
+          select count(*)::int4 as n from projection_checkpoints where prepare_position < ${last}::numeric
+        `);
+        if (behind === 0) return;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    };
     await waitForHttp(`http://127.0.0.1:${oursPort}/health/ready`, 60_000);
     await waitForHttp(`http://127.0.0.1:${crudPort}/health/ready`, 60_000);
     const oursUrl = `http://127.0.0.1:${oursPort}/v1/employees`;
@@ -188,13 +236,17 @@ async function createsBench(rounds: number, seconds: number, connections: number
 
     const results: Array<{ round: number; ours: CreateRound; crud: CreateRound; ratio: number; p99Ratio: number }> = [];
     for (let round = 1; round <= rounds; round++) {
-      const ours = await createRound(oursUrl, headers, seconds, connections);
-      const crud = await createRound(crudUrl, {}, seconds, connections);
+      const ours = await measuredRound(() => createRound(oursUrl, headers, seconds, connections), oursPids, caughtUp);
+      const crud = await measuredRound(
+        () => createRound(crudUrl, {}, seconds, connections),
+        crudPids,
+        async () => {},
+      );
       const ratio = round2(ours.createsPerSecond / crud.createsPerSecond);
       const p99Ratio = round2(ours.p99 / Math.max(crud.p99, 1));
       results.push({ round, ours, crud, ratio, p99Ratio });
       say(
-        `creates round ${round}: ours ${ours.createsPerSecond}/s p99 ${ours.p99} ms (non2xx ${ours.non2xx}), crud ${crud.createsPerSecond}/s p99 ${crud.p99} ms`,
+        `creates round ${round}: ours ${ours.createsPerSecond}/s p99 ${ours.p99} ms (non2xx ${ours.non2xx}), crud ${crud.createsPerSecond}/s p99 ${crud.p99} ms; CPU ms per create ours ${JSON.stringify(ours.cpuMsPerCreate)}, crud ${JSON.stringify(crud.cpuMsPerCreate)}`,
       );
     }
     const ratio = median(results.map((r) => r.ratio));

@@ -40,3 +40,33 @@ export async function waitForHttp(
     await new Promise((r) => setTimeout(r, options.intervalMs ?? 200));
   }
 }
+
+/**
+ * CPU time (user + system, ms) used so far by the processes `pids` and by every PostgreSQL
+ * process of the machine, from /proc (Linux). On a VM whose speed and steal time vary from one
+ * round to the next, CPU per operation stays comparable where rates do not.
+ */
+export async function cpuMillis(pids: readonly number[]): Promise<{ own: number; byPid: number[]; postgres: number }> {
+  const { readdir, readFile } = await import('node:fs/promises');
+  const ticksOf = async (pid: number | string): Promise<{ comm: string; ticks: number }> => {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+    const close = stat.lastIndexOf(')');
+    if (close < 0) return { comm: '', ticks: 0 };
+    const fields = stat.slice(close + 2).split(' ');
+    // After the command: utime, stime (the process), cutime, cstime (its reaped children: a
+    // PostgreSQL backend that exited is counted in its postmaster's).
+    const [utime, stime, cutime, cstime] = [11, 12, 13, 14].map((i) => Number(fields[i]));
+    return { comm: stat.slice(stat.indexOf('(') + 1, close), ticks: (utime ?? 0) + (stime ?? 0) + (cutime ?? 0) + (cstime ?? 0) };
+  };
+  const MS_PER_TICK = 10; // USER_HZ is 100 on Linux
+  const byPid: number[] = [];
+  for (const pid of pids) byPid.push((await ticksOf(pid)).ticks * MS_PER_TICK);
+  const own = byPid.reduce((a, b) => a + b, 0) / MS_PER_TICK;
+  let postgres = 0;
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const { comm, ticks } = await ticksOf(entry);
+    if (comm === 'postgres' || comm.startsWith('postgres:')) postgres += ticks;
+  }
+  return { own: own * MS_PER_TICK, byPid, postgres: postgres * MS_PER_TICK };
+}
