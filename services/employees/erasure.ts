@@ -112,6 +112,9 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
       let appended: AppendResult[];
       if (ports.logInDatabase) {
         appended = await ports.pool.transaction(async (tx) => {
+          // Before the append: once this transaction holds rows of the log, every reader of the
+          // log waits for it to commit, so it must not then wait for a projection's page.
+          await holdParkedStreams(tx, [streamId]);
           const results = await appendInTransaction(tx, requests, employeePersonalData);
           await completeErasure(tx, ports, erased);
           return results;
@@ -151,8 +154,8 @@ async function readForErasure(ports: ErasurePorts, streamId: string) {
 /** The ledger entry and what `forget` does, in `tx`, for the person's tenant. */
 async function completeErasure(tx: Queryable, ports: ErasurePorts, person: ErasedPerson): Promise<void> {
   const streamId = employeeStreamId(person.tenantId, person.employeeId);
-  // First, before it holds any row a projection's page could be waiting for
-  // (parkedRedactions.ts); the log's rows it may have appended already are not among those.
+  // First, before it holds any row a projection's page could be waiting for (parkedRedactions.ts);
+  // with the log in this database, taken already before the append (a second take is free).
   await holdParkedStreams(tx, [streamId]);
   // The tables `forget` touches are tenant-scoped (row-level security, forced): this transaction is the person's tenant's.
   await tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${person.tenantId}, true)`);

@@ -14,7 +14,10 @@ import { RetryLaterError } from './failures.ts';
  * Orders a park of a stream's event (shared) and an erasure of the stream's person (exclusive):
  * the second of the two sees what the first committed.
  */
-const parkingLock = (streamId: string) => sql.fragment`hashtext(${`projection-parking:${streamId}`})`;
+// The two-key form: its keys are apart from every single-key lock (the log's stream locks, a
+// rebuild's, the webhooks'), so a hash that happens to match one of those blocks nothing.
+const PARKING_LOCKS = 0x70_61_72_6b; // 'park'
+const parkingLock = (streamId: string) => sql.fragment`${PARKING_LOCKS}::int4, hashtext(${streamId})`;
 
 /**
  * The data to park `event` with, in the parking transaction: as it is, or with the fields an

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
-import type { EventStore, RecordedEvent } from '../../../shared/event-store/port.ts';
+import { START, comparePositions, type EventStore, type RecordedEvent } from '../../../shared/event-store/port.ts';
 import type { DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
 import { runProjection } from '../../../shared/projections/follow.ts';
 import { RetryLaterError } from '../../../shared/projections/failures.ts';
@@ -69,6 +69,17 @@ const parkedData = (projection: string, eventId: string) =>
   db.pool.maybeOneFirst(sql.type(z.object({ data: z.record(z.string(), z.unknown()) }))`
     select data from projection_parked_events where projection = ${projection} and event_id = ${eventId}
   `);
+
+/** Whether a read of the whole log returns an event of `streamId`. */
+async function logReads(streamId: string): Promise<boolean> {
+  let after = START;
+  for (;;) {
+    const page = await log.readAll({ after, maxCount: 1_000 });
+    if (page.events.some((e) => e.streamId === streamId)) return true;
+    if (comparePositions(page.checkpoint, after) === 0) return false;
+    after = page.checkpoint;
+  }
+}
 
 /** A promise and the function that settles it: a gate a test opens. */
 function gate<T = void>(): { readonly promise: Promise<T>; readonly open: (value: T) => void } {
@@ -192,6 +203,17 @@ describe('when a projection parked the hire before the erasure and commits while
       const erasure = eraseEmployee(ports, person.employeeId, metadata(tenantId)).finally(() => (settled = true));
       // The erasure either finishes at once (nothing orders it after the page) or waits for the page.
       await waitFor(async () => settled || (await erasureWaits()), 20_000, 'the erasure to wait or end');
+      if (!settled) {
+        // Waiting, the erasure holds no row of the log yet: readers of the log are not held back.
+        const other = await provisionTenant(db.pool);
+        const someone = await hired(other.tenantId);
+        const streamId = employeeStreamId(other.tenantId, someone.employeeId);
+        await waitFor(
+          async () => (await logReads(streamId)) && !settled,
+          5_000,
+          "another tenant's hire to be read while the erasure waits",
+        );
+      }
       committing.open();
       await page;
       expect(await erasure).toMatchObject({ fresh: true });
