@@ -134,6 +134,10 @@ const SNAPSHOT = { snapshot: true } as const;
 /** PostgreSQL's `undefined_table`. */
 const UNDEFINED_TABLE = '42P01';
 
+/** Per database (pool or reader): until when a series reads the department counters, the totals being absent. */
+const totalsMissingUntil = new WeakMap<object, number>();
+const TOTALS_LOOKED_UP_AGAIN_MS = 30_000;
+
 /**
  * The value of `metric` in each bucket (consecutive, as `workforceBuckets` makes them). One
  * statement, so one state of the read model without a transaction of its own: through the
@@ -163,19 +167,22 @@ export async function readWorkforceSeries(
     if (days < cut) parts.push(atomsPart(c, 'day', days, cut));
     if (last.partial && cut < last.end) parts.push(restPart(keys(tenantId, department), cut, last.end));
     return sql.type(partRow)`
-      select part, d::text as t, in_force, hires, exits from (${sql.join(parts, sql.fragment` union all `)}) x order by part, d
+      select part, to_char(d, 'YYYY-MM-DD') as t, in_force, hires, exits from (${sql.join(parts, sql.fragment` union all `)}) x order by part, d
     `;
   };
   const read = (c: Counters) => inTenant(scope, tenantId, (db) => db.any(statement(c)));
   let rows: readonly z.infer<typeof partRow>[];
-  if (department !== undefined) rows = await read(departmentCounters(tenantId, department));
-  else {
+  if (department !== undefined || (totalsMissingUntil.get(scope) ?? 0) > Date.now()) {
+    rows = await read(departmentCounters(tenantId, department));
+  } else {
     try {
       rows = await read(tenantTotals(tenantId));
     } catch (error) {
       // A model built before the totals existed (a rolling deploy, until the rebuild that adds
-      // them swaps in): every department's counters add up to the same figures.
+      // them swaps in): every department's counters add up to the same figures. Remembered for
+      // a while, so that not every read pays a failed statement (and a line in PostgreSQL's log).
       if (sqlStateOf(error) !== UNDEFINED_TABLE) throw error;
+      totalsMissingUntil.set(scope, Date.now() + TOTALS_LOOKED_UP_AGAIN_MS);
       rows = await read(departmentCounters(tenantId, undefined));
     }
   }

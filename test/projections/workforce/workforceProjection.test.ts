@@ -251,6 +251,31 @@ describe('the workforce projection', () => {
     }
   }, 60_000);
 
+  it('reads a tenant-wide series from the totals themselves, not from the departments', async () => {
+    const now = T0 + 250 * DAY + 7 * 3_600_000;
+    const buckets = workforceBuckets(T0 - 20 * DAY, T0 + 400 * DAY, 'day', now) ?? [];
+    const query = { metric: 'hires' as const, monthly: false, buckets };
+    const before = await readWorkforceSeries(db.pool, busy, query);
+    const day = await db.pool.oneFirst(sql.type(z.object({ day: z.string() }))`
+      select min(day)::text as day from workforce_day_totals where tenant_id = ${busy} and hires > 0
+    `);
+    const bump = (n: number) =>
+      db.pool.query(sql.type(z.object({}))`
+        update workforce_day_totals set hires = hires + ${n} where tenant_id = ${busy} and day = ${day}::date and status = (
+          select min(status) from workforce_day_totals where tenant_id = ${busy} and day = ${day}::date and hires > 0)
+      `);
+    await bump(1_000);
+    try {
+      const after = await readWorkforceSeries(db.pool, busy, query);
+      const at = buckets.findIndex((b) => b.start === Date.parse(`${day}T00:00:00Z`));
+      expect(at).toBeGreaterThanOrEqual(0);
+      expect(after[at]).toBe((before[at] ?? 0) + 1_000);
+      expect(after.filter((_, i) => i !== at)).toEqual(before.filter((_, i) => i !== at));
+    } finally {
+      await bump(-1_000);
+    }
+  });
+
   it('reads a tenant-wide series from every department while a model without the totals is live (a rolling deploy)', async () => {
     const reader = await createTenantReader(db.url, { maximumPoolSize: 1 });
     const now = T0 + 250 * DAY + 7 * 3_600_000;
