@@ -70,7 +70,8 @@ const oneEmployee = (tenantId: string, department: string) => () =>
 describe('a workforce read while the projector commits', () => {
   it('the series sees the read model as it was when the read began, in every statement', async () => {
     const { tenant } = await h.tenant();
-    // Days 10 … 24 January: the counters of the range are read first, the headcount before it after.
+    // Days 10 … 24 January, in one statement: the projector's batch commits right after it starts
+    // (`interleaved`), and the counters of the range and the headcount before it must not mix.
     const buckets = Array.from({ length: 15 }, (_, i) => {
       const start = at('2026-01-10T00:00:00Z') + i * DAY;
       return { start, end: start + DAY, partial: false };
