@@ -138,7 +138,35 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
     return found;
   }
 
-  async function loadSealed(subjects: readonly DataSubject[]): Promise<Map<string, SealedDataKey | 'destroyed'>> {
+  // Lookups asked for in the same turn of the event loop share one query: the projections of a
+  // process ask for the same page's keys together. The query starts after every request it
+  // answers, so each is as fresh as its own query would be. (Coalescing only: a per-key cache,
+  // which a batching library such as dataloader keeps by default, is what must not happen here.)
+  type Batch = { readonly subjects: Map<string, DataSubject>; readonly found: Promise<Map<string, SealedDataKey | 'destroyed'>> };
+  let gathering: Batch | undefined;
+  function loadSealed(subjects: readonly DataSubject[]): Promise<Map<string, SealedDataKey | 'destroyed'>> {
+    if (subjects.length === 0) return Promise.resolve(new Map());
+    let batch = gathering;
+    if (!batch) {
+      const gathered = new Map<string, DataSubject>();
+      const found = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+        gathering = undefined;
+        return querySealed([...gathered.values()]);
+      });
+      batch = gathering = { subjects: gathered, found };
+    }
+    for (const subject of subjects) batch.subjects.set(subjectRef(subject), subject);
+    return batch.found.then((found) => {
+      const mine = new Map<string, SealedDataKey | 'destroyed'>();
+      for (const subject of subjects) {
+        const stored = found.get(subjectRef(subject));
+        if (stored !== undefined) mine.set(subjectRef(subject), stored);
+      }
+      return mine;
+    });
+  }
+
+  async function querySealed(subjects: readonly DataSubject[]): Promise<Map<string, SealedDataKey | 'destroyed'>> {
     const found = new Map<string, SealedDataKey | 'destroyed'>();
     if (subjects.length === 0) return found;
     // One row of arrays: validated once, not once per key (a replay page asks for thousands).

@@ -54,6 +54,37 @@ describe('a data key', () => {
   });
 });
 
+describe('lookups asked for together', () => {
+  it('share one query, and each gets its own subjects as stored when it was asked', async () => {
+    let queries = 0;
+    const counted = new Proxy(db.pool, {
+      get(target, property, receiver) {
+        if (property === 'one') return (...args: Parameters<typeof target.one>) => (queries++, target.one(...args));
+        const value: unknown = Reflect.get(target, property, receiver);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const store = createDataKeyStore(counted, keks());
+    const [a, b, c] = [subject(), subject(), subject()];
+    const made = await Promise.all([a, b].map((s) => keys.forSealing(s)));
+    await db.pool.transaction((tx) => keys.destroy(c.tenantId, c.subjectId, tx));
+    // The projections of one process, asking for the keys of the same page in one turn.
+    const [first, second, third] = await Promise.all([store.load([a, b]), store.load([b, c]), store.loadSealed?.([a])]);
+    expect(queries).toBe(1);
+    expect([...first.keys()].sort()).toEqual([subjectRef(a), subjectRef(b)].sort());
+    expect(first.get(subjectRef(a))).toMatchObject({ keyId: made[0]?.keyId });
+    expect([...second.entries()]).toEqual([
+      [subjectRef(b), first.get(subjectRef(b))],
+      [subjectRef(c), 'destroyed'],
+    ]);
+    expect([...(third?.keys() ?? [])]).toEqual([subjectRef(a)]);
+    // Asked for later, a lookup makes its own query and sees what committed meanwhile.
+    await db.pool.transaction((tx) => keys.destroy(a.tenantId, a.subjectId, tx));
+    expect((await store.load([a])).get(subjectRef(a))).toBe('destroyed');
+    expect(queries).toBe(2);
+  });
+});
+
 describe('a cached key', () => {
   it('is dropped when forgotten, so a key lost with a crash is made anew instead of sealing more', async () => {
     const s = subject();
