@@ -138,6 +138,9 @@ const UNDEFINED_TABLE = '42P01';
 const totalsMissingUntil = new WeakMap<object, number>();
 const TOTALS_LOOKED_UP_AGAIN_MS = 30_000;
 
+/** Makes the next tenant-wide series on `scope` look for the totals at once (they were just created). */
+export const lookForTotalsAgain = (scope: DatabasePool | TenantReader): void => void totalsMissingUntil.delete(scope);
+
 /**
  * The value of `metric` in each bucket (consecutive, as `workforceBuckets` makes them). One
  * statement, so one state of the read model without a transaction of its own: through the

@@ -6,7 +6,7 @@ import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
 /**
  * Sealed values opened on worker threads, for rebuilds: a rebuild's thread reads and folds while
  * the workers open the pages ahead (unwrapping each subject's data key, then deciphering its
- * values), one thread per core by default, since deciphering is most of a sealed rebuild's CPU:
+ * values), one thread per core (at most three) by default, since deciphering is most of a sealed rebuild's CPU:
  * each `node:crypto` call costs microseconds of fixed overhead, and a rebuild makes several per
  * event. Live reads open in-thread: their pages are small, and a round trip would cost more.
  */
@@ -25,9 +25,12 @@ export type BulkOpener = {
   close(): Promise<void>;
 };
 
+/** A bulk read has at most three pages being opened at once (sealing.ts): more threads would idle. */
+const MOST_THREADS = 3;
+
 type Reply = { readonly id: number; readonly opened?: string[]; readonly error?: string };
 
-export function startBulkOpener(keks: KeyEncryptionKeys, threads = availableParallelism()): BulkOpener {
+export function startBulkOpener(keks: KeyEncryptionKeys, threads = Math.min(availableParallelism(), MOST_THREADS)): BulkOpener {
   const workers = Array.from(
     { length: Math.max(1, threads) },
     () => new Worker(new URL('./bulkOpenerWorker.ts', import.meta.url), { workerData: { keks: keks.all } }),
