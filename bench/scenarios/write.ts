@@ -139,9 +139,10 @@ async function measuredRound(
   const settleMs = Math.round(performance.now() - ended);
   const after = await cpuMillis(pids);
   const per = (ms: number) => Number((ms / Math.max(result.created, 1)).toFixed(3));
-  const own = after.own - before.own;
+  const used = after.byPid.map((ms, i) => ms - (before.byPid[i] ?? 0));
+  const own = used.reduce((a, b) => a + b, 0);
   const postgres = after.postgres - before.postgres;
-  const byProcess = after.byPid.map((ms, i) => per(ms - (before.byPid[i] ?? 0)));
+  const byProcess = used.map(per);
   return { ...result, cpuMsPerCreate: { own: per(own), byProcess, postgres: per(postgres), total: per(own + postgres), settleMs } };
 }
 

@@ -1,3 +1,4 @@
+import { readdir, readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 
 /** Shared by the bench scenarios: medians of alternating rounds, ports, readiness waits. */
@@ -46,27 +47,24 @@ export async function waitForHttp(
  * process of the machine, from /proc (Linux). On a VM whose speed and steal time vary from one
  * round to the next, CPU per operation stays comparable where rates do not.
  */
-export async function cpuMillis(pids: readonly number[]): Promise<{ own: number; byPid: number[]; postgres: number }> {
-  const { readdir, readFile } = await import('node:fs/promises');
-  const ticksOf = async (pid: number | string): Promise<{ comm: string; ticks: number }> => {
+export async function cpuMillis(pids: readonly number[]): Promise<{ byPid: number[]; postgres: number }> {
+  const MS_PER_TICK = 10; // USER_HZ is 100 on Linux
+  const millisOf = async (pid: number | string): Promise<{ comm: string; ms: number }> => {
     const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
     const close = stat.lastIndexOf(')');
-    if (close < 0) return { comm: '', ticks: 0 };
+    if (close < 0) return { comm: '', ms: 0 };
     const fields = stat.slice(close + 2).split(' ');
     // After the command: utime, stime (the process), cutime, cstime (its reaped children: a
     // PostgreSQL backend that exited is counted in its postmaster's).
-    const [utime, stime, cutime, cstime] = [11, 12, 13, 14].map((i) => Number(fields[i]));
-    return { comm: stat.slice(stat.indexOf('(') + 1, close), ticks: (utime ?? 0) + (stime ?? 0) + (cutime ?? 0) + (cstime ?? 0) };
+    const ticks = [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i] ?? 0), 0);
+    return { comm: stat.slice(stat.indexOf('(') + 1, close), ms: ticks * MS_PER_TICK };
   };
-  const MS_PER_TICK = 10; // USER_HZ is 100 on Linux
-  const byPid: number[] = [];
-  for (const pid of pids) byPid.push((await ticksOf(pid)).ticks * MS_PER_TICK);
-  const own = byPid.reduce((a, b) => a + b, 0) / MS_PER_TICK;
+  const byPid = await Promise.all(pids.map(async (pid) => (await millisOf(pid)).ms));
   let postgres = 0;
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
-    const { comm, ticks } = await ticksOf(entry);
-    if (comm === 'postgres' || comm.startsWith('postgres:')) postgres += ticks;
+    const { comm, ms } = await millisOf(entry);
+    if (comm === 'postgres' || comm.startsWith('postgres:')) postgres += ms;
   }
-  return { own: own * MS_PER_TICK, byPid, postgres: postgres * MS_PER_TICK };
+  return { byPid, postgres };
 }

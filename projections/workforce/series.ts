@@ -61,15 +61,23 @@ const REST = 2;
 
 const partRow = z.object({ part: z.number(), t: z.string().nullable(), in_force: z.number(), hires: z.number(), exits: z.number() });
 
-/** Employed just before `day` (day-aligned): whole months, then days. */
-function beforePart(c: Counters, day: number): FragmentSqlToken {
+/**
+ * The counter rows of those employed just before `day` (day-aligned): whole months, then the days
+ * of its month; each row's `n`, after the `leading` columns (`department, ` or none).
+ */
+function employedBefore(c: Counters, day: number, leading: FragmentSqlToken = sql.fragment``): FragmentSqlToken {
   const month = floorTo('month', day);
   return sql.fragment`
-    select 0 as part, null::date as d, coalesce(sum(n), 0)::int8 as in_force, 0::int8 as hires, 0::int8 as exits from (
-      select in_force as n from ${c.month} where ${c.key} and ${EMPLOYED} and month < ${pgDate(month)}::date
+      select ${leading} in_force as n from ${c.month} where ${c.key} and ${EMPLOYED} and month < ${pgDate(month)}::date
       union all
-      select in_force from ${c.day} where ${c.key} and ${EMPLOYED} and day >= ${pgDate(month)}::date and day < ${pgDate(day)}::date
-    ) b`;
+      select ${leading} in_force from ${c.day} where ${c.key} and ${EMPLOYED} and day >= ${pgDate(month)}::date and day < ${pgDate(day)}::date`;
+}
+
+/** Employed just before `day` (day-aligned). */
+function beforePart(c: Counters, day: number): FragmentSqlToken {
+  return sql.fragment`
+    select 0 as part, null::date as d, coalesce(sum(n), 0)::int8 as in_force, 0::int8 as hires, 0::int8 as exits
+    from (${employedBefore(c, day)}) b`;
 }
 
 /** Counter rows in [from, to) (day-aligned, or month-aligned for `month`), summed per day or month. */
@@ -107,16 +115,11 @@ function flowRows(key: FragmentSqlToken, from: number, to: number): FragmentSqlT
     from employee_versions where ${key} and ${EMPLOYED} and valid_to >= ${a}::timestamptz and valid_to < ${b}::timestamptz`;
 }
 
-/** Employed just before `day` (day-aligned), per department ('' for none): whole months, then days. */
-async function inForceBefore(tx: DatabaseTransactionConnection, key: ReturnType<typeof keys>, day: number) {
-  const month = floorTo('month', day);
+/** Employed just before `day` (day-aligned), per department ('' for none). */
+async function inForceBefore(tx: DatabaseTransactionConnection, tenantId: string, day: number) {
   return tx.any(sql.type(z.object({ department: z.string(), n: z.number() }))`
-    select department, sum(n)::int8 as n from (
-      select department, in_force as n from workforce_month_counts where ${key} and ${EMPLOYED} and month < ${pgDate(month)}::date
-      union all
-      select department, in_force from workforce_day_counts
-      where ${key} and ${EMPLOYED} and day >= ${pgDate(month)}::date and day < ${pgDate(day)}::date
-    ) x group by department
+    select department, sum(n)::int8 as n
+    from (${employedBefore(departmentCounters(tenantId, undefined), day, sql.fragment`department,`)}) x group by department
   `);
 }
 
@@ -244,7 +247,7 @@ export async function readWorkforceAt(pool: DatabasePool, tenantId: string, at: 
     tenantId,
     async (tx) => {
       const byDepartment = new Map<string, number>();
-      for (const r of await inForceBefore(tx, key, day)) byDepartment.set(r.department, (byDepartment.get(r.department) ?? 0) + r.n);
+      for (const r of await inForceBefore(tx, tenantId, day)) byDepartment.set(r.department, (byDepartment.get(r.department) ?? 0) + r.n);
       for (const r of await flowsWithin(tx, key, day, end)) {
         byDepartment.set(r.department, (byDepartment.get(r.department) ?? 0) + r.in_force);
       }

@@ -6,6 +6,7 @@ import type { AppendRequest, AppendResult, EventStore, GlobalPosition } from '..
 import { appendInTransaction } from '../../shared/event-store/postgres/appendInTransaction.ts';
 import { MissingDataKeyError } from '../../shared/event-store/sealing.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
+import { withFieldsNull } from '../../shared/personal-data/policy.ts';
 import { holdParkedStreams, redactParkedStreams } from '../../shared/projections/parkedRedactions.ts';
 import { eventMetadata } from './commands.ts';
 import {
@@ -113,7 +114,8 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
       if (ports.logInDatabase) {
         appended = await ports.pool.transaction(async (tx) => {
           // Before the append: once this transaction holds rows of the log, every reader of the
-          // log waits for it to commit, so it must not then wait for a projection's page.
+          // log waits for it to commit, so it must not then wait for a projection's page (taken
+          // again by completeErasure, at no cost).
           await holdParkedStreams(tx, [streamId]);
           const results = await appendInTransaction(tx, requests, employeePersonalData);
           await completeErasure(tx, ports, erased);
@@ -144,22 +146,18 @@ async function readForErasure(ports: ErasurePorts, streamId: string) {
     return (await ports.log.readStream(streamId)).map((event) => {
       const fields: readonly string[] = EMPLOYEE_PERSONAL_FIELDS[event.type as keyof typeof EMPLOYEE_PERSONAL_FIELDS] ?? [];
       if (fields.length === 0 || typeof event.data !== 'object' || event.data === null) return event;
-      const data: Record<string, unknown> = { ...event.data };
-      for (const field of fields) if (field in data) data[field] = null;
-      return { ...event, data, redacted: true as const };
+      return { ...event, data: withFieldsNull(event.data, fields), redacted: true as const };
     });
   }
 }
 
 /** The ledger entry and what `forget` does, in `tx`, for the person's tenant. */
 async function completeErasure(tx: Queryable, ports: ErasurePorts, person: ErasedPerson): Promise<void> {
-  const streamId = employeeStreamId(person.tenantId, person.employeeId);
-  // First, before it holds any row a projection's page could be waiting for (parkedRedactions.ts);
-  // with the log in this database, taken already before the append (a second take is free).
-  await holdParkedStreams(tx, [streamId]);
+  // First, as it takes the parking lock before it writes: the erasure then holds no row a
+  // projection's page could be waiting for (parkedRedactions.ts).
+  await redactParkedStreams(tx, [employeeStreamId(person.tenantId, person.employeeId)], PERSONAL_FIELDS);
   // The tables `forget` touches are tenant-scoped (row-level security, forced): this transaction is the person's tenant's.
   await tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${person.tenantId}, true)`);
   await recordErasure(tx, person);
-  await redactParkedStreams(tx, [streamId], PERSONAL_FIELDS);
   await ports.forget(tx, person);
 }

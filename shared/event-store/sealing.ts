@@ -2,7 +2,7 @@ import { AppError } from '../errors.ts';
 import type { BulkOpener } from '../personal-data/bulkOpener.ts';
 import { subjectRef, type DataKeyStore, type DataSubject, type SealedDataKey, type StoredKey } from '../personal-data/dataKeys.ts';
 import { fieldPlace, isSealed, openValue, sealValue, type DataKey } from '../personal-data/fieldCipher.ts';
-import type { PersonalDataPolicy } from '../personal-data/policy.ts';
+import { withFieldsNull, type PersonalDataPolicy } from '../personal-data/policy.ts';
 import type { AppendRequest, EventStore, NewEvent, ReadAllPage, RecordedEvent } from './port.ts';
 
 /**
@@ -66,11 +66,7 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
     const data = event.data;
     if (!fields.some((f) => data[f] !== undefined)) return event;
     const key = keyOf(event.streamId);
-    if (key === 'destroyed') {
-      const redacted: Record<string, unknown> = { ...data };
-      for (const field of fields) if (field in redacted) redacted[field] = null;
-      return withData(event, redacted, true);
-    }
+    if (key === 'destroyed') return withData(event, withFieldsNull(data, fields), true);
     if (!fields.some((f) => isSealed(data[f]))) return event;
     if (key === undefined) throw new MissingDataKeyError(`event ${event.id} holds sealed fields but its subject has no data key`);
     const tenantId = policy.subjectOf(event.streamId)?.tenantId ?? '';
@@ -105,7 +101,7 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
   // each deciphering it again. Each still looks the keys up afresh, and takes the opened event
   // only when that lookup gives the very key it was opened with (the key store hands out one
   // object per stored key): once the key is destroyed, the event reads redacted, as ever.
-  const sharedOpenings = new WeakMap<RecordedEvent, { readonly event: RecordedEvent; readonly key: StoredKey }>();
+  const sharedOpenings = new WeakMap<RecordedEvent, { readonly event: RecordedEvent; readonly key: DataKey }>();
 
   /**
    * Starts the page's key lookup; the returned function opens the page once the keys are in.
@@ -119,12 +115,11 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
       for (const [streamId, subject] of subjects) byStream.set(streamId, stored.get(subjectRef(subject)));
       const keyOf: KeyOf = (streamId) => byStream.get(streamId);
       const open = (event: RecordedEvent) => {
-        if (!share) return openEvent(event, keyOf);
         const key = keyOf(event.streamId);
-        const shared = sharedOpenings.get(event);
-        if (shared !== undefined && key !== undefined && key !== 'destroyed' && shared.key === key) return shared.event;
+        const shared = share ? sharedOpenings.get(event) : undefined;
+        if (shared !== undefined && shared.key === key) return shared.event;
         const result = openEvent(event, keyOf);
-        if (result !== event && key !== undefined && key !== 'destroyed') sharedOpenings.set(event, { event: result, key });
+        if (share && result !== event && typeof key === 'object') sharedOpenings.set(event, { event: result, key });
         return result;
       };
       return { ...page, events: page.events.map(open) };

@@ -101,17 +101,20 @@ export function makeDataKey(
   return { key: { keyId, key }, kekId, sealed };
 }
 
+/** Sets `ref` as the most recently used entry of `map`, dropping the least recently used beyond `size`. */
+function setRecent<V>(map: Map<string, V>, ref: string, value: V, size: number): void {
+  map.delete(ref);
+  map.set(ref, value);
+  if (map.size > size) map.delete(map.keys().next().value as string);
+}
+
 /** Largest number of new keys one insert carries. */
 const MAX_BATCH = 1_000;
 
 export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, options: DataKeyStoreOptions = {}): DataKeyStore {
   const cacheSize = options.cacheSize ?? 10_000;
   const cache = new Map<string, DataKey | 'destroyed'>();
-  const remember = (ref: string, key: DataKey | 'destroyed') => {
-    cache.delete(ref);
-    cache.set(ref, key);
-    if (cache.size > cacheSize) cache.delete(cache.keys().next().value as string);
-  };
+  const remember = (ref: string, key: DataKey | 'destroyed') => setRecent(cache, ref, key, cacheSize);
   const commitMode = options.asynchronousCommit ? sql.fragment`'off'` : sql.fragment`current_setting('synchronous_commit')`;
 
   // Unwrapped keys, per subject with the stored form they came from. Every lookup still reads
@@ -122,13 +125,11 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   function unwrapped(ref: string, stored: SealedDataKey): DataKey {
     const from = `${stored.kekId}\n${stored.keyId}\n${stored.sealed}`;
     const hit = unwrappedKeys.get(ref);
-    unwrappedKeys.delete(ref);
     const key =
       hit?.from === from
         ? hit.key
         : { keyId: stored.keyId, key: createSecretKey(keks.unwrap(stored.kekId, stored.sealed, stored.context)) };
-    unwrappedKeys.set(ref, { from, key });
-    if (unwrappedKeys.size > cacheSize) unwrappedKeys.delete(unwrappedKeys.keys().next().value as string);
+    setRecent(unwrappedKeys, ref, { from, key }, cacheSize);
     return key;
   }
 

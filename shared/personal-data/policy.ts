@@ -26,3 +26,14 @@ export function combinePolicies(policies: readonly PersonalDataPolicy[]): Person
     },
   };
 }
+
+/**
+ * `data` with each of `fields` it holds set to null (the redacted form of an erased person's
+ * event); data that is not an object is returned as it is.
+ */
+export function withFieldsNull(data: unknown, fields: readonly string[]): unknown {
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) return data;
+  const blanked: Record<string, unknown> = { ...data };
+  for (const field of fields) if (field in blanked) blanked[field] = null;
+  return blanked;
+}

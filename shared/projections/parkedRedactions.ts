@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { sql, type Queryable } from '../db/pool.ts';
 import type { RecordedEvent } from '../event-store/port.ts';
+import { withFieldsNull } from '../personal-data/policy.ts';
 import { RetryLaterError } from './failures.ts';
 
 /**
@@ -34,7 +35,7 @@ export async function dataToPark(tx: Queryable, event: RecordedEvent): Promise<u
   const redacted = await tx.maybeOneFirst(sql.type(z.object({ fields: z.array(z.string()) }))`
     select fields from projection_parked_redactions where stream_id = ${event.streamId}
   `);
-  return redacted ? withoutFields(event.data, redacted) : event.data;
+  return redacted ? withFieldsNull(event.data, redacted) : event.data;
 }
 
 /**
@@ -83,12 +84,4 @@ export async function redactParkedStreams(tx: Queryable, streamIds: readonly str
       set fields = array(select distinct f from unnest(projection_parked_redactions.fields || excluded.fields) as f order by f)
   `);
   await redactParkedEvents(tx, streams, fields);
-}
-
-/** `data` with each of `fields` it has set to null (data that is not an object is kept as it is). */
-function withoutFields(data: unknown, fields: readonly string[]): unknown {
-  if (typeof data !== 'object' || data === null || Array.isArray(data)) return data;
-  const blanked: Record<string, unknown> = { ...data };
-  for (const field of fields) if (field in blanked) blanked[field] = null;
-  return blanked;
 }
