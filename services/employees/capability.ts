@@ -47,7 +47,7 @@ export function employeesCapability(
     tenantReader,
     store: eventStore,
     emailHash,
-    legacyReservations: watchLegacyReservations(pool),
+    legacyReservations: watchLegacyReservations(pool, { logInDatabase: ports.logInDatabase }),
     assertRoleExists: async (tenantId, roleId) => {
       await withTenant(pool, tenantId, (tx) => assertRoleExists(tx, tenantId, roleId));
     },

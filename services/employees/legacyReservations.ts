@@ -118,14 +118,18 @@ export type LegacyReservationsWatch = () => Promise<boolean>;
 /**
  * Tells hires whether to look for a first-form reservation of their address (one stream read
  * each). True while the PostgreSQL log holds any, asked again at most every `recheckMs`; false
- * for good once the log has events and none of them: the conversion has run, or the log never
- * had any. An empty log counts as "may": a log kept in KurrentDB leaves `es_events` empty, and
- * there the first-form streams are never converted. Processes of the older version, while they
- * still run, can add one after this said false: the rolling upgrade's window, where they do not
- * see the new form either (docs/privacy.md).
+ * for good once it holds none: the conversion has run, or the log never had any. An empty
+ * `es_events` is "none" only when the log lives in this database (`logInDatabase`); a log kept
+ * in KurrentDB leaves it empty, and there the first-form streams are never converted, so hires
+ * always look. Processes of the older version, while they still run, can add one after this said
+ * false: the rolling upgrade's window, where they do not see the new form either (docs/privacy.md).
  */
-export function watchLegacyReservations(pool: DatabasePool, options: { readonly recheckMs?: number } = {}): LegacyReservationsWatch {
+export function watchLegacyReservations(
+  pool: DatabasePool,
+  options: { readonly logInDatabase: boolean; readonly recheckMs?: number },
+): LegacyReservationsWatch {
   const recheckMs = options.recheckMs ?? 30_000;
+  if (!options.logInDatabase) return () => Promise.resolve(true);
   let gone = false;
   let last: { readonly at: number; readonly answer: Promise<boolean> } | undefined;
   return () => {
@@ -134,18 +138,17 @@ export function watchLegacyReservations(pool: DatabasePool, options: { readonly 
       // The range holds exactly the first-form names (a uuid's hex digits sort below the keyed form's `h`), on the stream index.
       const answer = pool
         .one(
-          sql.type(z.object({ legacy: z.boolean(), logged: z.boolean() }))`
+          sql.type(z.object({ legacy: z.boolean() }))`
             select exists(
                      select 1 from es_events
                      where stream_id >= 'employee-email-0' and stream_id < 'employee-email-g' and ${LEGACY_EVENTS}
-                   ) as legacy,
-                   exists(select 1 from es_events) as logged
+                   ) as legacy
           `,
         )
         .then(
-          ({ legacy, logged }) => {
-            gone = logged && !legacy;
-            return !gone;
+          ({ legacy }) => {
+            gone = !legacy;
+            return legacy;
           },
           () => true,
         );

@@ -33,15 +33,22 @@ const reserved = (tenantId: string, email: string) => ({
 });
 
 describe('the watch on first-form email reservations', () => {
-  it('says "may exist" on an empty log and while one exists, then "gone" for good once converted', async () => {
-    const watch = watchLegacyReservations(db.pool, { recheckMs: 0 });
-    expect(await watch()).toBe(true);
+  it('says "none" on an empty log of this database, "may" while one exists, "none" for good once converted', async () => {
+    expect(await watchLegacyReservations(db.pool, { logInDatabase: true })()).toBe(false);
+    const watch = watchLegacyReservations(db.pool, { logInDatabase: true, recheckMs: 0 });
     const tenantId = randomUUID();
     const email = `old.${randomUUID().slice(0, 8)}@example.test`;
     await raw.append(legacyReservationStreamId(tenantId, email), [reserved(tenantId, email)]);
     expect(await watch()).toBe(true);
+    expect(await watch()).toBe(true);
     await convertLegacyReservations(db.pool, testEmailHash);
     expect(await watch()).toBe(false);
+  });
+
+  it('says "may" always for a log kept elsewhere (KurrentDB), whose first-form streams are never converted', async () => {
+    const watch = watchLegacyReservations(db.pool, { logInDatabase: false, recheckMs: 0 });
+    expect(await watch()).toBe(true);
+    expect(await watch()).toBe(true);
   });
 
   it('spares a hire the read of the first-form stream once none exist, and not before', async () => {
@@ -66,7 +73,7 @@ describe('the watch on first-form email reservations', () => {
     const isLegacy = (id: string) => /^employee-email-[0-9a-f-]{36}-[0-9a-f]{64}$/.test(id);
     await hire(async () => true);
     expect(reads.filter(isLegacy)).toHaveLength(1);
-    await hire(watchLegacyReservations(db.pool));
+    await hire(watchLegacyReservations(db.pool, { logInDatabase: true }));
     expect(reads.filter(isLegacy)).toHaveLength(1);
   });
 });
