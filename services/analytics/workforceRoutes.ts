@@ -7,7 +7,7 @@ import { BadRequestError } from '../../shared/errors.ts';
 import { parsePosition } from '../../shared/event-store/port.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { HIRE_MIN_YEAR, instant, logPositionText, safeText } from '../../shared/validation.ts';
-import { addIntervals, inclusiveEnd, MAX_SERIES_POINTS, seriesInstants } from '../../shared/series/intervals.ts';
+import { addIntervals, inclusiveEnd, isoInstant, MAX_SERIES_POINTS, seriesInstants } from '../../shared/series/intervals.ts';
 import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProjection.ts';
 import { readWorkforceAt, readWorkforceSeries, WORKFORCE_METRICS, type Bucket } from '../../projections/workforce/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
@@ -156,7 +156,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
           interval,
           ...(department !== undefined && { department }),
           points: buckets.map((b, i) => ({
-            at: new Date(b.start).toISOString(),
+            at: isoInstant(b.start),
             value: values[i]!,
             ...(b.partial && { partial: true as const }),
           })),

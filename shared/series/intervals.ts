@@ -27,6 +27,21 @@ export function floorTo(interval: SeriesInterval, t: number): number {
   }
 }
 
+const two = (n: number): string => (n < 10 ? `0${n}` : String(n));
+
+/**
+ * `new Date(t).toISOString()`, from the UTC fields: the built-in costs several times as much per
+ * call, and a series formats an instant for each of up to `MAX_SERIES_POINTS` points. Years
+ * outside 0000–9999 (which ISO writes with a sign and six digits) go to the built-in.
+ */
+export function isoInstant(t: number): string {
+  const d = new Date(t);
+  const year = d.getUTCFullYear();
+  if (!(year >= 0 && year <= 9999)) return d.toISOString();
+  const ms = d.getUTCMilliseconds();
+  return `${String(year).padStart(4, '0')}-${two(d.getUTCMonth() + 1)}-${two(d.getUTCDate())}T${two(d.getUTCHours())}:${two(d.getUTCMinutes())}:${two(d.getUTCSeconds())}.${ms < 10 ? '00' : ms < 100 ? '0' : ''}${ms}Z`;
+}
+
 /**
  * The exclusive end that includes the instant `t`: instants are whole milliseconds, so what holds
  * at `t` inclusive is what holds just before `t + 1 ms` (a bucket closing at now, an as-of read).
