@@ -127,6 +127,7 @@ export async function createRuntime(config: Config, logger: Logger, options: Run
       // Keys and events in one PostgreSQL database: an event's synchronous commit makes its key durable too.
       asynchronousCommit: !config.EVENTSTORE_URL,
     });
+    closers.push(async () => dataKeys.close?.());
     const emailHash = await loadEmailHash(config);
     const sealedStore = createSealingEventStore(untracedStore, {
       keys: dataKeys,

@@ -1,7 +1,9 @@
 import { createSecretKey, randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { ConflictError } from '../errors.ts';
-import { sql, type DatabasePool, type Queryable } from '../db/pool.ts';
+import pg from 'pg';
+import { connectionUrlOf, sql, type DatabasePool, type Queryable } from '../db/pool.ts';
+import { breaksConnection, connectionLostError, createPlainConnection, type PlainConnection } from '../db/plainConnection.ts';
 import type { DataKey } from './fieldCipher.ts';
 import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
 import { bufferedBytes } from '../random.ts';
@@ -60,6 +62,8 @@ export type DataKeyStore = {
    * for the WAL flush may be gone from the database, and must not seal anything more.
    */
   forget?(subjects: readonly DataSubject[]): void;
+  /** Closes the store's own connection, if it opened one. */
+  close?(): Promise<void>;
 };
 
 export type DataKeyStoreOptions = {
@@ -108,6 +112,13 @@ function setRecent<V>(map: Map<string, V>, ref: string, value: V, size: number):
   if (map.size > size) map.delete(map.keys().next().value as string);
 }
 
+/** New keys, one array per column; `ref` of each row inserted (a subject that had a key is left out). */
+const INSERT_KEYS = `
+  insert into personal_data_keys (tenant_id, subject_id, key_id, kek_id, sealed_key)
+  select * from unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+  on conflict (tenant_id, subject_id) do nothing
+  returning tenant_id::text || '/' || subject_id as ref`;
+
 /** Largest number of new keys one insert carries. */
 const MAX_BATCH = 1_000;
 
@@ -115,7 +126,46 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   const cacheSize = options.cacheSize ?? 10_000;
   const cache = new Map<string, DataKey | 'destroyed'>();
   const remember = (ref: string, key: DataKey | 'destroyed') => setRecent(cache, ref, key, cacheSize);
+  // New keys go in on a plain connection of the store's own, the statement prepared once: through
+  // slonik's pool each insert cost a checkout, interceptors and a parse on both ends, several
+  // times the insert itself, once per handful of hires. A pool without a known URL (a wrapped one)
+  // keeps the pool.
+  const url = connectionUrlOf(pool);
+  const connection: PlainConnection | undefined =
+    url === undefined
+      ? undefined
+      : createPlainConnection(url, {
+          applicationName: 'personal-data-keys',
+          settings: options.asynchronousCommit ? { synchronous_commit: 'off' } : {},
+        });
   const commitMode = options.asynchronousCommit ? sql.fragment`'off'` : sql.fragment`current_setting('synchronous_commit')`;
+
+  async function insertKeys(columns: readonly [string[], string[], string[], string[], string[]]): Promise<string[]> {
+    if (!connection) {
+      const [tenants, subjectIds, keyIds, kekIds, sealedKeys] = columns;
+      const refs = await pool.anyFirst(sql.type(z.object({ ref: z.string() }))`
+        insert into personal_data_keys (tenant_id, subject_id, key_id, kek_id, sealed_key)
+        select w.tenant_id, w.subject_id, w.key_id, w.kek_id, w.sealed_key
+        from unnest(${sql.array(tenants, 'uuid')}, ${sql.array(subjectIds, 'text')}, ${sql.array(keyIds, 'text')},
+                    ${sql.array(kekIds, 'text')}, ${sql.array(sealedKeys, 'text')}) as w(tenant_id, subject_id, key_id, kek_id, sealed_key),
+        (select set_config('synchronous_commit', ${commitMode}, true)) as commit_mode
+        on conflict (tenant_id, subject_id) do nothing
+        returning tenant_id::text || '/' || subject_id as ref
+      `);
+      return [...refs];
+    }
+    const client = await connection.get().catch((error: unknown) => {
+      throw connectionLostError('data keys: could not open the insert connection', error);
+    });
+    try {
+      const result = await client.query<{ ref: string }>({ name: 'pdk_insert', text: INSERT_KEYS, values: [...columns] });
+      return result.rows.map((r) => r.ref);
+    } catch (error) {
+      if (breaksConnection(error)) connection.drop(client);
+      if (error instanceof pg.DatabaseError) throw error;
+      throw connectionLostError('data keys: the insert connection was lost', error);
+    }
+  }
 
   // Unwrapped keys, per subject with the stored form they came from. Every lookup still reads
   // the row afresh; only the decipher is spared when the row is as it was (every projection of a
@@ -217,32 +267,13 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
       made.set(ref, { subject, ...makeDataKey(keks, subject) });
     }
     const rows = [...made.values()];
-    const inserted = await pool.anyFirst(sql.type(z.object({ ref: z.string() }))`
-      insert into personal_data_keys (tenant_id, subject_id, key_id, kek_id, sealed_key)
-      select w.tenant_id, w.subject_id, w.key_id, w.kek_id, w.sealed_key
-      from unnest(
-        ${sql.array(
-          rows.map((r) => r.subject.tenantId),
-          'uuid',
-        )}, ${sql.array(
-          rows.map((r) => r.subject.subjectId),
-          'text',
-        )}, ${sql.array(
-          rows.map((r) => r.key.keyId),
-          'text',
-        )},
-        ${sql.array(
-          rows.map((r) => r.kekId),
-          'text',
-        )}, ${sql.array(
-          rows.map((r) => r.sealed),
-          'text',
-        )}
-      ) as w(tenant_id, subject_id, key_id, kek_id, sealed_key),
-      (select set_config('synchronous_commit', ${commitMode}, true)) as commit_mode
-      on conflict (tenant_id, subject_id) do nothing
-      returning tenant_id::text || '/' || subject_id as ref
-    `);
+    const inserted = await insertKeys([
+      rows.map((r) => r.subject.tenantId),
+      rows.map((r) => r.subject.subjectId),
+      rows.map((r) => r.key.keyId),
+      rows.map((r) => r.kekId),
+      rows.map((r) => r.sealed),
+    ]);
     const fresh = new Set(inserted);
     for (const [ref, row] of made) if (fresh.has(ref)) remember(ref, row.key);
     // Those that had a key already (made by another process, or destroyed) get what is stored.
@@ -299,6 +330,8 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
       `);
       return { destroyedAt };
     },
+
+    close: async () => connection?.end(),
 
     forget(subjects) {
       for (const subject of subjects) if (cache.get(subjectRef(subject)) !== 'destroyed') cache.delete(subjectRef(subject));

@@ -20,5 +20,7 @@ export const testKeyEncryptionKeys = createKeyEncryptionKeys(parseKeyEncryptionK
 /** `inner` behind the sealing boundary the composition root puts it behind (services/runtime.ts). */
 export function sealedEventStore(inner: EventStore, pool: DatabasePool): { readonly store: EventStore; readonly keys: DataKeyStore } {
   const keys = createDataKeyStore(pool, testKeyEncryptionKeys, { asynchronousCommit: true });
-  return { store: createSealingEventStore(inner, { keys, policy: employeePersonalData }), keys };
+  const store = createSealingEventStore(inner, { keys, policy: employeePersonalData });
+  // The key store's own connection closes with the store, as the composition root closes both.
+  return { store: { ...store, close: async () => (await store.close(), await keys.close?.()) }, keys };
 }

@@ -42,6 +42,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await store?.close();
+  await keys?.close?.();
   for (const r of restored) await r.drop();
   await db?.drop();
   await rm(work, { recursive: true, force: true });

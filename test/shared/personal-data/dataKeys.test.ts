@@ -22,6 +22,8 @@ beforeAll(async () => {
   other = createDataKeyStore(db.pool, keks(), { asynchronousCommit: true });
 });
 afterAll(async () => {
+  await keys?.close?.();
+  await other?.close?.();
   await db?.drop();
 });
 
@@ -51,6 +53,33 @@ describe('a data key', () => {
     expect(loaded.size).toBe(50);
     subjects.forEach((s, i) => expect(loaded.get(subjectRef(s))).toMatchObject({ keyId: made[i]?.keyId }));
     expect(loaded.has(subjectRef(unknown))).toBe(false);
+  });
+});
+
+describe('new keys', () => {
+  it("go in on the store's own connection, and on a fresh one after that connection was ended under it", async () => {
+    const stored = async (s: { tenantId: string; subjectId: string }) =>
+      db.pool.maybeOneFirst(sql.type(z.object({ key_id: z.string() }))`
+        select key_id from personal_data_keys where tenant_id = ${s.tenantId} and subject_id = ${s.subjectId}
+      `);
+    const first = subject();
+    const firstKey = await keys.forSealing(first);
+    expect(await stored(first)).toBe(firstKey.keyId);
+    const terminated = await db.pool.anyFirst(sql.type(z.object({ ok: z.boolean() }))`
+      select pg_terminate_backend(pid) as ok from pg_stat_activity
+      where datname = current_database() and application_name = 'personal-data-keys'
+    `);
+    // Both stores of this file have inserted by now: each has its own connection.
+    expect(terminated.length).toBeGreaterThanOrEqual(1);
+    // The end of the session may reach pg before or after the next insert is sent: that insert
+    // goes in on a fresh connection, or fails with PostgreSQL's answer (57P01) or as a lost
+    // connection (08006), and the next one goes in on a fresh connection.
+    const second = subject();
+    const made = await keys.forSealing(second).catch((error: unknown) => {
+      expect(['57P01', '08006']).toContain((error as { code?: string }).code);
+      return keys.forSealing(second);
+    });
+    expect(await stored(second)).toBe(made.keyId);
   });
 });
 

@@ -36,7 +36,8 @@ export function sealedContractStore(inner: EventStore, keysPool: DatabasePool): 
   const keks = createKeyEncryptionKeys(parseKeyEncryptionKeys(generateKekEntry()));
   const keys = createDataKeyStore(keysPool, keks);
   // As the service runs it: bulk reads open on a worker thread.
-  return { store: createSealingEventStore(inner, { keys, policy, bulkOpener: () => startBulkOpener(keks) }), keys };
+  const store = createSealingEventStore(inner, { keys, policy, bulkOpener: () => startBulkOpener(keks) });
+  return { store: { ...store, close: async () => (await store.close(), await keys.close?.()) }, keys };
 }
 
 const person = () => {
