@@ -3,7 +3,9 @@ import { z } from 'zod';
 import { ConflictError } from '../errors.ts';
 import pg from 'pg';
 import { connectionUrlOf, sql, type DatabasePool, type Queryable } from '../db/pool.ts';
+import type { QuerySqlToken } from 'slonik';
 import { breaksConnection, connectionLostError, createPlainConnection, type PlainConnection } from '../db/plainConnection.ts';
+import { pgStatements, validatedRows } from '../db/pgStatements.ts';
 import type { DataKey } from './fieldCipher.ts';
 import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
 import { bufferedBytes } from '../random.ts';
@@ -112,13 +114,6 @@ function setRecent<V>(map: Map<string, V>, ref: string, value: V, size: number):
   if (map.size > size) map.delete(map.keys().next().value as string);
 }
 
-/** New keys, one array per column; `ref` of each row inserted (a subject that had a key is left out). */
-const INSERT_KEYS = `
-  insert into personal_data_keys (tenant_id, subject_id, key_id, kek_id, sealed_key)
-  select * from unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
-  on conflict (tenant_id, subject_id) do nothing
-  returning tenant_id::text || '/' || subject_id as ref`;
-
 /** Largest number of new keys one insert carries. */
 const MAX_BATCH = 1_000;
 
@@ -126,45 +121,33 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   const cacheSize = options.cacheSize ?? 10_000;
   const cache = new Map<string, DataKey | 'destroyed'>();
   const remember = (ref: string, key: DataKey | 'destroyed') => setRecent(cache, ref, key, cacheSize);
-  // New keys go in on a plain connection of the store's own, the statement prepared once: through
-  // slonik's pool each insert cost a checkout, interceptors and a parse on both ends, several
-  // times the insert itself, once per handful of hires. A pool without a known URL (a wrapped one)
-  // keeps the pool.
+  // New keys go in on a plain connection of the store's own, the statement prepared once:
+  // through slonik's pool each insert cost a checkout, interceptors and a parse on both ends,
+  // several times the insert itself, once per handful of hires (inserts are one at a time, see
+  // `drain`, so one connection is all they use). A pool without a known URL (a wrapped one) keeps
+  // the pool. Lookups stay on the pool, whose connections serve them side by side.
   const url = connectionUrlOf(pool);
   const connection: PlainConnection | undefined =
-    url === undefined
-      ? undefined
-      : createPlainConnection(url, {
-          applicationName: 'personal-data-keys',
-          settings: options.asynchronousCommit ? { synchronous_commit: 'off' } : {},
-        });
+    url === undefined ? undefined : createPlainConnection(url, { applicationName: 'personal-data-keys' });
+  const statementOf = pgStatements('personal_data_keys');
   const commitMode = options.asynchronousCommit ? sql.fragment`'off'` : sql.fragment`current_setting('synchronous_commit')`;
 
-  async function insertKeys(columns: readonly [string[], string[], string[], string[], string[]]): Promise<string[]> {
-    if (!connection) {
-      const [tenants, subjectIds, keyIds, kekIds, sealedKeys] = columns;
-      const refs = await pool.anyFirst(sql.type(z.object({ ref: z.string() }))`
-        insert into personal_data_keys (tenant_id, subject_id, key_id, kek_id, sealed_key)
-        select w.tenant_id, w.subject_id, w.key_id, w.kek_id, w.sealed_key
-        from unnest(${sql.array(tenants, 'uuid')}, ${sql.array(subjectIds, 'text')}, ${sql.array(keyIds, 'text')},
-                    ${sql.array(kekIds, 'text')}, ${sql.array(sealedKeys, 'text')}) as w(tenant_id, subject_id, key_id, kek_id, sealed_key),
-        (select set_config('synchronous_commit', ${commitMode}, true)) as commit_mode
-        on conflict (tenant_id, subject_id) do nothing
-        returning tenant_id::text || '/' || subject_id as ref
-      `);
-      return [...refs];
-    }
+  async function rowsOf<S extends z.ZodType>(query: QuerySqlToken<S>): Promise<readonly z.infer<S>[]> {
+    if (!connection) return (await pool.any(query)) as readonly z.infer<S>[];
+    const { text, name } = statementOf(query);
     const client = await connection.get().catch((error: unknown) => {
-      throw connectionLostError('data keys: could not open the insert connection', error);
+      throw connectionLostError('data keys: could not open the connection', error);
     });
+    let result: pg.QueryResult;
     try {
-      const result = await client.query<{ ref: string }>({ name: 'pdk_insert', text: INSERT_KEYS, values: [...columns] });
-      return result.rows.map((r) => r.ref);
+      result = await client.query(name === undefined ? { text, values: [...query.values] } : { name, text, values: [...query.values] });
     } catch (error) {
       if (breaksConnection(error)) connection.drop(client);
+      // PostgreSQL's own answer (57P01 for a terminated backend included) is passed on as it is.
       if (error instanceof pg.DatabaseError) throw error;
-      throw connectionLostError('data keys: the insert connection was lost', error);
+      throw connectionLostError('data keys: the connection was lost', error);
     }
+    return validatedRows(query, result.rows, 'data keys') as z.infer<S>[];
   }
 
   // Unwrapped keys, per subject with the stored form they came from. Every lookup still reads
@@ -267,13 +250,34 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
       made.set(ref, { subject, ...makeDataKey(keks, subject) });
     }
     const rows = [...made.values()];
-    const inserted = await insertKeys([
-      rows.map((r) => r.subject.tenantId),
-      rows.map((r) => r.subject.subjectId),
-      rows.map((r) => r.key.keyId),
-      rows.map((r) => r.kekId),
-      rows.map((r) => r.sealed),
-    ]);
+    const inserted = (
+      await rowsOf(sql.type(z.object({ ref: z.string() }))`
+        insert into personal_data_keys (tenant_id, subject_id, key_id, kek_id, sealed_key)
+        select w.tenant_id, w.subject_id, w.key_id, w.kek_id, w.sealed_key
+        from unnest(
+          ${sql.array(
+            rows.map((r) => r.subject.tenantId),
+            'uuid',
+          )}, ${sql.array(
+            rows.map((r) => r.subject.subjectId),
+            'text',
+          )}, ${sql.array(
+            rows.map((r) => r.key.keyId),
+            'text',
+          )},
+          ${sql.array(
+            rows.map((r) => r.kekId),
+            'text',
+          )}, ${sql.array(
+            rows.map((r) => r.sealed),
+            'text',
+          )}
+        ) as w(tenant_id, subject_id, key_id, kek_id, sealed_key),
+        (select set_config('synchronous_commit', ${commitMode}, true)) as commit_mode
+        on conflict (tenant_id, subject_id) do nothing
+        returning tenant_id::text || '/' || subject_id as ref
+      `)
+    ).map((r) => r.ref);
     const fresh = new Set(inserted);
     for (const [ref, row] of made) if (fresh.has(ref)) remember(ref, row.key);
     // Those that had a key already (made by another process, or destroyed) get what is stored.
