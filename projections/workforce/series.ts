@@ -185,7 +185,10 @@ export async function readWorkforceSeries(
     const days = query.monthly ? Math.max(first.start, floorTo('month', cut)) : first.start;
     if (query.monthly && first.start < floorTo('month', cut)) atoms.push(atomsPart(c, 'month', first.start, floorTo('month', cut)));
     if (days < cut) atoms.push(atomsPart(c, 'day', days, cut));
-    const atomRows = atoms.length > 0 ? sql.join(atoms, sql.fragment` union all `) : sql.fragment`select 0, 0, 0, 0 where false`;
+    const atomRows =
+      atoms.length > 0
+        ? sql.join(atoms, sql.fragment` union all `)
+        : sql.fragment`select 0 as t, 0 as in_force, 0 as hires, 0 as exits where false`;
     const rest =
       last.partial && cut < last.end ? restPart(keys(tenantId, department), cut, last.end) : sql.fragment`array[0, 0, 0]::int4[]`;
     return sql.type(seriesRow)`

@@ -85,6 +85,13 @@ describe('GET /v1/analytics/workforce/series on the hand-computed history', () =
     ]);
   });
 
+  it('answers a series of the open bucket alone (from today 00:00), read from the versions only', async () => {
+    const today = 'interval=day&from=2026-04-15T00:00:00Z&to=2026-04-20T00:00:00Z';
+    expect((await series(`metric=headcount&${today}`)).points).toEqual([{ at: '2026-04-15T00:00:00.000Z', value: 3, partial: true }]);
+    expect(await values(`metric=hires&${today}`)).toEqual([0]);
+    expect(await values(`metric=exits&${today}&department=sales`)).toEqual([0]);
+  });
+
   it("agrees with the summary at now and at a past instant, and never counts another tenant's staff", async () => {
     const summary = (at?: string) =>
       h.app.inject({ method: 'GET', url: `/v1/analytics/workforce${at ? `?at=${encodeURIComponent(at)}` : ''}`, headers: analyst });

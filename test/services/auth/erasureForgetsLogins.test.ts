@@ -62,7 +62,7 @@ afterAll(async () => {
   await app?.close();
   await reactor?.stop();
   await auth?.close();
-  await inner?.close();
+  await store?.close();
   await db?.drop();
 });
 

@@ -21,7 +21,7 @@ beforeAll(async () => {
   ({ store: sealed } = sealedEventStore(raw, db.pool));
 });
 afterAll(async () => {
-  await raw?.close();
+  await sealed?.close();
   await db?.drop();
 });
 

@@ -33,7 +33,7 @@ beforeAll(async () => {
   ({ store: sealed, keys } = sealedEventStore(raw, db.pool));
 });
 afterAll(async () => {
-  await raw?.close();
+  await sealed?.close();
   await db?.drop();
 });
 
