@@ -3730,6 +3730,7 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Consistency": components["headers"]["X-Consistency"];
                     [name: string]: unknown;
                 };
                 content: {

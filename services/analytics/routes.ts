@@ -4,15 +4,15 @@ import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { BadRequestError } from '../../shared/errors.ts';
-import { parsePosition, type EventStore } from '../../shared/event-store/port.ts';
-import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
+import type { EventStore } from '../../shared/event-store/port.ts';
 import { kpiBillingProjection } from '../../projections/kpi/billingProjection.ts';
 import { readKpiSummary, type KpiReadDeps, type UsageProgress } from '../../projections/kpi/query.ts';
 import { MAX_SERIES_POINTS, SERIES_INTERVALS } from '../../shared/series/intervals.ts';
 import { KPI_METRICS, readKpiSeries, readKpiSummaryAt } from '../../projections/kpi/series.ts';
 import { seriesPointSchema } from '../../shared/series/openBucket.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
+import { requireAuth } from '../gateway/requestContext.ts';
+import { awaitMinPosition } from '../gateway/readYourWrites.ts';
 import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
 import { workforceRoutes } from './workforceRoutes.ts';
 
@@ -94,7 +94,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
     app.get(
       '/analytics/kpi',
       {
-        config: { permission: 'analytics:read' },
+        config: { permission: 'analytics:read', responseHeaders: ['X-Consistency'] },
         schema: {
           tags: ['analytics'],
           operationId: 'getKpiSummary',
@@ -106,14 +106,15 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
           response: { 200: kpiSummarySchema, ...problems, 503: problemSchema },
         },
       },
-      async (request) => {
+      async (request, reply) => {
         const auth = requireAuth(request);
-        const wanted = request.headers['x-min-position'];
-        if (wanted !== undefined) {
-          const position = parsePosition(wanted);
-          if (!position) throw new BadRequestError('X-Min-Position must be a log position as returned by a write');
-          await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, kpiBillingProjection.name, position, readWaitMs));
-        }
+        await awaitMinPosition(
+          request,
+          reply,
+          { pool: deps.pool, readWaitMs },
+          kpiBillingProjection.name,
+          request.headers['x-min-position'],
+        );
         const at = request.query.at;
         return at === undefined ? readKpiSummary(kpiPorts, auth.tenantId, now()) : readKpiSummaryAt(kpiPorts, auth.tenantId, at, now());
       },

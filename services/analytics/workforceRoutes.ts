@@ -1,17 +1,16 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { BadRequestError } from '../../shared/errors.ts';
-import { parsePosition } from '../../shared/event-store/port.ts';
-import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { HIRE_MIN_YEAR, instant, logPositionText, safeText } from '../../shared/validation.ts';
 import { addIntervals, inclusiveEnd, isoInstant, MAX_SERIES_POINTS, seriesInstants } from '../../shared/series/intervals.ts';
 import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProjection.ts';
 import { readWorkforceAt, readWorkforceSeries, WORKFORCE_METRICS, type Bucket } from '../../projections/workforce/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
+import { requireAuth } from '../gateway/requestContext.ts';
+import { awaitMinPosition } from '../gateway/readYourWrites.ts';
 
 export type WorkforceRoutesDeps = {
   readonly pool: DatabasePool;
@@ -93,14 +92,6 @@ export function workforceBuckets(from: number, to: number, interval: (typeof WOR
 export function workforceRoutes(deps: WorkforceRoutesDeps) {
   const now = deps.now ?? Date.now;
   const readWaitMs = deps.readWaitMs ?? 2_000;
-  /** Waits for the projection when the client asked for a position; says in X-Consistency whether it got there. */
-  const awaitPosition = async (request: FastifyRequest, reply: FastifyReply, header: string | undefined) => {
-    if (header === undefined) return;
-    const position = parsePosition(header);
-    if (!position) throw new BadRequestError('X-Min-Position must be a log position as returned by a write');
-    const reached = await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, WORKFORCE_PROJECTION, position, readWaitMs));
-    reply.header('x-consistency', reached ? 'consistent' : 'stale');
-  };
   return async (scope: FastifyInstance): Promise<void> => {
     const app = scope.withTypeProvider<ZodTypeProvider>();
 
@@ -119,7 +110,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
       },
       async (request, reply) => {
         const auth = requireAuth(request);
-        await awaitPosition(request, reply, request.headers['x-min-position']);
+        await awaitMinPosition(request, reply, { pool: deps.pool, readWaitMs }, WORKFORCE_PROJECTION, request.headers['x-min-position']);
         const asOf = Math.min(request.query.at ?? now(), now());
         return { ...(await readWorkforceAt(deps.pool, auth.tenantId, asOf)), asOf: new Date(asOf).toISOString() };
       },
@@ -144,7 +135,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
         if (from > to) throw badRange('from', 'must not be after to');
         const buckets = workforceBuckets(from, to, interval, now());
         if (!buckets) throw badRange('interval', `more than ${MAX_SERIES_POINTS} points; narrow the range or choose a longer interval`);
-        await awaitPosition(request, reply, request.headers['x-min-position']);
+        await awaitMinPosition(request, reply, { pool: deps.pool, readWaitMs }, WORKFORCE_PROJECTION, request.headers['x-min-position']);
         const values = await readWorkforceSeries(deps.tenantReader ?? deps.pool, auth.tenantId, {
           metric,
           monthly: interval === 'month',

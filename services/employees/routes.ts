@@ -6,16 +6,16 @@ import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { ForbiddenError, NotFoundError } from '../../shared/errors.ts';
-import { formatPosition, parsePosition, type EventStore, type GlobalPosition } from '../../shared/event-store/port.ts';
+import { formatPosition, type EventStore } from '../../shared/event-store/port.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import type { LegacyReservationsWatch } from './legacyReservations.ts';
-import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { EMPLOYEES_PROJECTION } from '../../projections/employees/employeesProjection.ts';
 import { listEmployees, type EmployeeRecord } from '../../projections/employees/queries.ts';
 import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProjection.ts';
 import { listEmployeesAsOf } from '../../projections/workforce/asOf.ts';
 import { problemSchema } from '../gateway/problems.ts';
-import { requireAuth, waitOnPurpose } from '../gateway/requestContext.ts';
+import { requireAuth } from '../gateway/requestContext.ts';
+import { awaitMinPosition } from '../gateway/readYourWrites.ts';
 import { rolesAllow } from '../auth/permissions.ts';
 import { ifMatchHeader, logPositionText, strongEntityTags } from '../../shared/validation.ts';
 import type { CommandMetadata } from './decide.ts';
@@ -109,23 +109,6 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
   };
   const sendWrite = (reply: FastifyReply, result: EmployeeResult) => toEmployeeView(setWriteHeaders(reply, result));
 
-  /**
-   * Waits for the projection when the client asked for a position; says whether it got there.
-   * The header schema (`logPositionText`) has already answered 400 for one `parsePosition` rejects.
-   */
-  const awaitPosition = async (
-    request: FastifyRequest,
-    reply: FastifyReply,
-    header: string | undefined,
-    query: GlobalPosition | undefined,
-    projection: string = EMPLOYEES_PROJECTION,
-  ) => {
-    const position = header !== undefined ? parsePosition(header) : query;
-    if (!position) return;
-    const reached = await waitOnPurpose(request, () => waitForCheckpoint(deps.pool, projection, position, readWaitMs));
-    reply.header('x-consistency', reached ? 'consistent' : 'stale');
-  };
-
   return async (v1: FastifyInstance): Promise<void> => {
     const app = v1.withTypeProvider<ZodTypeProvider>();
     const tags = ['employees'];
@@ -184,12 +167,12 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         const auth = requireAuth(request);
         const { minPosition, asOf, ...query } = request.query;
         // An as-of list reads the effective-dated versions, which their own projection keeps.
-        await awaitPosition(
+        await awaitMinPosition(
           request,
           reply,
-          request.headers['x-min-position'],
-          minPosition,
+          { pool: deps.pool, readWaitMs },
           asOf === undefined ? EMPLOYEES_PROJECTION : WORKFORCE_PROJECTION,
+          request.headers['x-min-position'] ?? minPosition,
         );
         const scope = deps.tenantReader ?? deps.pool;
         const { data, total } =

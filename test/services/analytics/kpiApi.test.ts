@@ -94,7 +94,12 @@ describe('POST /v1/analytics/billing-events', () => {
       // Read-your-writes: MRR = 59.99 (cus-1 after the change) + 120 / 12 = 69.99.
       const kpi = await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers: { ...headers, 'x-min-position': position } });
       expect(kpi.statusCode).toBe(200);
+      expect(kpi.headers['x-consistency']).toBe('consistent');
       expect(kpi.json<Kpi>()).toMatchObject({ mrr: 69.99, arr: 839.88, churnRate: 0, currency: 'EUR' });
+      // Without a position the read neither waits nor says anything of its consistency.
+      const plain = await app.inject({ method: 'GET', url: '/v1/analytics/kpi', headers });
+      expect(plain.statusCode).toBe(200);
+      expect(plain.headers['x-consistency']).toBeUndefined();
     });
   });
 
