@@ -75,6 +75,9 @@ export function sendProblem(
   const body = problemBody(status, detail, request.url.split('?')[0] ?? request.url, request.id, extras, code, title);
   // Also for failures before the onRequest hooks ran (router errors): the id is always echoed.
   if (!reply.hasHeader('x-request-id')) reply.header('x-request-id', request.id);
+  // A read sets X-Consistency once its wait for X-Min-Position ends, before it reads: when the
+  // read then fails, the problem says nothing of a read model's state (declared on successes only).
+  reply.removeHeader('x-consistency');
   return reply.code(status).type(PROBLEM_CONTENT_TYPE).serializer(JSON.stringify).send(body);
 }
 

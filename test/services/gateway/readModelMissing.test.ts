@@ -50,4 +50,12 @@ describe('when the read model has not been built yet (no projector ran)', () => 
     expect(response.headers['content-type']).toMatch(/^application\/problem\+json/);
     expect(response.body).not.toMatch(/relation|employees_/);
   });
+
+  it('sends no X-Consistency with that 503, though the read waited for X-Min-Position first', async () => {
+    const headers = await authHeaders(auth, await provisionTenant(db.pool), 'hr_manager');
+    // No projector: the wait runs out (stale), then the read finds no read model.
+    const response = await app.inject({ method: 'GET', url: '/v1/employees', headers: { ...headers, 'x-min-position': '1-1' } });
+    expect(response.statusCode, response.body).toBe(503);
+    expect(response.headers['x-consistency']).toBeUndefined();
+  });
 });
