@@ -181,14 +181,10 @@ export async function readWorkforceSeries(
   // Whole days end at `cut`; an open bucket's unfinished day is read from the versions.
   const cut = last.partial ? floorTo('day', last.end) : last.end;
   const statement = (c: Counters) => {
-    const atoms: FragmentSqlToken[] = [];
+    // The day rows always (an empty range reads none: the open bucket alone), after whole months.
     const days = query.monthly ? Math.max(first.start, floorTo('month', cut)) : first.start;
-    if (query.monthly && first.start < floorTo('month', cut)) atoms.push(atomsPart(c, 'month', first.start, floorTo('month', cut)));
-    if (days < cut) atoms.push(atomsPart(c, 'day', days, cut));
-    const atomRows =
-      atoms.length > 0
-        ? sql.join(atoms, sql.fragment` union all `)
-        : sql.fragment`select 0 as t, 0 as in_force, 0 as hires, 0 as exits where false`;
+    const atoms = [atomsPart(c, 'day', days, cut)];
+    if (query.monthly && first.start < floorTo('month', cut)) atoms.unshift(atomsPart(c, 'month', first.start, floorTo('month', cut)));
     const rest =
       last.partial && cut < last.end ? restPart(keys(tenantId, department), cut, last.end) : sql.fragment`array[0, 0, 0]::int4[]`;
     return sql.type(seriesRow)`
@@ -196,7 +192,7 @@ export async function readWorkforceSeries(
              ${jsonArray(sql.fragment`a.t`)} as days, ${jsonArray(sql.fragment`a.in_force`)} as in_force,
              ${jsonArray(sql.fragment`a.hires`)} as hires, ${jsonArray(sql.fragment`a.exits`)} as exits,
              ${rest} as rest
-      from (${atomRows}) a
+      from (${sql.join(atoms, sql.fragment` union all `)}) a
     `;
   };
   const read = (c: Counters) => inTenant(scope, tenantId, async (db) => (await db.any(statement(c)))[0]);

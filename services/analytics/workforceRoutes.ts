@@ -91,7 +91,7 @@ export function workforceBuckets(from: number, to: number, interval: (typeof WOR
 /** The workforce reads (headcount, hires, exits, turnover). Mounted inside the authenticated scope. */
 export function workforceRoutes(deps: WorkforceRoutesDeps) {
   const now = deps.now ?? Date.now;
-  const readWaitMs = deps.readWaitMs ?? 2_000;
+  const positionWait = { pool: deps.pool, readWaitMs: deps.readWaitMs ?? 2_000 };
   return async (scope: FastifyInstance): Promise<void> => {
     const app = scope.withTypeProvider<ZodTypeProvider>();
 
@@ -110,7 +110,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
       },
       async (request, reply) => {
         const auth = requireAuth(request);
-        await awaitMinPosition(request, reply, { pool: deps.pool, readWaitMs }, WORKFORCE_PROJECTION, request.headers['x-min-position']);
+        await awaitMinPosition(request, reply, positionWait, WORKFORCE_PROJECTION, request.headers['x-min-position']);
         const asOf = Math.min(request.query.at ?? now(), now());
         return { ...(await readWorkforceAt(deps.pool, auth.tenantId, asOf)), asOf: new Date(asOf).toISOString() };
       },
@@ -135,7 +135,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
         if (from > to) throw badRange('from', 'must not be after to');
         const buckets = workforceBuckets(from, to, interval, now());
         if (!buckets) throw badRange('interval', `more than ${MAX_SERIES_POINTS} points; narrow the range or choose a longer interval`);
-        await awaitMinPosition(request, reply, { pool: deps.pool, readWaitMs }, WORKFORCE_PROJECTION, request.headers['x-min-position']);
+        await awaitMinPosition(request, reply, positionWait, WORKFORCE_PROJECTION, request.headers['x-min-position']);
         const values = await readWorkforceSeries(deps.tenantReader ?? deps.pool, auth.tenantId, {
           metric,
           monthly: interval === 'month',

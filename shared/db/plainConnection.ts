@@ -19,6 +19,13 @@ export type PlainConnection = {
   drop(client: pg.Client): void;
   /** Whether pg has reported `client` closed or broken. */
   isLost(client: pg.Client): boolean;
+  /**
+   * One statement, its own transaction. PostgreSQL's refusal (57P01 for a terminated backend
+   * included) is passed on as it is; any other failure drops the connection and fails as a lost
+   * connection (08006), as does failing to open one: whether it committed is unknown. `who`
+   * names the caller in those errors.
+   */
+  run(config: pg.QueryConfig, who: string): Promise<pg.QueryResult>;
   end(): Promise<void>;
 };
 
@@ -73,7 +80,7 @@ export function createPlainConnection(url: string, options: PlainConnectionOptio
     dropped.end().catch(() => undefined);
   };
 
-  return {
+  const connection: PlainConnection = {
     get() {
       if (client) return Promise.resolve(client);
       connecting ??= (async () => {
@@ -112,6 +119,18 @@ export function createPlainConnection(url: string, options: PlainConnectionOptio
     },
     drop,
     isLost: (c) => lost.has(c),
+    async run(config, who) {
+      const open = await connection.get().catch((error: unknown) => {
+        throw connectionLostError(`${who}: could not open the connection`, error);
+      });
+      try {
+        return await open.query(config);
+      } catch (error) {
+        if (breaksConnection(error)) drop(open);
+        if (error instanceof pg.DatabaseError) throw error;
+        throw connectionLostError(`${who}: the connection was lost`, error);
+      }
+    },
     async end() {
       ended = true;
       const open = client ?? (await connecting?.catch(() => undefined));
@@ -121,4 +140,5 @@ export function createPlainConnection(url: string, options: PlainConnectionOptio
       }
     },
   };
+  return connection;
 }

@@ -1,10 +1,9 @@
 import { createSecretKey, randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { ConflictError } from '../errors.ts';
-import pg from 'pg';
 import { connectionUrlOf, sql, type DatabasePool, type Queryable } from '../db/pool.ts';
 import type { QuerySqlToken } from 'slonik';
-import { breaksConnection, connectionLostError, createPlainConnection, type PlainConnection } from '../db/plainConnection.ts';
+import { createPlainConnection, type PlainConnection } from '../db/plainConnection.ts';
 import { pgStatements, validatedRows } from '../db/pgStatements.ts';
 import type { DataKey } from './fieldCipher.ts';
 import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
@@ -135,18 +134,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   async function rowsOf<S extends z.ZodType>(query: QuerySqlToken<S>): Promise<readonly z.infer<S>[]> {
     if (!connection) return (await pool.any(query)) as readonly z.infer<S>[];
     const { text, name } = statementOf(query);
-    const client = await connection.get().catch((error: unknown) => {
-      throw connectionLostError('data keys: could not open the connection', error);
-    });
-    let result: pg.QueryResult;
-    try {
-      result = await client.query(name === undefined ? { text, values: [...query.values] } : { name, text, values: [...query.values] });
-    } catch (error) {
-      if (breaksConnection(error)) connection.drop(client);
-      // PostgreSQL's own answer (57P01 for a terminated backend included) is passed on as it is.
-      if (error instanceof pg.DatabaseError) throw error;
-      throw connectionLostError('data keys: the connection was lost', error);
-    }
+    const result = await connection.run({ text, values: [...query.values], ...(name !== undefined && { name }) }, 'data keys');
     return validatedRows(query, result.rows, 'data keys') as z.infer<S>[];
   }
 

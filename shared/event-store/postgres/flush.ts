@@ -1,6 +1,5 @@
-import pg from 'pg';
 import { z } from 'zod';
-import { breaksConnection, connectionLostError, type PlainConnection } from '../../db/plainConnection.ts';
+import type { PlainConnection } from '../../db/plainConnection.ts';
 import { sqlStateOf } from '../../db/sqlState.ts';
 import type { QueuedAppend } from './groupCommit.ts';
 import { appendOutcome } from './appendOutcomes.ts';
@@ -84,18 +83,7 @@ export function createFlush(flushConnections: readonly PlainConnection[], wakeSc
   async function appendBatch(lane: number, values: unknown[]): Promise<z.infer<typeof batchRow>> {
     const connection = flushConnections[lane];
     if (!connection) throw new Error(`no flush connection for lane ${lane}`);
-    const client = await connection.get().catch((error: unknown) => {
-      throw connectionLostError('event store: could not open the append connection', error);
-    });
-    let result: pg.QueryResult;
-    try {
-      result = await client.query({ name: 'es_append_batch', text: APPEND_BATCH_STATEMENT, values });
-    } catch (error) {
-      if (breaksConnection(error)) connection.drop(client);
-      // PostgreSQL's own answer (57P01 for a terminated backend included) is passed on as it is.
-      if (error instanceof pg.DatabaseError) throw error;
-      throw connectionLostError('event store: the append connection was lost during a flush', error);
-    }
+    const result = await connection.run({ name: 'es_append_batch', text: APPEND_BATCH_STATEMENT, values }, 'event store append');
     const parsed = batchRow.safeParse(result.rows[0]);
     if (!parsed.success) throw new Error(`es_append_batch returned an unexpected row: ${parsed.error.message}`);
     return parsed.data;
