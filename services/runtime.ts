@@ -86,6 +86,8 @@ export type RuntimeOptions = {
   readonly usageConsumedHere?: boolean;
 };
 
+const okRow = z.object({ ok: z.number() });
+
 export async function createRuntime(config: Config, logger: Logger, options: RuntimeOptions = {}): Promise<Runtime> {
   const closers: Array<() => Promise<void>> = [];
   const close = async () => {
@@ -153,7 +155,7 @@ export async function createRuntime(config: Config, logger: Logger, options: Run
     closers.push(() => usage.publisher.close());
 
     const readiness: ReadinessCheck[] = [
-      { name: 'postgres', check: async () => void (await pool.oneFirst(sql.type(z.object({ ok: z.number() }))`select 1 as ok`)) },
+      { name: 'postgres', check: async () => void (await pool.oneFirst(sql.type(okRow)`select 1 as ok`)) },
       ...(config.EVENTSTORE_URL ? [{ name: 'eventstore', check: () => eventStore.ping() }] : []),
       // Kafka carries usage samples only: the publisher buffers and never blocks a request,
       // and the KPI reads that need the topic head answer 503 on their own. Taking every gateway out

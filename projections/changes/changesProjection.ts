@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { tenantScopedTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
@@ -200,7 +200,7 @@ async function handle(
   // webhook dispatch, one per batch and tenant, not per event. One statement with the insert (a
   // data-modifying WITH runs to completion whether or not it is read): one round trip less.
   const tenants = [...new Set(out.map((r) => r.tenantId))];
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     with inserted as (
       insert into ${tables.employee_changes}
         (tenant_id, commit_position, prepare_position, employee_id, revision, type, occurred_at, employee, role_id, status_since)
@@ -241,7 +241,7 @@ async function redactChanges(
   table: IdentifierSqlToken,
   employees: ReadonlyArray<{ tenantId: string; employeeId: string }>,
 ): Promise<void> {
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     update ${table} c set employee = c.employee || ${REDACTED}::jsonb
     from unnest(${sql.array(
       employees.map((e) => e.tenantId),

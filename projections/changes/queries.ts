@@ -30,6 +30,10 @@ const pageSchema = z.object({
   ),
 });
 
+const positionRow = z.object({ commit: z.string(), prepare: z.string() });
+
+const scannedPageSchema = pageSchema.omit({ known: true }).extend({ last: positionRow.nullable() });
+
 /** The rows of `employee_changes c` as one JSON array in `order`, the shape `pageSchema` validates. */
 const pageJson = (order: FeedOrder) => sql.fragment`json_agg(json_build_object(
     'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
@@ -175,7 +179,7 @@ export async function scanChanges(
       where c.tenant_id = ${tenantId} and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
       order by ${order.orderBy} limit ${window}) c`;
     return withTenant(pool, tenantId, (tx) =>
-      tx.one(sql.type(pageSchema.omit({ known: true }).extend({ last: z.object({ commit: z.string(), prepare: z.string() }).nullable() }))`
+      tx.one(sql.type(scannedPageSchema)`
       select p.page,
         -- The last change looked at matters only when the page holds every change of its types in
         -- the window (fewer than the limit): only then is the whole window read (a subquery in a
@@ -201,7 +205,7 @@ export async function scanChanges(
 export async function latestChange(pool: DatabasePool, tenantId: string): Promise<GlobalPosition | null> {
   const row = await inFeedOrder(pool, (order) =>
     withTenant(pool, tenantId, (tx) =>
-      tx.maybeOne(sql.type(z.object({ commit: z.string(), prepare: z.string() }))`
+      tx.maybeOne(sql.type(positionRow)`
         select c.commit_position::text as commit, c.prepare_position::text as prepare from employee_changes c
         where c.tenant_id = ${tenantId} order by ${order.last} limit 1
       `),

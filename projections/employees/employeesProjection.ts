@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import { byEmployee, employeeKey, employeeOf } from './byEmployee.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
@@ -228,7 +228,7 @@ async function handle(
     if (old) count(row, old, -1);
     count(row, row, 1);
   }
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     with written as (
       insert into ${tables.employees} as t
         (tenant_id, id, email, first_name, last_name, department, status, hired_at, status_since, revision, updated_at)

@@ -1,6 +1,5 @@
-import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import type { Tables } from './employeesProjection.ts';
 
 /**
@@ -12,7 +11,7 @@ export async function deleteErasedRows(
   rows: ReadonlyArray<{ readonly tenant_id: string; readonly id: string }>,
   tables: Readonly<Record<Tables, IdentifierSqlToken>>,
 ): Promise<void> {
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     with gone as (
       delete from ${tables.employees} t
       using unnest(${sql.array(

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
@@ -12,8 +12,6 @@ import {
 } from '../../services/billing/contract.ts';
 import { formatUnits } from '../../shared/money.ts';
 import { foldCustomerHistory, type BillingFact } from './subscriptions.ts';
-
-const noRows = z.object({});
 
 const factRow = z.object({
   customer_id: z.string(),
@@ -144,7 +142,7 @@ export const kpiBillingProjection = defineProjection({
 
     // 1. Record the facts. A provider id seen before for the tenant is kept as first recorded
     //    (the ingest refuses a different payload under a seen id; this only guards replays).
-    await tx.query(sql.type(noRows)`
+    await tx.query(sql.type(ignoredRows)`
       insert into ${tables.kpi_billing_facts}
         (tenant_id, event_id, customer_id, type, amount, interval, currency, occurred_at, log_commit, log_prepare)
       select * from ${sql.unnest(
@@ -164,7 +162,7 @@ export const kpiBillingProjection = defineProjection({
       )}
       on conflict (tenant_id, event_id) do nothing
     `);
-    await tx.query(sql.type(noRows)`
+    await tx.query(sql.type(ignoredRows)`
       insert into ${tables.kpi_billing_tenants} (tenant_id, currency)
       select distinct on (tenant_id) tenant_id, currency
       from ${sql.unnest(
@@ -227,13 +225,13 @@ export const kpiBillingProjection = defineProjection({
     }
     const customerKeys = sql.unnest(keys, ['uuid', 'text']);
     for (const table of [tables.kpi_subscription_periods, tables.kpi_mrr_movements, tables.kpi_subscriptions]) {
-      await tx.query(sql.type(noRows)`
+      await tx.query(sql.type(ignoredRows)`
         delete from ${table} t using ${customerKeys} as k(tenant_id, customer_id)
         where t.tenant_id = k.tenant_id and t.customer_id = k.customer_id
       `);
     }
     if (subscriptions.length > 0) {
-      await tx.query(sql.type(noRows)`
+      await tx.query(sql.type(ignoredRows)`
         insert into ${tables.kpi_subscriptions}
           (tenant_id, customer_id, status, amount, interval, currency, mrr, started_at, cancelled_at, updated_at)
         select tenant_id, customer_id, status, amount, interval, currency,
@@ -244,13 +242,13 @@ export const kpiBillingProjection = defineProjection({
       `);
     }
     if (periods.length > 0) {
-      await tx.query(sql.type(noRows)`
+      await tx.query(sql.type(ignoredRows)`
         insert into ${tables.kpi_subscription_periods} (tenant_id, customer_id, ordinal, started_at, ended_at)
         select * from ${sql.unnest(periods, ['uuid', 'text', 'int4', 'timestamptz', 'timestamptz'])}
       `);
     }
     if (movements.length > 0) {
-      await tx.query(sql.type(noRows)`
+      await tx.query(sql.type(ignoredRows)`
         insert into ${tables.kpi_mrr_movements} (tenant_id, event_id, customer_id, occurred_at, kind, arr_delta, mrr_delta)
         select tenant_id, event_id, customer_id, occurred_at, kind, arr_delta, round(arr_delta / 12, 6)
         from ${sql.unnest(movements, ['uuid', 'text', 'text', 'timestamptz', 'text', 'numeric'])}

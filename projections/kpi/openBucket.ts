@@ -37,10 +37,12 @@ export async function openBucketValue(
   }
 }
 
+const requestsRow = z.object({ requests: z.number() });
+
 async function requestsSince(tx: DatabaseTransactionConnection, tenantId: string, start: number, asOf: number): Promise<number> {
   const hour = floorTo('hour', asOf);
   const iso = (ms: number) => new Date(ms).toISOString();
-  return tx.oneFirst(sql.type(z.object({ requests: z.number() }))`
+  return tx.oneFirst(sql.type(requestsRow)`
     select (
       coalesce((select sum(samples) from kpi_usage_hours
                 where tenant_id = ${tenantId} and hour >= ${iso(start)} and hour < ${iso(hour)}), 0)

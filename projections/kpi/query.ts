@@ -23,6 +23,8 @@ export type KpiSummary = {
   readonly currency: string | null;
 };
 
+const sketchRow = z.object({ sketch: z.instanceof(Buffer) });
+
 /**
  * The 1,440 minute buckets ending with asOf's minute, read as whole hours where possible: at
  * most 59 + 24 + 59 rows, however many samples the tenant sent. Merged sketches → p95.
@@ -34,7 +36,7 @@ export async function latencyP95(tx: DatabaseTransactionConnection, tenantId: st
   const hourEnd = Math.floor(end / HOUR) * HOUR;
   const iso = (ms: number) => new Date(ms).toISOString();
   // bytea arrives as a Buffer (no hex round trip: half the bytes on the wire, no re-parsing).
-  const rows = await tx.anyFirst(sql.type(z.object({ sketch: z.instanceof(Buffer) }))`
+  const rows = await tx.anyFirst(sql.type(sketchRow)`
     select latency_sketch as sketch from kpi_usage_hours
     where tenant_id = ${tenantId} and hour >= ${iso(hourStart)} and hour < ${iso(hourEnd)}
     union all
@@ -60,6 +62,8 @@ export async function readKpiSummary(deps: KpiReadDeps, tenantId: string, now: n
   return readKpiSummaryAtHorizon(deps, tenantId, await kpiHorizon(deps, now, 'both'));
 }
 
+const currencyRow = z.object({ currency: z.string() });
+
 /**
  * The summary at `asOf`, the combined horizon (`kpiHorizon(…, 'both')`: the earlier of the billing
  * and usage watermarks), read now: the summary, and `kpi?at=` at or after now. Usage at minute
@@ -70,7 +74,7 @@ export async function readKpiSummaryAtHorizon(deps: KpiReadDeps, tenantId: strin
   return withTenant(deps.pool, tenantId, async (tx) => {
     const usage = await usageAtHorizon(tx, tenantId, asOf);
     const revenue = await readRevenueAsOf(tx, tenantId, new Date(asOf));
-    const currency = await tx.maybeOneFirst(sql.type(z.object({ currency: z.string() }))`
+    const currency = await tx.maybeOneFirst(sql.type(currencyRow)`
       select currency from kpi_billing_tenants where tenant_id = ${tenantId}
     `);
     return {
@@ -84,6 +88,8 @@ export async function readKpiSummaryAtHorizon(deps: KpiReadDeps, tenantId: strin
   });
 }
 
+const usersRow = z.object({ dau: z.number(), mau: z.number() });
+
 /**
  * dau, mau and p95 at the usage horizon, at minute resolution: users by their latest request
  * (`kpi_user_activity`, exact), latency from the minute and hour sketches. Only right at the
@@ -96,7 +102,7 @@ export async function usageAtHorizon(
   asOf: number,
 ): Promise<Pick<KpiSummary, 'dau' | 'mau' | 'apiLatencyP95Ms'>> {
   const iso = (ms: number) => new Date(ms).toISOString();
-  const users = await tx.one(sql.type(z.object({ dau: z.number(), mau: z.number() }))`
+  const users = await tx.one(sql.type(usersRow)`
     select count(*) filter (where last_seen > ${iso(asOf - DAY)}) as dau,
            count(*) as mau
     from kpi_user_activity where tenant_id = ${tenantId} and last_seen > ${iso(asOf - 30 * DAY)}

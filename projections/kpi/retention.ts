@@ -1,5 +1,4 @@
-import { z } from 'zod';
-import { sql, type DatabasePool } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type DatabasePool } from '../../shared/db/pool.ts';
 
 export type KpiRetention = {
   /** Per-minute rows older than this are deleted: the hourly rows hold the same sketches. */
@@ -20,8 +19,8 @@ export function createKpiRollupJob(pool: DatabasePool, retention: KpiRetention =
   return async (now: Date): Promise<Record<string, unknown>> => {
     const minutesBefore = new Date(now.getTime() - minuteHours * 3_600_000).toISOString();
     const daysBefore = new Date(now.getTime() - dailyDays * 86_400_000).toISOString().slice(0, 10);
-    const minutes = await pool.query(sql.type(z.object({}))`delete from kpi_usage_minutes where minute < ${minutesBefore}`);
-    const days = await pool.query(sql.type(z.object({}))`delete from kpi_daily_users where day < ${daysBefore}::date`);
+    const minutes = await pool.query(sql.type(ignoredRows)`delete from kpi_usage_minutes where minute < ${minutesBefore}`);
+    const days = await pool.query(sql.type(ignoredRows)`delete from kpi_daily_users where day < ${daysBefore}::date`);
     return { minuteRowsDeleted: minutes.rowCount, dailyUserRowsDeleted: days.rowCount, minutesBefore, daysBefore };
   };
 }

@@ -12,6 +12,7 @@ import { CHURN_WINDOW_MS, revenueAsOf, type CustomerHistory, type RevenueKpis } 
 
 const periodRow = z.object({ customer_id: z.string(), started_at: z.string(), ended_at: z.string().nullable() });
 const movementRow = z.object({ customer_id: z.string(), occurred_at: z.string(), arr_delta: z.string() });
+const arrRow = z.object({ arr: z.string() });
 
 /**
  * The customers' histories that decide the revenue KPIs at every instant in [from, to]: their
@@ -59,7 +60,7 @@ export async function loadRevenueHistories(
  */
 export async function readRevenueAsOf(tx: DatabaseTransactionConnection, tenantId: string, at: Date): Promise<RevenueKpis> {
   const histories = await loadRevenueHistories(tx, tenantId, { from: at, to: at }, { movements: false });
-  const arr = await tx.oneFirst(sql.type(z.object({ arr: z.string() }))`
+  const arr = await tx.oneFirst(sql.type(arrRow)`
     select coalesce(sum(arr_delta), 0)::text as arr from kpi_mrr_movements
     where tenant_id = ${tenantId} and occurred_at <= ${at.toISOString()}
   `);

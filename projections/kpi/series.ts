@@ -221,10 +221,10 @@ const lowerBound = (atoms: readonly Atom[], t: number) => {
 const isRevenueMetric = (metric: KpiMetric): metric is 'mrr' | 'arr' | 'churnRate' =>
   metric === 'mrr' || metric === 'arr' || metric === 'churnRate';
 
+const currencyRow = z.object({ currency: z.string() });
+
 async function tenantCurrency(tx: DatabaseTransactionConnection, tenantId: string) {
-  return tx.maybeOneFirst(
-    sql.type(z.object({ currency: z.string() }))`select currency from kpi_billing_tenants where tenant_id = ${tenantId}`,
-  );
+  return tx.maybeOneFirst(sql.type(currencyRow)`select currency from kpi_billing_tenants where tenant_id = ${tenantId}`);
 }
 
 export type KpiSeries = {

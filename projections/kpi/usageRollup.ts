@@ -1,6 +1,6 @@
 import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
-import { sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
 import type { ApplyOutcome, SampleBatch, UsageSample, UsageSampleSink } from '../../shared/metrics-bus/port.ts';
 import { addValue, createSketch, deserializeSketch, mergeInto, serializeSketch, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import {
@@ -131,7 +131,6 @@ export function aggregateSamples(samples: readonly UsageSample[]): BatchAggregat
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();
-const noRows = z.object({});
 const existingBucket = z.object({
   tenant_id: z.string(),
   start: z.string(),
@@ -185,7 +184,7 @@ async function upsertBuckets(
       withUsers ? countDistinct(users) : null,
     ];
   });
-  await tx.query(sql.type(noRows)`
+  await tx.query(sql.type(ignoredRows)`
     insert into ${table} (tenant_id, ${column}, samples, errors, duration_sum_ms, latency_sketch${withUsers ? sql.fragment`, users_sketch, users` : sql.fragment``})
     select tenant_id, start, samples, errors, duration_sum_ms, decode(sketch, 'hex')${withUsers ? sql.fragment`, decode(users, 'hex'), user_count` : sql.fragment``}
     from ${sql.unnest(rows, ['uuid', 'timestamptz', 'int8', 'int8', 'float8', 'text', 'text', 'int4'])}
@@ -207,14 +206,14 @@ export async function applySamples(tx: DatabaseTransactionConnection, samples: r
   if (samples.length === 0) return;
   const agg = aggregateSamples(samples);
   const tenants = [...agg.tenants.keys()].sort();
-  await tx.query(sql.type(noRows)`
+  await tx.query(sql.type(ignoredRows)`
     select pg_advisory_xact_lock(hashtext('kpi-usage:' || t)) from unnest(${sql.array(tenants, 'text')}::text[]) as t
   `);
   await upsertBuckets(tx, sql.identifier(['kpi_usage_minutes']), sql.identifier(['minute']), agg.minutes.values());
   await upsertBuckets(tx, sql.identifier(['kpi_usage_hours']), sql.identifier(['hour']), agg.hours.values(), true);
   await upsertBuckets(tx, sql.identifier(['kpi_usage_days']), sql.identifier(['day']), agg.days.values(), true);
   const users = [...agg.users.values()];
-  await tx.query(sql.type(noRows)`
+  await tx.query(sql.type(ignoredRows)`
     insert into kpi_user_activity (tenant_id, user_id, first_seen, last_seen)
     select * from ${sql.unnest(
       users.map((u) => [u.tenantId, u.userId, iso(u.first), iso(u.last)]),
@@ -225,7 +224,7 @@ export async function applySamples(tx: DatabaseTransactionConnection, samples: r
       last_seen = greatest(kpi_user_activity.last_seen, excluded.last_seen)
   `);
   const daily = [...agg.dailyUsers.values()];
-  await tx.query(sql.type(noRows)`
+  await tx.query(sql.type(ignoredRows)`
     insert into kpi_daily_users (tenant_id, day, user_id, samples)
     select * from ${sql.unnest(
       daily.map((d) => [d.tenantId, d.day, d.userId, d.samples]),
@@ -233,7 +232,7 @@ export async function applySamples(tx: DatabaseTransactionConnection, samples: r
     )}
     on conflict (tenant_id, day, user_id) do update set samples = kpi_daily_users.samples + excluded.samples
   `);
-  await tx.query(sql.type(noRows)`
+  await tx.query(sql.type(ignoredRows)`
     insert into kpi_tenant_usage (tenant_id, samples, last_sample_at)
     select * from ${sql.unnest(
       tenants.map((t) => [t, agg.tenants.get(t)!.samples, iso(agg.tenants.get(t)!.last)]),
@@ -246,6 +245,7 @@ export async function applySamples(tx: DatabaseTransactionConnection, samples: r
 }
 
 const offsetRow = z.object({ partition: z.number(), next_offset: z.string() });
+const nextOffsetRow = z.object({ next_offset: z.string() });
 
 export type UsageRollupSinkOptions = {
   /** The consumer group: offsets are stored per (group, topic, partition). */
@@ -291,7 +291,7 @@ export function createUsageRollupSink(
       }
       const key = `${origin.topic}:${origin.partition}`;
       const outcome = await pool.transaction(async (tx): Promise<ApplyOutcome & { count?: number }> => {
-        const stored = await tx.maybeOneFirst(sql.type(z.object({ next_offset: z.string() }))`
+        const stored = await tx.maybeOneFirst(sql.type(nextOffsetRow)`
           select next_offset::text from kpi_kafka_offsets
           where consumer_group = ${options.group} and topic = ${origin.topic} and partition = ${origin.partition}
           for update
@@ -323,7 +323,7 @@ export function createUsageRollupSink(
         let newest: number | null = null;
         for (const sample of fresh) if (newest === null || sample.timestamp > newest) newest = sample.timestamp;
         const appliedUntil = newest === null ? null : iso(newest);
-        await tx.query(sql.type(noRows)`
+        await tx.query(sql.type(ignoredRows)`
           insert into kpi_kafka_offsets (consumer_group, topic, partition, next_offset, samples_applied, applied_until, updated_at)
           values (${options.group}, ${origin.topic}, ${origin.partition}, ${origin.nextOffset}, ${fresh.length}, ${appliedUntil}, now())
           on conflict (consumer_group, topic, partition) do update set

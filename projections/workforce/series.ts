@@ -129,17 +129,21 @@ function flowRows(key: FragmentSqlToken, from: number, to: number): FragmentSqlT
     from employee_versions where ${key} and ${EMPLOYED} and valid_to >= ${a}::timestamptz and valid_to < ${b}::timestamptz`;
 }
 
+const departmentCountRow = z.object({ department: z.string(), n: z.number() });
+
 /** Employed just before `day` (day-aligned), per department ('' for none). */
 async function inForceBefore(tx: DatabaseTransactionConnection, tenantId: string, day: number) {
-  return tx.any(sql.type(z.object({ department: z.string(), n: z.number() }))`
+  return tx.any(sql.type(departmentCountRow)`
     select department, sum(n)::int8 as n
     from (${employedBefore(departmentCounters(tenantId, undefined), day, sql.fragment`department,`)}) x group by department
   `);
 }
 
+const departmentFlowRow = z.object({ department: z.string(), in_force: z.number(), hires: z.number(), exits: z.number() });
+
 /** Within [from, to) (less than a day), from the versions: per department, the change in headcount, hires and exits. */
 async function flowsWithin(tx: DatabaseTransactionConnection, key: ReturnType<typeof keys>, from: number, to: number) {
-  return tx.any(sql.type(z.object({ department: z.string(), in_force: z.number(), hires: z.number(), exits: z.number() }))`
+  return tx.any(sql.type(departmentFlowRow)`
     select department, sum(in_force)::int8 as in_force, sum(hires)::int8 as hires, sum(exits)::int8 as exits
     from (${flowRows(key, from, to)}) x group by department
   `);

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import { byEmployee, employeeKey, employeeOf } from '../employees/byEmployee.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
@@ -181,7 +181,7 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
 
   const replaced = changed.filter((e) => before.has(employeeKey(e.tenantId, e.id)));
   if (replaced.length > 0)
-    await tx.query(sql.type(z.object({}))`
+    await tx.query(sql.type(ignoredRows)`
     delete from ${tables.employee_versions} v
     using unnest(${sql.array(
       replaced.map((e) => e.tenantId),
@@ -193,7 +193,7 @@ async function handle(tx: Queryable, events: readonly RecordedEvent[], tables: R
     where v.tenant_id = k.tenant_id and v.employee_id = k.employee_id
   `);
   const counts = [...deltas.values()].filter((d) => d.inForce !== 0 || d.hires !== 0 || d.exits !== 0);
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     with inserted as (
       insert into ${tables.employee_versions}
         (tenant_id, employee_id, valid_from, valid_to, department, first_name, last_name, email, status, hired_at, previous_status, revision, erased)

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { ConflictError } from '../../shared/errors.ts';
 import { scramSha256Verifier } from './scramVerifier.ts';
 
@@ -31,10 +31,10 @@ export async function createAnalystLogin(
   db: Queryable,
   login: { readonly name: string; readonly tenantId: string; readonly password: string } & AnalystLoginLimits,
 ): Promise<void> {
-  if (await db.exists(sql.type(z.object({}))`select from pg_roles where rolname = ${login.name}`)) {
+  if (await db.exists(sql.type(ignoredRows)`select from pg_roles where rolname = ${login.name}`)) {
     throw new ConflictError(`a database role ${login.name} already exists (revoke it first, or choose another --login)`);
   }
-  await db.query(sql.type(z.object({}))`
+  await db.query(sql.type(ignoredRows)`
     select from analyst_login_create(${login.name}, ${login.tenantId}::uuid, ${scramSha256Verifier(login.password)},
                                      ${login.connectionLimit}::integer, ${`${login.statementTimeoutSeconds}s`},
                                      ${`${login.idleSessionTimeoutSeconds}s`})
@@ -53,9 +53,11 @@ export async function listAnalystLogins(db: Queryable, tenantId?: string): Promi
   `);
 }
 
+const loginNameRow = z.object({ login: z.string() });
+
 /** The names `revoke` acts on for a tenant: its bound logins, and those a failed revoke left without access but not dropped. */
 export async function revocableAnalystLogins(db: Queryable, tenantId: string): Promise<readonly string[]> {
-  return db.anyFirst(sql.type(z.object({ login: z.string() }))`
+  return db.anyFirst(sql.type(loginNameRow)`
     select role_name as "login" from analyst_logins where tenant_id = ${tenantId}::uuid
     union
     select role_name from analyst_logins_revoked where tenant_id = ${tenantId}::uuid
@@ -72,6 +74,10 @@ export type AnalystLoginRevocation = {
   readonly dropFailure?: string;
 };
 
+const revokedRow = z.object({ revoked: z.boolean() });
+const pidRow = z.object({ pid: z.number() });
+const endedRow = z.object({ ended: z.boolean() });
+
 /**
  * Revokes an analyst login in three steps, each committed on its own, so that whatever the login
  * left behind cannot undo the first: its access is cut (no login, no group role, no tenant
@@ -80,17 +86,15 @@ export type AnalystLoginRevocation = {
  * login without access, which is reported and finished by the next revoke.
  */
 export async function revokeAnalystLogin(db: Queryable, login: string): Promise<AnalystLoginRevocation> {
-  const revoked = await db.oneFirst(sql.type(z.object({ revoked: z.boolean() }))`select analyst_login_revoke_access(${login}) as revoked`);
+  const revoked = await db.oneFirst(sql.type(revokedRow)`select analyst_login_revoke_access(${login}) as revoked`);
   if (!revoked) return { revoked, terminated: 0 };
   // The pids are read first and ended one by one: in a single statement the planner may call
   // pg_terminate_backend on rows before the role filter has removed them.
-  const pids = await db.anyFirst(sql.type(z.object({ pid: z.number() }))`select pid from pg_stat_activity where usename = ${login}`);
+  const pids = await db.anyFirst(sql.type(pidRow)`select pid from pg_stat_activity where usename = ${login}`);
   let terminated: number | null = 0;
   for (const pid of pids) {
     const ended = await db
-      .oneFirst(
-        sql.type(z.object({ ended: z.boolean() }))`select pg_terminate_backend(${pid}::int, ${SESSION_END_WAIT_MS}::bigint) as ended`,
-      )
+      .oneFirst(sql.type(endedRow)`select pg_terminate_backend(${pid}::int, ${SESSION_END_WAIT_MS}::bigint) as ended`)
       .catch((error: unknown) => {
         if (sqlStateOf(error) === INSUFFICIENT_PRIVILEGE) return null;
         throw error;
@@ -99,7 +103,7 @@ export async function revokeAnalystLogin(db: Queryable, login: string): Promise<
     else if (ended && terminated !== null) terminated += 1;
   }
   try {
-    await db.query(sql.type(z.object({}))`select analyst_login_drop(${login})`);
+    await db.query(sql.type(ignoredRows)`select analyst_login_drop(${login})`);
     return { revoked, terminated };
   } catch (error) {
     return { revoked, terminated, dropFailure: messageOf(error) };

@@ -1,10 +1,12 @@
 import { z } from 'zod';
 import type { FragmentSqlToken } from 'slonik';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { normaliseEmail } from '../../shared/email.ts';
 
 /** The address a forgotten login gets: it names nobody (a reserved domain) and stays unique. */
 const FORGOTTEN = sql.fragment`'erased-' || id::text || '@erased.invalid'`;
+
+const idRow = z.object({ id: z.string() });
 
 /**
  * The logins of `tenantId` that `which` selects (SQL over `users`) forget their address and are
@@ -14,13 +16,13 @@ const FORGOTTEN = sql.fragment`'erased-' || id::text || '@erased.invalid'`;
  * Returns the ids of the logins that changed.
  */
 async function forgetLogins(tx: Queryable, tenantId: string, which: FragmentSqlToken): Promise<readonly string[]> {
-  const ids = await tx.anyFirst(sql.type(z.object({ id: z.string() }))`
+  const ids = await tx.anyFirst(sql.type(idRow)`
     update users set email = ${FORGOTTEN}, email_key = ${FORGOTTEN}, disabled_at = coalesce(disabled_at, now()), updated_at = now()
     where tenant_id = ${tenantId} and email_key <> ${FORGOTTEN} and (${which})
     returning id::text
   `);
   if (ids.length > 0)
-    await tx.query(sql.type(z.object({}))`
+    await tx.query(sql.type(ignoredRows)`
       update refresh_tokens set revoked_at = now()
       where tenant_id = ${tenantId} and user_id = any(${sql.array([...ids], 'uuid')}) and revoked_at is null
     `);

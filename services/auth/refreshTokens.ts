@@ -1,6 +1,6 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 
 /**
  * Refresh tokens: 256 random bits, opaque to clients, stored only as their sha256 digest.
@@ -19,7 +19,7 @@ export async function issueRefreshToken(
 ): Promise<string> {
   const token = randomBytes(32).toString('base64url');
   const expiresAt = new Date(input.now + REFRESH_TOKEN_TTL_SECONDS * 1000).toISOString();
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     insert into refresh_tokens (tenant_id, user_id, family_id, token_hash, expires_at)
     values (${input.tenantId}, ${input.userId}, ${input.familyId ?? randomUUID()}, ${hashRefreshToken(token)}, ${expiresAt})
   `);
@@ -44,7 +44,7 @@ const tokenRow = z.object({
 });
 
 async function revokeFamilyById(tx: Queryable, tenantId: string, familyId: string): Promise<void> {
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     update refresh_tokens set revoked_at = now() where tenant_id = ${tenantId} and family_id = ${familyId} and revoked_at is null
   `);
 }
@@ -75,7 +75,7 @@ export async function rotateRefreshToken(
     return { kind: 'invalid' };
   }
   await tx.query(
-    sql.type(z.object({}))`update refresh_tokens set rotated_at = now() where tenant_id = ${input.tenantId} and id = ${row.id}`,
+    sql.type(ignoredRows)`update refresh_tokens set rotated_at = now() where tenant_id = ${input.tenantId} and id = ${row.id}`,
   );
   const refreshToken = await issueRefreshToken(tx, {
     tenantId: input.tenantId,
@@ -86,12 +86,14 @@ export async function rotateRefreshToken(
   return { kind: 'rotated', userId: row.user_id, role: row.role, refreshToken };
 }
 
+const familyRow = z.object({ family_id: z.string() });
+
 /** Logout: revokes the token's family. Unknown tokens are ignored (revocation is idempotent). */
 export async function revokeRefreshTokenFamily(
   tx: Queryable,
   input: { tenantId: string; refreshToken: string; userId: string },
 ): Promise<void> {
-  const familyId = await tx.maybeOneFirst(sql.type(z.object({ family_id: z.string() }))`
+  const familyId = await tx.maybeOneFirst(sql.type(familyRow)`
     select family_id from refresh_tokens
     where tenant_id = ${input.tenantId} and token_hash = ${hashRefreshToken(input.refreshToken)} and user_id = ${input.userId}
   `);

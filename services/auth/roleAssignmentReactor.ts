@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, erasedStreams, PERSONAL_FIELDS } from '../employees/contract.ts';
@@ -45,6 +45,9 @@ const decidedAt = (event: RecordedEvent): string =>
 /** The reactor's table of the logins it gave roles, as the live model names it (read by an erasure). */
 export const ROLE_REACTOR_LOGINS = sql.identifier(['role_reactor_logins']);
 
+const madeRow = z.object({ made: z.boolean() });
+const userIdRow = z.object({ user_id: z.string() });
+
 /**
  * The logins the reactor gave an erased employee a role on, forgotten in `tx` (the person's tenant
  * set). Nothing when the reactor has not made its table yet (it then has given nobody a role).
@@ -55,11 +58,9 @@ export async function forgetEmployeeLogins(
   tenantId: string,
   employeeIds: readonly string[],
 ): Promise<number> {
-  const made = await tx.oneFirst(
-    sql.type(z.object({ made: z.boolean() }))`select to_regclass(${table.names.join('.')}) is not null as made`,
-  );
+  const made = await tx.oneFirst(sql.type(madeRow)`select to_regclass(${table.names.join('.')}) is not null as made`);
   if (!made) return 0;
-  const ids = await tx.anyFirst(sql.type(z.object({ user_id: z.string() }))`
+  const ids = await tx.anyFirst(sql.type(userIdRow)`
     delete from ${table} where tenant_id = ${tenantId} and employee_id = any(${sql.array([...employeeIds], 'text')})
     returning user_id::text
   `);
@@ -176,7 +177,7 @@ export const roleAssignmentReactor = defineProjection({
         const row = emails.get(k);
         return row ? [row] : [];
       });
-      await tx.query(sql.type(z.object({}))`
+      await tx.query(sql.type(ignoredRows)`
         insert into ${tables.role_reactor_emails} (tenant_id, employee_id, email)
         select * from unnest(
           ${sql.array(
@@ -198,7 +199,7 @@ export const roleAssignmentReactor = defineProjection({
 
     if (forgotten.size > 0) {
       const gone = [...forgotten].map((k) => k.split('/'));
-      await tx.query(sql.type(z.object({}))`
+      await tx.query(sql.type(ignoredRows)`
         delete from ${tables.role_reactor_emails}
         where (tenant_id, employee_id) in (
           select * from unnest(${sql.array(
@@ -213,14 +214,14 @@ export const roleAssignmentReactor = defineProjection({
     }
 
     // users is tenant-scoped by row-level security: scope each statement to the event's tenant.
-    const inTenant = (tenantId: string) => tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${tenantId}, true)`);
+    const inTenant = (tenantId: string) => tx.query(sql.type(ignoredRows)`select set_config('app.tenant_id', ${tenantId}, true)`);
     // An assignment of a person erased later in this page would hand their address a role (and
     // make an account for it) after the erasure forgot it: dropped.
     for (const assignment of assignments.filter((a) => !erased.has(a.key))) {
       await inTenant(assignment.tenantId);
       const userId = await applyRoleAssignment(tx, assignment);
       if (userId !== null)
-        await tx.query(sql.type(z.object({}))`
+        await tx.query(sql.type(ignoredRows)`
           insert into ${tables.role_reactor_logins} (tenant_id, employee_id, user_id)
           values (${assignment.tenantId}, ${assignment.employeeId}, ${userId}) on conflict do nothing
         `);
@@ -235,6 +236,8 @@ export const roleAssignmentReactor = defineProjection({
     }
   },
 });
+
+const idRow = z.object({ id: z.string() });
 
 /**
  * Gives the person with `email` the role `roleId`, as decided at `decidedAt` (the reaction to an
@@ -252,7 +255,7 @@ export async function applyRoleAssignment(
   input: { tenantId: string; email: string; roleId: string; decidedAt: string },
 ): Promise<string | null> {
   const key = normaliseEmail(input.email);
-  return tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
+  return tx.maybeOneFirst(sql.type(idRow)`
     with role as (
       select r.id, r.tenant_id from roles r where r.id = ${input.roleId}::uuid and r.tenant_id = ${input.tenantId}::uuid
     ), written as (

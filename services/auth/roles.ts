@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { UnprocessableError } from '../../shared/errors.ts';
 import { BUILT_IN_ROLES, permissionsOf, type Permission } from './permissions.ts';
 
@@ -14,7 +14,7 @@ export type Role = { readonly id: string; readonly name: string; readonly permis
 const roleRow = z.object({ id: z.string(), name: z.string() }).transform((row): Role => ({ ...row, permissions: permissionsOf(row.name) }));
 
 export async function ensureBuiltInRoles(tx: Queryable, tenantId: string): Promise<void> {
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     insert into roles (tenant_id, name)
     select ${tenantId}, name from unnest(${sql.array([...BUILT_IN_ROLES], 'text')}) as name
     on conflict (tenant_id, name) do nothing

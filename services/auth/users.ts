@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { normaliseEmail } from '../../shared/email.ts';
 import { ConflictError, NotFoundError } from '../../shared/errors.ts';
 import { hashPassword } from './passwords.ts';
@@ -73,20 +73,22 @@ export async function listUsers(tx: Queryable, tenantId: string): Promise<readon
   `);
 }
 
+const credentialsRow = z.object({ id: z.string(), role: z.string(), password_hash: z.string().nullable(), disabled: z.boolean() });
+
 /** What login needs: the hash is read only here and never leaves this module's callers. */
 export async function findLoginCredentials(
   tx: Queryable,
   tenantId: string,
   email: string,
 ): Promise<{ id: string; role: string; passwordHash: string | null; disabled: boolean } | null> {
-  const row = await tx.maybeOne(sql.type(
-    z.object({ id: z.string(), role: z.string(), password_hash: z.string().nullable(), disabled: z.boolean() }),
-  )`
+  const row = await tx.maybeOne(sql.type(credentialsRow)`
     select u.id, r.name as role, u.password_hash, u.disabled_at is not null as disabled
     from ${usersWithRoles(tenantId)} where u.tenant_id = ${tenantId} and u.email_key = ${normaliseEmail(email)}
   `);
   return row && { id: row.id, role: row.role, passwordHash: row.password_hash, disabled: row.disabled };
 }
+
+const idRow = z.object({ id: z.string() });
 
 /**
  * Creates a login. An account that exists without a password (made from an employee's
@@ -99,11 +101,11 @@ export async function createUser(tx: Queryable, input: { tenantId: string; email
   const existing = await findUserByEmail(tx, tenantId, input.email);
   if (existing?.hasPassword) throw new ConflictError(`A user with email ${input.email} already exists`);
   const id = existing
-    ? await tx.oneFirst(sql.type(z.object({ id: z.string() }))`
+    ? await tx.oneFirst(sql.type(idRow)`
         update users set password_hash = ${passwordHash}, role_id = ${roleId}, role_set_at = now(), updated_at = now()
         where tenant_id = ${tenantId} and id = ${existing.id} returning id
       `)
-    : await tx.oneFirst(sql.type(z.object({ id: z.string() }))`
+    : await tx.oneFirst(sql.type(idRow)`
         insert into users (tenant_id, email, email_key, password_hash, role_id, role_set_at)
         values (${tenantId}, ${input.email}, ${normaliseEmail(input.email)}, ${passwordHash}, ${roleId}, now()) returning id
       `);
@@ -115,7 +117,7 @@ export async function createUser(tx: Queryable, input: { tenantId: string; email
 /** Role changes reach access tokens at the user's next refresh (at most 15 minutes). */
 export async function setUserRole(tx: Queryable, tenantId: string, email: string, role: string): Promise<User> {
   const roleId = await roleIdByName(tx, tenantId, role);
-  const id = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
+  const id = await tx.maybeOneFirst(sql.type(idRow)`
     update users set role_id = ${roleId}, role_set_at = now(), updated_at = now()
     where tenant_id = ${tenantId} and email_key = ${normaliseEmail(email)} returning id
   `);
@@ -127,12 +129,12 @@ export async function setUserRole(tx: Queryable, tenantId: string, email: string
 
 /** Disables the login and revokes every refresh token; access tokens already issued expire within 15 minutes. */
 export async function disableUser(tx: Queryable, tenantId: string, email: string): Promise<User> {
-  const id = await tx.maybeOneFirst(sql.type(z.object({ id: z.string() }))`
+  const id = await tx.maybeOneFirst(sql.type(idRow)`
     update users set disabled_at = coalesce(disabled_at, now()), updated_at = now()
     where tenant_id = ${tenantId} and email_key = ${normaliseEmail(email)} returning id
   `);
   if (!id) throw new NotFoundError(`No user with email ${email}`);
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     update refresh_tokens set revoked_at = now() where tenant_id = ${tenantId} and user_id = ${id} and revoked_at is null
   `);
   const user = await findUserById(tx, tenantId, id);

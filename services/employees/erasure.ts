@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
-import { sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, AppendResult, EventStore, GlobalPosition } from '../../shared/event-store/port.ts';
 import { appendInTransaction } from '../../shared/event-store/postgres/appendInTransaction.ts';
@@ -157,7 +156,7 @@ async function completeErasure(tx: Queryable, ports: ErasurePorts, person: Erase
   // projection's page could be waiting for (parkedRedactions.ts).
   await redactParkedStreams(tx, [employeeStreamId(person.tenantId, person.employeeId)], PERSONAL_FIELDS);
   // The tables `forget` touches are tenant-scoped (row-level security, forced): this transaction is the person's tenant's.
-  await tx.query(sql.type(z.object({}))`select set_config('app.tenant_id', ${person.tenantId}, true)`);
+  await tx.query(sql.type(ignoredRows)`select set_config('app.tenant_id', ${person.tenantId}, true)`);
   await recordErasure(tx, person);
   await ports.forget(tx, person);
 }

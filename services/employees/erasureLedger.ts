@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 
 /**
  * The erasure ledger (`employee_erasures`): tenant, employee id and when, nothing personal. Each
@@ -10,7 +10,7 @@ export type ErasureEntry = { readonly tenantId: string; readonly employeeId: str
 
 /** Records an erasure; the first `erasedAt` of an employee stands (an erasure is repeated, never moved). */
 export async function recordErasure(tx: Queryable, entry: ErasureEntry): Promise<void> {
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     insert into employee_erasures (tenant_id, employee_id, erased_at)
     values (${entry.tenantId}, ${entry.employeeId}, ${entry.erasedAt})
     on conflict (tenant_id, employee_id) do nothing

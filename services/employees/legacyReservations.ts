@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type DatabasePool } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type DatabasePool } from '../../shared/db/pool.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { emailReservationStreamId } from './emailReservation.ts';
 
@@ -27,12 +27,16 @@ const legacyEvent = z.object({
 
 const LEGACY_EVENTS = sql.fragment`type = 'EmployeeEmailReserved' and data ? 'email' and stream_id like 'employee-email-%'`;
 
+const countRow = z.object({ n: z.number() });
+
 /** Reservation streams of the first form still to convert. */
 export async function countLegacyReservations(pool: DatabasePool): Promise<number> {
-  return pool.oneFirst(sql.type(z.object({ n: z.number() }))`
+  return pool.oneFirst(sql.type(countRow)`
     select count(distinct stream_id)::int8 as n from es_events where ${LEGACY_EVENTS}
   `);
 }
+
+const streamIdRow = z.object({ stream_id: z.string() });
 
 export async function convertLegacyReservations(
   pool: DatabasePool,
@@ -63,7 +67,7 @@ export async function convertLegacyReservations(
     const converted: Array<{ oldId: string; newId: string }> = [];
     const dropped: Array<{ oldId: string; tenantId: string }> = [];
     const taken = new Set(
-      await pool.anyFirst(sql.type(z.object({ stream_id: z.string() }))`
+      await pool.anyFirst(sql.type(streamIdRow)`
         select distinct stream_id from es_events where stream_id = any(${sql.array(
           [...streams].map(([oldId, r]) => newIdOf(emailHash, oldId, r)),
           'text',
@@ -80,14 +84,14 @@ export async function convertLegacyReservations(
     await pool.transaction(async (tx) => {
       if (dropped.length > 0) {
         await tx.query(
-          sql.type(z.object({}))`delete from es_events where stream_id = any(${sql.array(
+          sql.type(ignoredRows)`delete from es_events where stream_id = any(${sql.array(
             dropped.map((d) => d.oldId),
             'text',
           )})`,
         );
       }
       if (converted.length > 0) {
-        await tx.query(sql.type(z.object({}))`
+        await tx.query(sql.type(ignoredRows)`
           update es_events e set stream_id = u.new_id, data = e.data - 'email'
           from unnest(${sql.array(
             converted.map((c) => c.oldId),
@@ -115,6 +119,8 @@ const newIdOf = (emailHash: EmailHash, oldId: string, r: { tenant_id: string | n
 /** Whether reservations of the first form may still exist, so a hire must look for one (see `watchLegacyReservations`). */
 export type LegacyReservationsWatch = () => Promise<boolean>;
 
+const legacyRow = z.object({ legacy: z.boolean() });
+
 /**
  * Tells hires whether to look for a first-form reservation of their address (one stream read
  * each). True while the PostgreSQL log holds any, asked again at most every `recheckMs`; false
@@ -138,7 +144,7 @@ export function watchLegacyReservations(
       // The range holds exactly the first-form names (a uuid's hex digits sort below the keyed form's `h`), on the stream index.
       const answer = pool
         .one(
-          sql.type(z.object({ legacy: z.boolean() }))`
+          sql.type(legacyRow)`
             select exists(
                      select 1 from es_events
                      where stream_id >= 'employee-email-0' and stream_id < 'employee-email-g' and ${LEGACY_EVENTS}

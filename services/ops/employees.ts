@@ -6,6 +6,8 @@ import { auditReservation, RESERVATION_AUDITS, UNSETTLED_AUDITS, type Reservatio
 import { findTenantBySlug } from '../tenants/tenants.ts';
 import { opsAction, parseSlug, withConfiguredRuntime } from './tenants.ts';
 
+const employeeRow = z.object({ tenant_id: z.string(), id: z.string() });
+
 /**
  * `ops employees check-emails [--tenant <slug>] [--repair]`: every hired employee's address must
  * be reserved by that employee (services/employees/emailReservation.ts). A reservation written
@@ -29,7 +31,7 @@ export function registerEmployeeCommands(program: Command): void {
         await withConfiguredRuntime(async ({ pool, eventStore, emailHash }) => {
           const tenant = options.tenant === undefined ? undefined : await findTenantBySlug(pool, options.tenant);
           if (options.tenant !== undefined && !tenant) throw new NotFoundError(`No tenant ${options.tenant}`);
-          const rows = await pool.any(sql.type(z.object({ tenant_id: z.string(), id: z.string() }))`
+          const rows = await pool.any(sql.type(employeeRow)`
             select tenant_id::text, id::text from employees
             ${tenant ? sql.fragment`where tenant_id = ${tenant.id}` : sql.fragment``}
             order by tenant_id, id

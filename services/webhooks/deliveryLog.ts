@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { ValueExpression } from 'slonik';
-import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 
 /**
@@ -111,6 +111,8 @@ export type AttemptRecord = {
     | { readonly kind: 'disable'; readonly reason: string };
 };
 
+const endpointIdRow = z.object({ id: z.string() });
+
 /**
  * Records one attempt and moves the endpoint accordingly, in one transaction, only while the
  * lease is ours (false: it was lost, and whoever holds it now carries on).
@@ -126,7 +128,7 @@ export async function recordAttempt(
   const commit = change.position.commit.toString();
   const prepare = change.position.prepare.toString();
   return withTenant(pool, tenantId, async (tx) => {
-    const moved = await tx.maybeOne(sql.type(z.object({ id: z.string() }))`
+    const moved = await tx.maybeOne(sql.type(endpointIdRow)`
       update webhook_endpoints set
         cursor_commit = case when ${outcome.kind} = 'delivered' then ${commit}::numeric else cursor_commit end,
         cursor_prepare = case when ${outcome.kind} = 'delivered' then ${prepare}::numeric else cursor_prepare end,
@@ -140,7 +142,7 @@ export async function recordAttempt(
     `);
     if (!moved) return false;
     const status = outcome.kind === 'delivered' ? 'succeeded' : outcome.kind === 'retry' ? 'retrying' : 'failed';
-    await tx.query(sql.type(z.object({}))`
+    await tx.query(sql.type(ignoredRows)`
       insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
         last_status_code, last_error, last_attempt_at, next_attempt_at, attempt_log)
       values (${id}, ${tenantId}, ${commit}, ${prepare}, ${change.type}, ${status}, 1, ${attempt.statusCode}, ${attempt.error}, now(),
@@ -186,7 +188,7 @@ export async function recordDelivered(
   // (the change retried is no longer in the feed, and `moveTo` passes others): its retry state
   // goes, else the next change would inherit its failure count and its retry deadline.
   return withTenant(pool, tenantId, async (tx) => {
-    const moved = await tx.maybeOne(sql.type(z.object({ id: z.string() }))`
+    const moved = await tx.maybeOne(sql.type(endpointIdRow)`
       update webhook_endpoints set
         cursor_commit = ${to ? sql.fragment`${to.commit.toString()}::numeric` : sql.fragment`cursor_commit`},
         cursor_prepare = ${to ? sql.fragment`${to.prepare.toString()}::numeric` : sql.fragment`cursor_prepare`},
@@ -199,7 +201,7 @@ export async function recordDelivered(
     `);
     if (!moved) return false;
     if (!last) return true;
-    await tx.query(sql.type(z.object({}))`
+    await tx.query(sql.type(ignoredRows)`
       insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
         last_status_code, last_error, last_attempt_at, next_attempt_at, attempt_log)
       select ${id}, ${tenantId}, t.commit_position, t.prepare_position, t.type, 'succeeded', 1, t.status_code, null, t.done_at, null, t.attempt
@@ -235,7 +237,7 @@ export async function recordDelivered(
 export async function trimDeliveries(pool: DatabasePool, before: Date, batch = 5_000): Promise<number> {
   let deleted = 0;
   for (;;) {
-    const result = await pool.query(sql.type(z.object({}))`
+    const result = await pool.query(sql.type(ignoredRows)`
       delete from webhook_deliveries
       where ctid = any(array(
           select old.ctid from webhook_endpoints e

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import { ConflictError } from '../../shared/errors.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 
@@ -78,7 +78,7 @@ export async function insertEndpoint(
 ): Promise<EndpointRecord> {
   return withTenant(pool, e.tenantId, async (tx) => {
     // Registrations of one tenant one at a time, so two at once cannot both pass the count.
-    await tx.query(sql.type(z.object({}))`select pg_advisory_xact_lock(hashtext(${`webhook-endpoints:${e.tenantId}`}))::text`);
+    await tx.query(sql.type(ignoredRows)`select pg_advisory_xact_lock(hashtext(${`webhook-endpoints:${e.tenantId}`}))::text`);
     const row = await tx.maybeOne(sql.type(endpointRow)`
       insert into webhook_endpoints (id, tenant_id, url, event_types, secret_sealed, cursor_commit, cursor_prepare)
       select ${e.id}, ${e.tenantId}, ${e.url}, ${sql.array([...e.eventTypes], 'text')}, ${e.secretSealed},
@@ -105,11 +105,11 @@ export async function findEndpoint(pool: DatabasePool, tenantId: string, id: str
   return row ? toEndpoint(row) : null;
 }
 
+const endpointIdRow = z.object({ id: z.string() });
+
 export async function deleteEndpoint(pool: DatabasePool, tenantId: string, id: string): Promise<boolean> {
   const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(
-      sql.type(z.object({ id: z.string() }))`delete from webhook_endpoints where tenant_id = ${tenantId} and id = ${id} returning id::text`,
-    ),
+    tx.maybeOne(sql.type(endpointIdRow)`delete from webhook_endpoints where tenant_id = ${tenantId} and id = ${id} returning id::text`),
   );
   return row !== null;
 }
@@ -117,7 +117,7 @@ export async function deleteEndpoint(pool: DatabasePool, tenantId: string, id: s
 /** Replaces the sealed secret (sealed again under the current key), unless it changed meanwhile. */
 export async function resealSecret(pool: DatabasePool, tenantId: string, id: string, from: string, to: string): Promise<boolean> {
   const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(z.object({ id: z.string() }))`
+    tx.maybeOne(sql.type(endpointIdRow)`
       update webhook_endpoints set secret_sealed = ${to} where tenant_id = ${tenantId} and id = ${id} and secret_sealed = ${from}
       returning id::text
     `),

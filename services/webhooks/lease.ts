@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { ValueExpression } from 'slonik';
-import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 import { changeWithin, inFeedOrder, type FeedOrder } from '../../projections/changes/queries.ts';
 import { ALWAYS_DELIVERED, endpointColumns, endpointRow, toEndpoint, type EndpointRecord } from './endpoints.ts';
@@ -15,6 +15,8 @@ import { ALWAYS_DELIVERED, endpointColumns, endpointRow, toEndpoint, type Endpoi
  * same value, and the holder, which knows its own token, can still release it (releaseLease).
  */
 const revoked = (token: ValueExpression) => sql.fragment`overlay(${token}::text placing '0' from 15 for 1)::uuid`;
+
+const rewoundRow = endpointRow.extend({ handing_over: z.boolean() });
 
 /**
  * Replay: move the endpoint back (or forward) to `cursor`, re-activate it, forget its retry state.
@@ -36,7 +38,7 @@ export async function rewindEndpoint(
   cursor: GlobalPosition,
 ): Promise<(EndpointRecord & { readonly handingOver: boolean }) | null> {
   const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(endpointRow.extend({ handing_over: z.boolean() }))`
+    tx.maybeOne(sql.type(rewoundRow)`
       update webhook_endpoints set cursor_commit = ${cursor.commit.toString()}, cursor_prepare = ${cursor.prepare.toString()},
         status = 'active', disabled_reason = null, failed_attempts = 0, next_attempt_at = null, retrying_since = null,
         lease_token = case when lease_until >= now() then ${revoked(sql.fragment`lease_token`)} end,
@@ -48,10 +50,12 @@ export async function rewindEndpoint(
   return row ? { ...toEndpoint(row), handingOver: row.handing_over } : null;
 }
 
+const revokedRow = z.object({ revoked: z.boolean() });
+
 /** Whether a replay's revoked lease is still held (its holder has not released it and it has not run out). */
 export async function leaseRevoked(pool: DatabasePool, tenantId: string, id: string): Promise<boolean> {
   const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(z.object({ revoked: z.boolean() }))`
+    tx.maybeOne(sql.type(revokedRow)`
       select coalesce(lease_token = ${revoked(sql.fragment`lease_token`)} and lease_until >= now(), false) as revoked
       from webhook_endpoints where tenant_id = ${tenantId} and id = ${id}
     `),
@@ -86,6 +90,8 @@ const dueNow = (order: FeedOrder, alias: string, scanWindow: number) => {
           and ${changeWithin(order, sql.fragment`${e}.tenant_id`, sql.fragment`${e}.cursor_commit`, sql.fragment`${e}.cursor_prepare`, sql.fragment`array_append(${e}.event_types, ${ALWAYS_DELIVERED}::text)`, scanWindow)}`;
 };
 
+const dueRow = z.object({ id: z.string(), tenant_id: z.string(), state_seen: z.string() });
+
 /**
  * Endpoints that have something to deliver now and that nobody is delivering to: active, not
  * waiting for a retry, not leased, with a change of a subscribed type among the next
@@ -114,7 +120,7 @@ export async function dueEndpoints(
         ? sql.fragment`and e.id = ${only}`
         : sql.fragment`and e.tenant_id = ${only.tenantId}`;
   const rows = await inFeedOrder(pool, (order) =>
-    pool.any(sql.type(z.object({ id: z.string(), tenant_id: z.string(), state_seen: z.string() }))`
+    pool.any(sql.type(dueRow)`
       select d.id, d.tenant_id, d.state_seen from (
         select e.id::text, e.tenant_id::text,
                coalesce((extract(epoch from e.lease_until) * 1000)::bigint::text, 'none') || '-' || e.cursor_commit::text || '-' || e.cursor_prepare::text as state_seen,
@@ -157,7 +163,7 @@ export async function acquireLease(
   const row = await inFeedOrder(pool, (order) =>
     withTenant(pool, tenantId, async (tx) => {
       // The tenant's takers one at a time, so that the counts below still hold when the lease is taken.
-      if (bounded) await tx.query(sql.type(z.object({}))`select pg_advisory_xact_lock(hashtext(${`webhook-tenant:${tenantId}`}))::text`);
+      if (bounded) await tx.query(sql.type(ignoredRows)`select pg_advisory_xact_lock(hashtext(${`webhook-tenant:${tenantId}`}))::text`);
       const held = sql.fragment`(select count(*) from webhook_endpoints o
                  where o.tenant_id = ${tenantId} and o.id <> ${id} and o.lease_until >= now())`;
       return tx.maybeOne(sql.type(endpointRow)`
@@ -185,6 +191,8 @@ export async function acquireLease(
   return row ? toEndpoint(row) : null;
 }
 
+const leaseStateRow = z.object({ ours: z.boolean(), left_ms: z.number() });
+
 /**
  * The lease as its holder sees it before each send: still its own (a replay revokes it, another
  * worker takes it once it ran out), and how long it has left. One primary-key read; across
@@ -196,7 +204,7 @@ export async function leaseState(
   id: string,
   token: string,
 ): Promise<{ readonly ours: boolean; readonly leftMs: number }> {
-  const row = await pool.maybeOne(sql.type(z.object({ ours: z.boolean(), left_ms: z.number() }))`
+  const row = await pool.maybeOne(sql.type(leaseStateRow)`
     select coalesce(lease_token = ${token}::uuid and lease_until > now(), false) as ours,
            coalesce(extract(epoch from lease_until - now()) * 1000, 0)::float8 as left_ms
     from webhook_endpoints where tenant_id = ${tenantId} and id = ${id}
@@ -207,7 +215,7 @@ export async function leaseState(
 /** Lets the lease go: the holder's own, or the revoked form a replay left it (rewindEndpoint). */
 export async function releaseLease(pool: DatabasePool, tenantId: string, id: string, token: string): Promise<void> {
   await withTenant(pool, tenantId, (tx) =>
-    tx.query(sql.type(z.object({}))`
+    tx.query(sql.type(ignoredRows)`
       update webhook_endpoints set lease_token = null, lease_until = null
       where tenant_id = ${tenantId} and id = ${id} and lease_token in (${token}::uuid, ${revoked(token)})
     `),

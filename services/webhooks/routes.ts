@@ -3,7 +3,7 @@ import { setTimeout } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { sql, type DatabasePool } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { BadRequestError, NotFoundError, UnprocessableError } from '../../shared/errors.ts';
 import { START } from '../../shared/event-store/port.ts';
 import { CHANGES_CHANNEL } from '../../projections/changes/changesProjection.ts';
@@ -115,7 +115,7 @@ export function webhooksRoutes(deps: WebhooksRoutesDeps) {
   };
   // Wakes the delivery workers (they LISTEN on the feed's channel) instead of waiting for a sweep.
   const wakeDispatch = (tenantId: string) =>
-    deps.pool.query(sql.type(z.object({}))`select pg_notify(${CHANGES_CHANNEL}, ${tenantId})`).then(
+    deps.pool.query(sql.type(ignoredRows)`select pg_notify(${CHANGES_CHANNEL}, ${tenantId})`).then(
       () => undefined,
       () => undefined,
     );

@@ -13,6 +13,13 @@ import { z } from 'zod';
 import { parsePostgresTimestamp } from './timestamps.ts';
 
 export { sql };
+
+/**
+ * The row schema of a statement whose rows the caller does not read. One shared instance: a zod
+ * schema built per call costs more than a small statement's round trip, since zod also compiles
+ * each new instance's parser on its first row.
+ */
+export const ignoredRows = z.object({});
 export type { DatabasePool, DatabaseTransactionConnection };
 /** Anything that can run a query: the pool, a pooled connection or a transaction. */
 export type Queryable = Pick<
@@ -125,8 +132,8 @@ export async function withTenant<T>(
   return pool.transaction(async (tx) => {
     // `snapshot`: a read of several statements that must all see one state of the data (under
     // read committed each statement sees the commits made before it). Must come first.
-    if (options.snapshot) await tx.query(sql.type(z.object({}))`set transaction isolation level repeatable read, read only`);
-    await tx.query(sql.type(z.object({}))`
+    if (options.snapshot) await tx.query(sql.type(ignoredRows)`set transaction isolation level repeatable read, read only`);
+    await tx.query(sql.type(ignoredRows)`
       select set_config('app.tenant_id', ${tenantId}, true), set_config('role', ${TENANT_ROLE}, true)
     `);
     return work(tx);

@@ -87,6 +87,10 @@ const keyRows = z.object({
   sealed_keys: z.array(z.string().nullable()),
 });
 
+const insertedKeyRow = z.object({ ref: z.string() });
+const destroyedAtRow = z.object({ destroyed_at: z.string() });
+const destroyedRow = z.object({ destroyed: z.boolean() });
+
 /** What a sealed data key is bound to: its subject and id (a row copied to another subject does not open). */
 export const wrapContext = (s: DataSubject, keyId: string): string => `${s.tenantId}/${s.subjectId}/${keyId}`;
 
@@ -239,7 +243,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
     }
     const rows = [...made.values()];
     const inserted = (
-      await rowsOf(sql.type(z.object({ ref: z.string() }))`
+      await rowsOf(sql.type(insertedKeyRow)`
         insert into personal_data_keys (tenant_id, subject_id, key_id, kek_id, sealed_key)
         select w.tenant_id, w.subject_id, w.key_id, w.kek_id, w.sealed_key
         from unnest(
@@ -313,7 +317,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
     async destroy(tenantId, subjectId, queryable) {
       cache.delete(subjectRef({ tenantId, subjectId }));
       unwrappedKeys.delete(subjectRef({ tenantId, subjectId }));
-      const destroyedAt = await queryable.oneFirst(sql.type(z.object({ destroyed_at: z.string() }))`
+      const destroyedAt = await queryable.oneFirst(sql.type(destroyedAtRow)`
         insert into personal_data_keys as k (tenant_id, subject_id, key_id, destroyed_at)
         values (${tenantId}, ${subjectId}, ${randomBytes(9).toString('base64url')}, now())
         on conflict (tenant_id, subject_id) do update
@@ -330,7 +334,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
     },
 
     async isDestroyed(tenantId, subjectId, queryable = pool) {
-      const destroyed = await queryable.maybeOneFirst(sql.type(z.object({ destroyed: z.boolean() }))`
+      const destroyed = await queryable.maybeOneFirst(sql.type(destroyedRow)`
         select destroyed_at is not null as destroyed from personal_data_keys
         where tenant_id = ${tenantId} and subject_id = ${subjectId}
       `);

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type DatabasePool } from '../db/pool.ts';
+import { ignoredRows, sql, type DatabasePool } from '../db/pool.ts';
 import { wrapContext } from './dataKeys.ts';
 import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
 
@@ -11,9 +11,11 @@ import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
  */
 const keyRow = z.object({ tenant_id: z.string(), subject_id: z.string(), key_id: z.string(), kek_id: z.string(), sealed_key: z.string() });
 
+const kekCountRow = z.object({ kek_id: z.string(), n: z.number() });
+
 /** How many data keys each older KEK still seals (what a rotation has left to do). */
 export async function keysUnderOlderKeks(pool: DatabasePool, keks: KeyEncryptionKeys): Promise<ReadonlyMap<string, number>> {
-  const rows = await pool.any(sql.type(z.object({ kek_id: z.string(), n: z.number() }))`
+  const rows = await pool.any(sql.type(kekCountRow)`
     select kek_id, count(*)::int8 as n from personal_data_keys where kek_id <> ${keks.currentId} group by kek_id order by kek_id
   `);
   return new Map(rows.map((r) => [r.kek_id, r.n]));
@@ -47,7 +49,7 @@ export async function rewrapDataKeys(
       for (const r of rows) {
         const context = wrapContext({ tenantId: r.tenant_id, subjectId: r.subject_id }, r.key_id);
         const { kekId, sealed } = keks.wrap(keks.unwrap(r.kek_id, r.sealed_key, context), context);
-        await tx.query(sql.type(z.object({}))`
+        await tx.query(sql.type(ignoredRows)`
           update personal_data_keys set kek_id = ${kekId}, sealed_key = ${sealed}
           where tenant_id = ${r.tenant_id} and subject_id = ${r.subject_id} and sealed_key is not null
         `);

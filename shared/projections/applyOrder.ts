@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type Queryable } from '../db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../db/pool.ts';
 import { comparePositions, type GlobalPosition, type RecordedEvent } from '../event-store/port.ts';
 
 /**
@@ -17,7 +17,7 @@ import { comparePositions, type GlobalPosition, type RecordedEvent } from '../ev
  */
 export async function recordLateApplies(tx: Queryable, name: string, eventIds: readonly string[], after: GlobalPosition): Promise<void> {
   if (eventIds.length === 0) return;
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     insert into projection_late_applies (projection, event_id, after_commit, after_prepare)
     select ${name}, u.id, ${after.commit.toString()}, ${after.prepare.toString()}
     from unnest(${sql.array([...eventIds], 'text')}) with ordinality as u(id, n)
@@ -30,11 +30,11 @@ export async function recordLateApplies(tx: Queryable, name: string, eventIds: r
 /** Where an event was applied late: right after `after`, as the `ordinal`-th such record. */
 export type LateApply = { readonly after: GlobalPosition; readonly ordinal: bigint };
 
+const appliedOrderRow = z.object({ event_id: z.string(), after_commit: z.string(), after_prepare: z.string(), ordinal: z.string() });
+
 /** Every recorded late apply of the projection, by event id. */
 export async function readLateApplies(db: Queryable, name: string): Promise<Map<string, LateApply>> {
-  const rows = await db.any(sql.type(
-    z.object({ event_id: z.string(), after_commit: z.string(), after_prepare: z.string(), ordinal: z.string() }),
-  )`
+  const rows = await db.any(sql.type(appliedOrderRow)`
     select event_id, after_commit::text, after_prepare::text, ordinal::text from projection_late_applies where projection = ${name}
   `);
   return new Map(

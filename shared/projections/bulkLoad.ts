@@ -3,8 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
-import { z } from 'zod';
-import { sql, type DatabasePool } from '../db/pool.ts';
+import { ignoredRows, sql, type DatabasePool } from '../db/pool.ts';
 import type { BulkRows } from './projection.ts';
 
 /**
@@ -72,9 +71,7 @@ export async function bulkLoad(
 ): Promise<void> {
   if (!connectionUrl) {
     await connection.transaction(async (tx) => {
-      await tx.query(sql.type(
-        z.object({}),
-      )`select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
+      await tx.query(sql.type(ignoredRows)`select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
         set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)`);
       for (const { table, rows, afterLoad } of tables) {
         const columns = sql.join(
@@ -82,12 +79,12 @@ export async function bulkLoad(
           sql.fragment`, `,
         );
         for (let i = 0; i < rows.rows.length; i += INSERT_ROWS) {
-          await tx.query(sql.type(z.object({}))`
+          await tx.query(sql.type(ignoredRows)`
             insert into ${table} (${columns}) select * from ${sql.unnest(rows.rows.slice(i, i + INSERT_ROWS), [...rows.types])}
           `);
         }
-        for (const statement of afterLoad) await tx.query(sql.type(z.object({}))`${statement}`);
-        await tx.query(sql.type(z.object({}))`analyze ${table}`);
+        for (const statement of afterLoad) await tx.query(sql.type(ignoredRows)`${statement}`);
+        await tx.query(sql.type(ignoredRows)`analyze ${table}`);
       }
     });
     return;

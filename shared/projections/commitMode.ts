@@ -1,5 +1,4 @@
-import { z } from 'zod';
-import { sql } from '../db/pool.ts';
+import { ignoredRows, sql } from '../db/pool.ts';
 import type { Projection } from './projection.ts';
 
 export type CommitMode = 'on' | 'off';
@@ -14,4 +13,4 @@ export const pageCommitMode = (projection: Pick<Projection<string>, 'durablePage
   projection.durablePages ? 'on' : 'off';
 
 /** Sets the commit mode of the transaction it runs in (and of nothing after it). */
-export const setCommitMode = (mode: CommitMode) => sql.type(z.object({}))`select set_config('synchronous_commit', ${mode}, true)`;
+export const setCommitMode = (mode: CommitMode) => sql.type(ignoredRows)`select set_config('synchronous_commit', ${mode}, true)`;

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { z } from 'zod';
-import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
+import type { z } from 'zod';
+import { connectionUrlOf, ignoredRows, sql, type DatabasePool } from '../db/pool.ts';
 import { comparePositions, type EventStore, type GlobalPosition, type RecordedEvent } from '../event-store/port.ts';
 import { checkpointRow, readCheckpoint, toCheckpoint, type Checkpoint } from './checkpoints.ts';
 import { pageCommitMode } from './commitMode.ts';
@@ -164,7 +164,7 @@ export function runProjection<T extends string>(
       }
       const skipped = events.length - outcome.applied;
       if (skipped > 0) {
-        await tx.query(sql.type(z.object({}))`
+        await tx.query(sql.type(ignoredRows)`
           update projection_checkpoints set events_applied = events_applied - ${skipped} where name = ${projection.name}
         `);
       }

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type Queryable } from '../db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../db/pool.ts';
 import type { RecordedEvent } from '../event-store/port.ts';
 import { withFieldsNull } from '../personal-data/policy.ts';
 import { RetryLaterError } from './failures.ts';
@@ -20,6 +20,9 @@ import { RetryLaterError } from './failures.ts';
 const PARKING_LOCKS = 0x70_61_72_6b; // 'park'
 const parkingLock = (streamId: string) => sql.fragment`${PARKING_LOCKS}::int4, hashtext(${streamId})`;
 
+const freeRow = z.object({ free: z.boolean() });
+const redactedFieldsRow = z.object({ fields: z.array(z.string()) });
+
 /**
  * The data to park `event` with, in the parking transaction: as it is, or with the fields an
  * erasure of its stream's person named set to null. While such an erasure is in flight, throws
@@ -27,12 +30,12 @@ const parkingLock = (streamId: string) => sql.fragment`${PARKING_LOCKS}::int4, h
  * the two never wait on each other).
  */
 export async function dataToPark(tx: Queryable, event: RecordedEvent): Promise<unknown> {
-  const free = await tx.oneFirst(sql.type(z.object({ free: z.boolean() }))`
+  const free = await tx.oneFirst(sql.type(freeRow)`
     select pg_try_advisory_xact_lock_shared(${parkingLock(event.streamId)}) as free
   `);
   if (!free) throw new RetryLaterError(`an erasure of the person of ${event.streamId} is in flight: the page is read again after it`);
   // A statement of its own: under read committed it sees every erasure that committed before it began.
-  const redacted = await tx.maybeOneFirst(sql.type(z.object({ fields: z.array(z.string()) }))`
+  const redacted = await tx.maybeOneFirst(sql.type(redactedFieldsRow)`
     select fields from projection_parked_redactions where stream_id = ${event.streamId}
   `);
   return redacted ? withFieldsNull(event.data, redacted) : event.data;
@@ -46,7 +49,7 @@ export async function dataToPark(tx: Queryable, event: RecordedEvent): Promise<u
  */
 export async function redactParkedEvents(tx: Queryable, streamIds: readonly string[], fields: readonly string[]): Promise<void> {
   if (streamIds.length === 0) return;
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     update projection_parked_events set data = data || coalesce((
       select jsonb_object_agg(k, null) from jsonb_object_keys(data) k where k = any(${sql.array([...fields], 'text')})
     ), '{}'::jsonb)
@@ -62,7 +65,7 @@ export async function redactParkedEvents(tx: Queryable, streamIds: readonly stri
 export async function holdParkedStreams(tx: Queryable, streamIds: readonly string[]): Promise<void> {
   // One at a time, in one order: two erasures of overlapping streams never wait on each other in a cycle.
   for (const streamId of [...new Set(streamIds)].sort()) {
-    await tx.query(sql.type(z.object({}))`select pg_advisory_xact_lock(${parkingLock(streamId)})::text`);
+    await tx.query(sql.type(ignoredRows)`select pg_advisory_xact_lock(${parkingLock(streamId)})::text`);
   }
 }
 
@@ -77,7 +80,7 @@ export async function redactParkedStreams(tx: Queryable, streamIds: readonly str
   const streams = [...new Set(streamIds)].sort();
   if (streams.length === 0) return;
   await holdParkedStreams(tx, streams);
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     insert into projection_parked_redactions (stream_id, fields)
     select stream_id, ${sql.array([...fields], 'text')} from unnest(${sql.array(streams, 'text')}::text[]) as stream_id
     on conflict (stream_id) do update

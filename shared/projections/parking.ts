@@ -1,6 +1,6 @@
 import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
-import { sql, type DatabaseTransactionConnection, type Queryable, type DatabasePool } from '../db/pool.ts';
+import { ignoredRows, sql, type DatabaseTransactionConnection, type Queryable, type DatabasePool } from '../db/pool.ts';
 import type { GlobalPosition, RecordedEvent } from '../event-store/port.ts';
 import { recordLateApplies } from './applyOrder.ts';
 import { readCheckpoint } from './checkpoints.ts';
@@ -122,7 +122,7 @@ export async function parkEvent(
   failure: { readonly error: string; readonly attempts: number },
 ): Promise<void> {
   const data = await dataToPark(tx, event);
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     insert into projection_parked_events as p (
       projection, version, commit_position, prepare_position, event_id, stream_id, revision, event_type, tenant_id,
       data, metadata, recorded_at, error, attempts
@@ -137,6 +137,8 @@ export async function parkEvent(
   `);
 }
 
+const parkedEventIdRow = z.object({ stream_id: z.string(), event_id: z.string() });
+
 /**
  * Streams of `streamIds` that have a parked event in this projection version before `before`
  * (the first event of the page at hand): their events from `before` on wait behind it. A row
@@ -150,7 +152,7 @@ export async function parkedStreams(
   before: GlobalPosition,
 ): Promise<Map<string, string>> {
   if (streamIds.length === 0) return new Map();
-  const rows = await db.any(sql.type(z.object({ stream_id: z.string(), event_id: z.string() }))`
+  const rows = await db.any(sql.type(parkedEventIdRow)`
     select distinct on (stream_id) stream_id, event_id from projection_parked_events
     where projection = ${projection.name} and version = ${projection.version} and status = 'parked'
       and stream_id = any(${sql.array([...streamIds], 'text')})
@@ -160,12 +162,14 @@ export async function parkedStreams(
   return new Map(rows.map((r) => [r.stream_id, r.event_id]));
 }
 
+const wasParkedRow = z.object({ parked: z.boolean() });
+
 /**
  * Whether the projection ever parked this tenant's event at `position` (any version, any status:
  * parked rows are kept). Across tenants (the parked events are not tenant-scoped).
  */
 export async function wasParkedAt(db: Queryable, projection: string, tenantId: string, position: GlobalPosition): Promise<boolean> {
-  return db.oneFirst(sql.type(z.object({ parked: z.boolean() }))`
+  return db.oneFirst(sql.type(wasParkedRow)`
     select exists (
       select 1 from projection_parked_events
       where projection = ${projection} and tenant_id = ${tenantId}
@@ -174,13 +178,17 @@ export async function wasParkedAt(db: Queryable, projection: string, tenantId: s
   `);
 }
 
+const oneRow = z.object({ one: z.number() });
+
 /** Whether this projection version has any parked event (the runner skips the per-page lookup when not). */
 export async function hasParkedEvents(db: Queryable, projection: Pick<Projection, 'name' | 'version'>): Promise<boolean> {
-  return db.exists(sql.type(z.object({ one: z.number() }))`
+  return db.exists(sql.type(oneRow)`
     select 1 as one from projection_parked_events
     where projection = ${projection.name} and version = ${projection.version} and status = 'parked'
   `);
 }
+
+const parkedPositionRow = z.object({ event_id: z.string(), commit_position: z.string(), prepare_position: z.string() });
 
 /**
  * The events parked (not yet retried or resolved) in the projection's live version, of the
@@ -190,7 +198,7 @@ export async function liveParkedEvents(
   db: Queryable,
   projection: Pick<Projection, 'name' | 'eventTypes'>,
 ): Promise<Map<string, GlobalPosition>> {
-  const rows = await db.any(sql.type(z.object({ event_id: z.string(), commit_position: z.string(), prepare_position: z.string() }))`
+  const rows = await db.any(sql.type(parkedPositionRow)`
     select p.event_id, p.commit_position::text, p.prepare_position::text from projection_parked_events p
     join projection_checkpoints c on c.name = p.projection and c.version = p.version
     where p.projection = ${projection.name} and p.status = 'parked' and p.event_type = any(${sql.array([...projection.eventTypes], 'text')})
@@ -198,12 +206,14 @@ export async function liveParkedEvents(
   return new Map(rows.map((r) => [r.event_id, { commit: BigInt(r.commit_position), prepare: BigInt(r.prepare_position) }]));
 }
 
+const parkedCountRow = z.object({ name: z.string(), parked: z.number() });
+
 /**
  * Parked events per projection, for the live version of each (the one in projection_checkpoints).
  * Every built projection appears, with 0 when nothing is parked.
  */
 export async function countParkedEvents(db: Queryable): Promise<Map<string, number>> {
-  const rows = await db.any(sql.type(z.object({ name: z.string(), parked: z.number() }))`
+  const rows = await db.any(sql.type(parkedCountRow)`
     select c.name, count(p.event_id)::int8 as parked
     from projection_checkpoints c
     left join projection_parked_events p on p.projection = c.name and p.version = c.version and p.status = 'parked'
@@ -280,7 +290,7 @@ export async function retryParkedEvents<T extends string>(
       }
       if (failure) {
         blocked.set(event.streamId, blocked.get(event.streamId) ?? event.id);
-        await tx.query(sql.type(z.object({}))`
+        await tx.query(sql.type(ignoredRows)`
           update projection_parked_events set attempts = attempts + 1, last_failed_at = now(), error = ${failure}
           where projection = ${projection.name} and version = ${version} and event_id = ${event.id}
         `);
@@ -288,13 +298,13 @@ export async function retryParkedEvents<T extends string>(
       }
       retried++;
       appliedIds.push(event.id);
-      await tx.query(sql.type(z.object({}))`
+      await tx.query(sql.type(ignoredRows)`
         update projection_parked_events set status = 'retried', attempts = attempts + 1, resolved_at = now()
         where projection = ${projection.name} and version = ${version} and event_id = ${event.id}
       `);
     }
     if (retried > 0) {
-      await tx.query(sql.type(z.object({}))`
+      await tx.query(sql.type(ignoredRows)`
         update projection_checkpoints set events_applied = events_applied + ${retried}, updated_at = now() where name = ${projection.name}
       `);
       // Applied right after the checkpoint: a rebuild applies them at the same point (applyOrder.ts).
@@ -304,6 +314,8 @@ export async function retryParkedEvents<T extends string>(
   });
 }
 
+const eventIdRow = z.object({ event_id: z.string() });
+
 /**
  * Marks parked events as resolved without applying them (an operator decided to drop them).
  * Not while a rebuild builds: it would still apply them last, in its swap.
@@ -311,7 +323,7 @@ export async function retryParkedEvents<T extends string>(
 export async function resolveParkedEvents(pool: DatabasePool, name: string, eventIds?: readonly string[]): Promise<number> {
   const rows = await pool.transaction(async (tx) => {
     await assertNoRebuild(tx, name);
-    return tx.any(sql.type(z.object({ event_id: z.string() }))`
+    return tx.any(sql.type(eventIdRow)`
       update projection_parked_events set status = 'resolved', resolved_at = now()
       where projection = ${name} and status = 'parked'
         and version = (select version from projection_checkpoints where name = ${name})
@@ -322,13 +334,15 @@ export async function resolveParkedEvents(pool: DatabasePool, name: string, even
   return rows.length;
 }
 
+const freeRow = z.object({ free: z.boolean() });
+
 /**
  * Throws RebuildInProgressError while a rebuild of the projection holds its replay lock; else
  * holds the lock shared until the caller's transaction ends (retries and resolves run side by
  * side; a rebuild that starts meanwhile waits for them).
  */
 async function assertNoRebuild(tx: DatabaseTransactionConnection, name: string): Promise<void> {
-  const free = await tx.oneFirst(sql.type(z.object({ free: z.boolean() }))`
+  const free = await tx.oneFirst(sql.type(freeRow)`
     select pg_try_advisory_xact_lock_shared(hashtext(${replayLockKey(name)})) as free
   `);
   if (!free) throw new RebuildInProgressError(name);

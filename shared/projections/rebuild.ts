@@ -1,5 +1,4 @@
-import { z } from 'zod';
-import { sql, type DatabasePool, type DatabaseTransactionConnection, type Queryable } from '../db/pool.ts';
+import { ignoredRows, sql, type DatabasePool, type DatabaseTransactionConnection, type Queryable } from '../db/pool.ts';
 import { START, comparePositions, type GlobalPosition, type ReadAllPage, type RecordedEvent } from '../event-store/port.ts';
 import { createApplyOrder, readLateApplies } from './applyOrder.ts';
 import { bulkLoad } from './bulkLoad.ts';
@@ -19,7 +18,7 @@ import { assertNotSuperseded } from './versionGuard.ts';
  * depend on) stays synchronous. No statement timeout: one statement loads or indexes a whole
  * table; the build holds its advisory lock, not row locks readers wait on.
  */
-const replayTransactionSettings = sql.type(z.object({}))`
+const replayTransactionSettings = sql.type(ignoredRows)`
   select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
          set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)
 `;
@@ -162,7 +161,7 @@ export async function buildAndSwap<T extends string>(
         // keys and indexes, for it. A poison event costs the rebuild its bulk speed, never its end.
         await connection.transaction(async (tx) => {
           for (const table of statements) {
-            await tx.query(sql.type(z.object({}))`drop table if exists ${table.table}`);
+            await tx.query(sql.type(ignoredRows)`drop table if exists ${table.table}`);
             await runStatements(tx, [...table.create, ...table.afterLoad]);
           }
         });

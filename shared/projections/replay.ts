@@ -1,7 +1,7 @@
 import { AsyncResource } from 'node:async_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
-import { connectionUrlOf, sql, type DatabasePool } from '../db/pool.ts';
+import { connectionUrlOf, ignoredRows, sql, type DatabasePool } from '../db/pool.ts';
 import {
   START,
   comparePositions,
@@ -17,6 +17,8 @@ import type { Projection } from './projection.ts';
 import { buildAndSwap, type ProgressListener, type ReplayResult } from './rebuild.ts';
 import { dropAbandonedShadows } from './shadowTables.ts';
 import { assertNotSuperseded } from './versionGuard.ts';
+
+const lockedRow = z.object({ locked: z.boolean() });
 
 /**
  * Rebuilds a projection from the first event into shadow tables, then swaps them in atomically.
@@ -70,9 +72,7 @@ export async function replayProjection<T extends string>(
     const lockKey = replayLockKey(projection.name);
     // Polled, not waited for inside pg_advisory_lock: behind another copy's build (a version bump
     // on several projectors) that wait would outlast the pool's statement timeout.
-    while (
-      !(await connection.oneFirst(sql.type(z.object({ locked: z.boolean() }))`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))
-    ) {
+    while (!(await connection.oneFirst(sql.type(lockedRow)`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) {
       if (options.signal?.aborted) throw new Error('replay aborted');
       await sleep(REPLAY_LOCK_POLL_MS, undefined, { signal: options.signal }).catch(() => undefined);
     }
@@ -86,7 +86,7 @@ export async function replayProjection<T extends string>(
         connectionUrl: connectionUrlOf(pool),
       });
     } finally {
-      await connection.query(sql.type(z.object({}))`select pg_advisory_unlock(hashtext(${lockKey}))`);
+      await connection.query(sql.type(ignoredRows)`select pg_advisory_unlock(hashtext(${lockKey}))`);
     }
   });
 }

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
-import { sql, type DatabasePool, type DatabaseTransactionConnection } from '../db/pool.ts';
+import { ignoredRows, sql, type DatabasePool, type DatabaseTransactionConnection } from '../db/pool.ts';
 import type { Projection } from './projection.ts';
 
 /**
@@ -24,18 +24,20 @@ export async function runStatements(
   tx: Pick<DatabaseTransactionConnection, 'query'>,
   statements: readonly FragmentSqlToken[],
 ): Promise<void> {
-  for (const statement of statements) await tx.query(sql.type(z.object({}))`${statement}`);
+  for (const statement of statements) await tx.query(sql.type(ignoredRows)`${statement}`);
 }
+
+const staleTableRow = z.object({ name: z.string() });
 
 /** Shadow tables a killed replay left behind; safe to drop only under the replay lock. */
 export async function dropAbandonedShadows(connection: Pick<DatabasePool, 'any' | 'query'>, projection: Projection<string>): Promise<void> {
   for (const logical of Object.keys(projection.tables)) {
-    const stale = await connection.any(sql.type(z.object({ name: z.string() }))`
+    const stale = await connection.any(sql.type(staleTableRow)`
       select tablename as name from pg_tables
       where schemaname = current_schema() and (tablename like ${`${logical}\\_\\_g%`} or tablename like ${`${logical}\\_\\_retired\\_%`})
     `);
     for (const { name } of stale) {
-      await connection.query(sql.type(z.object({}))`drop table if exists ${sql.identifier([name])}`);
+      await connection.query(sql.type(ignoredRows)`drop table if exists ${sql.identifier([name])}`);
     }
   }
 }
@@ -49,7 +51,7 @@ export async function dropShadows(
   await connection
     .transaction(async (tx) => {
       for (const logical of Object.keys(projection.tables)) {
-        await tx.query(sql.type(z.object({}))`drop table if exists ${sql.identifier([shadowName(logical)])}`);
+        await tx.query(sql.type(ignoredRows)`drop table if exists ${sql.identifier([shadowName(logical)])}`);
       }
     })
     .catch(() => undefined);

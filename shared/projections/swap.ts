@@ -1,5 +1,4 @@
-import { z } from 'zod';
-import { sql, type DatabaseTransactionConnection } from '../db/pool.ts';
+import { ignoredRows, sql, type DatabaseTransactionConnection } from '../db/pool.ts';
 import type { GlobalPosition } from '../event-store/port.ts';
 import { recordLateApplies } from './applyOrder.ts';
 import type { Checkpoint } from './checkpoints.ts';
@@ -31,7 +30,7 @@ export async function swapIn(tx: DatabaseTransactionConnection, projection: Proj
   // Events of this version parked before (a previous run of this replay, or the live
   // projector when the same version is rebuilt) that this build applied are no longer
   // parked: the new model has them. Those it parked again stay one row each (parkEvent upserts).
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     update projection_parked_events set status = 'retried', resolved_at = now()
     where projection = ${projection.name} and version = ${projection.version} and status = 'parked'
       and (commit_position, prepare_position) <= (${swapPosition.commit.toString()}::numeric, ${swapPosition.prepare.toString()}::numeric)
@@ -39,7 +38,7 @@ export async function swapIn(tx: DatabaseTransactionConnection, projection: Proj
   `);
   // On a version bump, the live version's parked rows of the events this build applied last.
   if (stored && stored.version !== projection.version && lateIds.length > 0) {
-    await tx.query(sql.type(z.object({}))`
+    await tx.query(sql.type(ignoredRows)`
       update projection_parked_events set status = 'retried', resolved_at = now()
       where projection = ${projection.name} and version = ${stored.version} and status = 'parked'
         and event_id = any(${sql.array(lateIds, 'text')})
@@ -48,11 +47,11 @@ export async function swapIn(tx: DatabaseTransactionConnection, projection: Proj
   for (const logical of Object.keys(projection.tables)) {
     const live = sql.identifier([logical]);
     const retired = sql.identifier([`${logical}__retired_${generation}`]);
-    await tx.query(sql.type(z.object({}))`alter table if exists ${live} rename to ${retired}`);
-    await tx.query(sql.type(z.object({}))`alter table ${sql.identifier([shadowName(logical)])} rename to ${live}`);
-    await tx.query(sql.type(z.object({}))`drop table if exists ${retired}`);
+    await tx.query(sql.type(ignoredRows)`alter table if exists ${live} rename to ${retired}`);
+    await tx.query(sql.type(ignoredRows)`alter table ${sql.identifier([shadowName(logical)])} rename to ${live}`);
+    await tx.query(sql.type(ignoredRows)`drop table if exists ${retired}`);
   }
-  await tx.query(sql.type(z.object({}))`
+  await tx.query(sql.type(ignoredRows)`
     insert into projection_checkpoints (name, version, commit_position, prepare_position, events_applied, updated_at)
     values (${projection.name}, ${projection.version}, ${swapPosition.commit.toString()}, ${swapPosition.prepare.toString()},
       ${eventsApplied}, now())

@@ -27,6 +27,8 @@ export type PostgresEventStoreOptions = {
   readonly wakeIntervalMs?: number;
 };
 
+const pingRow = z.object({ ok: z.number() });
+
 /**
  * PostgreSQL adapter of the event-store port.
  *
@@ -135,7 +137,7 @@ export function createPostgresEventStore(pool: DatabasePool, options: PostgresEv
     },
 
     async ping() {
-      await pool.oneFirst(sql.type(z.object({ ok: z.number() }))`select 1 as ok`);
+      await pool.oneFirst(sql.type(pingRow)`select 1 as ok`);
     },
 
     async close() {

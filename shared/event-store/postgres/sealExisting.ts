@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { sql, type DatabasePool } from '../../db/pool.ts';
+import { ignoredRows, sql, type DatabasePool } from '../../db/pool.ts';
 import { subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../../personal-data/dataKeys.ts';
 import { fieldPlace, isSealed, openValue, SEALED_FORM, sealValue, type DataKey } from '../../personal-data/fieldCipher.ts';
 import type { PersonalDataPolicy } from '../../personal-data/policy.ts';
@@ -37,9 +37,11 @@ const row = z.object({
   data: z.string().nullable(),
 });
 
+const countRow = z.object({ n: z.number() });
+
 /** Events of a personal type with at least one personal field a string without the sealed form. */
 export async function countClearPersonalEvents(pool: DatabasePool, policy: PersonalDataPolicy): Promise<number> {
-  return pool.oneFirst(sql.type(z.object({ n: z.number() }))`
+  return pool.oneFirst(sql.type(countRow)`
     select count(*)::int8 as n from es_events where ${personalStrings(policy, true)}
   `);
 }
@@ -103,7 +105,7 @@ export async function sealExistingEvents(
     }
     if (rewritten.length > 0) {
       // By the same unique index, one row each.
-      await pool.query(sql.type(z.object({}))`
+      await pool.query(sql.type(ignoredRows)`
         update es_events e set data = u.data::jsonb
         from unnest(${sql.array(
           rewritten.map((r) => r.tx),
