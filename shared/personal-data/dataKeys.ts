@@ -1,4 +1,5 @@
 import { createSecretKey, randomBytes } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
 import { z } from 'zod';
 import { ConflictError } from '../errors.ts';
 import { connectionUrlOf, sql, type DatabasePool, type Queryable } from '../db/pool.ts';
@@ -110,20 +111,13 @@ export function makeDataKey(
   return { key: { keyId, key }, kekId, sealed };
 }
 
-/** Sets `ref` as the most recently used entry of `map`, dropping the least recently used beyond `size`. */
-function setRecent<V>(map: Map<string, V>, ref: string, value: V, size: number): void {
-  map.delete(ref);
-  map.set(ref, value);
-  if (map.size > size) map.delete(map.keys().next().value as string);
-}
-
 /** Largest number of new keys one insert carries. */
 const MAX_BATCH = 1_000;
 
 export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, options: DataKeyStoreOptions = {}): DataKeyStore {
   const cacheSize = options.cacheSize ?? 10_000;
-  const cache = new Map<string, DataKey | 'destroyed'>();
-  const remember = (ref: string, key: DataKey | 'destroyed') => setRecent(cache, ref, key, cacheSize);
+  const cache = new LRUCache<string, DataKey | 'destroyed'>({ max: cacheSize });
+  const remember = (ref: string, key: DataKey | 'destroyed') => cache.set(ref, key);
   // New keys go in on a plain connection of the store's own, the statement prepared once:
   // through slonik's pool each insert cost a checkout, interceptors and a parse on both ends,
   // several times the insert itself, once per handful of hires (inserts are one at a time, see
@@ -146,7 +140,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   // the row afresh; only the decipher is spared when the row is as it was (every projection of a
   // process, every command on the same employee), and the same key object is handed out again.
   // A row seen destroyed, or destroyed here, drops the subject's entry.
-  const unwrappedKeys = new Map<string, { readonly from: string; readonly key: DataKey }>();
+  const unwrappedKeys = new LRUCache<string, { readonly from: string; readonly key: DataKey }>({ max: cacheSize });
   function unwrapped(ref: string, stored: SealedDataKey): DataKey {
     const from = `${stored.kekId}\n${stored.keyId}\n${stored.sealed}`;
     const hit = unwrappedKeys.get(ref);
@@ -154,7 +148,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
       hit?.from === from
         ? hit.key
         : { keyId: stored.keyId, key: createSecretKey(keks.unwrap(stored.kekId, stored.sealed, stored.context)) };
-    setRecent(unwrappedKeys, ref, { from, key }, cacheSize);
+    unwrappedKeys.set(ref, { from, key });
     return key;
   }
 
