@@ -22,6 +22,7 @@ const factRow = z.object({
   currency: z.string(),
   occurred_at: z.string(),
 });
+const tenantFactRow = factRow.extend({ tenant_id: z.string() });
 
 type Fact = { tenantId: string; fact: BillingFact & { eventId: string }; commit: string; prepare: string };
 
@@ -176,7 +177,7 @@ export const kpiBillingProjection = defineProjection({
     const touched = new Map<string, { tenantId: string; customerId: string }>();
     for (const { tenantId, fact } of facts) touched.set(`${tenantId}|${fact.customerId}`, { tenantId, customerId: fact.customerId });
     const keys = [...touched.values()].map((c) => [c.tenantId, c.customerId]);
-    const rows = await tx.any(sql.type(factRow.extend({ tenant_id: z.string() }))`
+    const rows = await tx.any(sql.type(tenantFactRow)`
       select f.tenant_id::text, f.customer_id, f.event_id, f.type, f.amount::text, f.interval, f.currency, f.occurred_at
       from ${tables.kpi_billing_facts} f
       join ${sql.unnest(keys, ['uuid', 'text'])} as k(tenant_id, customer_id)

@@ -156,6 +156,8 @@ const samePayload = (a: Payload | undefined, b: Payload) =>
   a.interval === b.interval &&
   a.occurredAt === b.occurredAt;
 
+const currencyFixedData = z.object({ currency: z.string() });
+
 /**
  * The tenant's billing currency, fixed by its first billing event (stream
  * `billing-currency-<tenant>`, one event). A batch in another currency is refused with 422:
@@ -166,7 +168,7 @@ const samePayload = (a: Payload | undefined, b: Payload) =>
 async function currencyCheck(store: EventStore, tenantId: string, currency: string, actor: string): Promise<AppendRequest | undefined> {
   const streamId = billingCurrencyStreamId(tenantId);
   const [fixed] = await store.readStream(streamId, { maxCount: 1 });
-  const current = fixed ? z.object({ currency: z.string() }).parse(fixed.data).currency : undefined;
+  const current = fixed ? currencyFixedData.parse(fixed.data).currency : undefined;
   if (current === undefined) {
     return {
       streamId,

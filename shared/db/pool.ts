@@ -16,7 +16,7 @@ export { sql };
 
 /**
  * The row schema of a statement whose rows the caller does not read. One shared instance: a zod
- * schema built per call costs more than a small statement's round trip, since zod also compiles
+ * schema built per call costs more CPU than a small statement's round trip, since zod also compiles
  * each new instance's parser on its first row.
  */
 export const ignoredRows = z.object({});

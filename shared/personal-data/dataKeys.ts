@@ -115,7 +115,8 @@ export function makeDataKey(
 const MAX_BATCH = 1_000;
 
 export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, options: DataKeyStoreOptions = {}): DataKeyStore {
-  const cacheSize = options.cacheSize ?? 10_000;
+  // lru-cache wants a positive whole size; a store always keeps at least its last key.
+  const cacheSize = Math.max(1, Math.trunc(options.cacheSize ?? 10_000));
   const cache = new LRUCache<string, DataKey | 'destroyed'>({ max: cacheSize });
   const remember = (ref: string, key: DataKey | 'destroyed') => cache.set(ref, key);
   // New keys go in on a plain connection of the store's own, the statement prepared once:
@@ -324,7 +325,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
     close: async () => connection?.end(),
 
     forget(subjects) {
-      for (const subject of subjects) if (cache.get(subjectRef(subject)) !== 'destroyed') cache.delete(subjectRef(subject));
+      for (const subject of subjects) if (cache.peek(subjectRef(subject)) !== 'destroyed') cache.delete(subjectRef(subject));
     },
 
     async isDestroyed(tenantId, subjectId, queryable = pool) {

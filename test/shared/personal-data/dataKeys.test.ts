@@ -125,6 +125,21 @@ describe('a cached key', () => {
     expect(second.keyId).not.toBe(first.keyId);
     expect((await keys.load([s])).get(subjectRef(s))).toMatchObject({ keyId: second.keyId });
   });
+
+  it('past the cache size, is read back as stored rather than made anew (a size below one keeps one)', async () => {
+    const small = createDataKeyStore(db.pool, keks(), { cacheSize: 0 });
+    try {
+      const [a, b] = [subject(), subject()];
+      const keyOfA = await small.forSealing(a);
+      await small.forSealing(b);
+      // `a` left the cache when `b` came in: its key is the stored one, not a new one.
+      const again = await small.forSealing(a);
+      expect(again.keyId).toBe(keyOfA.keyId);
+      expect(openValue(again, sealValue(keyOfA, 'Ada'))).toBe('Ada');
+    } finally {
+      await small.close?.();
+    }
+  });
 });
 
 describe('destroying a key', () => {
