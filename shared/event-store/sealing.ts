@@ -136,21 +136,25 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
       const stored = await loadSealed(unique(subjects.values()));
       const job = { keys: [] as SealedDataKey[], keyOf: [] as number[], values: [] as string[], places: [] as string[] };
       const keyIndex = new Map<string, number>();
-      // Where each event's values start in the job; the others open (or fail) in-thread as usual.
-      const startOf = new Map<number, number>();
+      // Per event sent: where its values start in the job, and which fields they are. The other
+      // events open (or fail) in-thread as usual.
+      const sent = new Map<number, { readonly at: number; readonly fields: string[] }>();
       page.events.forEach((event, i) => {
         const fields = personal(event.type);
         const subject = subjects.get(event.streamId);
-        const key = subject && stored.get(subjectRef(subject));
-        if (!fields || !subject || key === undefined || key === 'destroyed' || !isRecord(event.data)) return;
+        if (!fields || !subject || !isRecord(event.data)) return;
+        const ref = subjectRef(subject);
+        const key = stored.get(ref);
+        if (key === undefined || key === 'destroyed') return;
         const data = event.data;
-        if (!fields.some((f) => isSealed(data[f]))) return;
-        let k = keyIndex.get(subjectRef(subject));
-        if (k === undefined) keyIndex.set(subjectRef(subject), (k = job.keys.push(key) - 1));
-        startOf.set(i, job.values.length);
+        let mine: { readonly at: number; readonly fields: string[] } | undefined;
         for (const field of fields) {
           const value = data[field];
           if (!isSealed(value)) continue;
+          if (!mine) sent.set(i, (mine = { at: job.values.length, fields: [] }));
+          let k = keyIndex.get(ref);
+          if (k === undefined) keyIndex.set(ref, (k = job.keys.push(key) - 1));
+          mine.fields.push(field);
           job.keyOf.push(k);
           job.values.push(value);
           job.places.push(fieldPlace(subject.tenantId, event.streamId, event.type, field));
@@ -164,11 +168,11 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
       return () => ({
         ...page,
         events: page.events.map((event, i) => {
-          let at = startOf.get(i);
-          if (at === undefined) return openEvent(event, destroyedOrNone);
-          const data = event.data as Record<string, unknown>;
-          const plain: Record<string, unknown> = { ...data };
-          for (const field of personal(event.type) ?? []) if (isSealed(data[field])) plain[field] = plainValues[at++];
+          const mine = sent.get(i);
+          if (mine === undefined) return openEvent(event, destroyedOrNone);
+          const plain: Record<string, unknown> = { ...(event.data as Record<string, unknown>) };
+          let at = mine.at;
+          for (const field of mine.fields) plain[field] = plainValues[at++];
           return withData(event, plain, false);
         }),
       });

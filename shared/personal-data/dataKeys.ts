@@ -163,7 +163,11 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   // process ask for the same page's keys together. The query starts after every request it
   // answers, so each is as fresh as its own query would be. (Coalescing only: a per-key cache,
   // which a batching library such as dataloader keeps by default, is what must not happen here.)
-  type Batch = { readonly subjects: Map<string, DataSubject>; readonly found: Promise<Map<string, SealedDataKey | 'destroyed'>> };
+  type Batch = {
+    readonly subjects: Map<string, DataSubject>;
+    readonly found: Promise<Map<string, SealedDataKey | 'destroyed'>>;
+    askers: number;
+  };
   let gathering: Batch | undefined;
   function loadSealed(subjects: readonly DataSubject[]): Promise<Map<string, SealedDataKey | 'destroyed'>> {
     if (subjects.length === 0) return Promise.resolve(new Map());
@@ -174,10 +178,14 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
         gathering = undefined;
         return querySealed([...gathered.values()]);
       });
-      batch = gathering = { subjects: gathered, found };
+      batch = gathering = { subjects: gathered, found, askers: 0 };
     }
-    for (const subject of subjects) batch.subjects.set(subjectRef(subject), subject);
-    return batch.found.then((found) => {
+    const asked = batch;
+    asked.askers++;
+    for (const subject of subjects) asked.subjects.set(subjectRef(subject), subject);
+    return asked.found.then((found) => {
+      // Alone in its query (a rebuild's pages), the answer is already this caller's own.
+      if (asked.askers === 1) return found;
       const mine = new Map<string, SealedDataKey | 'destroyed'>();
       for (const subject of subjects) {
         const stored = found.get(subjectRef(subject));
