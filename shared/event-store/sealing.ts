@@ -138,7 +138,8 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
       const keyIndex = new Map<string, number>();
       // Per event sent: where its values start in the job, and which fields they are. The other
       // events open (or fail) in-thread as usual.
-      const sent = new Map<number, { readonly at: number; readonly fields: string[] }>();
+      type Sent = { readonly at: number; readonly fields: string[] };
+      const sent = new Map<number, Sent>();
       page.events.forEach((event, i) => {
         const fields = personal(event.type);
         const subject = subjects.get(event.streamId);
@@ -147,13 +148,17 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
         const key = stored.get(ref);
         if (key === undefined || key === 'destroyed') return;
         const data = event.data;
-        let mine: { readonly at: number; readonly fields: string[] } | undefined;
+        let mine: Sent | undefined;
+        let k = 0;
         for (const field of fields) {
           const value = data[field];
           if (!isSealed(value)) continue;
-          if (!mine) sent.set(i, (mine = { at: job.values.length, fields: [] }));
-          let k = keyIndex.get(ref);
-          if (k === undefined) keyIndex.set(ref, (k = job.keys.push(key) - 1));
+          if (!mine) {
+            sent.set(i, (mine = { at: job.values.length, fields: [] }));
+            const known = keyIndex.get(ref);
+            if (known === undefined) keyIndex.set(ref, (k = job.keys.push(key) - 1));
+            else k = known;
+          }
           mine.fields.push(field);
           job.keyOf.push(k);
           job.values.push(value);

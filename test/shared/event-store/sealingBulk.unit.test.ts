@@ -112,6 +112,29 @@ describe('a bulk read opened on a worker thread', () => {
     );
   });
 
+  it('opens as in-thread when one page interleaves several live subjects, with fields skipped between', async () => {
+    const { keys, seal } = memoryKeys();
+    const events = [
+      event('person-1', { name: seal('1', 'name', 'Ann'), email: null }),
+      event('person-6', { email: seal('6', 'email', 'fay@example.test'), nick: 'clear' }),
+      event('person-1', { nick: seal('1', 'nick', 'A'), name: seal('1', 'name', 'Ann C') }),
+      event('person-6', { name: seal('6', 'name', 'Fay') }),
+      { ...event('person-1', {}), data: 'not a record' },
+    ];
+    const pages = [{ events, checkpoint: START }];
+    const inThread = await readAll(createSealingEventStore(bulkStore(pages), { keys, policy }));
+    expect(inThread.map((e) => e.data)).toEqual([
+      { name: 'Ann', email: null },
+      { email: 'fay@example.test', nick: 'clear' },
+      { nick: 'A', name: 'Ann C' },
+      { name: 'Fay' },
+      'not a record',
+    ]);
+    expect(await readAll(createSealingEventStore(bulkStore(pages), { keys, policy, bulkOpener: () => startBulkOpener(keks) }))).toEqual(
+      inThread,
+    );
+  });
+
   it('fails as in-thread on a value moved to another field, and on a sealed value without a key', async () => {
     const { made, keys, seal } = memoryKeys();
     const moved = [event('person-3', { email: seal('3', 'name', 'Cy'), name: seal('3', 'name', 'Cy') })];
