@@ -64,6 +64,11 @@ export async function readKpiSummary(deps: KpiReadDeps, tenantId: string, now: n
 
 const currencyRow = z.object({ currency: z.string() });
 
+/** The tenant's billing currency, fixed by its first billing event; null before any. */
+export async function tenantCurrency(tx: DatabaseTransactionConnection, tenantId: string): Promise<string | null> {
+  return tx.maybeOneFirst(sql.type(currencyRow)`select currency from kpi_billing_tenants where tenant_id = ${tenantId}`);
+}
+
 /**
  * The summary at `asOf`, the combined horizon (`kpiHorizon(…, 'both')`: the earlier of the billing
  * and usage watermarks), read now: the summary, and `kpi?at=` at or after now. Usage at minute
@@ -74,9 +79,7 @@ export async function readKpiSummaryAtHorizon(deps: KpiReadDeps, tenantId: strin
   return withTenant(deps.pool, tenantId, async (tx) => {
     const usage = await usageAtHorizon(tx, tenantId, asOf);
     const revenue = await readRevenueAsOf(tx, tenantId, new Date(asOf));
-    const currency = await tx.maybeOneFirst(sql.type(currencyRow)`
-      select currency from kpi_billing_tenants where tenant_id = ${tenantId}
-    `);
+    const currency = await tenantCurrency(tx, tenantId);
     return {
       mrr: revenue.mrr,
       arr: revenue.arr,

@@ -3,7 +3,7 @@ import { sql, withTenant, type DatabaseTransactionConnection } from '../../share
 import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialized, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
 import { addIntervals, DAY, floorTo, MAX_SERIES_POINTS, seriesInstants, type SeriesInterval } from '../../shared/series/intervals.ts';
-import { kpiHorizon, readKpiSummaryAtHorizon, type KpiReadDeps, type KpiSummary } from './query.ts';
+import { kpiHorizon, readKpiSummaryAtHorizon, tenantCurrency, type KpiReadDeps, type KpiSummary } from './query.ts';
 import { openBucketValue } from './openBucket.ts';
 import { seriesPoint, withOpenBucket, type SeriesPoint } from '../../shared/series/openBucket.ts';
 import { loadRevenueHistories } from './revenue.ts';
@@ -220,12 +220,6 @@ const lowerBound = (atoms: readonly Atom[], t: number) => {
 /** The metrics read from the billing history (the rest from the usage rollups). */
 const isRevenueMetric = (metric: KpiMetric): metric is 'mrr' | 'arr' | 'churnRate' =>
   metric === 'mrr' || metric === 'arr' || metric === 'churnRate';
-
-const currencyRow = z.object({ currency: z.string() });
-
-async function tenantCurrency(tx: DatabaseTransactionConnection, tenantId: string) {
-  return tx.maybeOneFirst(sql.type(currencyRow)`select currency from kpi_billing_tenants where tenant_id = ${tenantId}`);
-}
 
 export type KpiSeries = {
   readonly metric: KpiMetric;

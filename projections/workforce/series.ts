@@ -185,10 +185,11 @@ export async function readWorkforceSeries(
   // Whole days end at `cut`; an open bucket's unfinished day is read from the versions.
   const cut = last.partial ? floorTo('day', last.end) : last.end;
   const statement = (c: Counters) => {
-    // The day rows always (an empty range reads none: the open bucket alone), after whole months.
+    // Whole months from the month rows, the days after them from the day rows (an empty range
+    // reads none: the open bucket alone). Their order does not matter: the rows are sorted below.
     const days = query.monthly ? Math.max(first.start, floorTo('month', cut)) : first.start;
     const atoms = [atomsPart(c, 'day', days, cut)];
-    if (query.monthly && first.start < floorTo('month', cut)) atoms.unshift(atomsPart(c, 'month', first.start, floorTo('month', cut)));
+    if (query.monthly && first.start < floorTo('month', cut)) atoms.push(atomsPart(c, 'month', first.start, floorTo('month', cut)));
     const rest =
       last.partial && cut < last.end ? restPart(keys(tenantId, department), cut, last.end) : sql.fragment`array[0, 0, 0]::int4[]`;
     return sql.type(seriesRow)`

@@ -79,12 +79,12 @@ const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } 
 /** The analytics capability: the KPI and workforce reads. Mount it inside the authenticated scope. */
 export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
-  const readWaitMs = deps.readWaitMs ?? 2_000;
+  const positionWait = { pool: deps.pool, readWaitMs: deps.readWaitMs ?? 2_000 };
   const kpiPorts: KpiReadDeps = { pool: deps.pool, eventStore: deps.store, ...(deps.usage ? { usage: deps.usage } : {}) };
   const workforce = workforceRoutes({
     pool: deps.pool,
     tenantReader: deps.tenantReader,
-    readWaitMs,
+    readWaitMs: positionWait.readWaitMs,
     ...(deps.now ? { now: deps.now } : {}),
   });
   return async (scope: FastifyInstance): Promise<void> => {
@@ -108,13 +108,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
       },
       async (request, reply) => {
         const auth = requireAuth(request);
-        await awaitMinPosition(
-          request,
-          reply,
-          { pool: deps.pool, readWaitMs },
-          kpiBillingProjection.name,
-          request.headers['x-min-position'],
-        );
+        await awaitMinPosition(request, reply, positionWait, kpiBillingProjection.name, request.headers['x-min-position']);
         const at = request.query.at;
         return at === undefined ? readKpiSummary(kpiPorts, auth.tenantId, now()) : readKpiSummaryAt(kpiPorts, auth.tenantId, at, now());
       },

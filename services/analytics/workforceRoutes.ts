@@ -5,7 +5,8 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { BadRequestError } from '../../shared/errors.ts';
 import { HIRE_MIN_YEAR, instant, logPositionText, safeText } from '../../shared/validation.ts';
-import { addIntervals, inclusiveEnd, isoInstant, MAX_SERIES_POINTS, seriesInstants } from '../../shared/series/intervals.ts';
+import { addIntervals, inclusiveEnd, MAX_SERIES_POINTS, seriesInstants } from '../../shared/series/intervals.ts';
+import { seriesPoint } from '../../shared/series/openBucket.ts';
 import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProjection.ts';
 import { readWorkforceAt, readWorkforceSeries, WORKFORCE_METRICS, type Bucket } from '../../projections/workforce/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
@@ -146,11 +147,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
           metric,
           interval,
           ...(department !== undefined && { department }),
-          points: buckets.map((b, i) => ({
-            at: isoInstant(b.start),
-            value: values[i]!,
-            ...(b.partial && { partial: true as const }),
-          })),
+          points: buckets.map((b, i) => seriesPoint({ at: b.start, partial: b.partial }, values[i]!)),
         };
       },
     );

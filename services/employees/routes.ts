@@ -93,7 +93,7 @@ const etag = (revision: number) => `"${revision}"`;
  */
 export function employeesRoutes(deps: EmployeesRoutesDeps) {
   const clock = deps.clock ?? (() => new Date());
-  const readWaitMs = deps.readWaitMs ?? 2_000;
+  const positionWait = { pool: deps.pool, readWaitMs: deps.readWaitMs ?? 2_000 };
   const nextId = monotonicFactory(bufferedRandom());
 
   const metadataOf = (request: FastifyRequest): CommandMetadata => {
@@ -170,7 +170,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
         await awaitMinPosition(
           request,
           reply,
-          { pool: deps.pool, readWaitMs },
+          positionWait,
           asOf === undefined ? EMPLOYEES_PROJECTION : WORKFORCE_PROJECTION,
           request.headers['x-min-position'] ?? minPosition,
         );

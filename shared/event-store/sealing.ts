@@ -134,8 +134,10 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
       const subjects = subjectsOf(page.events);
       if (subjects.size === 0) return () => page;
       const stored = await loadSealed(unique(subjects.values()));
+      const storedOf = new Map<string, SealedDataKey | 'destroyed' | undefined>();
+      for (const [streamId, subject] of subjects) storedOf.set(streamId, stored.get(subjectRef(subject)));
       const job = { keys: [] as SealedDataKey[], keyOf: [] as number[], values: [] as string[], places: [] as string[] };
-      const keyIndex = new Map<string, number>();
+      const keyIndex = new Map<SealedDataKey, number>();
       // Per event sent: where its values start in the job, and which fields they are. The other
       // events open (or fail) in-thread as usual.
       type Sent = { readonly at: number; readonly fields: string[] };
@@ -144,8 +146,7 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
         const fields = personal(event.type);
         const subject = subjects.get(event.streamId);
         if (!fields || !subject || !isRecord(event.data)) return;
-        const ref = subjectRef(subject);
-        const key = stored.get(ref);
+        const key = storedOf.get(event.streamId);
         if (key === undefined || key === 'destroyed') return;
         const data = event.data;
         let mine: Sent | undefined;
@@ -155,8 +156,8 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
           if (!isSealed(value)) continue;
           if (!mine) {
             sent.set(i, (mine = { at: job.values.length, fields: [] }));
-            const known = keyIndex.get(ref);
-            if (known === undefined) keyIndex.set(ref, (k = job.keys.push(key) - 1));
+            const known = keyIndex.get(key);
+            if (known === undefined) keyIndex.set(key, (k = job.keys.push(key) - 1));
             else k = known;
           }
           mine.fields.push(field);
@@ -166,10 +167,7 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
         }
       });
       const plainValues = job.values.length > 0 ? await opener.open(job) : [];
-      const destroyedOrNone: KeyOf = (streamId) => {
-        const subject = subjects.get(streamId);
-        return subject && stored.get(subjectRef(subject)) === 'destroyed' ? 'destroyed' : undefined;
-      };
+      const destroyedOrNone: KeyOf = (streamId) => (storedOf.get(streamId) === 'destroyed' ? 'destroyed' : undefined);
       return () => ({
         ...page,
         events: page.events.map((event, i) => {

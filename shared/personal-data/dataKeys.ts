@@ -118,7 +118,6 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   // lru-cache wants a positive whole size; a store always keeps at least its last key.
   const cacheSize = Math.max(1, Math.trunc(options.cacheSize ?? 10_000));
   const cache = new LRUCache<string, DataKey | 'destroyed'>({ max: cacheSize });
-  const remember = (ref: string, key: DataKey | 'destroyed') => cache.set(ref, key);
   // New keys go in on a plain connection of the store's own, the statement prepared once:
   // through slonik's pool each insert cost a checkout, interceptors and a parse on both ends,
   // several times the insert itself, once per handful of hires (inserts are one at a time, see
@@ -222,7 +221,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
       const sealed = rows.sealed_keys[i];
       const ref = subjectRef(subject);
       if (kekId == null || sealed == null) {
-        remember(ref, 'destroyed');
+        cache.set(ref, 'destroyed');
         unwrappedKeys.delete(ref);
         found.set(ref, 'destroyed');
         return;
@@ -274,7 +273,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
       `)
     ).map((r) => r.ref);
     const fresh = new Set(inserted);
-    for (const [ref, row] of made) if (fresh.has(ref)) remember(ref, row.key);
+    for (const [ref, row] of made) if (fresh.has(ref)) cache.set(ref, row.key);
     // Those that had a key already (made by another process, or destroyed) get what is stored.
     const existing = await load(rows.filter((r) => !fresh.has(subjectRef(r.subject))).map((r) => r.subject));
     for (const waiting of batch) {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isoInstant } from './intervals.ts';
 
 /**
  * The open bucket of a time series: every series of the service (KPIs, workforce…) ends, when its
@@ -48,6 +49,6 @@ export type SeriesPoint = z.infer<typeof seriesPointSchema>;
 
 /** A point for the API: `at` as ISO 8601, `partial` only when true. */
 export function seriesPoint(instant: SeriesInstant, value: number): SeriesPoint {
-  const at = new Date(instant.at).toISOString();
+  const at = isoInstant(instant.at);
   return instant.partial ? { at, value, partial: true } : { at, value };
 }

@@ -17,10 +17,14 @@ export const testEmailHash = createEmailHash(Buffer.from(testPersonalDataEnv.EMA
 
 export const testKeyEncryptionKeys = createKeyEncryptionKeys(parseKeyEncryptionKeys(testPersonalDataEnv.KEY_ENCRYPTION_KEY));
 
+/** `store`, closing the key store's own connection with it, as the composition root closes both. */
+export const closingKeysToo = (store: EventStore, keys: DataKeyStore): EventStore => ({
+  ...store,
+  close: async () => (await store.close(), await keys.close?.()),
+});
+
 /** `inner` behind the sealing boundary the composition root puts it behind (services/runtime.ts). */
 export function sealedEventStore(inner: EventStore, pool: DatabasePool): { readonly store: EventStore; readonly keys: DataKeyStore } {
   const keys = createDataKeyStore(pool, testKeyEncryptionKeys, { asynchronousCommit: true });
-  const store = createSealingEventStore(inner, { keys, policy: employeePersonalData });
-  // The key store's own connection closes with the store, as the composition root closes both.
-  return { store: { ...store, close: async () => (await store.close(), await keys.close?.()) }, keys };
+  return { store: closingKeysToo(createSealingEventStore(inner, { keys, policy: employeePersonalData }), keys), keys };
 }

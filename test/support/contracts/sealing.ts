@@ -8,6 +8,7 @@ import { startBulkOpener } from '../../../shared/personal-data/bulkOpener.ts';
 import { createDataKeyStore, type DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
 import { createKeyEncryptionKeys, generateKekEntry, parseKeyEncryptionKeys } from '../../../shared/personal-data/keyEncryptionKeys.ts';
 import type { PersonalDataPolicy } from '../../../shared/personal-data/policy.ts';
+import { closingKeysToo } from '../personalData.ts';
 
 /**
  * The sealing part of the event-store contract: the adapter behind the sealing boundary stores
@@ -36,8 +37,7 @@ export function sealedContractStore(inner: EventStore, keysPool: DatabasePool): 
   const keks = createKeyEncryptionKeys(parseKeyEncryptionKeys(generateKekEntry()));
   const keys = createDataKeyStore(keysPool, keks);
   // As the service runs it: bulk reads open on a worker thread.
-  const store = createSealingEventStore(inner, { keys, policy, bulkOpener: () => startBulkOpener(keks) });
-  return { store: { ...store, close: async () => (await store.close(), await keys.close?.()) }, keys };
+  return { store: closingKeysToo(createSealingEventStore(inner, { keys, policy, bulkOpener: () => startBulkOpener(keks) }), keys), keys };
 }
 
 const person = () => {
