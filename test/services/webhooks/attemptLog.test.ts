@@ -115,7 +115,11 @@ describe('when a change is attempted again long after its earlier attempts', () 
       const e = await hire(wh.h.store, tenant.tenantId, 'aged');
       await e.rename('aged-1');
       const [first, second] = await wh.h.feedCursors(headers, 2);
-      await waitFor(() => receiver.acknowledged().length >= 2);
+      // The receiver answering is not enough: the dispatcher records the outcome after it.
+      await waitFor(async () => {
+        const log = await deliveries(headers, endpoint.id);
+        return log.length === 2 && log.every((d) => d.status === 'succeeded');
+      });
       // The second change's attempt made longer ago than the retention (30 days here).
       const longAgo = new Date(Date.now() - DEFAULT_DELIVERY_RETENTION_MS - 86_400_000).toISOString();
       const aged = await sqlAt(

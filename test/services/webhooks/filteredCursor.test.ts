@@ -58,7 +58,9 @@ describe('when the change an endpoint was retrying is no longer in the feed and 
     try {
       const endpoint = await register(headers, receiver.url, ['employee.hired']);
       const e = await hire(wh.h.store, tenant.tenantId, 'retried');
-      await waitFor(() => receiver.acknowledged().length >= 1);
+      const [hired] = await wh.h.feedCursors(headers, 1);
+      // Until the dispatcher has recorded the success, it could overwrite the state set below.
+      await waitFor(async () => (await cursorOf(headers, endpoint.id)) === hired);
       // As a rebuild leaves it when it parked the change being retried: three failures recorded,
       // the retry due, and no change of its types after the cursor.
       await sqlAt(
