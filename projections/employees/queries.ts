@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { pgDate, pgIso } from '../../shared/db/timestamps.ts';
 import type { TenantQueryable, TenantReader } from '../../shared/db/tenantReader.ts';
 import { rangeEnd, type DateBound } from '../../shared/validation.ts';
 import type { Employee, EmployeeStatus } from '../../services/employees/contract.ts';
@@ -62,13 +63,6 @@ const instantRange = (from: string | null, to: string | null, toInclusive: boole
   );
 
 const DAY_MS = 86_400_000;
-/**
- * ISO text PostgreSQL reads. Range edges can pass year 9999 (`hiredTo=9999-12-31` ends at
- * 10000-01-01), where JavaScript writes `+010000-…`, which PostgreSQL refuses (a 500 for the client);
- * PostgreSQL takes the plain five-digit year.
- */
-const pgIso = (ms: number) => new Date(ms).toISOString().replace(/^\+0*(\d{5,})/, '$1');
-const isoDate = (ms: number) => pgIso(ms).slice(0, pgIso(ms).indexOf('T'));
 const floorDay = (ms: number) => Math.floor(ms / DAY_MS) * DAY_MS;
 const ceilDay = (ms: number) => Math.ceil(ms / DAY_MS) * DAY_MS;
 const floorMonth = (ms: number) => {
@@ -111,7 +105,7 @@ export function planHireRange(lower: number | null, upper: number | null, upperI
   if (upper !== null && lastDay !== null && (upperInclusive || lastDay < upper)) rows.push({ from: lastDay, to: upper });
   const firstMonth = firstDay === null ? null : ceilMonth(firstDay);
   const lastMonth = lastDay === null ? null : floorMonth(lastDay);
-  const day = (ms: number | null) => (ms === null ? null : isoDate(ms));
+  const day = (ms: number | null) => (ms === null ? null : pgDate(ms));
   if (firstMonth !== null && lastMonth !== null && firstMonth >= lastMonth) {
     return { rows, days: [{ from: day(firstDay), to: day(lastDay) }], months: null };
   }

@@ -3,7 +3,7 @@ import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { rangeEnd } from '../../shared/validation.ts';
 import { inTenant, pageRow, type ListEmployeesQuery } from '../employees/queries.ts';
 import { floorTo, inclusiveEnd } from '../../shared/series/intervals.ts';
-import { pgDate, pgIso } from './instants.ts';
+import { pgDate, pgIso } from '../../shared/db/timestamps.ts';
 
 /**
  * The directory as it was at an instant, from `employee_versions` (workforceProjection.ts): each

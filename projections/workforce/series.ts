@@ -5,7 +5,7 @@ import { sqlStateOf } from '../../shared/db/sqlState.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { DAY, floorTo, inclusiveEnd } from '../../shared/series/intervals.ts';
 import { inTenant } from '../employees/queries.ts';
-import { pgDate, pgIso } from './instants.ts';
+import { pgDate, pgIso } from '../../shared/db/timestamps.ts';
 
 /**
  * Workforce figures over time, from the workforce read model's counters (workforceProjection.ts):

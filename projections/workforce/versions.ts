@@ -1,5 +1,5 @@
 import { floorTo } from '../../shared/series/intervals.ts';
-import { pgDate } from './instants.ts';
+import { pgDate } from '../../shared/db/timestamps.ts';
 import { statusEffectiveAt, type EmployeeEvent, type EmployeeStatus } from '../../services/employees/contract.ts';
 
 /**

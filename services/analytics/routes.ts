@@ -12,8 +12,8 @@ import { KPI_METRICS, readKpiSeries, readKpiSummaryAt } from '../../projections/
 import { seriesPointSchema } from '../../shared/series/openBucket.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
-import { awaitMinPosition } from '../gateway/readYourWrites.ts';
-import { instant as sharedInstant, logPositionText } from '../../shared/validation.ts';
+import { awaitMinPosition, readYourWritesDeps, readYourWritesHeaders } from '../gateway/readYourWrites.ts';
+import { instant as sharedInstant } from '../../shared/validation.ts';
 import { workforceRoutes } from './workforceRoutes.ts';
 
 export type AnalyticsRoutesDeps = {
@@ -79,7 +79,7 @@ const problems = { 400: problemSchema, 401: problemSchema, 403: problemSchema } 
 /** The analytics capability: the KPI and workforce reads. Mount it inside the authenticated scope. */
 export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const now = deps.now ?? Date.now;
-  const positionWait = { pool: deps.pool, readWaitMs: deps.readWaitMs ?? 2_000 };
+  const positionWait = readYourWritesDeps(deps.pool, deps.readWaitMs);
   const kpiPorts: KpiReadDeps = { pool: deps.pool, eventStore: deps.store, ...(deps.usage ? { usage: deps.usage } : {}) };
   const workforce = workforceRoutes({
     pool: deps.pool,
@@ -99,9 +99,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
           tags: ['analytics'],
           operationId: 'getKpiSummary',
           summary: 'KPI summary of the tenant (now, or as it was at `at`)',
-          headers: z.object({
-            'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
-          }),
+          headers: readYourWritesHeaders,
           querystring: kpiQuery,
           response: { 200: kpiSummarySchema, ...problems, 503: problemSchema },
         },

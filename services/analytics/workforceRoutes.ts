@@ -4,14 +4,14 @@ import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { BadRequestError } from '../../shared/errors.ts';
-import { HIRE_MIN_YEAR, instant, logPositionText, safeText } from '../../shared/validation.ts';
+import { HIRE_MIN_YEAR, instant, safeText } from '../../shared/validation.ts';
 import { addIntervals, inclusiveEnd, MAX_SERIES_POINTS, seriesInstants } from '../../shared/series/intervals.ts';
 import { seriesPoint } from '../../shared/series/openBucket.ts';
 import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProjection.ts';
 import { readWorkforceAt, readWorkforceSeries, WORKFORCE_METRICS, type Bucket } from '../../projections/workforce/series.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
-import { awaitMinPosition } from '../gateway/readYourWrites.ts';
+import { awaitMinPosition, readYourWritesDeps, readYourWritesHeaders } from '../gateway/readYourWrites.ts';
 
 export type WorkforceRoutesDeps = {
   readonly pool: DatabasePool;
@@ -29,10 +29,6 @@ const at = (description: string) =>
   instant({ minYear: HIRE_MIN_YEAR })
     .transform((iso) => Date.parse(iso))
     .describe(description);
-
-const headers = z.object({
-  'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
-});
 
 const seriesQuery = z
   .object({
@@ -92,7 +88,7 @@ export function workforceBuckets(from: number, to: number, interval: (typeof WOR
 /** The workforce reads (headcount, hires, exits, turnover). Mounted inside the authenticated scope. */
 export function workforceRoutes(deps: WorkforceRoutesDeps) {
   const now = deps.now ?? Date.now;
-  const positionWait = { pool: deps.pool, readWaitMs: deps.readWaitMs ?? 2_000 };
+  const positionWait = readYourWritesDeps(deps.pool, deps.readWaitMs);
   return async (scope: FastifyInstance): Promise<void> => {
     const app = scope.withTypeProvider<ZodTypeProvider>();
 
@@ -104,7 +100,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
           tags: ['analytics'],
           operationId: 'getWorkforceSummary',
           summary: 'Headcount by department, now or at an instant',
-          headers,
+          headers: readYourWritesHeaders,
           querystring: z.object({ at: at('The instant (ISO 8601 with offset); default and latest: now').optional() }).strict(),
           response: { 200: workforceSummarySchema, ...problems },
         },
@@ -125,7 +121,7 @@ export function workforceRoutes(deps: WorkforceRoutesDeps) {
           tags: ['analytics'],
           operationId: 'getWorkforceSeries',
           summary: `Headcount, hires, exits or turnover over time (at most ${MAX_SERIES_POINTS.toLocaleString('en')} points)`,
-          headers,
+          headers: readYourWritesHeaders,
           querystring: seriesQuery,
           response: { 200: workforceSeriesSchema, ...problems },
         },

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { errors, jwtVerify, SignJWT, type JWTHeaderParameters } from 'jose';
+import { LRUCache } from 'lru-cache';
 import { z } from 'zod';
 import { JWT_ALGORITHM, type KeyRing } from './keys.ts';
 
@@ -56,7 +57,9 @@ export type TokenServiceOptions = {
 export function createTokenService(options: TokenServiceOptions): TokenService {
   const now = options.now ?? Date.now;
   const cacheSize = options.cacheSize ?? 10_000;
-  const verified = new Map<string, VerifiedAccessToken>();
+  // Least recently used out: a Map evicting its oldest key walks the tombstones that earlier
+  // evictions left at its front, while lru-cache evicts in constant time.
+  const verified = new LRUCache<string, VerifiedAccessToken>({ max: Math.max(1, Math.trunc(cacheSize)) });
 
   const getKey = (header: JWTHeaderParameters) => {
     const key = header.kid === undefined ? undefined : options.keys.verificationKey(header.kid);
@@ -110,11 +113,6 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         jti: claims.data.jti,
         expiresAt: claims.data.exp,
       };
-      // Oldest first out: Map keeps insertion order.
-      if (verified.size >= cacheSize) {
-        const oldest = verified.keys().next();
-        if (!oldest.done) verified.delete(oldest.value);
-      }
       verified.set(token, result);
       return result;
     },

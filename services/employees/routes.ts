@@ -15,9 +15,9 @@ import { WORKFORCE_PROJECTION } from '../../projections/workforce/workforceProje
 import { listEmployeesAsOf } from '../../projections/workforce/asOf.ts';
 import { problemSchema } from '../gateway/problems.ts';
 import { requireAuth } from '../gateway/requestContext.ts';
-import { awaitMinPosition } from '../gateway/readYourWrites.ts';
+import { awaitMinPosition, readYourWritesDeps, readYourWritesHeaders } from '../gateway/readYourWrites.ts';
 import { rolesAllow } from '../auth/permissions.ts';
-import { ifMatchHeader, logPositionText, strongEntityTags } from '../../shared/validation.ts';
+import { ifMatchHeader, strongEntityTags } from '../../shared/validation.ts';
 import type { CommandMetadata } from './decide.ts';
 import { type EmployeeState, toEmployeeView } from './contract.ts';
 import {
@@ -64,9 +64,6 @@ export type EmployeesRoutesDeps = {
   readonly readWaitMs?: number;
 };
 
-const readHeaders = z.object({
-  'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
-});
 const writeHeaders = z.object({ 'if-match': ifMatchHeader().optional() });
 
 /**
@@ -93,7 +90,7 @@ const etag = (revision: number) => `"${revision}"`;
  */
 export function employeesRoutes(deps: EmployeesRoutesDeps) {
   const clock = deps.clock ?? (() => new Date());
-  const positionWait = { pool: deps.pool, readWaitMs: deps.readWaitMs ?? 2_000 };
+  const positionWait = readYourWritesDeps(deps.pool, deps.readWaitMs);
   const nextId = monotonicFactory(bufferedRandom());
 
   const metadataOf = (request: FastifyRequest): CommandMetadata => {
@@ -159,7 +156,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           operationId: 'listEmployees',
           summary: 'List employees (hiredAt desc, id desc), now or as of an instant',
           querystring: listEmployeesQuery,
-          headers: readHeaders,
+          headers: readYourWritesHeaders,
           response: { 200: listResponse, ...problemResponses },
         },
       },
@@ -193,7 +190,7 @@ export function employeesRoutes(deps: EmployeesRoutesDeps) {
           summary: 'Read one employee from its stream (strongly consistent); ETag is its stream revision',
           params: employeeParams,
           querystring: readQuery,
-          headers: readHeaders,
+          headers: readYourWritesHeaders,
           response: { 200: employeeSchema, ...problemResponses, ...erasedResponse },
         },
       },

@@ -1,11 +1,21 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import { BadRequestError } from '../../shared/errors.ts';
 import { parsePosition, type GlobalPosition } from '../../shared/event-store/port.ts';
+import { logPositionText } from '../../shared/validation.ts';
 import { waitForCheckpoint } from '../../shared/projections/readYourWrites.ts';
 import { waitOnPurpose } from './requestContext.ts';
 
+/** The request header of every read that waits for a client's own writes. */
+export const readYourWritesHeaders = z.object({
+  'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s by default) for this position'),
+});
+
 export type ReadYourWritesDeps = { readonly pool: DatabasePool; readonly readWaitMs: number };
+
+/** Built once per set of routes; a read waits 2 s at most unless told otherwise. */
+export const readYourWritesDeps = (pool: DatabasePool, readWaitMs = 2_000): ReadYourWritesDeps => ({ pool, readWaitMs });
 
 /**
  * A read's answer to `X-Min-Position` (or its query form): when the client gave a log position,

@@ -1,3 +1,5 @@
+import { isoInstant } from '../series/intervals.ts';
+
 /**
  * PostgreSQL's text output of `timestamptz` / `timestamp` (DateStyle ISO) read into ISO 8601 UTC
  * strings, exactly. `new Date(text)` is not exact: V8's fallback parser applies two-digit-year
@@ -38,3 +40,16 @@ export function parsePostgresTimestamp(text: string, options: { readonly assumeU
   if (Number.isNaN(utc)) throw new Error(`timestamp out of JavaScript's range: ${JSON.stringify(text)}`);
   return new Date(utc).toISOString();
 }
+
+/**
+ * The other way: an instant as ISO text PostgreSQL reads. Range edges can pass year 9999
+ * (`hiredTo=9999-12-31` ends at 10000-01-01), where JavaScript writes `+010000-…`, which
+ * PostgreSQL refuses; it takes the plain five-digit year.
+ */
+export const pgIso = (ms: number): string => isoInstant(ms).replace(/^\+0*(\d{5,})/, '$1');
+
+/** `YYYY-MM-DD` of a day-aligned instant. */
+export const pgDate = (ms: number): string => {
+  const iso = pgIso(ms);
+  return iso.slice(0, iso.indexOf('T'));
+};

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parsePostgresTimestamp } from '../../../shared/db/timestamps.ts';
+import { parsePostgresTimestamp, pgDate, pgIso } from '../../../shared/db/timestamps.ts';
 
 describe('parsePostgresTimestamp', () => {
   it('reads a year below 100 as that year, not 19xx or 20xx', () => {
@@ -32,5 +32,18 @@ describe('parsePostgresTimestamp', () => {
 
   it('refuses what is not an instant', () => {
     for (const text of ['infinity', '-infinity', '2024-05-01T00:00:00Z', '']) expect(() => parsePostgresTimestamp(text)).toThrow();
+  });
+});
+
+describe('pgIso and pgDate', () => {
+  it('write ISO text with the plain five-digit year past 9999, and the day of a day-aligned instant', () => {
+    const tenThousand = Date.UTC(10_000, 0, 1);
+    expect(new Date(tenThousand).toISOString()).toBe('+010000-01-01T00:00:00.000Z'); // what PostgreSQL refuses
+    expect(pgIso(tenThousand)).toBe('10000-01-01T00:00:00.000Z');
+    expect(pgDate(tenThousand)).toBe('10000-01-01');
+    expect(pgIso(Date.UTC(2024, 4, 1, 9, 30, 0, 7))).toBe('2024-05-01T09:30:00.007Z');
+    const year45 = new Date(0).setUTCFullYear(45, 2, 1);
+    expect(pgIso(year45)).toBe('0045-03-01T00:00:00.000Z');
+    expect(parsePostgresTimestamp(`${pgDate(year45)} 00:00:00+00`)).toBe(pgIso(year45));
   });
 });

@@ -1,0 +1,29 @@
+import { describe, expect, it } from 'vitest';
+import { createKeyRing, generatePrivateJwk } from '../../../services/auth/keys.ts';
+import { createTokenService } from '../../../services/auth/tokens.ts';
+
+const service = async (cacheSize: number) =>
+  createTokenService({ keys: await createKeyRing([await generatePrivateJwk()]), issuer: 'test', audience: 'test', cacheSize });
+
+const subject = (userId: string) => ({ userId, tenant: 'acme', roles: ['admin'] });
+
+describe('the verified-token cache', () => {
+  it('answers a token it verified with the same result, and forgets the least recently used one when full', async () => {
+    const tokens = await service(2);
+    const [a, b, c] = await Promise.all(['a', 'b', 'c'].map(async (id) => (await tokens.issue(subject(id))).accessToken));
+    const first = { a: await tokens.verify(a ?? ''), b: await tokens.verify(b ?? '') };
+    expect(await tokens.verify(a ?? '')).toBe(first.a); // remembered, and now the most recently used
+    await tokens.verify(c ?? ''); // the cache is full: b goes, not a
+    expect(await tokens.verify(a ?? '')).toBe(first.a);
+    const again = await tokens.verify(b ?? '');
+    expect(again).not.toBe(first.b);
+    expect(again).toEqual(first.b); // verified afresh, to the same claims
+  });
+
+  it('keeps one token at least when told a size below one', async () => {
+    const tokens = await service(0);
+    const token = (await tokens.issue(subject('z'))).accessToken;
+    const first = await tokens.verify(token);
+    expect(await tokens.verify(token)).toBe(first);
+  });
+});
