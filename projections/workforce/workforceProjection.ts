@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
 import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
+import { pgIso } from '../../shared/db/timestamps.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
 import { byEmployee, employeeKey, employeeOf } from '../employees/byEmployee.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
@@ -69,8 +70,6 @@ function foldEvent(employee: Employee, recorded: RecordedEvent): void {
   employee.revision = recorded.revision;
 }
 
-const iso = (ms: number) => new Date(ms).toISOString();
-
 /** When an event was recorded: the command's clock (metadata), else the store's. */
 const recordedAtOf = (event: RecordedEvent): number =>
   instantMs(typeof event.metadata.occurredAt === 'string' ? event.metadata.occurredAt : event.recordedAt, 'occurredAt');
@@ -108,14 +107,14 @@ const VERSION_TYPES = [
 const versionTuple = (e: Employee, v: Version) => [
   e.tenantId,
   e.id,
-  iso(v.validFrom),
-  v.validTo === null ? null : iso(v.validTo),
+  pgIso(v.validFrom),
+  v.validTo === null ? null : pgIso(v.validTo),
   v.department,
   v.firstName,
   v.lastName,
   v.email,
   v.status,
-  iso(v.hiredAt),
+  pgIso(v.hiredAt),
   v.previousStatus,
   e.revision,
   e.erased,

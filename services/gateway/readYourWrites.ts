@@ -9,7 +9,7 @@ import { waitOnPurpose } from './requestContext.ts';
 
 /** The request header of every read that waits for a client's own writes. */
 export const readYourWritesHeaders = z.object({
-  'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s by default) for this position'),
+  'x-min-position': logPositionText().optional().describe('Read-your-writes: wait (≤ 2 s) for this position'),
 });
 
 export type ReadYourWritesDeps = { readonly pool: DatabasePool; readonly readWaitMs: number };

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { createKeyRing, generatePrivateJwk } from '../../../services/auth/keys.ts';
-import { createTokenService } from '../../../services/auth/tokens.ts';
+import { ACCESS_TOKEN_TTL_SECONDS, createTokenService, InvalidAccessTokenError } from '../../../services/auth/tokens.ts';
 
-const service = async (cacheSize: number) =>
-  createTokenService({ keys: await createKeyRing([await generatePrivateJwk()]), issuer: 'test', audience: 'test', cacheSize });
+const service = async (cacheSize: number, now?: () => number) =>
+  createTokenService({ keys: await createKeyRing([await generatePrivateJwk()]), issuer: 'test', audience: 'test', cacheSize, now });
 
 const subject = (userId: string) => ({ userId, tenant: 'acme', roles: ['admin'] });
 
@@ -20,10 +20,23 @@ describe('the verified-token cache', () => {
     expect(again).toEqual(first.b); // verified afresh, to the same claims
   });
 
-  it('keeps one token at least when told a size below one', async () => {
-    const tokens = await service(0);
-    const token = (await tokens.issue(subject('z'))).accessToken;
-    const first = await tokens.verify(token);
-    expect(await tokens.verify(token)).toBe(first);
+  it('keeps one token at least when told a size below one, and the default when told no number', async () => {
+    for (const size of [0, Number.NaN, Number.POSITIVE_INFINITY]) {
+      const tokens = await service(size);
+      const token = (await tokens.issue(subject('z'))).accessToken;
+      const first = await tokens.verify(token);
+      expect(await tokens.verify(token)).toBe(first);
+    }
+  });
+
+  it('refuses a remembered token once it has expired, as expired', async () => {
+    let clock = Date.UTC(2026, 0, 1);
+    const tokens = await service(10, () => clock);
+    const token = (await tokens.issue(subject('x'))).accessToken;
+    await tokens.verify(token);
+    clock += (ACCESS_TOKEN_TTL_SECONDS + 60) * 1000;
+    const refused = await tokens.verify(token).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(InvalidAccessTokenError);
+    expect(refused).toMatchObject({ reason: 'expired' });
   });
 });

@@ -59,8 +59,17 @@ describe('when the change an endpoint was retrying is no longer in the feed and 
       const endpoint = await register(headers, receiver.url, ['employee.hired']);
       const e = await hire(wh.h.store, tenant.tenantId, 'retried');
       const [hired] = await wh.h.feedCursors(headers, 1);
-      // Until the dispatcher has recorded the success, it could overwrite the state set below.
+      // Until the run that delivered it has recorded the success and let the endpoint go, it
+      // could overwrite the state set below.
       await waitFor(async () => (await cursorOf(headers, endpoint.id)) === hired);
+      await waitFor(async () => {
+        const [lease] = await sqlAt<{ lease_token: string | null }>(
+          wh.h.db.url,
+          'select lease_token::text from webhook_endpoints where id = $1',
+          [endpoint.id],
+        );
+        return lease?.lease_token === null;
+      });
       // As a rebuild leaves it when it parked the change being retried: three failures recorded,
       // the retry due, and no change of its types after the cursor.
       await sqlAt(
