@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { errors, jwtVerify, SignJWT, type JWTHeaderParameters } from 'jose';
 import { LRUCache } from 'lru-cache';
 import { z } from 'zod';
+import { cacheSize } from '../../shared/cacheSize.ts';
 import { JWT_ALGORITHM, type KeyRing } from './keys.ts';
 
 export const ACCESS_TOKEN_TTL_SECONDS = 900;
@@ -11,7 +12,6 @@ export const ACCESS_TOKEN_TYPE = 'at+jwt';
 export const BEARER_SCHEME_DESCRIPTION = `An access token from \`POST /v1/auth/login\` or \`/v1/auth/refresh\`: a JWS signed with EdDSA (Ed25519), valid ${ACCESS_TOKEN_TTL_SECONDS / 60} minutes (\`expiresIn\`), then refreshed with the single-use refresh token. The public keys are at \`GET /.well-known/jwks.json\` (by \`kid\`). Verification follows RFC8725: the algorithm, issuer, audience and \`typ: at+jwt\` are pinned, \`alg: none\` and HMAC are refused.`;
 /** Leeway for clocks of several gateways that are slightly apart. */
 const CLOCK_TOLERANCE_SECONDS = 5;
-const DEFAULT_CACHE_SIZE = 10_000;
 
 export type AccessTokenSubject = { readonly userId: string; readonly tenant: string; readonly roles: readonly string[] };
 export type VerifiedAccessToken = AccessTokenSubject & { readonly jti: string; readonly expiresAt: number };
@@ -45,7 +45,7 @@ export type TokenServiceOptions = {
   readonly audience: string;
   /** Milliseconds since the epoch; injected by tests. */
   readonly now?: () => number;
-  /** How many verified tokens to remember (each is verified once, then looked up). */
+  /** How many verified tokens to remember (each is verified once, then looked up); default 10,000. */
   readonly cacheSize?: number;
 };
 
@@ -57,12 +57,9 @@ export type TokenServiceOptions = {
  */
 export function createTokenService(options: TokenServiceOptions): TokenService {
   const now = options.now ?? Date.now;
-  const asked = options.cacheSize ?? DEFAULT_CACHE_SIZE;
-  // lru-cache wants a positive whole size: keep one token at least, and the default for no number.
-  const cacheSize = Number.isFinite(asked) ? Math.max(1, Math.trunc(asked)) : DEFAULT_CACHE_SIZE;
   // Least recently used out: a Map evicting its oldest key walks the tombstones that earlier
   // evictions left at its front, while lru-cache evicts in constant time.
-  const verified = new LRUCache<string, VerifiedAccessToken>({ max: cacheSize });
+  const verified = new LRUCache<string, VerifiedAccessToken>({ max: cacheSize(options.cacheSize, 10_000) });
 
   const getKey = (header: JWTHeaderParameters) => {
     const key = header.kid === undefined ? undefined : options.keys.verificationKey(header.kid);

@@ -9,6 +9,7 @@ import { pgStatements, validatedRows } from '../db/pgStatements.ts';
 import type { DataKey } from './fieldCipher.ts';
 import type { KeyEncryptionKeys } from './keyEncryptionKeys.ts';
 import { bufferedBytes } from '../random.ts';
+import { cacheSize } from '../cacheSize.ts';
 
 /** Whose personal data a value is: one data key each. For employees the subject is the employee id. */
 export type DataSubject = { readonly tenantId: string; readonly subjectId: string };
@@ -115,9 +116,9 @@ export function makeDataKey(
 const MAX_BATCH = 1_000;
 
 export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, options: DataKeyStoreOptions = {}): DataKeyStore {
-  // lru-cache wants a positive whole size; a store always keeps at least its last key.
-  const cacheSize = Math.max(1, Math.trunc(options.cacheSize ?? 10_000));
-  const cache = new LRUCache<string, DataKey | 'destroyed'>({ max: cacheSize });
+  // A store always keeps at least its last key.
+  const size = cacheSize(options.cacheSize, 10_000);
+  const cache = new LRUCache<string, DataKey | 'destroyed'>({ max: size });
   // New keys go in on a plain connection of the store's own, the statement prepared once:
   // through slonik's pool each insert cost a checkout, interceptors and a parse on both ends,
   // several times the insert itself, once per handful of hires (inserts are one at a time, see
@@ -140,7 +141,7 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   // the row afresh; only the decipher is spared when the row is as it was (every projection of a
   // process, every command on the same employee), and the same key object is handed out again.
   // A row seen destroyed, or destroyed here, drops the subject's entry.
-  const unwrappedKeys = new LRUCache<string, { readonly from: string; readonly key: DataKey }>({ max: cacheSize });
+  const unwrappedKeys = new LRUCache<string, { readonly from: string; readonly key: DataKey }>({ max: size });
   function unwrapped(ref: string, stored: SealedDataKey): DataKey {
     const from = `${stored.kekId}\n${stored.keyId}\n${stored.sealed}`;
     const hit = unwrappedKeys.get(ref);

@@ -20,21 +20,27 @@ describe('the verified-token cache', () => {
     expect(again).toEqual(first.b); // verified afresh, to the same claims
   });
 
-  it('keeps one token at least when told a size below one, and the default when told no number', async () => {
-    for (const size of [0, Number.NaN, Number.POSITIVE_INFINITY]) {
+  it('keeps one token at least when told a size below one, and more when told no number or too many', async () => {
+    const twoTokens = async (size: number) => {
       const tokens = await service(size);
-      const token = (await tokens.issue(subject('z'))).accessToken;
-      const first = await tokens.verify(token);
-      expect(await tokens.verify(token)).toBe(first);
-    }
+      const [a, b] = await Promise.all(['a', 'b'].map(async (id) => (await tokens.issue(subject(id))).accessToken));
+      const first = await tokens.verify(a ?? '');
+      await tokens.verify(b ?? '');
+      return (await tokens.verify(a ?? '')) === first; // still remembered after another token
+    };
+    expect(await twoTokens(0)).toBe(false);
+    expect(await twoTokens(-1)).toBe(false);
+    for (const size of [Number.NaN, Number.POSITIVE_INFINITY, 2 ** 32]) expect(await twoTokens(size)).toBe(true);
   });
 
-  it('refuses a remembered token once it has expired, as expired', async () => {
+  it('answers a remembered token until it expires, then refuses it as expired', async () => {
     let clock = Date.UTC(2026, 0, 1);
     const tokens = await service(10, () => clock);
     const token = (await tokens.issue(subject('x'))).accessToken;
-    await tokens.verify(token);
-    clock += (ACCESS_TOKEN_TTL_SECONDS + 60) * 1000;
+    const first = await tokens.verify(token);
+    clock += ACCESS_TOKEN_TTL_SECONDS * 1000;
+    expect(await tokens.verify(token)).toBe(first); // from the cache, within the clock tolerance
+    clock += 60_000;
     const refused = await tokens.verify(token).catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(InvalidAccessTokenError);
     expect(refused).toMatchObject({ reason: 'expired' });

@@ -79,7 +79,10 @@ describe('when the change an endpoint was retrying is no longer in the feed and 
       );
       for (let i = 1; i <= WINDOW; i++) await e.rename(`retried-${i}`);
       const cursors = await wh.h.feedCursors(headers, 1 + WINDOW);
-      await waitFor(async () => (await cursorOf(headers, endpoint.id)) === cursors.at(-1));
+      // Any move will do: the move and the state's reset are one statement. (A run that scans while
+      // the renames are still being projected moves it part of the way and leaves fewer than a
+      // window behind it, which is not due again.)
+      await waitFor(async () => cursors.indexOf((await cursorOf(headers, endpoint.id)) ?? '') > 0);
       const [state] = await sqlAt<{ failed_attempts: number; retrying_since: string | null; next_attempt_at: string | null }>(
         wh.h.db.url,
         `select failed_attempts, retrying_since, next_attempt_at from webhook_endpoints where id = $1`,
