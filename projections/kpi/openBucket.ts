@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { sql, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { pgIso } from '../../shared/db/timestamps.ts';
 import { floorTo, type SeriesInterval } from '../../shared/series/intervals.ts';
 import { usageAtHorizon } from './query.ts';
 import { readRevenueAsOf } from './revenue.ts';
@@ -41,13 +42,12 @@ const requestsRow = z.object({ requests: z.number() });
 
 async function requestsSince(tx: DatabaseTransactionConnection, tenantId: string, start: number, asOf: number): Promise<number> {
   const hour = floorTo('hour', asOf);
-  const iso = (ms: number) => new Date(ms).toISOString();
   return tx.oneFirst(sql.type(requestsRow)`
     select (
       coalesce((select sum(samples) from kpi_usage_hours
-                where tenant_id = ${tenantId} and hour >= ${iso(start)} and hour < ${iso(hour)}), 0)
+                where tenant_id = ${tenantId} and hour >= ${pgIso(start)} and hour < ${pgIso(hour)}), 0)
       + coalesce((select sum(samples) from kpi_usage_minutes
-                  where tenant_id = ${tenantId} and minute >= ${iso(Math.max(start, hour))} and minute <= ${iso(asOf)}), 0)
+                  where tenant_id = ${tenantId} and minute >= ${pgIso(Math.max(start, hour))} and minute <= ${pgIso(asOf)}), 0)
     )::int8 as requests
   `);
 }

@@ -1,6 +1,8 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { pgIso } from '../../shared/db/timestamps.ts';
 import { createSketch, mergeSerializedInto, quantile } from '../../shared/sketch/ddsketch.ts';
+import { isoInstant } from '../../shared/series/intervals.ts';
 import { readRevenueAsOf } from './revenue.ts';
 import { kpiHorizon, type KpiReadDeps } from './watermarks.ts';
 
@@ -34,16 +36,15 @@ export async function latencyP95(tx: DatabaseTransactionConnection, tenantId: st
   const start = end - DAY;
   const hourStart = Math.ceil(start / HOUR) * HOUR;
   const hourEnd = Math.floor(end / HOUR) * HOUR;
-  const iso = (ms: number) => new Date(ms).toISOString();
   // bytea arrives as a Buffer (no hex round trip: half the bytes on the wire, no re-parsing).
   const rows = await tx.anyFirst(sql.type(sketchRow)`
     select latency_sketch as sketch from kpi_usage_hours
-    where tenant_id = ${tenantId} and hour >= ${iso(hourStart)} and hour < ${iso(hourEnd)}
+    where tenant_id = ${tenantId} and hour >= ${pgIso(hourStart)} and hour < ${pgIso(hourEnd)}
     union all
     select latency_sketch from kpi_usage_minutes
     where tenant_id = ${tenantId}
-      and ((minute >= ${iso(start)} and minute < ${iso(Math.min(hourStart, end))})
-        or (minute >= ${iso(Math.max(hourEnd, hourStart))} and minute < ${iso(end)}))
+      and ((minute >= ${pgIso(start)} and minute < ${pgIso(Math.min(hourStart, end))})
+        or (minute >= ${pgIso(Math.max(hourEnd, hourStart))} and minute < ${pgIso(end)}))
   `);
   const merged = createSketch();
   for (const bytes of rows) mergeSerializedInto(merged, bytes);
@@ -85,7 +86,7 @@ export async function readKpiSummaryAtHorizon(deps: KpiReadDeps, tenantId: strin
       arr: revenue.arr,
       churnRate: revenue.churnRate,
       ...usage,
-      asOf: new Date(asOf).toISOString(),
+      asOf: isoInstant(asOf),
       currency,
     };
   });
@@ -104,11 +105,10 @@ export async function usageAtHorizon(
   tenantId: string,
   asOf: number,
 ): Promise<Pick<KpiSummary, 'dau' | 'mau' | 'apiLatencyP95Ms'>> {
-  const iso = (ms: number) => new Date(ms).toISOString();
   const users = await tx.one(sql.type(usersRow)`
-    select count(*) filter (where last_seen > ${iso(asOf - DAY)}) as dau,
+    select count(*) filter (where last_seen > ${pgIso(asOf - DAY)}) as dau,
            count(*) as mau
-    from kpi_user_activity where tenant_id = ${tenantId} and last_seen > ${iso(asOf - 30 * DAY)}
+    from kpi_user_activity where tenant_id = ${tenantId} and last_seen > ${pgIso(asOf - 30 * DAY)}
   `);
   return { dau: users.dau, mau: users.mau, apiLatencyP95Ms: await latencyP95(tx, tenantId, asOf) };
 }

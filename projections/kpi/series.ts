@@ -1,8 +1,17 @@
 import { z } from 'zod';
 import { sql, withTenant, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { pgIso } from '../../shared/db/timestamps.ts';
 import { createSketch, deserializeSketch, mergeInto, quantile, quantileSerialized, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import { countDistinct, deserializeDistinct, emptyDistinct, mergeDistinct, type DistinctSketch } from '../../shared/sketch/distinct.ts';
-import { addIntervals, DAY, floorTo, MAX_SERIES_POINTS, seriesInstants, type SeriesInterval } from '../../shared/series/intervals.ts';
+import {
+  addIntervals,
+  DAY,
+  floorTo,
+  isoInstant,
+  MAX_SERIES_POINTS,
+  seriesInstants,
+  type SeriesInterval,
+} from '../../shared/series/intervals.ts';
 import { kpiHorizon, readKpiSummaryAtHorizon, tenantCurrency, type KpiReadDeps, type KpiSummary } from './query.ts';
 import { openBucketValue } from './openBucket.ts';
 import { seriesPoint, withOpenBucket, type SeriesPoint } from '../../shared/series/openBucket.ts';
@@ -164,7 +173,6 @@ const atomRow = z.object({
   sketch: z.instanceof(Buffer).nullable(),
   users: z.instanceof(Buffer).nullable(),
 });
-const iso = (ms: number) => new Date(ms).toISOString();
 
 async function loadAtoms(
   tx: DatabaseTransactionConnection,
@@ -181,7 +189,7 @@ async function loadAtoms(
     select ${column} as start, samples, users as user_count,
            ${need.latency ? sql.fragment`latency_sketch` : sql.fragment`null::bytea`} as sketch,
            ${need.users ? sql.fragment`users_sketch` : sql.fragment`null::bytea`} as users
-    from ${table} where tenant_id = ${tenantId} and ${column} >= ${iso(start)} and ${column} < ${iso(end)}
+    from ${table} where tenant_id = ${tenantId} and ${column} >= ${pgIso(start)} and ${column} < ${pgIso(end)}
     order by ${column}
   `);
   return rows.map((r) => ({
@@ -254,7 +262,7 @@ export async function readKpiSeries(
     const values = await closedValues(tx, tenantId, query.metric, query.interval, closed);
     const points = closed.map((at, i) => seriesPoint({ at, partial: false }, values[i]!));
     if (open) points.push(seriesPoint(open, await openBucketValue(tx, tenantId, query.metric, query.interval, asOf)));
-    const base = { metric: query.metric, interval: query.interval, asOf: iso(asOf), points };
+    const base = { metric: query.metric, interval: query.interval, asOf: isoInstant(asOf), points };
     if (query.metric !== 'mrr' && query.metric !== 'arr') return base;
     return { ...base, currency: await tenantCurrency(tx, tenantId) };
   });
@@ -356,7 +364,7 @@ export async function readKpiSummaryAt(deps: KpiReadDeps, tenantId: string, at: 
       dau: countDistinct(day.reduce((acc, a) => mergeDistinct(acc, a.users), EMPTY_USERS)),
       mau: countDistinct(month.reduce((acc, a) => mergeDistinct(acc, a.users), EMPTY_USERS)),
       apiLatencyP95Ms: p95Of(day.reduce((acc, a) => mergeLatency(acc, a.latency()), EMPTY_LATENCY)),
-      asOf: iso(asOf),
+      asOf: isoInstant(asOf),
       currency: await tenantCurrency(tx, tenantId),
     };
   });

@@ -1,6 +1,7 @@
 import type { IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
 import { ignoredRows, sql, type DatabasePool, type DatabaseTransactionConnection } from '../../shared/db/pool.ts';
+import { pgIso } from '../../shared/db/timestamps.ts';
 import type { ApplyOutcome, SampleBatch, UsageSample, UsageSampleSink } from '../../shared/metrics-bus/port.ts';
 import { addValue, createSketch, deserializeSketch, mergeInto, serializeSketch, type DDSketch } from '../../shared/sketch/ddsketch.ts';
 import {
@@ -130,7 +131,6 @@ export function aggregateSamples(samples: readonly UsageSample[]): BatchAggregat
   return agg;
 }
 
-const iso = (ms: number) => new Date(ms).toISOString();
 const existingBucket = z.object({
   tenant_id: z.string(),
   start: z.string(),
@@ -159,7 +159,7 @@ async function upsertBuckets(
            ${withUsers ? sql.fragment`encode(t.users_sketch, 'hex')` : sql.fragment`null::text`} as users
     from ${table} t
     join ${sql.unnest(
-      list.map((b) => [b.tenantId, iso(b.start)]),
+      list.map((b) => [b.tenantId, pgIso(b.start)]),
       ['uuid', 'timestamptz'],
     )} as k(tenant_id, start)
       on t.tenant_id = k.tenant_id and t.${column} = k.start
@@ -173,7 +173,7 @@ async function upsertBuckets(
     const users = old?.users ? mergeDistinct(deserializeDistinct(Buffer.from(old.users, 'hex')), fresh) : fresh;
     return [
       b.tenantId,
-      iso(b.start),
+      pgIso(b.start),
       b.samples + (old?.samples ?? 0),
       b.errors + (old?.errors ?? 0),
       b.durationSum + (old?.duration_sum_ms ?? 0),
@@ -216,7 +216,7 @@ export async function applySamples(tx: DatabaseTransactionConnection, samples: r
   await tx.query(sql.type(ignoredRows)`
     insert into kpi_user_activity (tenant_id, user_id, first_seen, last_seen)
     select * from ${sql.unnest(
-      users.map((u) => [u.tenantId, u.userId, iso(u.first), iso(u.last)]),
+      users.map((u) => [u.tenantId, u.userId, pgIso(u.first), pgIso(u.last)]),
       ['uuid', 'text', 'timestamptz', 'timestamptz'],
     )}
     on conflict (tenant_id, user_id) do update set
@@ -235,7 +235,7 @@ export async function applySamples(tx: DatabaseTransactionConnection, samples: r
   await tx.query(sql.type(ignoredRows)`
     insert into kpi_tenant_usage (tenant_id, samples, last_sample_at)
     select * from ${sql.unnest(
-      tenants.map((t) => [t, agg.tenants.get(t)!.samples, iso(agg.tenants.get(t)!.last)]),
+      tenants.map((t) => [t, agg.tenants.get(t)!.samples, pgIso(agg.tenants.get(t)!.last)]),
       ['uuid', 'int8', 'timestamptz'],
     )}
     on conflict (tenant_id) do update set
@@ -322,7 +322,7 @@ export function createUsageRollupSink(
         await applySamples(tx, fresh);
         let newest: number | null = null;
         for (const sample of fresh) if (newest === null || sample.timestamp > newest) newest = sample.timestamp;
-        const appliedUntil = newest === null ? null : iso(newest);
+        const appliedUntil = newest === null ? null : pgIso(newest);
         await tx.query(sql.type(ignoredRows)`
           insert into kpi_kafka_offsets (consumer_group, topic, partition, next_offset, samples_applied, applied_until, updated_at)
           values (${options.group}, ${origin.topic}, ${origin.partition}, ${origin.nextOffset}, ${fresh.length}, ${appliedUntil}, now())

@@ -1,12 +1,9 @@
-import { z } from 'zod';
 import type { FragmentSqlToken } from 'slonik';
-import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
+import { idRow, ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { normaliseEmail } from '../../shared/email.ts';
 
 /** The address a forgotten login gets: it names nobody (a reserved domain) and stays unique. */
 const FORGOTTEN = sql.fragment`'erased-' || id::text || '@erased.invalid'`;
-
-const idRow = z.object({ id: z.string() });
 
 /**
  * The logins of `tenantId` that `which` selects (SQL over `users`) forget their address and are

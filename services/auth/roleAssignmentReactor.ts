@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { IdentifierSqlToken } from 'slonik';
-import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
+import { idRow, ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import { EMPLOYEE_EVENT_TYPES, parseEmployeeStreamId, type EmployeeEvent, erasedStreams, PERSONAL_FIELDS } from '../employees/contract.ts';
@@ -236,8 +236,6 @@ export const roleAssignmentReactor = defineProjection({
     }
   },
 });
-
-const idRow = z.object({ id: z.string() });
 
 /**
  * Gives the person with `email` the role `roleId`, as decided at `decidedAt` (the reaction to an

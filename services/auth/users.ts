@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
+import { idRow, ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { normaliseEmail } from '../../shared/email.ts';
 import { ConflictError, NotFoundError } from '../../shared/errors.ts';
 import { hashPassword } from './passwords.ts';
@@ -87,8 +87,6 @@ export async function findLoginCredentials(
   `);
   return row && { id: row.id, role: row.role, passwordHash: row.password_hash, disabled: row.disabled };
 }
-
-const idRow = z.object({ id: z.string() });
 
 /**
  * Creates a login. An account that exists without a password (made from an employee's

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { ValueExpression } from 'slonik';
-import { ignoredRows, sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { idRow, ignoredRows, sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 
 /**
@@ -111,8 +111,6 @@ export type AttemptRecord = {
     | { readonly kind: 'disable'; readonly reason: string };
 };
 
-const endpointIdRow = z.object({ id: z.string() });
-
 /**
  * Records one attempt and moves the endpoint accordingly, in one transaction, only while the
  * lease is ours (false: it was lost, and whoever holds it now carries on).
@@ -128,7 +126,7 @@ export async function recordAttempt(
   const commit = change.position.commit.toString();
   const prepare = change.position.prepare.toString();
   return withTenant(pool, tenantId, async (tx) => {
-    const moved = await tx.maybeOne(sql.type(endpointIdRow)`
+    const moved = await tx.maybeOne(sql.type(idRow)`
       update webhook_endpoints set
         cursor_commit = case when ${outcome.kind} = 'delivered' then ${commit}::numeric else cursor_commit end,
         cursor_prepare = case when ${outcome.kind} = 'delivered' then ${prepare}::numeric else cursor_prepare end,
@@ -188,7 +186,7 @@ export async function recordDelivered(
   // (the change retried is no longer in the feed, and `moveTo` passes others): its retry state
   // goes, else the next change would inherit its failure count and its retry deadline.
   return withTenant(pool, tenantId, async (tx) => {
-    const moved = await tx.maybeOne(sql.type(endpointIdRow)`
+    const moved = await tx.maybeOne(sql.type(idRow)`
       update webhook_endpoints set
         cursor_commit = ${to ? sql.fragment`${to.commit.toString()}::numeric` : sql.fragment`cursor_commit`},
         cursor_prepare = ${to ? sql.fragment`${to.prepare.toString()}::numeric` : sql.fragment`cursor_prepare`},

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ignoredRows, sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import { idRow, ignoredRows, sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import { ConflictError } from '../../shared/errors.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 
@@ -105,11 +105,9 @@ export async function findEndpoint(pool: DatabasePool, tenantId: string, id: str
   return row ? toEndpoint(row) : null;
 }
 
-const endpointIdRow = z.object({ id: z.string() });
-
 export async function deleteEndpoint(pool: DatabasePool, tenantId: string, id: string): Promise<boolean> {
   const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(endpointIdRow)`delete from webhook_endpoints where tenant_id = ${tenantId} and id = ${id} returning id::text`),
+    tx.maybeOne(sql.type(idRow)`delete from webhook_endpoints where tenant_id = ${tenantId} and id = ${id} returning id::text`),
   );
   return row !== null;
 }
@@ -117,7 +115,7 @@ export async function deleteEndpoint(pool: DatabasePool, tenantId: string, id: s
 /** Replaces the sealed secret (sealed again under the current key), unless it changed meanwhile. */
 export async function resealSecret(pool: DatabasePool, tenantId: string, id: string, from: string, to: string): Promise<boolean> {
   const row = await withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(endpointIdRow)`
+    tx.maybeOne(sql.type(idRow)`
       update webhook_endpoints set secret_sealed = ${to} where tenant_id = ${tenantId} and id = ${id} and secret_sealed = ${from}
       returning id::text
     `),

@@ -20,6 +20,9 @@ export { sql };
  * each new instance's parser on its first row.
  */
 export const ignoredRows = z.object({});
+
+/** The row of a statement that answers the id of each row it touched (`returning id`). */
+export const idRow = z.object({ id: z.string() });
 export type { DatabasePool, DatabaseTransactionConnection };
 /** Anything that can run a query: the pool, a pooled connection or a transaction. */
 export type Queryable = Pick<

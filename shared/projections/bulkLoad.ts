@@ -23,8 +23,17 @@ export type BulkTable = {
   readonly afterLoad: readonly FragmentSqlToken[];
 };
 
-const SETTINGS = `select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
-  set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)`;
+/**
+ * Settings of a rebuild's own transactions. Losing one to a crash loses nothing: the shadow
+ * tables are dropped and rebuilt by the next replay, and the swap (the only transaction readers
+ * depend on) stays synchronous. No statement timeout: one statement loads or indexes a whole
+ * table; the build holds its advisory lock, not row locks readers wait on. No values, so its
+ * text alone runs on a plain connection too.
+ */
+export const rebuildTransactionSettings = sql.type(ignoredRows)`
+  select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
+         set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)
+`;
 
 /** Rows per multi-row insert of the fallback. */
 const INSERT_ROWS = 20_000;
@@ -71,8 +80,7 @@ export async function bulkLoad(
 ): Promise<void> {
   if (!connectionUrl) {
     await connection.transaction(async (tx) => {
-      await tx.query(sql.type(ignoredRows)`select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
-        set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)`);
+      await tx.query(rebuildTransactionSettings);
       for (const { table, rows, afterLoad } of tables) {
         const columns = sql.join(
           rows.columns.map((c) => sql.identifier([c])),
@@ -93,7 +101,7 @@ export async function bulkLoad(
   await client.connect();
   try {
     await client.query('begin');
-    await client.query(SETTINGS);
+    await client.query(rebuildTransactionSettings.sql);
     for (const { name, rows, afterLoad } of tables) {
       const columns = rows.columns.map(quoteIdent).join(', ');
       await pipeline(Readable.from(copyChunks(rows)), client.query(copyFrom(`copy ${quoteIdent(name)} (${columns}) from stdin`)));

@@ -1,7 +1,7 @@
 import { ignoredRows, sql, type DatabasePool, type DatabaseTransactionConnection, type Queryable } from '../db/pool.ts';
 import { START, comparePositions, type GlobalPosition, type ReadAllPage, type RecordedEvent } from '../event-store/port.ts';
 import { createApplyOrder, readLateApplies } from './applyOrder.ts';
-import { bulkLoad } from './bulkLoad.ts';
+import { bulkLoad, rebuildTransactionSettings } from './bulkLoad.ts';
 import { readCheckpoint } from './checkpoints.ts';
 import { setCommitMode } from './commitMode.ts';
 import { classifyFailure } from './failures.ts';
@@ -11,17 +11,6 @@ import type { Projection } from './projection.ts';
 import { dropShadows, runStatements, tableIds, tableStatements } from './shadowTables.ts';
 import { swapIn } from './swap.ts';
 import { assertNotSuperseded } from './versionGuard.ts';
-
-/**
- * Settings of a rebuild's own transactions. Losing one to a crash loses nothing: the shadow
- * tables are dropped and rebuilt by the next replay, and the swap (the only transaction readers
- * depend on) stays synchronous. No statement timeout: one statement loads or indexes a whole
- * table; the build holds its advisory lock, not row locks readers wait on.
- */
-const replayTransactionSettings = sql.type(ignoredRows)`
-  select set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '0', true),
-         set_config('maintenance_work_mem', '256MB', true), set_config('work_mem', '64MB', true)
-`;
 
 /** `processed`: events read from the log; `parked`: those of them parked instead of applied. */
 export type ReplayResult = { processed: number; parked: number; position: GlobalPosition };
@@ -114,7 +103,7 @@ export async function buildAndSwap<T extends string>(
     if (events.length === 0) return;
     const attempt = (isolate: boolean) =>
       connection.transaction(async (tx) => {
-        await tx.query(replayTransactionSettings);
+        await tx.query(rebuildTransactionSettings);
         return applyParking(tx, events, isolate);
       });
     let result;
