@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { safeText, uuid } from '../validation.ts';
 import type { UsageSample } from './port.ts';
 
 /**
@@ -12,15 +13,19 @@ import type { UsageSample } from './port.ts';
  */
 export const MAX_SAMPLES_PER_MESSAGE = 500;
 
+// The rollups store the tenant as a uuid, the strings as text and the instants as timestamptz and
+// date: a value PostgreSQL refuses (a NUL, a year past 9999) would fail its whole batch on every
+// retry, so such a message is dropped here like any other malformed one.
+const LAST_INSTANT = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
 const tuple = z.tuple([
-  z.string().min(1).max(128),
-  z.string().max(512),
-  z.string().max(16),
+  safeText(128, { min: 1 }),
+  safeText(512),
+  safeText(16),
   z.number().int().min(100).max(599),
   z.number().finite().min(0),
-  z.number().int().min(0),
+  z.number().int().min(0).max(LAST_INSTANT),
 ]);
-const wireMessage = z.object({ v: z.literal(1), t: z.string().min(1).max(64), s: z.array(tuple).min(1) });
+const wireMessage = z.object({ v: z.literal(1), t: uuid(), s: z.array(tuple).min(1) });
 
 /** Encodes samples that all belong to `tenantId`. */
 export function encodeSamples(tenantId: string, samples: readonly UsageSample[]): string {

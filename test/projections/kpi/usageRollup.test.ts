@@ -52,6 +52,21 @@ describe('usage rollup sink (offsets stored with the rollups)', () => {
     });
   });
 
+  describe('when samples lie at the edges of the instants the codec lets through', () => {
+    it('applies the epoch and the last millisecond of year 9999 into every rollup', async () => {
+      const tenant = randomUUID();
+      const sink = createUsageRollupSink(db.pool, { group: `g-${randomUUID()}` });
+      const edges = batch(tenant, 0, 2);
+      const samples = [0, Date.UTC(9999, 11, 31, 23, 59, 59, 999)].map((timestamp, i) => ({ ...edges.samples[i]!, timestamp }));
+      expect(await sink.apply({ ...edges, samples })).toEqual({ kind: 'applied' });
+      expect(await tenantSamples(tenant)).toBe(2);
+      const days = await db.pool.anyFirst(
+        sql.type(z.object({ day: z.string() }))`select day::text from kpi_daily_users where tenant_id = ${tenant} order by day`,
+      );
+      expect(days).toEqual(['1970-01-01', '9999-12-31']);
+    });
+  });
+
   describe('when a batch starts after the stored offset', () => {
     it('refuses it with a seek to the stored offset (no sample lost), and applies the batch that follows', async () => {
       const tenant = randomUUID();

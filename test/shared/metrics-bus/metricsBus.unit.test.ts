@@ -7,7 +7,10 @@ import { createInProcessBus } from '../../../shared/metrics-bus/inProcess.ts';
 import type { SampleBatch, UsageSample } from '../../../shared/metrics-bus/port.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
-const sample = (i: number, tenantId = 't1'): UsageSample => ({
+const TENANT_A = '00000000-0000-4000-8000-00000000000a';
+const TENANT_B = '00000000-0000-4000-8000-00000000000b';
+
+const sample = (i: number, tenantId = TENANT_A): UsageSample => ({
   tenantId,
   userId: `u${i % 7}`,
   route: '/v1/employees/:id',
@@ -60,9 +63,9 @@ describe('BoundedBuffer', () => {
 
 describe('wire codec', () => {
   it('round-trips samples, one tenant per message, at most 500 per message, order kept', () => {
-    const samples = [...Array.from({ length: 1_203 }, (_, i) => sample(i, 'a')), ...Array.from({ length: 10 }, (_, i) => sample(i, 'b'))];
+    const samples = [...Array.from({ length: 1_203 }, (_, i) => sample(i, TENANT_A)), ...Array.from({ length: 10 }, (_, i) => sample(i, TENANT_B))];
     const messages = packSamples(samples);
-    expect(messages.map((m) => m.key)).toEqual(['a', 'a', 'a', 'b']);
+    expect(messages.map((m) => m.key)).toEqual([TENANT_A, TENANT_A, TENANT_A, TENANT_B]);
     const decoded = messages.flatMap((m) => decodeSamples(m.value) ?? []);
     expect(decoded).toEqual(samples);
     expect(Math.max(...messages.map((m) => decodeSamples(m.value)?.length ?? 0))).toBe(MAX_SAMPLES_PER_MESSAGE);
@@ -76,6 +79,22 @@ describe('wire codec', () => {
       '{"v":1,"t":"a","s":[]}',
       '{"v":1,"t":"a","s":[["u","/r","GET",99,1,1]]}',
       '{"v":2,"t":"a","s":[["u","/r","GET",200,1,1]]}',
+    ]) {
+      expect(decodeSamples(bad)).toBeUndefined();
+    }
+  });
+
+  // Each of these once passed decoding and then failed its PostgreSQL batch on every retry.
+  it('rejects values the rollups cannot store: a tenant that is no uuid, NUL, a year past 9999', () => {
+    const message = (tenantId: string, tuple: unknown[]) => JSON.stringify({ v: 1, t: tenantId, s: [tuple] });
+    const lastInstant = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+    expect(decodeSamples(message(TENANT_A, ['u', '/r', 'GET', 200, 1, lastInstant]))?.[0]?.timestamp).toBe(lastInstant);
+    for (const bad of [
+      message('a', ['u', '/r', 'GET', 200, 1, 1]),
+      message(TENANT_A, ['u\u0000', '/r', 'GET', 200, 1, 1]),
+      message(TENANT_A, ['u', '/r\u0000', 'GET', 200, 1, 1]),
+      message(TENANT_A, ['u', '/r', 'GET', 200, 1, lastInstant + 1]),
+      message(TENANT_A, ['u', '/r', 'GET', 200, 1, 8.64e15 + 1]),
     ]) {
       expect(decodeSamples(bad)).toBeUndefined();
     }
