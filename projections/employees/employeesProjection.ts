@@ -1,14 +1,16 @@
 import { z } from 'zod';
 import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
-import { byEmployee, employeeKey, employeeOf } from './byEmployee.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { IdentifierSqlToken } from 'slonik';
 import { defineProjection } from '../../shared/projections/projection.ts';
 import { deleteErasedRows } from './erasedRows.ts';
 import { counterKeys, createCounterDeltas } from './counters.ts';
 import {
+  byEmployee,
   EMPLOYEE_EVENT_TYPES,
+  employeeKey,
+  employeeOf,
   statusAppliesFrom,
   type EmployeeEvent,
   type EmployeeStatus,

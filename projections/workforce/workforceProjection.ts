@@ -3,10 +3,17 @@ import type { IdentifierSqlToken } from 'slonik';
 import { ignoredRows, sql, type Queryable } from '../../shared/db/pool.ts';
 import { pgIso } from '../../shared/db/timestamps.ts';
 import { readModelTable } from '../../shared/db/rowLevelSecurity.ts';
-import { byEmployee, employeeKey, employeeOf } from '../employees/byEmployee.ts';
 import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import { defineProjection } from '../../shared/projections/projection.ts';
-import { EMPLOYEE_EVENT_TYPES, type EmployeeEvent, erasedStreams, PERSONAL_FIELDS } from '../../services/employees/contract.ts';
+import {
+  byEmployee,
+  EMPLOYEE_EVENT_TYPES,
+  employeeKey,
+  employeeOf,
+  type EmployeeEvent,
+  erasedStreams,
+  PERSONAL_FIELDS,
+} from '../../services/employees/contract.ts';
 import { contributions, evolveVersions, instantMs, redactVersions, type Contribution, type Version } from './versions.ts';
 import { redactParkedEvents } from '../../shared/projections/parkedRedactions.ts';
 

@@ -1,11 +1,13 @@
 /**
  * The employee capability's published contract: what the read side may import. The events (the
- * only source of truth for an employee), the state they fold into (`evolve`) and the public view
- * of that state. Commands and `decide` stay in decide.ts.
+ * only source of truth for an employee) and how a page of the log groups into each employee's,
+ * the state they fold into (`evolve`) and the public view of that state. Commands and `decide`
+ * stay in decide.ts.
  *
  * Events are past tense; `data` is what the projection and the history endpoint show, so it
  * carries values, not diffs of internal state.
  */
+import type { RecordedEvent } from '../../shared/event-store/port.ts';
 import type { PersonalDataPolicy } from '../../shared/personal-data/policy.ts';
 
 export const EMPLOYEE_STATUSES = ['active', 'inactive', 'on_leave'] as const;
@@ -100,6 +102,33 @@ export function parseEmployeeStreamId(streamId: string): { tenantId: string; emp
   const match = EMPLOYEE_STREAM.exec(streamId);
   if (!match?.[1] || !match[2]) return undefined;
   return { tenantId: match[1], employeeId: match[2] };
+}
+
+/** Whether the event is one of an employee's (its stream may hold no other, but a page holds every stream's). */
+export const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(event.type);
+
+/** The employee an event belongs to, if it is one of an employee's events. */
+export const employeeOf = (event: RecordedEvent): { tenantId: string; employeeId: string } | undefined =>
+  isEmployeeEvent(event) ? parseEmployeeStreamId(event.streamId) : undefined;
+
+/** One employee's events of a page, in the page's (global) order. */
+export type EmployeeBatch = { readonly tenantId: string; readonly id: string; readonly events: RecordedEvent[] };
+
+/** The key the employee read models index an employee by within a page. */
+export const employeeKey = (tenantId: string, id: string): string => `${tenantId}/${id}`;
+
+/** A page's employee events grouped per employee (other events are left out), keyed by `employeeKey`. */
+export function byEmployee(events: readonly RecordedEvent[]): Map<string, EmployeeBatch> {
+  const batches = new Map<string, EmployeeBatch>();
+  for (const event of events) {
+    const parsed = employeeOf(event);
+    if (!parsed) continue;
+    const key = employeeKey(parsed.tenantId, parsed.employeeId);
+    const batch = batches.get(key) ?? { tenantId: parsed.tenantId, id: parsed.employeeId, events: [] };
+    batch.events.push(event);
+    batches.set(key, batch);
+  }
+  return batches;
 }
 
 /**
