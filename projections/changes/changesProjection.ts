@@ -161,6 +161,10 @@ async function handle(
     const event = { type: recorded.type, data: recorded.data } as EmployeeEvent;
     const before = stream.state;
     stream.state = evolve(before, event);
+    // Read after the person's key was destroyed, the event opens with its own personal fields
+    // null, but the fold would still carry the others from earlier rows into its row: none of
+    // them may be written again (the erasure's blanking below looks for any of them).
+    if (recorded.redacted && stream.state.kind === 'hired') stream.state = { ...stream.state, ...NO_PERSONAL_FIELDS };
     if (stream.state.kind === 'erased') {
       if (before.kind !== 'hired') continue;
       // The erasure itself is a change (integrators erase their copies on it); every earlier
@@ -230,6 +234,8 @@ async function handle(
 }
 
 const REDACTED = JSON.stringify(Object.fromEntries(PERSONAL_VIEW_FIELDS.map((field) => [field, null])));
+// The hired state's personal fields as an erased person's events hand them over: null.
+const NO_PERSONAL_FIELDS = JSON.parse(REDACTED) as Pick<Extract<EmployeeState, { kind: 'hired' }>, (typeof PERSONAL_VIEW_FIELDS)[number]>;
 
 /**
  * Blanks the personal fields of every change of these employees, those of this batch included:
@@ -250,15 +256,16 @@ async function redactChanges(
       employees.map((e) => e.employeeId),
       'text',
     )}) as k(tenant_id, employee_id)
-    where c.tenant_id = k.tenant_id and c.employee_id = k.employee_id and c.employee->>'email' is not null
+    where c.tenant_id = k.tenant_id and c.employee_id = k.employee_id and not c.employee @> ${REDACTED}::jsonb
   `);
 }
 
 export const changesProjection = defineProjection({
   name: CHANGES_PROJECTION,
   // Version 2 added `seq` (apply order), which the feed pages by; 3 `status_since`, which the
-  // fold of a back-dated status change needs.
-  version: 3,
+  // fold of a back-dated status change needs; 4 rebuilds feeds where a change applied after its
+  // person's erasure kept the names the fold carried.
+  version: 4,
   eventTypes: EMPLOYEE_EVENT_TYPES,
   // Each row is a cursor a client may store and hand back: a page a reader has seen must survive
   // a database crash, or the feed would answer that cursor as unknown until the page came back.
