@@ -14,18 +14,28 @@ import type { UsageSample } from './port.ts';
 export const MAX_SAMPLES_PER_MESSAGE = 500;
 
 // The rollups store the tenant as a uuid, the strings as text and the instants as timestamptz and
-// date: a value PostgreSQL refuses (a NUL, a year past 9999) would fail its whole batch on every
-// retry, so such a message is dropped here like any other malformed one.
+// date: a value PostgreSQL refuses (a NUL, a lone surrogate, a year past 9999) would fail its whole
+// batch on every retry, so such a message is dropped here like any other malformed one. No request
+// lasts an hour; a duration near the float limit would make every latency quantile over it
+// Infinity, which no KPI answer can carry.
 const LAST_INSTANT = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const MAX_DURATION_MS = 3_600_000;
 const tuple = z.tuple([
   safeText(128, { min: 1 }),
   safeText(512),
   safeText(16),
   z.number().int().min(100).max(599),
-  z.number().finite().min(0),
+  z.number().finite().min(0).max(MAX_DURATION_MS),
   z.number().int().min(0).max(LAST_INSTANT),
 ]);
 const wireMessage = z.object({ v: z.literal(1), t: uuid(), s: z.array(tuple).min(1) });
+
+/**
+ * How far ahead of the consumer's clock a sample may be stamped (the gateways' clocks drift a
+ * little). A sample from further ahead is no request that happened: kept, it would hold a user
+ * active and the KPI watermarks ahead until its day came.
+ */
+export const MAX_CLOCK_AHEAD_MS = 10 * 60_000;
 
 /** Encodes samples that all belong to `tenantId`. */
 export function encodeSamples(tenantId: string, samples: readonly UsageSample[]): string {
@@ -36,8 +46,11 @@ export function encodeSamples(tenantId: string, samples: readonly UsageSample[])
   });
 }
 
-/** The samples of one message, or `undefined` when the bytes are not a valid message. */
-export function decodeSamples(bytes: Buffer | string | null): UsageSample[] | undefined {
+/**
+ * The samples of one message, or `undefined` when the bytes are not a valid message or a sample is
+ * stamped more than `MAX_CLOCK_AHEAD_MS` after `now`.
+ */
+export function decodeSamples(bytes: Buffer | string | null, now = Date.now()): UsageSample[] | undefined {
   if (bytes === null) return undefined;
   let json: unknown;
   try {
@@ -47,6 +60,8 @@ export function decodeSamples(bytes: Buffer | string | null): UsageSample[] | un
   }
   const parsed = wireMessage.safeParse(json);
   if (!parsed.success) return undefined;
+  const latest = now + MAX_CLOCK_AHEAD_MS;
+  if (parsed.data.s.some((sample) => sample[5] > latest)) return undefined;
   const tenantId = parsed.data.t;
   return parsed.data.s.map(([userId, route, method, status, durationMs, timestamp]) => ({
     tenantId,

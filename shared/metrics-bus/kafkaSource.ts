@@ -121,6 +121,9 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
       return;
     }
     resolveOffset(last.offset);
+    // Dropped for good (the offset moves past them), so the operator hears of it.
+    if (invalid > 0)
+      logger.warn({ partition: batch.partition, firstOffset: first.offset, invalid }, 'usage messages dropped: not valid samples');
     options.onBatch?.({ partition: batch.partition, samples: samples.length, invalid });
     await commitOffsetsIfNecessary();
     await heartbeat();

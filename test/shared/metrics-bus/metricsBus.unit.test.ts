@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { BoundedBuffer } from '../../../shared/metrics-bus/boundedBuffer.ts';
-import { decodeSamples, MAX_SAMPLES_PER_MESSAGE, packSamples } from '../../../shared/metrics-bus/codec.ts';
+import { decodeSamples, MAX_CLOCK_AHEAD_MS, MAX_SAMPLES_PER_MESSAGE, packSamples } from '../../../shared/metrics-bus/codec.ts';
 import { createInProcessBus } from '../../../shared/metrics-bus/inProcess.ts';
 import type { SampleBatch, UsageSample } from '../../../shared/metrics-bus/port.ts';
 import { waitFor } from '../../support/waitFor.ts';
@@ -63,7 +63,10 @@ describe('BoundedBuffer', () => {
 
 describe('wire codec', () => {
   it('round-trips samples, one tenant per message, at most 500 per message, order kept', () => {
-    const samples = [...Array.from({ length: 1_203 }, (_, i) => sample(i, TENANT_A)), ...Array.from({ length: 10 }, (_, i) => sample(i, TENANT_B))];
+    const samples = [
+      ...Array.from({ length: 1_203 }, (_, i) => sample(i, TENANT_A)),
+      ...Array.from({ length: 10 }, (_, i) => sample(i, TENANT_B)),
+    ];
     const messages = packSamples(samples);
     expect(messages.map((m) => m.key)).toEqual([TENANT_A, TENANT_A, TENANT_A, TENANT_B]);
     const decoded = messages.flatMap((m) => decodeSamples(m.value) ?? []);
@@ -85,19 +88,36 @@ describe('wire codec', () => {
   });
 
   // Each of these once passed decoding and then failed its PostgreSQL batch on every retry.
-  it('rejects values the rollups cannot store: a tenant that is no uuid, NUL, a year past 9999', () => {
-    const message = (tenantId: string, tuple: unknown[]) => JSON.stringify({ v: 1, t: tenantId, s: [tuple] });
+  const message = (tenantId: string, ...tuples: unknown[][]) => JSON.stringify({ v: 1, t: tenantId, s: tuples });
+
+  it('rejects values the rollups cannot store: a tenant that is no uuid, NUL, a lone surrogate, a year past 9999', () => {
     const lastInstant = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
-    expect(decodeSamples(message(TENANT_A, ['u', '/r', 'GET', 200, 1, lastInstant]))?.[0]?.timestamp).toBe(lastInstant);
+    expect(decodeSamples(message(TENANT_A, ['u', '/r', 'GET', 200, 1, lastInstant]), lastInstant)?.[0]?.timestamp).toBe(lastInstant);
     for (const bad of [
       message('a', ['u', '/r', 'GET', 200, 1, 1]),
       message(TENANT_A, ['u\u0000', '/r', 'GET', 200, 1, 1]),
       message(TENANT_A, ['u', '/r\u0000', 'GET', 200, 1, 1]),
+      // Two ids the PostgreSQL driver would both write as U+FFFD: one upsert row twice.
+      message(TENANT_A, ['\ud800', '/r', 'GET', 200, 1, 1], ['\ud801', '/r', 'GET', 200, 1, 1]),
       message(TENANT_A, ['u', '/r', 'GET', 200, 1, lastInstant + 1]),
       message(TENANT_A, ['u', '/r', 'GET', 200, 1, 8.64e15 + 1]),
     ]) {
-      expect(decodeSamples(bad)).toBeUndefined();
+      expect(decodeSamples(bad, lastInstant)).toBeUndefined();
     }
+  });
+
+  it('rejects a duration no request has (over an hour), which would make latency quantiles Infinity', () => {
+    const now = 1_700_000_000_000;
+    expect(decodeSamples(message(TENANT_A, ['u', '/r', 'GET', 200, 3_600_000, now]), now)).toHaveLength(1);
+    expect(decodeSamples(message(TENANT_A, ['u', '/r', 'GET', 200, 3_600_001, now]), now)).toBeUndefined();
+    expect(decodeSamples(message(TENANT_A, ['u', '/r', 'GET', 200, 1e307, now]), now)).toBeUndefined();
+  });
+
+  it("rejects a message with a sample stamped more than ten minutes after the consumer's clock", () => {
+    const now = 1_700_000_000_000;
+    const ahead = (ms: number) => message(TENANT_A, ['u', '/r', 'GET', 200, 1, now - 5], ['u', '/r', 'GET', 200, 1, now + ms]);
+    expect(decodeSamples(ahead(MAX_CLOCK_AHEAD_MS), now)).toHaveLength(2);
+    expect(decodeSamples(ahead(MAX_CLOCK_AHEAD_MS + 1), now)).toBeUndefined();
   });
 });
 
