@@ -33,13 +33,14 @@ export class SubjectErasedError extends ConflictError {
  * The data keys (`personal_data_keys`): one per subject, made on the first value sealed for it,
  * stored sealed by the key-encryption keys, destroyed on erasure.
  *
- * Caching: keys are cached in memory (bounded, least recently used first out) for sealing only,
- * and only keys this store inserted itself: `load` never fills that cache, so a lookup that ran
- * while a destruction was still uncommitted cannot put the key back after it committed. A
- * subject seen destroyed is remembered as such (destruction is final). Opening always reads the
- * keys afresh (`load`: one query per stream read or per page of the log), so a key destroyed by
- * any process is never used to open a value after its destruction committed; what `load` keeps
- * is the unwrapped form of a row it reads again, to spare the decipher, never the row itself. Sealing with a
+ * Caching: keys are cached in memory (bounded, least recently used first out, aged out after a
+ * few minutes unused) for sealing only, and only keys this store inserted itself: `load` never
+ * fills that cache, so a lookup that ran while a destruction was still uncommitted cannot put the
+ * key back after it committed. A subject seen destroyed is remembered as such (destruction is
+ * final). Opening always reads the keys afresh (`load`: one query per stream read or per page of
+ * the log), so a key destroyed by any process is never used to open a value after its
+ * destruction committed; what `load` keeps is the unwrapped form of a row it reads again, to
+ * spare the decipher, never the row itself. Sealing with a
  * cached key that another process destroyed meanwhile writes a value nobody can open any more,
  * which is harmless; and it does not happen in practice, since the decision to write it would
  * have been taken on a stream that does not end with the erasure and its append would fail on
@@ -72,6 +73,8 @@ export type DataKeyStore = {
 export type DataKeyStoreOptions = {
   /** Most keys kept in memory for sealing (default 10,000, a few MB). */
   readonly cacheSize?: number;
+  /** How long a key unused by this process stays in its memory (default 5 minutes). */
+  readonly cacheTtlMs?: number;
   /**
    * Commit new keys without waiting for the WAL flush. Only when the event store is this same
    * PostgreSQL database: the event sealed with the key commits later, synchronously, and a
@@ -118,7 +121,13 @@ const MAX_BATCH = 1_000;
 export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, options: DataKeyStoreOptions = {}): DataKeyStore {
   // A store always keeps at least its last key.
   const size = cacheSize(options.cacheSize, 10_000);
-  const cache = new LRUCache<string, DataKey | 'destroyed'>({ max: size });
+  // A key destroyed by another process is never used here again (commands on an erased person are
+  // refused before sealing, lookups read the row afresh), but it would stay in this process's
+  // memory, where a heap dump would still find it, for as long as the cache kept it. Keys not used
+  // for a while age out, and a sweep drops the aged ones even when nothing asks for them.
+  const ttl = options.cacheTtlMs !== undefined && options.cacheTtlMs > 0 ? options.cacheTtlMs : 5 * 60_000;
+  const aging = { ttl, updateAgeOnGet: true } as const;
+  const cache = new LRUCache<string, DataKey | 'destroyed'>({ max: size, ...aging });
   // New keys go in on a plain connection of the store's own, the statement prepared once:
   // through slonik's pool each insert cost a checkout, interceptors and a parse on both ends,
   // several times the insert itself, once per handful of hires (inserts are one at a time, see
@@ -141,7 +150,12 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
   // the row afresh; only the decipher is spared when the row is as it was (every projection of a
   // process, every command on the same employee), and the same key object is handed out again.
   // A row seen destroyed, or destroyed here, drops the subject's entry.
-  const unwrappedKeys = new LRUCache<string, { readonly from: string; readonly key: DataKey }>({ max: size });
+  const unwrappedKeys = new LRUCache<string, { readonly from: string; readonly key: DataKey }>({ max: size, ...aging });
+  const sweep = setInterval(() => {
+    cache.purgeStale();
+    unwrappedKeys.purgeStale();
+  }, ttl);
+  sweep.unref();
   function unwrapped(ref: string, stored: SealedDataKey): DataKey {
     const from = `${stored.kekId}\n${stored.keyId}\n${stored.sealed}`;
     const hit = unwrappedKeys.get(ref);
@@ -330,7 +344,12 @@ export function createDataKeyStore(pool: DatabasePool, keks: KeyEncryptionKeys, 
       return { destroyedAt };
     },
 
-    close: async () => connection?.end(),
+    close: async () => {
+      clearInterval(sweep);
+      cache.clear();
+      unwrappedKeys.clear();
+      await connection?.end();
+    },
 
     forget(subjects) {
       for (const subject of subjects) if (cache.peek(subjectRef(subject)) !== 'destroyed') cache.delete(subjectRef(subject));
