@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { PreconditionFailedError, WrongExpectedRevisionError } from '../shared/errors.ts';
+import { ErasedError, PreconditionFailedError, WrongExpectedRevisionError } from '../shared/errors.ts';
 import type {
   AppendRequest,
   AppendResult,
@@ -90,6 +90,7 @@ export async function handleCommand<State, Command, Event extends { readonly typ
   const maxRetries = options.maxRetries ?? 5;
   // A command that creates its stream has nothing to read; one on an existing stream reads it once per attempt.
   let read = options.newStream !== true || options.ifMatch !== undefined;
+  let erasedMeanwhile = false;
   for (let attempt = 0; ; attempt++) {
     const recorded = read ? await store.readStream(streamId) : [];
     const revision = recorded.length - 1;
@@ -110,6 +111,14 @@ export async function handleCommand<State, Command, Event extends { readonly typ
       const appended = await appendWith(store, { streamId, events: newEvents, expectedRevision }, alongside);
       return { state: events.reduce(decider.evolve, state), events, revision: appended.nextRevision, position: appended.position };
     } catch (error) {
+      // An erasure that committed after the decision refuses to seal its personal data: decided
+      // again on the stream that now ends with it, the command is answered as on any erased
+      // resource (with when it was erased). Once: a store that keeps refusing answers itself.
+      if (error instanceof ErasedError && !erasedMeanwhile) {
+        erasedMeanwhile = true;
+        read = true;
+        continue;
+      }
       if (!(error instanceof WrongExpectedRevisionError)) throw error;
       if (error.streamId !== streamId) {
         // Another stream of the append moved: planned from this decision, it is planned again.

@@ -1,7 +1,7 @@
 import { createSecretKey, randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { z } from 'zod';
-import { ConflictError } from '../errors.ts';
+import { ErasedError } from '../errors.ts';
 import { connectionUrlOf, sql, type DatabasePool, type Queryable } from '../db/pool.ts';
 import type { QuerySqlToken } from 'slonik';
 import { createPlainConnection, type PlainConnection } from '../db/plainConnection.ts';
@@ -23,7 +23,7 @@ export type StoredKey = DataKey | 'destroyed';
 export const subjectRef = (s: DataSubject): string => `${s.tenantId}/${s.subjectId}`;
 
 /** Sealing for a subject whose key was destroyed: its personal data may not be written again. */
-export class SubjectErasedError extends ConflictError {
+export class SubjectErasedError extends ErasedError {
   constructor(subject: DataSubject) {
     super(`The personal data of ${subject.subjectId} was erased`);
   }

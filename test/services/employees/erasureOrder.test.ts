@@ -4,7 +4,7 @@ import { createPostgresEventStore } from '../../../shared/event-store/postgres/e
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import type { DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
 import { erasurePorts } from '../../../services/employees/capability.ts';
-import { changeEmployeeStatus, hireEmployee, loadEmployee } from '../../../services/employees/commands.ts';
+import { changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee } from '../../../services/employees/commands.ts';
 import { ErasedError } from '../../../shared/errors.ts';
 import { employeeStreamId } from '../../../services/employees/contract.ts';
 import { eraseEmployee, type ErasurePorts } from '../../../services/employees/erasure.ts';
@@ -125,6 +125,35 @@ describe('when the employee changes between the erasure reading it and appending
     expect(await eraseEmployee(ports, id, metadata(tenantId, '2026-04-02T00:00:00.000Z'))).toMatchObject({ fresh: true });
     expect(raced).toBe(true);
     expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeStatusChanged', 'EmployeeErased']);
+  });
+});
+
+describe("when the employee is erased between a command's decision and its append", () => {
+  it('answers the command as on an erased employee (410 with erasedAt), not as a conflict', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hired(tenantId);
+    const streamId = employeeStreamId(tenantId, id);
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    let erased = false;
+    const racing: EventStore = {
+      ...store,
+      readStream: async (read, options) => {
+        const events = await store.readStream(read, options);
+        if (read === streamId && !erased) {
+          erased = true;
+          await eraseEmployee(ports, id, metadata(tenantId, '2026-05-01T00:00:00.000Z'));
+        }
+        return events;
+      },
+    };
+    const rename = changeEmployeeDetails({ store: racing, emailHash: testEmailHash, assertRoleExists: async () => undefined }, id, {
+      type: 'ChangeEmployeeDetails',
+      data: { firstName: 'Late' },
+      metadata: metadata(tenantId, '2026-05-01T00:00:01.000Z'),
+    });
+    await expect(rename).rejects.toMatchObject({ status: 410, code: 'erased', extras: { erasedAt: '2026-05-01T00:00:00.000Z' } });
+    expect(erased).toBe(true);
+    expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeErased']);
   });
 });
 
