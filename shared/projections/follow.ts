@@ -9,7 +9,7 @@ import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isola
 import { createPagePipeline } from './pagePipeline.ts';
 import { hasParkedEvents, parkedStreams } from './parking.ts';
 import type { Projection } from './projection.ts';
-import { replayProjection } from './replay.ts';
+import { clearAbandonedBuild, replayProjection } from './replay.ts';
 import { tableIds } from './shadowTables.ts';
 import { ProjectionSupersededError, assertNotSuperseded } from './versionGuard.ts';
 
@@ -93,7 +93,7 @@ export function runProjection<T extends string>(
   const ensureBuilt = async () => {
     const checkpoint = await readCheckpoint(pool, projection.name);
     assertNotSuperseded(checkpoint, projection);
-    if (checkpoint?.version === projection.version) return;
+    if (checkpoint?.version === projection.version) return clearAbandonedBuild(pool, projection);
     await replayProjection(pool, store, projection, {
       batchSize: options.batchSize,
       signal,

@@ -93,6 +93,23 @@ export async function replayProjection<T extends string>(
 
 const REPLAY_LOCK_POLL_MS = 200;
 
+/**
+ * Drops the tables a killed replay left behind, unless a replay is building now. Left alone until
+ * the next replay, they would keep what they copied, the personal data of people erased since
+ * included; a projector that finds its model current clears them when it starts.
+ */
+export async function clearAbandonedBuild(pool: DatabasePool, projection: Projection<string>): Promise<void> {
+  await pool.connect(async (connection) => {
+    const lockKey = replayLockKey(projection.name);
+    if (!(await connection.oneFirst(sql.type(lockedRow)`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) return;
+    try {
+      await dropAbandonedShadows(connection, projection);
+    } finally {
+      await connection.query(sql.type(ignoredRows)`select pg_advisory_unlock(hashtext(${lockKey}))`);
+    }
+  });
+}
+
 /** Each `next()` of the store's iterator runs outside the replay connection's async context (see above). */
 function bindIterable<P>(iterable: AsyncIterable<P>): AsyncIterable<P> {
   const iterator = iterable[Symbol.asyncIterator]();
