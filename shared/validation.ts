@@ -30,6 +30,20 @@ export function isStorableText(value: string): boolean {
 
 const STORABLE_MESSAGE = 'must be valid Unicode text without NUL characters or lone surrogates';
 
+const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, 'g');
+
+/**
+ * `text` made storable and cut to at most `max` UTF-16 code units, for text the service records
+ * but does not control (an error a peer caused): NUL and lone surrogates become U+FFFD, and a cut
+ * that would split a surrogate pair drops its first half.
+ */
+export function storableText(text: string, max: number): string {
+  const clean = text.replace(LONE_SURROGATES, '\uFFFD').replaceAll('\u0000', '\uFFFD');
+  if (clean.length <= max) return clean;
+  const cut = clean.slice(0, max);
+  return /[\uD800-\uDBFF]$/.test(cut) ? cut.slice(0, -1) : cut;
+}
+
 export type SafeTextOptions = {
   /** Minimum length after trimming (default 0). */
   readonly min?: number;

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { ValueExpression } from 'slonik';
 import { idRow, ignoredRows, sql, withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
+import { storableText } from '../../shared/validation.ts';
 
 /**
  * The delivery log: each attempt recorded with the endpoint's move (cursor, retry, disable) in
@@ -115,6 +116,9 @@ export type AttemptRecord = {
  * Records one attempt and moves the endpoint accordingly, in one transaction, only while the
  * lease is ours (false: it was lost, and whoever holds it now carries on).
  */
+/** Longest error text an attempt keeps (its reason, when it disables the endpoint, twice that). */
+export const ERROR_TEXT_MAX = 500;
+
 export async function recordAttempt(
   pool: DatabasePool,
   tenantId: string,
@@ -123,6 +127,11 @@ export async function recordAttempt(
   attempt: AttemptRecord,
 ): Promise<boolean> {
   const { change, outcome } = attempt;
+  // Texts that quote an error (a receiver's doing, some of them: a certificate's names, a
+  // parser's complaint) are made storable: one that PostgreSQL refused would lose the attempt and
+  // the endpoint's move with it.
+  const error = attempt.error === null ? null : storableText(attempt.error, ERROR_TEXT_MAX);
+  const reason = outcome.kind === 'disable' ? storableText(outcome.reason, 2 * ERROR_TEXT_MAX) : null;
   const commit = change.position.commit.toString();
   const prepare = change.position.prepare.toString();
   return withTenant(pool, tenantId, async (tx) => {
@@ -134,7 +143,7 @@ export async function recordAttempt(
         next_attempt_at = ${outcome.kind === 'retry' ? sql.fragment`now() + make_interval(secs => ${outcome.delayMs / 1000})` : sql.fragment`null::timestamptz`},
         retrying_since = ${outcome.kind === 'retry' ? sql.fragment`case when failed_attempts = 0 then now() else coalesce(retrying_since, now()) end` : sql.fragment`null`},
         status = case when ${outcome.kind} = 'disable' then 'disabled' else status end,
-        disabled_reason = ${outcome.kind === 'disable' ? outcome.reason : null}
+        disabled_reason = ${reason}
       where tenant_id = ${tenantId} and id = ${id} and lease_token = ${token}
       returning id::text
     `);
@@ -143,9 +152,9 @@ export async function recordAttempt(
     await tx.query(sql.type(ignoredRows)`
       insert into webhook_deliveries as d (endpoint_id, tenant_id, commit_position, prepare_position, type, status, attempts,
         last_status_code, last_error, last_attempt_at, next_attempt_at, attempt_log)
-      values (${id}, ${tenantId}, ${commit}, ${prepare}, ${change.type}, ${status}, 1, ${attempt.statusCode}, ${attempt.error}, now(),
+      values (${id}, ${tenantId}, ${commit}, ${prepare}, ${change.type}, ${status}, 1, ${attempt.statusCode}, ${error}, now(),
         ${outcome.kind === 'retry' ? sql.fragment`now() + make_interval(secs => ${outcome.delayMs / 1000})` : sql.fragment`null::timestamptz`},
-        ${attemptJson(attempt)}::jsonb)
+        ${attemptJson({ ...attempt, error })}::jsonb)
       on conflict (endpoint_id, commit_position, prepare_position) do update set
         status = excluded.status, attempts = d.attempts + 1, last_status_code = excluded.last_status_code,
         last_error = excluded.last_error, last_attempt_at = excluded.last_attempt_at, next_attempt_at = excluded.next_attempt_at,

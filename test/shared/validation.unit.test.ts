@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { dateOrInstant, ifMatchHeader, instant, isStorableText, printableText, safeText } from '../../shared/validation.ts';
+import { dateOrInstant, ifMatchHeader, instant, isStorableText, printableText, safeText, storableText } from '../../shared/validation.ts';
 
 const hasNul = (s: string) => s.includes('\u0000');
 const hasLoneSurrogate = (s: string) => {
@@ -111,5 +111,27 @@ describe('ifMatchHeader', () => {
     for (const good of ['*', '"3"', 'W/"3"', '"1", "2"', ' "0" ']) expect(ifMatchHeader().safeParse(good).success, good).toBe(true);
     for (const bad of ['3', '"3', 'W/3', '"a"b"', '"\u0000"', `"${'9'.repeat(300)}"`])
       expect(ifMatchHeader().safeParse(bad).success, bad).toBe(false);
+  });
+});
+
+const MAX = 500;
+
+describe('storableText, for text the service records but does not control', () => {
+  it('never splits a surrogate pair: the cut drops the half that would be left alone', () => {
+    const text = `${'x'.repeat(MAX - 1)}😀 and more`; // the emoji's high half is the 500th code unit
+    const cut = storableText(text, MAX);
+    expect(cut).toBe('x'.repeat(MAX - 1));
+    expect(isStorableText(cut)).toBe(true);
+    expect(storableText(`${'x'.repeat(MAX - 2)}😀 and more`, MAX)).toBe(`${'x'.repeat(MAX - 2)}😀`);
+  });
+
+  it('replaces what PostgreSQL text and jsonb refuse (lone surrogates, NUL) and keeps the rest as it is', () => {
+    expect(storableText('a\uD800b\uDC00c\u0000d', MAX)).toBe('a\uFFFDb\uFFFDc\uFFFDd');
+    expect(storableText('short, with 😀 in it', MAX)).toBe('short, with 😀 in it');
+    for (const text of ['\uD83D'.repeat(MAX + 3), `${'y'.repeat(MAX)}\uDE00`, '\u0000'.repeat(9)]) {
+      const cut = storableText(text, MAX);
+      expect(isStorableText(cut)).toBe(true);
+      expect(cut.length).toBeLessThanOrEqual(MAX);
+    }
   });
 });
