@@ -46,14 +46,18 @@ export async function sendWebhook(url: string, secret: string, message: WebhookM
     else callback(null, pinned.address, pinned.family);
   };
   const transport = target.url.protocol === 'https:' ? https : http;
+  const unanswered = `no answer within ${options.timeoutMs} ms`;
   return new Promise<DeliveryOutcome>((resolve) => {
+    const settle = (outcome: DeliveryOutcome) => {
+      deadline.removeEventListener('abort', onDeadline);
+      resolve(outcome);
+    };
     const request = transport.request(
       target.url,
       {
         method: 'POST',
         lookup,
         timeout: remainingMs,
-        signal: deadline,
         headers: {
           'content-type': 'application/json',
           'content-length': Buffer.byteLength(body),
@@ -69,14 +73,29 @@ export async function sendWebhook(url: string, secret: string, message: WebhookM
         response.resume(); // the body is not used; drain it so the socket can be reused
         response.on('error', () => undefined);
         response.on('end', () => undefined);
-        if (status >= 200 && status < 300) return resolve({ kind: 'delivered', status });
-        if (status === 410) return resolve({ kind: 'gone', status: 410 });
+        if (status >= 200 && status < 300) return settle({ kind: 'delivered', status });
+        if (status === 410) return settle({ kind: 'gone', status: 410 });
         const retryAfterMs = parseRetryAfter(typeof retryAfter === 'string' ? retryAfter : undefined, now.getTime());
-        resolve({ kind: 'failed', status, error: `HTTP ${status}`, ...(retryAfterMs !== undefined && { retryAfterMs }) });
+        settle({ kind: 'failed', status, error: `HTTP ${status}`, ...(retryAfterMs !== undefined && { retryAfterMs }) });
       },
     );
-    request.on('timeout', () => request.destroy(new Error(`no answer within ${options.timeoutMs} ms`)));
-    request.on('error', (error) => resolve({ kind: 'failed', status: null, error: hideAddress(error.message, target).slice(0, 500) }));
+    // A 101 reaches neither the response callback nor 'error' (Node hands it to 'upgrade'
+    // listeners only): without this the attempt would wait forever and hold the endpoint's lease
+    // and a delivery slot with it.
+    request.on('upgrade', (_response, socket) => {
+      socket.destroy();
+      settle({ kind: 'failed', status: 101, error: 'HTTP 101: the receiver switched protocols' });
+    });
+    request.on('timeout', () => request.destroy(new Error(unanswered)));
+    request.on('error', (error) => settle({ kind: 'failed', status: null, error: hideAddress(error.message, target) }));
+    // The bound of the whole attempt, whatever state the request is in (the socket timeout
+    // above only covers silence): nothing a receiver does may keep an attempt past it.
+    function onDeadline() {
+      request.destroy();
+      settle({ kind: 'failed', status: null, error: unanswered });
+    }
+    if (deadline.aborted) return onDeadline();
+    deadline.addEventListener('abort', onDeadline, { once: true });
     request.end(body);
   });
 }

@@ -1,5 +1,6 @@
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { Resolver } from '../../../services/webhooks/targets.ts';
 import { sendWebhook } from '../../../services/webhooks/deliver.ts';
@@ -61,5 +62,34 @@ describe('when a delivery fails, its error names the target as the tenant wrote 
     expect(unreachable).toMatchObject({ kind: 'failed', status: null });
     expect(unreachable.kind === 'failed' && unreachable.error).toMatch(/ECONNREFUSED receiver\.test/);
     expect(unreachable.kind === 'failed' && unreachable.error).not.toMatch(/127\.0\.0\.1/);
+  });
+});
+
+describe('when a receiver answers 101 Switching Protocols', () => {
+  it('fails the attempt within its time bound instead of waiting forever', async () => {
+    // A raw server: the answer a WebSocket endpoint gives to an upgrade, here to a plain POST.
+    const server = createNetServer((socket) => {
+      socket.on('error', () => undefined);
+      socket.once('data', () => socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n'));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const message = { id: 'msg_3', type: 'employee.hired', timestamp: new Date().toISOString(), data: {} };
+      const secret = `whsec_${Buffer.alloc(24, 7).toString('base64')}`;
+      const timeoutMs = 1_000;
+      const started = Date.now();
+      const settled = await Promise.race([
+        sendWebhook(`http://receiver.test:${port}/x`, secret, message, {
+          policy: { allowHosts: ['receiver.test'], resolver: resolvesTo('127.0.0.1') },
+          timeoutMs,
+        }),
+        delay(timeoutMs + 2_000, 'still pending' as const),
+      ]);
+      expect(settled).toEqual({ kind: 'failed', status: 101, error: 'HTTP 101: the receiver switched protocols' });
+      expect(Date.now() - started).toBeLessThan(timeoutMs + 1_000);
+    } finally {
+      server.close();
+    }
   });
 });
