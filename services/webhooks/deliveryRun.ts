@@ -4,10 +4,10 @@ import { scanChanges, type ChangeRecord } from '../../projections/changes/querie
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
-import { sendWebhook } from './deliver.ts';
+import { sendWebhook, type DeliveryOutcome } from './deliver.ts';
 import { recordAttempt, recordDelivered } from './deliveryLog.ts';
 import { deliveredTypes, resealSecret, type EndpointRecord } from './endpoints.ts';
-import { leaseState } from './lease.ts';
+import { readBeforeSend } from './beforeSend.ts';
 import { nextRetryDelay, type RetryPolicy } from './schedule.ts';
 import { SecretUnavailableError, type SecretBox } from './secrets.ts';
 import type { TargetPolicy } from './targets.ts';
@@ -15,6 +15,11 @@ import type { DrainTriggers } from './triggers.ts';
 
 /** What a lease must have left beyond an attempt's time bound when the attempt starts (recording it, clock drift). */
 const LEASE_SLACK_MS = 5_000;
+/**
+ * What the delivery log says of an attempt that failed on our side with an unexpected error: the
+ * tenant reads the log, and the error's own text may quote anything, personal data included.
+ */
+export const INTERNAL_FAILURE = 'the service could not make this attempt (an internal error, logged); retried on the schedule';
 
 export type DeliveryRunDeps = {
   readonly pool: DatabasePool;
@@ -42,10 +47,12 @@ export type DeliveryRunDeps = {
  * `scanWindow` changes); successes are recorded (cursor moved) once per page, a failure ends the
  * run after recording what succeeded before it. Returns how many were delivered and whether to go on.
  *
- * Before every send the run reads its lease (`leaseState`, a primary-key read, small beside an
- * HTTP request): a replay revokes it (lease.ts, rewindEndpoint) and the run stops there, so it
- * sends nothing more from the old cursor; the revoked lease keeps every other run out until this
- * one releases it, so its attempt in flight stays the only one. A lease with less than an
+ * Before every send the run reads its lease and the change as the feed holds it then
+ * (`readBeforeSend`, one statement, small beside an HTTP request; the body is built from that
+ * read, so an erasure since the page was read is honoured). A replay revokes the lease (lease.ts,
+ * rewindEndpoint) and the run stops there, so it sends nothing more from the old cursor; the
+ * revoked lease keeps every other run out until this one releases it, so its attempt in flight
+ * stays the only one. A lease with less than an
  * attempt's time bound (plus slack) left is renewed first: an attempt, DNS lookup included, ends
  * within `timeoutMs` (deliver.ts), so it never outlives the lease.
  */
@@ -68,6 +75,33 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         Object.assign(endpoint, { secretSealed: resealed });
     }
     return plain;
+  };
+  /**
+   * A run's attempts at the endpoint's changes: the secret (opened at the first), the body, the
+   * request. A secret that cannot be opened is a failed attempt like any other (logged, retried
+   * on the schedule, then the endpoint disabled), and so is any other error on our side: thrown
+   * out of the run it would be neither recorded nor backed off, and the sweep would start the
+   * run again every few seconds, forever.
+   */
+  const attempts = (endpoint: EndpointRecord) => {
+    let secret: Promise<string | { readonly error: string }> | undefined;
+    return async (change: ChangeRecord): Promise<DeliveryOutcome> => {
+      try {
+        const opened = await (secret ??= openSecret(endpoint));
+        if (typeof opened !== 'string') return { kind: 'failed', status: null, error: opened.error };
+        const message = { id: encodeCursor(change.position), type: change.type, timestamp: change.occurredAt, data: toChange(change) };
+        return await sendWebhook(endpoint.url, opened, message, { policy: targets, timeoutMs });
+      } catch (error) {
+        // Where it failed, without what it says: the message may quote anything, personal data included.
+        const where =
+          error instanceof Error ? { type: error.name, stack: error.stack?.split('\n').slice(1).join('\n') } : { type: typeof error };
+        logger?.error(
+          { endpointId: endpoint.id, tenantId: endpoint.tenantId, error: where },
+          'webhook delivery attempt failed on our side',
+        );
+        return { kind: 'failed', status: null, error: INTERNAL_FAILURE };
+      }
+    };
   };
   return async (endpoint: EndpointRecord, token: string, budget: number, until: number): Promise<{ delivered: number; more: boolean }> => {
     const page = await scanChanges(
@@ -96,7 +130,7 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       if (!page.scannedTo) return { delivered: 0, more: false };
       return { delivered: 0, more: (await flush(page.scannedTo)) && !stop.aborted };
     }
-    const secret = await openSecret(endpoint);
+    const attempt = attempts(endpoint);
     let sent = 0;
     let whole = true;
     for (const change of page.changes) {
@@ -107,26 +141,21 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         whole = false;
         break;
       }
-      const lease = await leaseState(pool, endpoint.tenantId, endpoint.id, token);
+      const current = await readBeforeSend(pool, endpoint.tenantId, endpoint.id, token, change.position);
       // Revoked by a replay, or lost: what succeeded cannot be recorded any more (the token
       // matches nothing); whoever takes the endpoint next starts from its cursor.
-      if (!lease.ours) return { delivered: sent, more: false };
+      if (!current.ours) return { delivered: sent, more: false };
+      // No longer in the feed (a rebuild parked it): its copy in the page is not sent; what
+      // succeeded is recorded and the next run reads the feed as it is now.
+      if (!current.employee) {
+        whole = false;
+        break;
+      }
       // The lease must outlive the next attempt: record what succeeded so far, which renews it.
-      if (lease.leftMs < timeoutMs + LEASE_SLACK_MS && !(await flush())) return { delivered: sent, more: false };
+      if (current.leftMs < timeoutMs + LEASE_SLACK_MS && !(await flush())) return { delivered: sent, more: false };
       sent++;
-      const id = encodeCursor(change.position);
-      // A secret that cannot be opened is a failed attempt like any other (logged, retried on
-      // the schedule, then the endpoint disabled), not a job that throws before anything is recorded.
       const at = new Date();
-      const outcome =
-        typeof secret === 'string'
-          ? await sendWebhook(
-              endpoint.url,
-              secret,
-              { id, type: change.type, timestamp: change.occurredAt, data: toChange(change) },
-              { policy: targets, timeoutMs },
-            )
-          : ({ kind: 'failed', status: null, error: secret.error } as const);
+      const outcome = await attempt({ ...change, employee: current.employee });
       const durationMs = Date.now() - at.getTime();
       if (outcome.kind === 'delivered') {
         succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at, durationMs });

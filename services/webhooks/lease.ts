@@ -25,7 +25,7 @@ const rewoundRow = endpointRow.extend({ handing_over: z.boolean() });
  * nor go on sending from the old cursor, and no second run may start while its attempt is still
  * in flight (one delivery in flight per endpoint). So the lease is not cleared but revoked: its
  * token becomes the revoked form (the holder's recordDelivered/recordAttempt then match nothing,
- * and the check it makes before every send, `leaseState`, says it is no longer its), while
+ * and the check it makes before every send, `readBeforeSend`, says it is no longer its), while
  * `lease_until` stays, so acquireLease refuses everyone else until the holder releases it
  * (releaseLease matches the revoked form) after its attempt in flight, or the lease runs out if
  * the holder died. `handingOver` tells the caller to wait for that (`leaseRevoked`). A lease
@@ -189,27 +189,6 @@ export async function acquireLease(
     }),
   );
   return row ? toEndpoint(row) : null;
-}
-
-const leaseStateRow = z.object({ ours: z.boolean(), left_ms: z.number() });
-
-/**
- * The lease as its holder sees it before each send: still its own (a replay revokes it, another
- * worker takes it once it ran out), and how long it has left. One primary-key read; across
- * tenants like the rest of the worker's side.
- */
-export async function leaseState(
-  pool: DatabasePool,
-  tenantId: string,
-  id: string,
-  token: string,
-): Promise<{ readonly ours: boolean; readonly leftMs: number }> {
-  const row = await pool.maybeOne(sql.type(leaseStateRow)`
-    select coalesce(lease_token = ${token}::uuid and lease_until > now(), false) as ours,
-           coalesce(extract(epoch from lease_until - now()) * 1000, 0)::float8 as left_ms
-    from webhook_endpoints where tenant_id = ${tenantId} and id = ${id}
-  `);
-  return { ours: row?.ours ?? false, leftMs: row?.left_ms ?? 0 };
 }
 
 /** Lets the lease go: the holder's own, or the revoked form a replay left it (rewindEndpoint). */

@@ -44,7 +44,15 @@ export function useWebhooks(
     readonly dispatcher?: Partial<
       Pick<
         WebhookDispatcherOptions,
-        'timeoutMs' | 'retry' | 'concurrency' | 'sweepEveryMs' | 'tenantConcurrency' | 'jobBudgetMs' | 'batchPerJob' | 'scanWindow'
+        | 'timeoutMs'
+        | 'retry'
+        | 'concurrency'
+        | 'sweepEveryMs'
+        | 'tenantConcurrency'
+        | 'jobBudgetMs'
+        | 'batchPerJob'
+        | 'scanWindow'
+        | 'logger'
       >
     >;
   } = {},
