@@ -249,7 +249,7 @@ export interface paths {
         put?: never;
         /**
          * Erase the person (right to erasure): their personal data becomes unreadable everywhere; idempotent
-         * @description Appends EmployeeErased and destroys the data key of the employee in one transaction. Afterwards the employee answers 410 (problem /problems/erased), is in no list, their e-mail address is free again, every change of theirs in the feed has its personal fields null, a change employee.erased is delivered, and a login made for them loses its address and is disabled. Repeating the request answers the same erasedAt.
+         * @description Appends EmployeeErased and destroys the data key of the employee in one transaction. Afterwards the employee answers 410 (problem /problems/erased), is in no list, their e-mail address is free again, every change of theirs in the feed has its personal fields null, a change employee.erased is delivered, and their logins (made for them, or at their address) lose the address and are disabled. Repeating the request answers the same erasedAt.
          */
         post: operations["eraseEmployee"];
         delete?: never;

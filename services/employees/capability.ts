@@ -75,12 +75,14 @@ export function erasurePorts(ports: {
     forget: async (tx: Queryable, person: ErasedPerson) => {
       // The key's destruction is the erasure: every sealed field of the person becomes unreadable at once.
       await dataKeys.destroy(person.tenantId, person.employeeId, tx);
-      // A login made or taken over for the person (a role was given to them) is theirs: it forgets
-      // them too. Those the role reactor gave a role, exactly, under whatever address the person
-      // had then; and the one at their address now, which a reactor behind has not recorded yet
-      // (it forgets what it gives them up to the erasure itself when it meets the erasure).
+      // The person's logins forget them too. Those the role reactor gave a role, exactly, under
+      // whatever address the person had then; and the one at their address now, however it was
+      // made (a reactor behind has not recorded its own yet; one made by hand is theirs as well).
+      // Left with the address, that login would be handed the role of the next person hired at
+      // the freed address, with the erased person's password. The reactor forgets what it gives
+      // them up to the erasure itself when it meets the erasure.
       await forgetEmployeeLogins(tx, ROLE_REACTOR_LOGINS, person.tenantId, [person.employeeId]);
-      if (person.email !== null && person.hadRole) await forgetAccount(tx, person.tenantId, person.email);
+      if (person.email !== null) await forgetAccount(tx, person.tenantId, person.email);
     },
   };
 }

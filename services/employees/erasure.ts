@@ -29,8 +29,6 @@ export type ErasedPerson = {
   readonly erasedAt: string;
   /** Their address, while it can still be read (null once it cannot: erased before, key gone). */
   readonly email: string | null;
-  /** Whether the person was given a role (a login was made or taken over for them). */
-  readonly hadRole: boolean;
 };
 
 export type ErasurePorts = {
@@ -51,7 +49,7 @@ export type ErasurePorts = {
    * `ops employees reapply-erasures`, which finds the event in the log.
    */
   readonly logInDatabase: boolean;
-  /** What else forgets the person, in the erasure's transaction (their data key, a login made for them). Idempotent. */
+  /** What else forgets the person, in the erasure's transaction (their data key, their logins). Idempotent. */
   readonly forget: (tx: Queryable, person: ErasedPerson) => Promise<void>;
 };
 
@@ -91,7 +89,7 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
     // A field that no longer opens reads null whatever its type says (a key destroyed by an
     // erasure whose event a restored log lacks): then there is no address to release or forget.
     const email: string | null = person.kind === 'hired' ? (person.email as string | null) : null;
-    const known = { email, hadRole: person.kind === 'hired' && person.roleId !== null };
+    const known = { email };
     if (state.kind === 'erased' && events.length === 0) {
       await ports.pool.transaction((tx) => completeErasure(tx, ports, { tenantId, employeeId, erasedAt: state.erasedAt, ...known }));
       return { id: employeeId, erasedAt: state.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };

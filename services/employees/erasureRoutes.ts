@@ -37,8 +37,9 @@ export function erasureRoutes(deps: ErasureRoutesDeps) {
           description:
             'Appends EmployeeErased and destroys the data key of the employee in one transaction. Afterwards the employee ' +
             'answers 410 (problem /problems/erased), is in no list, their e-mail address is free again, every change of ' +
-            'theirs in the feed has its personal fields null, a change employee.erased is delivered, and a login made for ' +
-            'them loses its address and is disabled. Repeating the request answers the same erasedAt.',
+            'theirs in the feed has its personal fields null, a change employee.erased is delivered, and their logins ' +
+            '(made for them, or at their address) lose the address and are disabled. Repeating the request answers the ' +
+            'same erasedAt.',
           params: employeeParams,
           // 409: the employee or their address kept changing while the erasure was decided again.
           response: { 200: erasureSchema, ...problemResponses, 409: problemSchema },

@@ -77,7 +77,7 @@ export function registerErasureCommands(program: Command): void {
 
   employees
     .command('erase <tenant> <employeeId>')
-    .description('erase a person (right to erasure): destroys their data key, frees their address, forgets a login made for them')
+    .description('erase a person (right to erasure): destroys their data key, frees their address, forgets their logins')
     .action(
       opsAction(async (tenant: string, employeeId: string) => {
         const slug = parseSlug(tenant);

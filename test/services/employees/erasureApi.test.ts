@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql, withTenant } from '../../../shared/db/pool.ts';
-import { findUserByEmail } from '../../../services/auth/users.ts';
+import { createUser, findUserByEmail } from '../../../services/auth/users.ts';
 import { listRoles } from '../../../services/auth/roles.ts';
 import { useEmployeesApi, type Page } from '../../support/harness/employeesApi.ts';
 import { expectProblem } from '../../support/harness/employees.ts';
@@ -104,6 +104,31 @@ describe('when the erased person had a login made for them (a hire with roleId)'
       `);
       return n === 0;
     });
+  });
+});
+
+describe('when the erased person has a login at their address that no hire made (ops users create)', () => {
+  it('takes its address away too, so a later hire at the freed address gets a login of its own', async () => {
+    const t = await api.h.tenant('admin');
+    const email = api.uniqueEmail('own-login');
+    const own = await withTenant(api.h.db.pool, t.tenant.tenantId, (tx) =>
+      createUser(tx, { tenantId: t.tenant.tenantId, email, password: 'a password of theirs', role: 'employee' }),
+    );
+    const { employee } = await api.hired(t.headers, { email });
+    const erased = await api.h.app.inject({ method: 'POST', url: `/v1/employees/${employee.id}/erasure`, headers: t.headers });
+    expect(erased.statusCode).toBe(200);
+    const row = await withTenant(api.h.db.pool, t.tenant.tenantId, (tx) =>
+      tx.one(sql.type(z.object({ email: z.string(), disabled: z.boolean() }))`
+        select email, disabled_at is not null as disabled from users where id = ${own.id}
+      `),
+    );
+    expect(row).toEqual({ email: `erased-${own.id}@erased.invalid`, disabled: true });
+
+    // The address is free: a new person hired at it with a role gets a new login, not the old one.
+    const roles = await withTenant(api.h.db.pool, t.tenant.tenantId, (tx) => listRoles(tx, t.tenant.tenantId));
+    await api.hired(t.headers, { email, roleId: roles.find((r) => r.name === 'analyst')?.id });
+    const next = await waitFor(() => withTenant(api.h.db.pool, t.tenant.tenantId, (tx) => findUserByEmail(tx, t.tenant.tenantId, email)));
+    expect(next.id).not.toBe(own.id);
   });
 });
 
