@@ -50,6 +50,25 @@ async function hired(tenantId: string): Promise<string> {
 
 const metadata = (tenantId: string, now: string) => ({ tenantId, actor: 'spec', now });
 
+/** The store, whose first read of `streamId` runs `act` after reading: what the reader decides on is then stale. */
+function afterFirstRead(streamId: string, act: () => Promise<unknown>): { readonly store: EventStore; acted(): boolean } {
+  let acted = false;
+  return {
+    store: {
+      ...store,
+      readStream: async (read, options) => {
+        const events = await store.readStream(read, options);
+        if (read === streamId && !acted) {
+          acted = true;
+          await act();
+        }
+        return events;
+      },
+    },
+    acted: () => acted,
+  };
+}
+
 describe('when the log is elsewhere and the process dies between the append and the key destruction', () => {
   it('has the event without the destruction, and a repeated request completes the erasure at the first erasedAt', async () => {
     const { tenantId } = await provisionTenant(db.pool);
@@ -104,26 +123,17 @@ describe('when the employee changes between the erasure reading it and appending
     const { tenantId } = await provisionTenant(db.pool);
     const id = await hired(tenantId);
     const streamId = employeeStreamId(tenantId, id);
-    let raced = false;
-    const racing: EventStore = {
-      ...store,
-      readStream: async (read, options) => {
-        const events = await store.readStream(read, options);
-        if (read === streamId && !raced) {
-          raced = true;
-          await changeEmployeeStatus(
-            { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
-            id,
-            metadata(tenantId, '2026-04-01T00:00:00.000Z'),
-            { status: 'on_leave' },
-          );
-        }
-        return events;
-      },
-    };
-    const ports = erasurePorts({ store: racing, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    const racing = afterFirstRead(streamId, () =>
+      changeEmployeeStatus(
+        { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
+        id,
+        metadata(tenantId, '2026-04-01T00:00:00.000Z'),
+        { status: 'on_leave' },
+      ),
+    );
+    const ports = erasurePorts({ store: racing.store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
     expect(await eraseEmployee(ports, id, metadata(tenantId, '2026-04-02T00:00:00.000Z'))).toMatchObject({ fresh: true });
-    expect(raced).toBe(true);
+    expect(racing.acted()).toBe(true);
     expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeStatusChanged', 'EmployeeErased']);
   });
 });
@@ -134,25 +144,14 @@ describe("when the employee is erased between a command's decision and its appen
     const id = await hired(tenantId);
     const streamId = employeeStreamId(tenantId, id);
     const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
-    let erased = false;
-    const racing: EventStore = {
-      ...store,
-      readStream: async (read, options) => {
-        const events = await store.readStream(read, options);
-        if (read === streamId && !erased) {
-          erased = true;
-          await eraseEmployee(ports, id, metadata(tenantId, '2026-05-01T00:00:00.000Z'));
-        }
-        return events;
-      },
-    };
-    const rename = changeEmployeeDetails({ store: racing, emailHash: testEmailHash, assertRoleExists: async () => undefined }, id, {
+    const racing = afterFirstRead(streamId, () => eraseEmployee(ports, id, metadata(tenantId, '2026-05-01T00:00:00.000Z')));
+    const rename = changeEmployeeDetails({ store: racing.store, emailHash: testEmailHash, assertRoleExists: async () => undefined }, id, {
       type: 'ChangeEmployeeDetails',
       data: { firstName: 'Late' },
       metadata: metadata(tenantId, '2026-05-01T00:00:01.000Z'),
     });
     await expect(rename).rejects.toMatchObject({ status: 410, code: 'erased', extras: { erasedAt: '2026-05-01T00:00:00.000Z' } });
-    expect(erased).toBe(true);
+    expect(racing.acted()).toBe(true);
     expect((await store.readStream(streamId)).map((e) => e.type)).toEqual(['EmployeeHired', 'EmployeeErased']);
   });
 });

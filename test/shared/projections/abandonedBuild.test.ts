@@ -1,12 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import { ignoredRows, sql } from '../../../shared/db/pool.ts';
-import type { EventStore } from '../../../shared/event-store/port.ts';
 import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
 import { runProjection } from '../../../shared/projections/follow.ts';
 import { replayLockKey } from '../../../shared/projections/parking.ts';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { useTestEventStore } from '../../support/database.ts';
 import { tallied, tallyProjection } from '../../support/projections/tallyProjection.ts';
 import { waitFor } from '../../support/waitFor.ts';
 
@@ -15,39 +13,29 @@ import { waitFor } from '../../support/waitFor.ts';
  * copies of the read model that nothing reads and no erasure reaches. A projector that starts on a
  * current model drops them, unless a replay holds the projection's lock (its tables are its work).
  */
-let db: TestDatabase;
-let store: EventStore;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  store = createPostgresEventStore(db.pool, { listenUrl: db.url });
-});
-afterAll(async () => {
-  await store?.close();
-  await db?.drop();
-});
+const t = useTestEventStore();
 
 const leftTables = () =>
-  db.pool.anyFirst(sql.type(z.object({ name: z.string() }))`
+  t.db.pool.anyFirst(sql.type(z.object({ name: z.string() }))`
     select tablename as name from pg_tables
     where schemaname = current_schema() and tablename in ('tally__g97', 'tally__retired_96')
     order by tablename
   `);
 
 async function leaveBuildBehind(): Promise<void> {
-  await db.pool.query(sql.type(ignoredRows)`create table tally__g97 (stream_id text primary key, secret text)`);
-  await db.pool.query(sql.type(ignoredRows)`create table tally__retired_96 (stream_id text primary key, secret text)`);
+  await t.db.pool.query(sql.type(ignoredRows)`create table tally__g97 (stream_id text primary key, secret text)`);
+  await t.db.pool.query(sql.type(ignoredRows)`create table tally__retired_96 (stream_id text primary key, secret text)`);
 }
 
 /** Runs the projector until it has applied a fresh event (past its start-up), then stops it. */
 async function startAndFollow(): Promise<void> {
-  const { nextRevision } = await store.append(`tally-${Date.now()}`, [tallied()]);
+  const { nextRevision } = await t.store.append(`tally-${Date.now()}`, [tallied()]);
   expect(nextRevision).toBe(0);
-  const head = await store.headPosition();
-  const projector = runProjection(db.pool, store, tallyProjection(), { pollIntervalMs: 20 });
+  const head = await t.store.headPosition();
+  const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20 });
   try {
     await waitFor(async () => {
-      const at = await readCheckpoint(db.pool, 'tally');
+      const at = await readCheckpoint(t.db.pool, 'tally');
       return at !== null && at.position.commit >= head.commit ? true : undefined;
     });
   } finally {
@@ -66,7 +54,7 @@ describe('when a killed replay left its tables behind', () => {
 
   it('but not while a replay of the projection holds its lock', async () => {
     await leaveBuildBehind();
-    await db.pool.connect(async (replaying) => {
+    await t.db.pool.connect(async (replaying) => {
       await replaying.query(sql.type(ignoredRows)`select pg_advisory_lock(hashtext(${replayLockKey('tally')}))`);
       try {
         await startAndFollow();
