@@ -112,13 +112,13 @@ export type AttemptRecord = {
     | { readonly kind: 'disable'; readonly reason: string };
 };
 
+/** Longest error text an attempt keeps (its reason, when it disables the endpoint, twice that). */
+export const ERROR_TEXT_MAX = 500;
+
 /**
  * Records one attempt and moves the endpoint accordingly, in one transaction, only while the
  * lease is ours (false: it was lost, and whoever holds it now carries on).
  */
-/** Longest error text an attempt keeps (its reason, when it disables the endpoint, twice that). */
-export const ERROR_TEXT_MAX = 500;
-
 export async function recordAttempt(
   pool: DatabasePool,
   tenantId: string,

@@ -2,10 +2,11 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
 import { scanChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
+import { storableText } from '../../shared/validation.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
 import { sendWebhook, type DeliveryOutcome } from './deliver.ts';
-import { recordAttempt, recordDelivered } from './deliveryLog.ts';
+import { ERROR_TEXT_MAX, recordAttempt, recordDelivered } from './deliveryLog.ts';
 import { deliveredTypes, resealSecret, type EndpointRecord } from './endpoints.ts';
 import { readBeforeSend } from './beforeSend.ts';
 import { nextRetryDelay, type RetryPolicy } from './schedule.ts';
@@ -19,7 +20,7 @@ const LEASE_SLACK_MS = 5_000;
  * What the delivery log says of an attempt that failed on our side with an unexpected error: the
  * tenant reads the log, and the error's own text may quote anything, personal data included.
  */
-export const INTERNAL_FAILURE = 'the service could not make this attempt (an internal error, logged); retried on the schedule';
+export const INTERNAL_FAILURE = 'the service could not make this attempt (an internal error, logged)';
 
 export type DeliveryRunDeps = {
   readonly pool: DatabasePool;
@@ -92,9 +93,10 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         const message = { id: encodeCursor(change.position), type: change.type, timestamp: change.occurredAt, data: toChange(change) };
         return await sendWebhook(endpoint.url, opened, message, { policy: targets, timeoutMs });
       } catch (error) {
-        // Where it failed, without what it says: the message may quote anything, personal data included.
-        const where =
-          error instanceof Error ? { type: error.name, stack: error.stack?.split('\n').slice(1).join('\n') } : { type: typeof error };
+        // Where it failed, without what it says: the message may quote anything, personal data
+        // included, and the stack repeats it (every line of it), so only its frames are kept.
+        const frames = error instanceof Error ? (error.stack ?? '').split('\n').filter((line) => /^\s+at /.test(line)) : [];
+        const where = error instanceof Error ? { type: error.name, stack: frames.join('\n') } : { type: typeof error };
         logger?.error(
           { endpointId: endpoint.id, tenantId: endpoint.tenantId, error: where },
           'webhook delivery attempt failed on our side',
@@ -182,12 +184,17 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       // The first failure of this change is now; a later one counts from when that was recorded.
       const sinceFirstFailure =
         failedAttempts === 1 || endpoint.retryingSince === null ? 0 : Math.max(0, Date.now() - Date.parse(endpoint.retryingSince));
-      const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs, sinceFirstFailure);
+      // A failure of our own says nothing of the receiver: past the schedule it waits the longest
+      // interval again, until a fix lands, rather than disable endpoints every tenant would have
+      // to replay.
+      const ours = outcome.error === INTERNAL_FAILURE ? (retry.scheduleMs.at(-1) ?? null) : null;
+      const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs, sinceFirstFailure) ?? ours;
       if (delay === null) {
+        const last = storableText(outcome.error, ERROR_TEXT_MAX);
         await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
           ...base,
           error: outcome.error,
-          outcome: { kind: 'disable', reason: `Every retry failed (last: ${outcome.error}); replay to resume` },
+          outcome: { kind: 'disable', reason: `Every retry failed (last: ${last}); replay to resume` },
         });
         return { delivered: sent - 1, more: false };
       }
