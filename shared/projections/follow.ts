@@ -90,10 +90,18 @@ export function runProjection<T extends string>(
   const live = tableIds(projection, (logical) => logical);
   const policy = isolationPolicy(options.isolation, signal, options.onParked);
 
+  // Once per start: ensureBuilt runs again after every resubscribe.
+  let cleared = false;
   const ensureBuilt = async () => {
     const checkpoint = await readCheckpoint(pool, projection.name);
     assertNotSuperseded(checkpoint, projection);
-    if (checkpoint?.version === projection.version) return clearAbandonedBuild(pool, projection);
+    if (checkpoint?.version === projection.version) {
+      if (!cleared) {
+        cleared = true;
+        await clearAbandonedBuild(pool, projection).catch((error: unknown) => options.onError?.(error));
+      }
+      return;
+    }
     await replayProjection(pool, store, projection, {
       batchSize: options.batchSize,
       signal,

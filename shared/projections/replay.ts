@@ -94,16 +94,21 @@ export async function replayProjection<T extends string>(
 const REPLAY_LOCK_POLL_MS = 200;
 
 /**
- * Drops the tables a killed replay left behind, unless a replay is building now. Left alone until
- * the next replay, they would keep what they copied, the personal data of people erased since
- * included; a projector that finds its model current clears them when it starts.
+ * Drops the shadow tables a killed replay left behind, unless a replay is building now. Left
+ * alone until the next replay, they would keep what they copied, the personal data of people
+ * erased since included; a projector that finds its model current clears them when it starts.
+ * Best effort, and never in the projector's way: a table some reader holds (a `pg_dump` running)
+ * is left for the next start rather than waited for.
  */
 export async function clearAbandonedBuild(pool: DatabasePool, projection: Projection<string>): Promise<void> {
   await pool.connect(async (connection) => {
     const lockKey = replayLockKey(projection.name);
     if (!(await connection.oneFirst(sql.type(lockedRow)`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) return;
     try {
-      await dropAbandonedShadows(connection, projection);
+      await connection.transaction(async (tx) => {
+        await tx.query(sql.type(ignoredRows)`set local lock_timeout = '1s'`);
+        await dropAbandonedShadows(tx, projection);
+      });
     } finally {
       await connection.query(sql.type(ignoredRows)`select pg_advisory_unlock(hashtext(${lockKey}))`);
     }
