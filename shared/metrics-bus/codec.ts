@@ -7,7 +7,7 @@ import type { UsageSample } from './port.ts';
  * tenant (the message key), as compact JSON tuples. Per-record overhead in the Kafka client
  * (encoding, CRC, partitioning) dominated at one sample per message (~8k/s on the reference
  * machine); packing is what lets one publisher and one consumer move tens of thousands per
- * second. Decoding validates, so one bad message cannot poison a rollup.
+ * second. Decoding validates, so one bad message or sample cannot poison a rollup.
  *
  *   {"v":1,"t":"<tenant>","s":[["<user>","<route>","<method>",<status>,<durationMs>,<epochMs>], ...]}
  */
@@ -28,7 +28,9 @@ const tuple = z.tuple([
   z.number().finite().min(0).max(MAX_DURATION_MS),
   z.number().int().min(0).max(LAST_INSTANT),
 ]);
-const wireMessage = z.object({ v: z.literal(1), t: uuid(), s: z.array(tuple).min(1) });
+// The envelope decides whether the message is ours at all; each sample is then kept or dropped on
+// its own, so one sample no request can have does not take its neighbours with it.
+const wireMessage = z.object({ v: z.literal(1), t: uuid(), s: z.array(z.unknown()).min(1) });
 
 /**
  * How far ahead of the consumer's clock a sample may be stamped (the gateways' clocks drift a
@@ -46,11 +48,14 @@ export function encodeSamples(tenantId: string, samples: readonly UsageSample[])
   });
 }
 
+/** A message's samples, and how many of its samples were dropped (see above). */
+export type DecodedMessage = { readonly samples: UsageSample[]; readonly dropped: number };
+
 /**
- * The samples of one message, or `undefined` when the bytes are not a valid message or a sample is
- * stamped more than `MAX_CLOCK_AHEAD_MS` after `now`.
+ * The samples of one message, or `undefined` when the bytes are not a message of ours. A sample
+ * the rollups cannot store, or stamped more than `MAX_CLOCK_AHEAD_MS` after `now`, is dropped.
  */
-export function decodeSamples(bytes: Buffer | string | null, now = Date.now()): UsageSample[] | undefined {
+export function decodeSamples(bytes: Buffer | string | null, now = Date.now()): DecodedMessage | undefined {
   if (bytes === null) return undefined;
   let json: unknown;
   try {
@@ -61,17 +66,15 @@ export function decodeSamples(bytes: Buffer | string | null, now = Date.now()): 
   const parsed = wireMessage.safeParse(json);
   if (!parsed.success) return undefined;
   const latest = now + MAX_CLOCK_AHEAD_MS;
-  if (parsed.data.s.some((sample) => sample[5] > latest)) return undefined;
   const tenantId = parsed.data.t;
-  return parsed.data.s.map(([userId, route, method, status, durationMs, timestamp]) => ({
-    tenantId,
-    userId,
-    route,
-    method,
-    status,
-    durationMs,
-    timestamp,
-  }));
+  const samples: UsageSample[] = [];
+  for (const raw of parsed.data.s) {
+    const sample = tuple.safeParse(raw);
+    if (!sample.success || sample.data[5] > latest) continue;
+    const [userId, route, method, status, durationMs, timestamp] = sample.data;
+    samples.push({ tenantId, userId, route, method, status, durationMs, timestamp });
+  }
+  return { samples, dropped: parsed.data.s.length - samples.length };
 }
 
 /** Groups samples by tenant into messages of at most MAX_SAMPLES_PER_MESSAGE, keeping order. */

@@ -60,7 +60,8 @@ export type KafkaSourceOptions = {
   /** Partitions processed in parallel by one consumer. */
   readonly concurrency?: number;
   readonly maxBytesPerPartition?: number;
-  readonly onBatch?: (info: { partition: number; samples: number; invalid: number }) => void;
+  /** Per batch: samples applied, messages that were not ours (`invalid`), samples dropped from ours. */
+  readonly onBatch?: (info: { partition: number; samples: number; invalid: number; dropped: number }) => void;
 };
 
 /**
@@ -93,13 +94,15 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
     const samples: UsageSample[] = [];
     const offsets: string[] = [];
     let invalid = 0;
+    let dropped = 0;
     for (const message of batch.messages) {
       const decoded = decodeSamples(message.value);
       if (!decoded) {
         invalid++;
         continue;
       }
-      for (const sample of decoded) {
+      dropped += decoded.dropped;
+      for (const sample of decoded.samples) {
         samples.push(sample);
         offsets.push(message.offset);
       }
@@ -122,9 +125,13 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
     }
     resolveOffset(last.offset);
     // Dropped for good (the offset moves past them), so the operator hears of it.
-    if (invalid > 0)
-      logger.warn({ partition: batch.partition, firstOffset: first.offset, invalid }, 'usage messages dropped: not valid samples');
-    options.onBatch?.({ partition: batch.partition, samples: samples.length, invalid });
+    if (invalid > 0 || dropped > 0) {
+      logger.warn(
+        { partition: batch.partition, firstOffset: first.offset, invalid, dropped },
+        'usage messages or samples dropped: not valid',
+      );
+    }
+    options.onBatch?.({ partition: batch.partition, samples: samples.length, invalid, dropped });
     await commitOffsetsIfNecessary();
     await heartbeat();
   };

@@ -37,32 +37,33 @@ afterAll(async () => {
 });
 
 describe('when the usage topic holds samples the rollups cannot store', () => {
-  it('applies the good messages around them, drops them with a warning and does not stall', async () => {
+  it('applies the good samples around them, drops them with a warning and does not stall', async () => {
     const tenant = randomUUID();
     const now = Date.now();
     const message = (tenantId: string, ...tuples: unknown[][]) => ({
       key: tenantId,
       value: JSON.stringify({ v: 1, t: tenantId, s: tuples }),
     });
-    const good = (userId: string) => message(tenant, [userId, '/v1/employees', 'GET', 200, 12, now]);
+    const good = (userId: string) => [userId, '/v1/employees', 'GET', 200, 12, now];
+    // Each bad sample travels beside a good one of the same tenant: only the bad one is dropped.
     await producer.send({
       topic,
       messages: [
-        good('first'),
-        message('not-a-uuid', ['u', '/r', 'GET', 200, 1, now]),
-        message(tenant, ['nul\u0000', '/r', 'GET', 200, 1, now]),
-        message(tenant, ['\ud800', '/r', 'GET', 200, 1, now], ['\ud801', '/r', 'GET', 200, 1, now]),
-        message(tenant, ['u', '/r', 'GET', 200, 1, Date.UTC(10_000, 0, 1)]),
-        message(tenant, ['u', '/r', 'GET', 200, 1, now + 24 * 3_600_000]),
-        message(tenant, ['u', '/r', 'GET', 200, 1e307, now]),
-        good('last'),
+        message(tenant, good('first')),
+        message('not-a-uuid', good('other tenant')),
+        message(tenant, ['nul\u0000', '/r', 'GET', 200, 1, now], good('beside-nul')),
+        message(tenant, ['\ud800', '/r', 'GET', 200, 1, now], ['\ud801', '/r', 'GET', 200, 1, now], good('beside-surrogates')),
+        message(tenant, ['u', '/r', 'GET', 200, 1, Date.UTC(10_000, 0, 1)], good('beside-year-10000')),
+        message(tenant, ['u', '/r', 'GET', 200, 1, now + 24 * 3_600_000], good('beside-tomorrow')),
+        message(tenant, ['u', '/r', 'GET', 200, 1e307, now], good('beside-huge-duration')),
+        message(tenant, good('last')),
       ],
     });
-    const warnings: Array<{ invalid?: number }> = [];
+    const warnings: Array<{ invalid?: number; dropped?: number }> = [];
     const logger = {
       info: () => undefined,
       error: () => undefined,
-      warn: (obj: object) => void warnings.push(obj as { invalid?: number }),
+      warn: (obj: object) => void warnings.push(obj),
     };
     const source = createKafkaSource({ brokers, topic, groupId: group, logger });
     await source.start(createUsageRollupSink(db.pool, { group }));
@@ -74,12 +75,21 @@ describe('when the usage topic holds samples the rollups cannot store', () => {
         `);
         return row?.next_offset === '8' ? row : undefined;
       });
-      expect(applied.samples).toBe(2);
+      expect(applied.samples).toBe(7);
       const users = await db.pool.anyFirst(
         sql.type(z.object({ user_id: z.string() }))`select user_id from kpi_user_activity where tenant_id = ${tenant} order by user_id`,
       );
-      expect(users).toEqual(['first', 'last']);
-      expect(warnings.reduce((sum, w) => sum + (w.invalid ?? 0), 0)).toBe(6);
+      expect(users).toEqual([
+        'beside-huge-duration',
+        'beside-nul',
+        'beside-surrogates',
+        'beside-tomorrow',
+        'beside-year-10000',
+        'first',
+        'last',
+      ]);
+      expect(warnings.reduce((sum, w) => sum + (w.invalid ?? 0), 0)).toBe(1);
+      expect(warnings.reduce((sum, w) => sum + (w.dropped ?? 0), 0)).toBe(6);
     } finally {
       await source.stop();
     }
