@@ -10,7 +10,9 @@ import { START_CURSOR } from '../../../services/changes/cursor.ts';
  * A run reads its page of changes first and sends them one after the other; what it sends is the
  * feed as it is when each goes out, so an erasure in between reaches the changes still to be sent.
  */
-const wh = useWebhooks();
+// Attempts may take long here: the receiver holds its first answer while the test acts.
+const HOLD_MS = 4_000;
+const wh = useWebhooks({ dispatcher: { timeoutMs: 3 * HOLD_MS } });
 const { admin } = wh;
 
 type Body = { type: string; data: { employee: { email: string | null; firstName: string | null; lastName: string | null } } };
@@ -19,7 +21,7 @@ describe('when an employee is erased while a run is sending their changes', () =
   it('sends the changes not yet out with the personal fields blanked, as the feed holds them then', async () => {
     const { tenant, headers } = await admin();
     // The first answer is held back, so the test acts while the run is mid-page.
-    const receiver = await startReceiver(undefined, { delayMs: (n) => (n === 0 ? 1_000 : 0) });
+    const receiver = await startReceiver(undefined, { delayMs: (n) => (n === 0 ? HOLD_MS : 0) });
     const body = (n: number) => JSON.parse(receiver.requests[n]?.body ?? 'null') as Body;
     try {
       const e = await hire(wh.h.store, tenant.tenantId, 'erased-mid-run');
