@@ -13,7 +13,7 @@ import {
   evolve,
   toEmployeeView,
   toErasedView,
-  PERSONAL_VIEW_FIELDS,
+  BLANK_PERSONAL_VIEW_FIELDS,
   type EmployeeState,
   erasedStreams,
   PERSONAL_FIELDS,
@@ -233,9 +233,12 @@ async function handle(
   if (erased.length > 0) await redactChanges(tx, tables.employee_changes, erased);
 }
 
-const REDACTED = JSON.stringify(Object.fromEntries(PERSONAL_VIEW_FIELDS.map((field) => [field, null])));
+const REDACTED = JSON.stringify(BLANK_PERSONAL_VIEW_FIELDS);
 // The hired state's personal fields as an erased person's events hand them over: null.
-const NO_PERSONAL_FIELDS = JSON.parse(REDACTED) as Pick<Extract<EmployeeState, { kind: 'hired' }>, (typeof PERSONAL_VIEW_FIELDS)[number]>;
+const NO_PERSONAL_FIELDS = BLANK_PERSONAL_VIEW_FIELDS as unknown as Pick<
+  Extract<EmployeeState, { kind: 'hired' }>,
+  keyof typeof BLANK_PERSONAL_VIEW_FIELDS
+>;
 
 /**
  * Blanks the personal fields of every change of these employees, those of this batch included:

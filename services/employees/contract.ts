@@ -275,3 +275,10 @@ export function toErasedView(state: Extract<EmployeeState, { kind: 'erased' }>) 
 
 /** The personal fields of the employee view: what erasure blanks wherever a view was stored. */
 export const PERSONAL_VIEW_FIELDS = ['email', 'firstName', 'lastName'] as const;
+
+/** Those fields as an erased person's view holds them. */
+export const BLANK_PERSONAL_VIEW_FIELDS: { readonly [F in (typeof PERSONAL_VIEW_FIELDS)[number]]: null } = Object.freeze({
+  email: null,
+  firstName: null,
+  lastName: null,
+});

@@ -2,14 +2,19 @@ import { z } from 'zod';
 import { sql, type DatabasePool } from '../../shared/db/pool.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
 import { employeeView, type EmployeeView } from '../../projections/changes/changesProjection.ts';
+import { BLANK_PERSONAL_VIEW_FIELDS } from '../employees/contract.ts';
+import { erasedInLedger } from '../employees/erasureLedger.ts';
 
-const beforeSendRow = z.object({ ours: z.boolean(), left_ms: z.number(), employee: employeeView.nullable() });
+const beforeSendRow = z.object({ ours: z.boolean(), left_ms: z.number(), employee: employeeView.nullable(), erased: z.boolean() });
 
 export type BeforeSend = {
   /** The lease is still the run's own: a replay revokes it, another worker takes it once it ran out. */
   readonly ours: boolean;
   readonly leftMs: number;
-  /** The change's employee as the feed holds it now; null when the change is no longer in the feed. */
+  /**
+   * The change's employee as the feed holds it now, its personal fields null once the person is
+   * erased; null when the change is no longer in the feed.
+   */
   readonly employee: EmployeeView | null;
 };
 
@@ -27,15 +32,21 @@ export async function readBeforeSend(
   tenantId: string,
   id: string,
   token: string,
-  change: GlobalPosition,
+  change: { readonly position: GlobalPosition; readonly employeeId: string },
 ): Promise<BeforeSend> {
   const row = await pool.maybeOne(sql.type(beforeSendRow)`
     select coalesce(e.lease_token = ${token}::uuid and e.lease_until > now(), false) as ours,
            coalesce(extract(epoch from e.lease_until - now()) * 1000, 0)::float8 as left_ms,
            (select c.employee from employee_changes c
-            where c.tenant_id = ${tenantId} and c.commit_position = ${change.commit.toString()}::numeric
-              and c.prepare_position = ${change.prepare.toString()}::numeric) as employee
+            where c.tenant_id = ${tenantId} and c.commit_position = ${change.position.commit.toString()}::numeric
+              and c.prepare_position = ${change.position.prepare.toString()}::numeric) as employee,
+           ${erasedInLedger(tenantId, change.employeeId)} as erased
     from webhook_endpoints e where e.tenant_id = ${tenantId} and e.id = ${id}
   `);
-  return { ours: row?.ours ?? false, leftMs: row?.left_ms ?? 0, employee: row?.employee ?? null };
+  const employee = row?.employee ?? null;
+  // The feed is blanked when the changes projector applies the erasure, which may lag (or be
+  // stopped, or run on a restored database before it re-applies erasures); the ledger has it from
+  // the erasure's own commit, and nothing personal goes out after that.
+  const blanked = employee && row?.erased ? { ...employee, ...BLANK_PERSONAL_VIEW_FIELDS } : employee;
+  return { ours: row?.ours ?? false, leftMs: row?.left_ms ?? 0, employee: blanked };
 }

@@ -143,7 +143,7 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         whole = false;
         break;
       }
-      const current = await readBeforeSend(pool, endpoint.tenantId, endpoint.id, token, change.position);
+      const current = await readBeforeSend(pool, endpoint.tenantId, endpoint.id, token, change);
       // Revoked by a replay, or lost: what succeeded cannot be recorded any more (the token
       // matches nothing); whoever takes the endpoint next starts from its cursor.
       if (!current.ours) return { delivered: sent, more: false };
