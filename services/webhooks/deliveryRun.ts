@@ -93,10 +93,7 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         const message = { id: encodeCursor(change.position), type: change.type, timestamp: change.occurredAt, data: toChange(change) };
         return await sendWebhook(endpoint.url, opened, message, { policy: targets, timeoutMs });
       } catch (error) {
-        // Where it failed, without what it says: the message may quote anything, personal data
-        // included, and the stack repeats it (every line of it), so only its frames are kept.
-        const frames = error instanceof Error ? (error.stack ?? '').split('\n').filter((line) => /^\s+at /.test(line)) : [];
-        const where = error instanceof Error ? { type: error.name, stack: frames.join('\n') } : { type: typeof error };
+        const where = error instanceof Error ? { type: error.name, stack: framesOf(error) } : { type: typeof error };
         logger?.error(
           { endpointId: endpoint.id, tenantId: endpoint.tenantId, error: where },
           'webhook delivery attempt failed on our side',
@@ -184,11 +181,7 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
       // The first failure of this change is now; a later one counts from when that was recorded.
       const sinceFirstFailure =
         failedAttempts === 1 || endpoint.retryingSince === null ? 0 : Math.max(0, Date.now() - Date.parse(endpoint.retryingSince));
-      // A failure of our own says nothing of the receiver: past the schedule it waits the longest
-      // interval again, until a fix lands, rather than disable endpoints every tenant would have
-      // to replay.
-      const ours = outcome.error === INTERNAL_FAILURE ? (retry.scheduleMs.at(-1) ?? null) : null;
-      const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs, sinceFirstFailure) ?? ours;
+      const delay = nextRetryDelay(retry, failedAttempts, random(), outcome.retryAfterMs, sinceFirstFailure);
       if (delay === null) {
         const last = storableText(outcome.error, ERROR_TEXT_MAX);
         await recordAttempt(pool, endpoint.tenantId, endpoint.id, token, {
@@ -217,4 +210,19 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
     const kept = await flush(whole ? (page.scannedTo ?? undefined) : undefined);
     return { delivered: sent, more: kept && !stop.aborted };
   };
+}
+
+/**
+ * Where an error was thrown, without what it says: its message may quote anything, personal data
+ * included, and the stack begins with the message (every line of it), so the frames are read
+ * only from after it.
+ */
+function framesOf(error: Error): string {
+  const stack = error.stack ?? '';
+  const at = error.message === '' ? -1 : stack.indexOf(error.message);
+  const after = at < 0 ? stack : stack.slice(at + error.message.length);
+  return after
+    .split('\n')
+    .filter((line) => /^\s+at /.test(line))
+    .join('\n');
 }

@@ -15,9 +15,9 @@ export const MAX_SAMPLES_PER_MESSAGE = 500;
 
 // The rollups store the tenant as a uuid, the strings as text and the instants as timestamptz and
 // date: a value PostgreSQL refuses (a NUL, a lone surrogate, a year past 9999) would fail its whole
-// batch on every retry, so such a message is dropped here like any other malformed one. No request
-// lasts an hour; a duration near the float limit would make every latency quantile over it
-// Infinity, which no KPI answer can carry.
+// batch on every retry, so such a sample is dropped here (a tenant that is no uuid, its message).
+// No request lasts an hour; a duration near the float limit would make every latency quantile
+// over it Infinity, which no KPI answer can carry.
 const LAST_INSTANT = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
 const MAX_DURATION_MS = 3_600_000;
 const tuple = z.tuple([

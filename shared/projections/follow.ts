@@ -4,7 +4,7 @@ import { connectionUrlOf, ignoredRows, sql, type DatabasePool } from '../db/pool
 import { comparePositions, type EventStore, type GlobalPosition, type RecordedEvent } from '../event-store/port.ts';
 import { checkpointRow, readCheckpoint, toCheckpoint, type Checkpoint } from './checkpoints.ts';
 import { pageCommitMode } from './commitMode.ts';
-import { classifyFailure } from './failures.ts';
+import { classifyFailure, describeFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
 import { hasParkedEvents, parkedStreams } from './parking.ts';
@@ -90,15 +90,22 @@ export function runProjection<T extends string>(
   const live = tableIds(projection, (logical) => logical);
   const policy = isolationPolicy(options.isolation, signal, options.onParked);
 
-  // Once per start: ensureBuilt runs again after every resubscribe.
+  // Until it succeeds once: ensureBuilt runs again after every resubscribe.
   let cleared = false;
   const ensureBuilt = async () => {
     const checkpoint = await readCheckpoint(pool, projection.name);
     assertNotSuperseded(checkpoint, projection);
     if (checkpoint?.version === projection.version) {
       if (!cleared) {
-        cleared = true;
-        await clearAbandonedBuild(pool, projection).catch((error: unknown) => options.onError?.(error));
+        cleared = await clearAbandonedBuild(pool, projection).then(
+          () => true,
+          (error: unknown) => {
+            options.onError?.(
+              new Error(`a killed replay's tables stay until the projector resubscribes or restarts: ${describeFailure(error)}`),
+            );
+            return false;
+          },
+        );
       }
       return;
     }
