@@ -4,7 +4,7 @@ import { connectionUrlOf, ignoredRows, sql, type DatabasePool } from '../db/pool
 import { comparePositions, type EventStore, type GlobalPosition, type RecordedEvent } from '../event-store/port.ts';
 import { checkpointRow, readCheckpoint, toCheckpoint, type Checkpoint } from './checkpoints.ts';
 import { pageCommitMode } from './commitMode.ts';
-import { classifyFailure, describeFailure } from './failures.ts';
+import { classifyFailure } from './failures.ts';
 import { applyWithParking, isolationPolicy, type IsolationPolicy } from './isolation.ts';
 import { createPagePipeline } from './pagePipeline.ts';
 import { hasParkedEvents, parkedStreams } from './parking.ts';
@@ -36,6 +36,7 @@ export type RunProjectionOptions = {
 
 /** Backoff after a transient failure (database down, deadlock): doubles from 50 ms up to 2 s. */
 const TRANSIENT_BACKOFF_MS = { first: 50, max: 2_000 };
+const CLEAR_RETRY_MS = { first: 1_000, max: 300_000 };
 
 /**
  * The next page is requested while the current one is applied (read and apply pipelined): the
@@ -90,23 +91,25 @@ export function runProjection<T extends string>(
   const live = tableIds(projection, (logical) => logical);
   const policy = isolationPolicy(options.isolation, signal, options.onParked);
 
-  // Until it succeeds once: ensureBuilt runs again after every resubscribe.
-  let cleared = false;
+  // A killed replay's tables are dropped beside the projector, never in its way: tried at its
+  // first start on a current model, and again with backoff until they are gone (a reader held one,
+  // or a replay was building and its tables were its own).
+  let clearing: Promise<void> | undefined;
+  const clearInBackground = async () => {
+    for (let wait = CLEAR_RETRY_MS.first; !signal.aborted; wait = Math.min(wait * 2, CLEAR_RETRY_MS.max)) {
+      const outcome = await clearAbandonedBuild(pool, projection).catch((error: unknown) => {
+        options.onError?.(new Error(`could not drop a killed replay's tables; trying again in ${wait} ms`, { cause: error }));
+        return 'failed' as const;
+      });
+      if (outcome === 'cleared') return;
+      await sleep(wait, undefined, { signal }).catch(() => undefined);
+    }
+  };
   const ensureBuilt = async () => {
     const checkpoint = await readCheckpoint(pool, projection.name);
     assertNotSuperseded(checkpoint, projection);
     if (checkpoint?.version === projection.version) {
-      if (!cleared) {
-        cleared = await clearAbandonedBuild(pool, projection).then(
-          () => true,
-          (error: unknown) => {
-            options.onError?.(
-              new Error(`a killed replay's tables stay until the projector resubscribes or restarts: ${describeFailure(error)}`),
-            );
-            return false;
-          },
-        );
-      }
+      clearing ??= clearInBackground();
       return;
     }
     await replayProjection(pool, store, projection, {
@@ -231,6 +234,7 @@ export function runProjection<T extends string>(
       return await follows();
     } finally {
       await pipeline?.end();
+      await clearing;
     }
   })();
   async function follows(): Promise<ProjectorStopReason> {

@@ -94,21 +94,22 @@ export async function replayProjection<T extends string>(
 const REPLAY_LOCK_POLL_MS = 200;
 
 /**
- * Drops the shadow tables a killed replay left behind, unless a replay is building now. Left
- * alone until the next replay, they would keep what they copied, the personal data of people
- * erased since included; a projector that finds its model current clears them when it starts.
- * Best effort, and never in the projector's way: a table some reader holds (a `pg_dump` running)
- * is left for the next start rather than waited for.
+ * Drops the shadow tables a killed replay left behind, unless a replay is building now ('busy':
+ * its tables are its own). Left alone until the next replay, they would keep what they copied, the
+ * personal data of people erased since included. A table some reader holds (a `pg_dump` running)
+ * is not waited for: the lock wait ends after a second with an error, and the caller tries again
+ * later.
  */
-export async function clearAbandonedBuild(pool: DatabasePool, projection: Projection<string>): Promise<void> {
-  await pool.connect(async (connection) => {
+export async function clearAbandonedBuild(pool: DatabasePool, projection: Projection<string>): Promise<'cleared' | 'busy'> {
+  return pool.connect(async (connection) => {
     const lockKey = replayLockKey(projection.name);
-    if (!(await connection.oneFirst(sql.type(lockedRow)`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) return;
+    if (!(await connection.oneFirst(sql.type(lockedRow)`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) return 'busy';
     try {
       await connection.transaction(async (tx) => {
         await tx.query(sql.type(ignoredRows)`set local lock_timeout = '1s'`);
         await dropAbandonedShadows(tx, projection);
       });
+      return 'cleared';
     } finally {
       await connection.query(sql.type(ignoredRows)`select pg_advisory_unlock(hashtext(${lockKey}))`);
     }
