@@ -45,8 +45,8 @@ export async function readBeforeSend(
   `);
   const employee = row?.employee ?? null;
   // The feed is blanked when the changes projector applies the erasure, which may lag (or be
-  // stopped, or run on a restored database before it re-applies erasures); the ledger has it from
-  // the erasure's own commit, and nothing personal goes out after that.
+  // stopped); the ledger has it once the erasure is recorded (with the erasure's own commit when
+  // the log is in PostgreSQL), and nothing personal goes out after that.
   const blanked = employee && row?.erased ? { ...employee, ...BLANK_PERSONAL_VIEW_FIELDS } : employee;
   return { ours: row?.ours ?? false, leftMs: row?.left_ms ?? 0, employee: blanked };
 }

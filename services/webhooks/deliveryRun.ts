@@ -214,15 +214,24 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
 
 /**
  * Where an error was thrown, without what it says: its message may quote anything, personal data
- * included, and the stack begins with the message (every line of it), so the frames are read
- * only from after it.
+ * included, and the stack begins with the message (every line of it). Frames are read only from
+ * after the message, and only lines shaped like V8's frames; a stack that does not hold the
+ * message as it is now (changed after the stack was made) gives none.
  */
 function framesOf(error: Error): string {
-  const stack = error.stack ?? '';
-  const at = error.message === '' ? -1 : stack.indexOf(error.message);
-  const after = at < 0 ? stack : stack.slice(at + error.message.length);
-  return after
-    .split('\n')
-    .filter((line) => /^\s+at /.test(line))
-    .join('\n');
+  try {
+    const { stack, message } = error;
+    if (typeof stack !== 'string' || typeof message !== 'string') return '';
+    const at = stack.indexOf(message);
+    if (at < 0) return '';
+    return stack
+      .slice(at + message.length)
+      .split('\n')
+      .filter((line) => V8_FRAME.test(line))
+      .join('\n');
+  } catch {
+    return '';
+  }
 }
+
+const V8_FRAME = /^ {4}at (?:async )?(?:[^\n]+ \()?(?:node:|file:\/\/|\/|<anonymous>|native|index \d+)[^()\n]*\)?$/;
