@@ -2,6 +2,7 @@ import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Logger } from '../../shared/logger.ts';
 import { scanChanges, type ChangeRecord } from '../../projections/changes/queries.ts';
 import type { GlobalPosition } from '../../shared/event-store/port.ts';
+import { errorSite } from '../../shared/errorSite.ts';
 import { storableText } from '../../shared/validation.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
@@ -93,9 +94,8 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         const message = { id: encodeCursor(change.position), type: change.type, timestamp: change.occurredAt, data: toChange(change) };
         return await sendWebhook(endpoint.url, opened, message, { policy: targets, timeoutMs });
       } catch (error) {
-        const where = error instanceof Error ? { type: error.name, stack: framesOf(error) } : { type: typeof error };
         logger?.error(
-          { endpointId: endpoint.id, tenantId: endpoint.tenantId, error: where },
+          { endpointId: endpoint.id, tenantId: endpoint.tenantId, error: errorSite(error) },
           'webhook delivery attempt failed on our side',
         );
         return { kind: 'failed', status: null, error: INTERNAL_FAILURE };
@@ -211,27 +211,3 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
     return { delivered: sent, more: kept && !stop.aborted };
   };
 }
-
-/**
- * Where an error was thrown, without what it says: its message may quote anything, personal data
- * included, and the stack begins with the message (every line of it). Frames are read only from
- * after the message, and only lines shaped like V8's frames; a stack that does not hold the
- * message as it is now (changed after the stack was made) gives none.
- */
-function framesOf(error: Error): string {
-  try {
-    const { stack, message } = error;
-    if (typeof stack !== 'string' || typeof message !== 'string') return '';
-    const at = stack.indexOf(message);
-    if (at < 0) return '';
-    return stack
-      .slice(at + message.length)
-      .split('\n')
-      .filter((line) => V8_FRAME.test(line))
-      .join('\n');
-  } catch {
-    return '';
-  }
-}
-
-const V8_FRAME = /^ {4}at (?:async )?(?:[^\n]+ \()?(?:node:|file:\/\/|\/|<anonymous>|native|index \d+)[^()\n]*\)?$/;
