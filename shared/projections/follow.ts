@@ -36,6 +36,8 @@ export type RunProjectionOptions = {
 
 /** Backoff after a transient failure (database down, deadlock): doubles from 50 ms up to 2 s. */
 const TRANSIENT_BACKOFF_MS = { first: 50, max: 2_000 };
+// A killed build's cleanup waits on a replay or on a reader of its tables (a dump: minutes), so it
+// starts soon and then backs off to a few tries an hour.
 const CLEAR_RETRY_MS = { first: 1_000, max: 300_000 };
 
 /**
@@ -98,7 +100,8 @@ export function runProjection<T extends string>(
   const clearInBackground = async () => {
     for (let wait = CLEAR_RETRY_MS.first; !signal.aborted; wait = Math.min(wait * 2, CLEAR_RETRY_MS.max)) {
       const outcome = await clearAbandonedBuild(pool, projection).catch((error: unknown) => {
-        options.onError?.(new Error(`could not drop a killed replay's tables; trying again in ${wait} ms`, { cause: error }));
+        if (!signal.aborted)
+          options.onError?.(new Error(`could not drop a killed replay's tables; trying again in ${wait} ms`, { cause: error }));
         return 'failed' as const;
       });
       if (outcome === 'cleared') return;
@@ -233,8 +236,13 @@ export function runProjection<T extends string>(
     try {
       return await follows();
     } finally {
-      await pipeline?.end();
-      await clearing;
+      // Stopped or superseded alike: the cleanup beside it ends too (a newer version owns the model).
+      controller.abort();
+      try {
+        await pipeline?.end();
+      } finally {
+        await clearing;
+      }
     }
   })();
   async function follows(): Promise<ProjectorStopReason> {

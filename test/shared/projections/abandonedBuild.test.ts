@@ -59,16 +59,23 @@ describe('when a killed replay left its tables behind', () => {
     expect(await leftTables()).toEqual([]);
   });
 
-  it('but not while a replay of the projection holds its lock', async () => {
+  it('but not while a replay of the projection holds its lock: they go once it lets go', async () => {
     await whileFollowing();
     await leaveBuildBehind();
     await t.db.pool.connect(async (replaying) => {
-      await replaying.query(sql.type(ignoredRows)`select pg_advisory_lock(hashtext(${replayLockKey('tally')}))`);
+      const lock = sql.fragment`hashtext(${replayLockKey('tally')})`;
+      await replaying.query(sql.type(ignoredRows)`select pg_advisory_lock(${lock})`);
+      let unlocked = false;
       try {
-        await whileFollowing();
-        expect(await leftTables()).toHaveLength(2);
+        await whileFollowing(async () => {
+          await waitFor(await freshEvent());
+          expect(await leftTables()).toHaveLength(2);
+          await replaying.query(sql.type(ignoredRows)`select pg_advisory_unlock(${lock})`);
+          unlocked = true;
+          await waitFor(async () => ((await leftTables()).length === 0 ? true : undefined));
+        });
       } finally {
-        await replaying.query(sql.type(ignoredRows)`select pg_advisory_unlock(hashtext(${replayLockKey('tally')}))`);
+        if (!unlocked) await replaying.query(sql.type(ignoredRows)`select pg_advisory_unlock(${lock})`);
       }
     });
   });
