@@ -1,3 +1,5 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ignoredRows, sql } from '../../../shared/db/pool.ts';
@@ -29,7 +31,7 @@ async function leaveBuildBehind(): Promise<void> {
 
 /** Appends a fresh event; the projector has applied it (and is past its start-up) once `caughtUp()`. */
 async function freshEvent(): Promise<() => Promise<true | undefined>> {
-  const { nextRevision } = await t.store.append(`tally-${Date.now()}`, [tallied()]);
+  const { nextRevision } = await t.store.append(`tally-${randomUUID()}`, [tallied()]);
   expect(nextRevision).toBe(0);
   const head = await t.store.headPosition();
   return async () => {
@@ -99,6 +101,27 @@ describe('when a killed replay left its tables behind', () => {
         });
       } finally {
         if (!released) await reading.query(sql.type(ignoredRows)`rollback`);
+      }
+    });
+  });
+
+  it('and it ends with a projector that a newer version supersedes, instead of retrying beside it', async () => {
+    await whileFollowing();
+    await leaveBuildBehind();
+    await t.db.pool.connect(async (replaying) => {
+      const lock = sql.fragment`hashtext(${replayLockKey('tally')})`;
+      await replaying.query(sql.type(ignoredRows)`select pg_advisory_lock(${lock})`);
+      const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20 });
+      try {
+        await waitFor(await freshEvent());
+        // A newer version took the model over: the next page finds it and this projector stops.
+        await t.db.pool.query(sql.type(ignoredRows)`update projection_checkpoints set version = version + 1 where name = 'tally'`);
+        await freshEvent();
+        expect(await Promise.race([projector.done, sleep(10_000, 'still running')])).toBe('superseded');
+      } finally {
+        await projector.stop();
+        await t.db.pool.query(sql.type(ignoredRows)`update projection_checkpoints set version = 1 where name = 'tally'`);
+        await replaying.query(sql.type(ignoredRows)`select pg_advisory_unlock(${lock})`);
       }
     });
   });
