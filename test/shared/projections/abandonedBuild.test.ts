@@ -25,8 +25,8 @@ const leftTables = () =>
   `);
 
 async function leaveBuildBehind(): Promise<void> {
-  await t.db.pool.query(sql.type(ignoredRows)`create table tally__g97 (stream_id text primary key, secret text)`);
-  await t.db.pool.query(sql.type(ignoredRows)`create table tally__g98 (stream_id text primary key, secret text)`);
+  await t.db.pool.query(sql.type(ignoredRows)`create table if not exists tally__g97 (stream_id text primary key, secret text)`);
+  await t.db.pool.query(sql.type(ignoredRows)`create table if not exists tally__g98 (stream_id text primary key, secret text)`);
 }
 
 /** Appends a fresh event; the projector has applied it (and is past its start-up) once `caughtUp()`. */
@@ -112,16 +112,23 @@ describe('when a killed replay left its tables behind', () => {
       const lock = sql.fragment`hashtext(${replayLockKey('tally')})`;
       await replaying.query(sql.type(ignoredRows)`select pg_advisory_lock(${lock})`);
       const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20 });
+      const waited = new AbortController();
       try {
         await waitFor(await freshEvent());
         // A newer version took the model over: the next page finds it and this projector stops.
         await t.db.pool.query(sql.type(ignoredRows)`update projection_checkpoints set version = version + 1 where name = 'tally'`);
         await freshEvent();
-        expect(await Promise.race([projector.done, sleep(10_000, 'still running')])).toBe('superseded');
+        const outcome = await Promise.race([projector.done, sleep(10_000, 'still running', { signal: waited.signal })]);
+        expect(outcome).toBe('superseded');
       } finally {
-        await projector.stop();
-        await t.db.pool.query(sql.type(ignoredRows)`update projection_checkpoints set version = 1 where name = 'tally'`);
-        await replaying.query(sql.type(ignoredRows)`select pg_advisory_unlock(${lock})`);
+        waited.abort();
+        try {
+          await projector.stop();
+        } finally {
+          await t.db.pool.query(sql.type(ignoredRows)`update projection_checkpoints set version = 1 where name = 'tally'`);
+          await t.db.pool.query(sql.type(ignoredRows)`drop table if exists tally__g97, tally__g98`);
+          await replaying.query(sql.type(ignoredRows)`select pg_advisory_unlock(${lock})`);
+        }
       }
     });
   });
