@@ -3,51 +3,64 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 /** The service's own files (node_modules included), as a path and as the URL ESM frames name. */
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const ROOT_URL = pathToFileURL(ROOT).href;
+const NODE_MODULE = /^node:[a-z_]+(?:\/[\w/.-]+)?$/;
 const MAX_FRAMES = 50;
 
-type CallSite = {
-  getFileName(): string | null | undefined;
-  getFunctionName(): string | null;
-  getLineNumber(): number | null;
-  getColumnNumber(): number | null;
-};
+type CallSite = NodeJS.CallSite;
+
+// Errors of another realm (a vm context) are errors too; `instanceof` would not see them.
+const isError = (Error as { isError?: (value: unknown) => boolean }).isError ?? ((value: unknown) => value instanceof Error);
 
 /**
  * Where an error was thrown, for a log that must not hold what it says: its message may quote
  * anything, personal data included, and the stack text begins with the message (every line of
  * it), so the text is never read. V8 writes an error's stack when it is first asked for; asked for
- * here first, it hands over the call sites themselves, and the frames are built from their files,
- * lines and function names alone (files of the service and of node's modules only). An error
- * whose stack was already written, or anything else that cannot be read so, gives its type alone.
- * Never throws.
+ * here first, it hands the call sites to a hook in place for that one synchronous read, which
+ * writes the stack as it would have been written anyway. The frames are the call sites' files,
+ * lines and columns alone (function names can be made of data), for the service's files and
+ * node's modules. An error whose stack was already written, or anything that cannot be read so,
+ * gives its type alone. Never throws.
  */
 export function errorSite(error: unknown): { readonly type: string; readonly stack?: string } {
-  if (!(error instanceof Error)) return { type: typeof error };
   let type = 'Error';
-  const saved = Error.prepareStackTrace;
   try {
-    const name: unknown = error.name;
-    if (typeof name === 'string' && /^[\w$.]{1,64}$/.test(name)) type = name;
-    let sites: readonly CallSite[] | undefined;
-    // Synchronous, so nothing else formats a stack while this hook is in place.
-    Error.prepareStackTrace = (_error, callSites) => {
-      sites = callSites;
-      return type;
-    };
-    void error.stack;
-    if (!sites) return { type };
-    return { type, stack: sites.flatMap(frameOf).slice(0, MAX_FRAMES).join('\n') };
+    if (!isError(error)) return { type: typeof error };
+    const e = error as Error;
+    const name: unknown = e.name;
+    if (typeof name === 'string' && /^[A-Za-z][\w$]{0,63}$/.test(name)) type = name;
+    const sites = callSitesOf(e);
+    return sites ? { type, stack: sites.flatMap(frameOf).slice(0, MAX_FRAMES).join('\n') } : { type };
   } catch {
     return { type };
-  } finally {
-    Error.prepareStackTrace = saved;
   }
+}
+
+/** The error's call sites, when its stack is first read here; undefined when it was read before. */
+function callSitesOf(error: Error): readonly CallSite[] | undefined {
+  const had = Object.prototype.hasOwnProperty.call(Error, 'prepareStackTrace');
+  const saved = Error.prepareStackTrace;
+  let sites: CallSite[] | undefined;
+  const hook: typeof Error.prepareStackTrace = (thrown, callSites) => {
+    sites = callSites;
+    return saved ? saved(thrown, callSites) : `${String(thrown)}\n${callSites.map((site) => `    at ${String(site)}`).join('\n')}`;
+  };
+  try {
+    Error.prepareStackTrace = hook;
+    void error.stack;
+  } finally {
+    try {
+      if (had) Error.prepareStackTrace = saved;
+      else Reflect.deleteProperty(Error, 'prepareStackTrace');
+    } catch {
+      // Frozen intrinsics: the assignment above failed too, and nothing changed.
+    }
+  }
+  return sites;
 }
 
 function frameOf(site: CallSite): string[] {
   const file = site.getFileName();
-  if (typeof file !== 'string' || !(file.startsWith('node:') || file.startsWith(ROOT) || file.startsWith(ROOT_URL))) return [];
-  const name = site.getFunctionName();
-  const shown = typeof name === 'string' && /^[\w$.#<>[\] ]{1,200}$/.test(name) ? name : '<anonymous>';
-  return [`    at ${shown} (${file}:${site.getLineNumber() ?? 0}:${site.getColumnNumber() ?? 0})`];
+  if (typeof file !== 'string') return [];
+  if (!(NODE_MODULE.test(file) || file.startsWith(ROOT) || file.startsWith(ROOT_URL))) return [];
+  return [`    at ${file}:${site.getLineNumber() ?? 0}:${site.getColumnNumber() ?? 0}`];
 }
