@@ -3,7 +3,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 /** The service's own files (node_modules included), as a path and as the URL ESM frames name. */
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const ROOT_URL = pathToFileURL(ROOT).href;
-const NODE_MODULE = /^node:[a-z_]+(?:\/[\w/.-]+)?$/;
+const NODE_MODULE = /^node:[a-z_][a-z0-9_]*(?:\/[\w/.-]+)?$/;
 const MAX_FRAMES = 50;
 
 type CallSite = NodeJS.CallSite;
@@ -37,20 +37,20 @@ export function errorSite(error: unknown): { readonly type: string; readonly sta
 
 /** The error's call sites, when its stack is first read here; undefined when it was read before. */
 function callSitesOf(error: Error): readonly CallSite[] | undefined {
-  const had = Object.prototype.hasOwnProperty.call(Error, 'prepareStackTrace');
   const saved = Error.prepareStackTrace;
+  // Without a hook to chain to, the stack could not be written as others would have had it.
+  if (typeof saved !== 'function') return undefined;
   let sites: CallSite[] | undefined;
   const hook: typeof Error.prepareStackTrace = (thrown, callSites) => {
     sites = callSites;
-    return saved ? saved(thrown, callSites) : `${String(thrown)}\n${callSites.map((site) => `    at ${String(site)}`).join('\n')}`;
+    return saved(thrown, callSites);
   };
   try {
     Error.prepareStackTrace = hook;
     void error.stack;
   } finally {
     try {
-      if (had) Error.prepareStackTrace = saved;
-      else Reflect.deleteProperty(Error, 'prepareStackTrace');
+      Error.prepareStackTrace = saved;
     } catch {
       // Frozen intrinsics: the assignment above failed too, and nothing changed.
     }
