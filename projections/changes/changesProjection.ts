@@ -7,7 +7,8 @@ import { defineProjection } from '../../shared/projections/projection.ts';
 import {
   EMPLOYEE_EVENT_TYPES,
   EMPLOYEE_STATUSES,
-  parseEmployeeStreamId,
+  employeeKey,
+  employeeOf,
   type EmployeeEvent,
   type EmployeeEventType,
   evolve,
@@ -79,8 +80,6 @@ export const employeeView = z.object({
 });
 export type EmployeeView = z.infer<typeof employeeView>;
 
-const isEmployeeEvent = (type: string): type is EmployeeEventType => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(type);
-
 type ChangeRow = {
   tenantId: string;
   commit: string;
@@ -100,15 +99,14 @@ async function handle(
   tables: Readonly<Record<'employee_changes', IdentifierSqlToken>>,
 ): Promise<void> {
   await redactParkedEvents(tx, erasedStreams(events), PERSONAL_FIELDS);
-  const key = (tenantId: string, id: string) => `${tenantId}/${id}`;
   // The batch's employee events, each with its stream, in the batch's (log) order: the rows are
   // inserted in that order and draw their `seq` from it (`order by u.n` below).
   const employeeEvents: Array<{ recorded: RecordedEvent; k: string; tenantId: string; employeeId: string }> = [];
   const firstRevision = new Map<string, { tenantId: string; employeeId: string; revision: number }>();
   for (const recorded of events) {
-    const parsed = isEmployeeEvent(recorded.type) ? parseEmployeeStreamId(recorded.streamId) : undefined;
+    const parsed = employeeOf(recorded);
     if (!parsed) continue;
-    const k = key(parsed.tenantId, parsed.employeeId);
+    const k = employeeKey(parsed.tenantId, parsed.employeeId);
     employeeEvents.push({ recorded, k, ...parsed });
     if (!firstRevision.has(k)) firstRevision.set(k, { ...parsed, revision: recorded.revision });
   }
@@ -147,7 +145,7 @@ async function handle(
         row.type === CHANGE_TYPES.EmployeeErased
           ? { kind: 'erased', ...facts, statusSince: row.status_since, erasedAt: row.occurred_at }
           : { kind: 'hired', ...facts, ...personal, roleId: row.role_id, statusSince: row.status_since };
-      streams.set(key(row.tenant_id, row.employee_id), { applied: row.revision, state });
+      streams.set(employeeKey(row.tenant_id, row.employee_id), { applied: row.revision, state });
     }
   }
 

@@ -84,7 +84,7 @@ export function analyticsRoutes(deps: AnalyticsRoutesDeps) {
   const workforce = workforceRoutes({
     pool: deps.pool,
     tenantReader: deps.tenantReader,
-    readWaitMs: positionWait.readWaitMs,
+    ...(deps.readWaitMs !== undefined && { readWaitMs: deps.readWaitMs }),
     ...(deps.now ? { now: deps.now } : {}),
   });
   return async (scope: FastifyInstance): Promise<void> => {

@@ -105,7 +105,7 @@ export function parseEmployeeStreamId(streamId: string): { tenantId: string; emp
 }
 
 /** Whether the event is one of an employee's (its stream may hold no other, but a page holds every stream's). */
-export const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(event.type);
+const isEmployeeEvent = (event: RecordedEvent): boolean => (EMPLOYEE_EVENT_TYPES as readonly string[]).includes(event.type);
 
 /** The employee an event belongs to, if it is one of an employee's events. */
 export const employeeOf = (event: RecordedEvent): { tenantId: string; employeeId: string } | undefined =>
@@ -277,8 +277,6 @@ export function toErasedView(state: Extract<EmployeeState, { kind: 'erased' }>) 
 export const PERSONAL_VIEW_FIELDS = ['email', 'firstName', 'lastName'] as const;
 
 /** Those fields as an erased person's view holds them. */
-export const BLANK_PERSONAL_VIEW_FIELDS: { readonly [F in (typeof PERSONAL_VIEW_FIELDS)[number]]: null } = Object.freeze({
-  email: null,
-  firstName: null,
-  lastName: null,
-});
+export const BLANK_PERSONAL_VIEW_FIELDS = Object.freeze(Object.fromEntries(PERSONAL_VIEW_FIELDS.map((field) => [field, null]))) as {
+  readonly [F in (typeof PERSONAL_VIEW_FIELDS)[number]]: null;
+};

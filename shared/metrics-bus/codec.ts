@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { safeText, uuid } from '../validation.ts';
+import { MAX_YEAR, safeText, uuid } from '../validation.ts';
 import type { UsageSample } from './port.ts';
 
 /**
@@ -18,7 +18,7 @@ export const MAX_SAMPLES_PER_MESSAGE = 500;
 // batch on every retry, so such a sample is dropped here (a tenant that is no uuid, its message).
 // No request lasts an hour; a duration near the float limit would make every latency quantile
 // over it Infinity, which no KPI answer can carry.
-const LAST_INSTANT = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const LAST_INSTANT = Date.UTC(MAX_YEAR + 1, 0, 1) - 1;
 const MAX_DURATION_MS = 3_600_000;
 const tuple = z.tuple([
   safeText(128, { min: 1 }),

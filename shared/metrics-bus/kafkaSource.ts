@@ -95,8 +95,9 @@ export function createKafkaSource(options: KafkaSourceOptions): UsageSampleSourc
     const offsets: string[] = [];
     let invalid = 0;
     let dropped = 0;
+    const now = Date.now();
     for (const message of batch.messages) {
-      const decoded = decodeSamples(message.value);
+      const decoded = decodeSamples(message.value, now);
       if (!decoded) {
         invalid++;
         continue;

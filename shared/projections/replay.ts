@@ -1,7 +1,7 @@
 import { AsyncResource } from 'node:async_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
-import { connectionUrlOf, ignoredRows, sql, type DatabasePool } from '../db/pool.ts';
+import { connectionUrlOf, ignoredRows, sql, type DatabasePool, type Queryable } from '../db/pool.ts';
 import {
   START,
   comparePositions,
@@ -69,10 +69,9 @@ export async function replayProjection<T extends string>(
   // One replay per projection at a time, held for the whole build on one connection; it also
   // makes it safe to drop shadow tables that a killed replay left behind.
   return pool.connect(async (connection) => {
-    const lockKey = replayLockKey(projection.name);
     // Polled, not waited for inside pg_advisory_lock: behind another copy's build (a version bump
     // on several projectors) that wait would outlast the pool's statement timeout.
-    while (!(await connection.oneFirst(sql.type(lockedRow)`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) {
+    while (!(await tryReplayLock(connection, projection))) {
       if (options.signal?.aborted) throw new Error('replay aborted');
       await sleep(REPLAY_LOCK_POLL_MS, undefined, { signal: options.signal }).catch(() => undefined);
     }
@@ -86,12 +85,20 @@ export async function replayProjection<T extends string>(
         connectionUrl: connectionUrlOf(pool),
       });
     } finally {
-      await connection.query(sql.type(ignoredRows)`select pg_advisory_unlock(hashtext(${lockKey}))`);
+      await releaseReplayLock(connection, projection);
     }
   });
 }
 
 const REPLAY_LOCK_POLL_MS = 200;
+
+/** Takes the projection's replay lock (a session lock of `connection`) if free. */
+const tryReplayLock = (connection: Queryable, projection: Projection<string>): Promise<boolean> =>
+  connection.oneFirst(sql.type(lockedRow)`select pg_try_advisory_lock(hashtext(${replayLockKey(projection.name)})) as locked`);
+
+async function releaseReplayLock(connection: Queryable, projection: Projection<string>): Promise<void> {
+  await connection.query(sql.type(ignoredRows)`select pg_advisory_unlock(hashtext(${replayLockKey(projection.name)}))`);
+}
 
 /**
  * Drops the shadow tables a killed replay left behind, unless a replay is building now ('busy':
@@ -102,8 +109,7 @@ const REPLAY_LOCK_POLL_MS = 200;
  */
 export async function clearAbandonedBuild(pool: DatabasePool, projection: Projection<string>): Promise<'cleared' | 'busy'> {
   return pool.connect(async (connection) => {
-    const lockKey = replayLockKey(projection.name);
-    if (!(await connection.oneFirst(sql.type(lockedRow)`select pg_try_advisory_lock(hashtext(${lockKey})) as locked`))) return 'busy';
+    if (!(await tryReplayLock(connection, projection))) return 'busy';
     try {
       await connection.transaction(async (tx) => {
         await tx.query(sql.type(ignoredRows)`set local lock_timeout = '1s'`);
@@ -111,7 +117,7 @@ export async function clearAbandonedBuild(pool: DatabasePool, projection: Projec
       });
       return 'cleared';
     } finally {
-      await connection.query(sql.type(ignoredRows)`select pg_advisory_unlock(hashtext(${lockKey}))`);
+      await releaseReplayLock(connection, projection);
     }
   });
 }

@@ -52,6 +52,49 @@ async function whileFollowing(during: () => Promise<unknown> = async () => undef
   }
 }
 
+type Connection = Parameters<Parameters<typeof t.db.pool.connect>[0]>[0];
+/** What keeps a killed build's tables from being dropped, taken on a connection of its own, and how it is let go. */
+type Hold = { take(c: Connection): Promise<unknown>; release(c: Connection): Promise<unknown> };
+
+const replayLock: Hold = {
+  take: (c) => c.query(sql.type(ignoredRows)`select pg_advisory_lock(hashtext(${replayLockKey('tally')}))`),
+  release: (c) => c.query(sql.type(ignoredRows)`select pg_advisory_unlock(hashtext(${replayLockKey('tally')}))`),
+};
+
+const aReader: Hold = {
+  take: async (c) => {
+    await c.query(sql.type(ignoredRows)`begin`);
+    await c.query(sql.type(ignoredRows)`lock table tally__g97 in access share mode`);
+  },
+  release: (c) => c.query(sql.type(ignoredRows)`rollback`),
+};
+
+/** Runs `during` while `hold` is taken; it may let go itself (`release`), else it is let go after. */
+async function holding(hold: Hold, during: (release: () => Promise<void>) => Promise<void>): Promise<void> {
+  await t.db.pool.connect(async (c) => {
+    let held = true;
+    const release = async () => {
+      if (held) await hold.release(c);
+      held = false;
+    };
+    await hold.take(c);
+    try {
+      await during(release);
+    } finally {
+      await release();
+    }
+  });
+}
+
+/** The projector follows the log while the tables are held, and they stay; once let go, they are dropped with no restart. */
+const stayUntilReleased = (release: () => Promise<void>) =>
+  whileFollowing(async () => {
+    await waitFor(await freshEvent());
+    expect(await leftTables()).toHaveLength(2);
+    await release();
+    await waitFor(async () => ((await leftTables()).length === 0 ? true : undefined));
+  });
+
 describe('when a killed replay left its tables behind', () => {
   it('a projector starting on a current model drops them', async () => {
     await whileFollowing();
@@ -64,53 +107,19 @@ describe('when a killed replay left its tables behind', () => {
   it('but not while a replay of the projection holds its lock: they go once it lets go', async () => {
     await whileFollowing();
     await leaveBuildBehind();
-    await t.db.pool.connect(async (replaying) => {
-      const lock = sql.fragment`hashtext(${replayLockKey('tally')})`;
-      await replaying.query(sql.type(ignoredRows)`select pg_advisory_lock(${lock})`);
-      let unlocked = false;
-      try {
-        await whileFollowing(async () => {
-          await waitFor(await freshEvent());
-          expect(await leftTables()).toHaveLength(2);
-          await replaying.query(sql.type(ignoredRows)`select pg_advisory_unlock(${lock})`);
-          unlocked = true;
-          await waitFor(async () => ((await leftTables()).length === 0 ? true : undefined));
-        });
-      } finally {
-        if (!unlocked) await replaying.query(sql.type(ignoredRows)`select pg_advisory_unlock(${lock})`);
-      }
-    });
+    await holding(replayLock, stayUntilReleased);
   });
 
   it('and a table someone reads (a dump running) does not hold the projector up: it is dropped once free', async () => {
     await whileFollowing();
     await leaveBuildBehind();
-    await t.db.pool.connect(async (reading) => {
-      await reading.query(sql.type(ignoredRows)`begin`);
-      let released = false;
-      try {
-        await reading.query(sql.type(ignoredRows)`lock table tally__g97 in access share mode`);
-        await whileFollowing(async () => {
-          // The projector follows the log while the table is held, and the tables stay...
-          await waitFor(await freshEvent());
-          expect(await leftTables()).toHaveLength(2);
-          await reading.query(sql.type(ignoredRows)`rollback`);
-          released = true;
-          // ...until it tries again, with no restart.
-          await waitFor(async () => ((await leftTables()).length === 0 ? true : undefined));
-        });
-      } finally {
-        if (!released) await reading.query(sql.type(ignoredRows)`rollback`);
-      }
-    });
+    await holding(aReader, stayUntilReleased);
   });
 
   it('and it ends with a projector that a newer version supersedes, instead of retrying beside it', async () => {
     await whileFollowing();
     await leaveBuildBehind();
-    await t.db.pool.connect(async (replaying) => {
-      const lock = sql.fragment`hashtext(${replayLockKey('tally')})`;
-      await replaying.query(sql.type(ignoredRows)`select pg_advisory_lock(${lock})`);
+    await holding(replayLock, async () => {
       const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20 });
       const waited = new AbortController();
       try {
@@ -127,7 +136,6 @@ describe('when a killed replay left its tables behind', () => {
         } finally {
           await t.db.pool.query(sql.type(ignoredRows)`update projection_checkpoints set version = 1 where name = 'tally'`);
           await t.db.pool.query(sql.type(ignoredRows)`drop table if exists tally__g97, tally__g98`);
-          await replaying.query(sql.type(ignoredRows)`select pg_advisory_unlock(${lock})`);
         }
       }
     });
