@@ -123,13 +123,7 @@ describe('when a receiver never succeeds, or does not answer in time', () => {
     try {
       const endpoint = await register(headers, receiver.url);
       await hire(wh.h.store, tenant.tenantId, 'doomed');
-      const disabled = await waitFor(async () => {
-        const list = (await wh.h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{
-          data: Array<{ id: string; status: string; disabledReason: string | null }>;
-        }>();
-        const found = list.data.find((w) => w.id === endpoint.id);
-        return found?.status === 'disabled' ? found : undefined;
-      });
+      const disabled = await wh.disabled(headers, endpoint.id);
       expect(disabled.disabledReason).toMatch(/Every retry failed.*HTTP 500/);
       expect(receiver.requests).toHaveLength(1 + FAST_RETRIES.scheduleMs.length);
       const log = (await wh.h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers })).json<{
@@ -178,13 +172,7 @@ describe('when the receiver answers 410 Gone', () => {
       const endpoint = await register(headers, receiver.url);
       const e = await hire(wh.h.store, tenant.tenantId, 'gone');
       await waitFor(() => receiver.requests.length >= 1);
-      const disabled = await waitFor(async () => {
-        const list = (await wh.h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{
-          data: Array<{ id: string; status: string; disabledReason: string | null }>;
-        }>();
-        const found = list.data.find((w) => w.id === endpoint.id);
-        return found?.status === 'disabled' ? found : undefined;
-      });
+      const disabled = await wh.disabled(headers, endpoint.id);
       expect(disabled.disabledReason).toMatch(/410/);
       await e.rename('after-gone');
       await wh.h.feedCursors(headers, 2);

@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { hire } from '../../support/harness/changes.ts';
 import { createMemoryLogger } from '../../support/logs.ts';
-import { waitFor } from '../../support/waitFor.ts';
 import { startReceiver } from '../../support/webhooks/receiver.ts';
 import { FAST_RETRIES, useWebhooks } from '../../support/harness/webhooks.ts';
 import { INTERNAL_FAILURE } from '../../../services/webhooks/deliveryRun.ts';
@@ -30,7 +29,6 @@ const logs = createMemoryLogger('info');
 const wh = useWebhooks({ secrets: gateway, dispatcherSecrets: broken, dispatcher: { logger: logs.logger } });
 const { admin, register } = wh;
 
-type Endpoint = { id: string; status: string; disabledReason: string | null };
 type Delivery = { status: string; attempts: number; lastStatusCode: number | null; lastError: string | null };
 
 describe('when an attempt fails with an unexpected error on the service’s side', () => {
@@ -40,11 +38,7 @@ describe('when an attempt fails with an unexpected error on the service’s side
     try {
       const endpoint = await register(headers, receiver.url);
       await hire(wh.h.store, tenant.tenantId, 'internal');
-      const disabled = await waitFor(async () => {
-        const list = (await wh.h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{ data: Endpoint[] }>();
-        const found = list.data.find((e) => e.id === endpoint.id);
-        return found?.status === 'disabled' ? found : undefined;
-      });
+      const disabled = await wh.disabled(headers, endpoint.id);
       expect(disabled.disabledReason).toContain(INTERNAL_FAILURE);
       const log = await wh.h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers });
       expect(log.json<{ data: Delivery[] }>().data).toEqual([

@@ -37,7 +37,6 @@ const worker = switchable(createSecretBox(randomBytes(32)));
 const wh = useWebhooks({ secrets: gateway.proxy, dispatcherSecrets: worker.proxy });
 const { admin, register } = wh;
 
-type Endpoint = { id: string; status: string; disabledReason: string | null };
 type Delivery = {
   status: string;
   attempts: number;
@@ -57,11 +56,7 @@ describe('when the worker cannot open an endpoint’s signing secret', () => {
     try {
       const endpoint = await register(headers, receiver.url);
       await hire(wh.h.store, tenant.tenantId, 'sealed');
-      const disabled = await waitFor(async () => {
-        const list = (await wh.h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{ data: Endpoint[] }>();
-        const found = list.data.find((e) => e.id === endpoint.id);
-        return found?.status === 'disabled' ? found : undefined;
-      });
+      const disabled = await wh.disabled(headers, endpoint.id);
       expect(disabled.disabledReason).toMatch(/Every retry failed \(last: signing secret unavailable/);
       const log = (await wh.h.app.inject({ method: 'GET', url: `/v1/webhooks/${endpoint.id}/deliveries`, headers })).json<{
         data: Delivery[];

@@ -1,3 +1,4 @@
+import { waitFor } from '../waitFor.ts';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll } from 'vitest';
@@ -29,7 +30,11 @@ export type Webhooks = {
     url: string,
     events?: string[],
   ): Promise<{ id: string; secret: string; cursor: string; status: string }>;
+  /** The endpoint as listed, once it is disabled (waits for it). */
+  disabled(headers: Record<string, string>, endpointId: string): Promise<ListedEndpoint>;
 };
+
+export type ListedEndpoint = { id: string; status: string; disabledReason: string | null };
 
 /** Webhooks on a database of their own for the calling test file (beforeAll / afterAll). */
 export function useWebhooks(
@@ -112,5 +117,11 @@ export function useWebhooks(
       if (response.statusCode !== 201) throw new Error(`${response.statusCode} ${response.body}`);
       return response.json<{ id: string; secret: string; cursor: string; status: string }>();
     },
+    disabled: (headers, endpointId) =>
+      waitFor(async () => {
+        const list = (await running().h.app.inject({ method: 'GET', url: '/v1/webhooks', headers })).json<{ data: ListedEndpoint[] }>();
+        const found = list.data.find((e) => e.id === endpointId);
+        return found?.status === 'disabled' ? found : undefined;
+      }),
   };
 }
