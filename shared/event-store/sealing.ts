@@ -1,4 +1,3 @@
-import { AppError } from '../errors.ts';
 import type { BulkOpener } from '../personal-data/bulkOpener.ts';
 import { subjectRef, type DataKeyStore, type DataSubject, type SealedDataKey, type StoredKey } from '../personal-data/dataKeys.ts';
 import { fieldPlace, isSealed, openValue, sealValue, type DataKey } from '../personal-data/fieldCipher.ts';
@@ -213,15 +212,16 @@ export function createSealingEventStore(inner: EventStore, { keys, policy, bulkO
   }
 
   /**
-   * Runs an append; when it fails for another reason than the command (a lost connection, a
-   * crash or failover), the streams' subjects' cached keys are dropped: a key committed without
-   * waiting for the flush may have been lost with it, and the event sealed with it never landed.
+   * Runs an append; when it fails, the streams' subjects' cached keys are dropped. A new key is
+   * committed without waiting for the WAL flush, and only a later commit flushes it: an append
+   * that committed nothing (a lost connection, or a refused command such as a stale revision)
+   * leaves it unflushed, so a crash could lose it while this process still sealed with it.
    */
   async function appending<T>(streamIds: readonly string[], append: () => Promise<T>): Promise<T> {
     try {
       return await append();
     } catch (error) {
-      if (!(error instanceof AppError)) keys.forget?.(streamIds.flatMap((id) => policy.subjectOf(id) ?? []));
+      keys.forget?.(streamIds.flatMap((id) => policy.subjectOf(id) ?? []));
       throw error;
     }
   }
