@@ -6,9 +6,9 @@
  * nothing, and the events become visible to projectors at once, in one commit.
  *
  * Sealed by default, as the service stores them: each employee gets a data key (COPY into
- * `personal_data_keys`, sealed by the bench run's key-encryption key), its address and names are
- * sealed with it, and its reservation stream is named by the run's email hash. `sealed: false`
- * writes the log as it was before sealing (the replay bench's comparison).
+ * `personal_data_keys`, sealed by the bench run's key-encryption key), its address, names and
+ * status reason are sealed with it, and its reservation stream is named by the run's email hash.
+ * `sealed: false` writes the log as it was before sealing (the replay bench's comparison).
  */
 import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
@@ -83,15 +83,16 @@ export async function importEmployees(databaseUrl: string, tenantId: string, cou
         status: 'active',
         hiredAt: e.hiredAt,
       };
-      if (sealed) {
-        const { key, kekId, sealed: sealedKey } = makeDataKey(keks, { tenantId, subjectId: e.id });
-        keyRows.push(`${tenantId}\t${e.id}\t${key.keyId}\t${kekId}\t${sealedKey}\n`);
+      const key = sealed ? makeDataKey(keks, { tenantId, subjectId: e.id }) : undefined;
+      if (key) {
+        keyRows.push(`${tenantId}\t${e.id}\t${key.key.keyId}\t${key.kekId}\t${key.sealed}\n`);
         for (const field of HIRED_FIELDS)
-          hired[field] = sealValue(key, String(hired[field]), fieldPlace(tenantId, stream, 'EmployeeHired', field));
+          hired[field] = sealValue(key.key, String(hired[field]), fieldPlace(tenantId, stream, 'EmployeeHired', field));
       }
       yield `${stream}\t0\t${randomUUID()}\tEmployeeHired\t${copyField(JSON.stringify(hired))}\t${copyField(metadata)}\n`;
       if (e.status !== 'active') {
-        const changed = { employeeId: e.id, from: 'active', to: e.status, reason: 'imported', changedAt: e.hiredAt };
+        const reason = key ? sealValue(key.key, 'imported', fieldPlace(tenantId, stream, 'EmployeeStatusChanged', 'reason')) : 'imported';
+        const changed = { employeeId: e.id, from: 'active', to: e.status, reason, changedAt: e.hiredAt };
         yield `${stream}\t1\t${randomUUID()}\tEmployeeStatusChanged\t${copyField(JSON.stringify(changed))}\t${copyField(metadata)}\n`;
         events++;
       }

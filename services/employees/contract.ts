@@ -140,6 +140,8 @@ export const EMPLOYEE_PERSONAL_FIELDS: { readonly [E in EmployeeEvent as E['type
   EmployeeHired: ['email', 'firstName', 'lastName'],
   EmployeeDetailsChanged: ['firstName', 'lastName'],
   EmployeeEmailChanged: ['email', 'previousEmail'],
+  // Free text about the person (why they are on leave or left, say): as personal as a name.
+  EmployeeStatusChanged: ['reason'],
 };
 
 /** Every personal field of the employee's events: what a parked copy of one loses on erasure. */

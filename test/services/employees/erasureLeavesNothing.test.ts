@@ -31,7 +31,8 @@ import { waitFor } from '../../support/waitFor.ts';
 
 /**
  * The whole service's database after an erasure, as `pg_dump` writes it: the person's e-mail and
- * names appear nowhere in a readable form (the same dump finds them before the erasure), and a
+ * names, and the reason given for a change of their status, appear nowhere in a readable form
+ * (the same dump finds them before the erasure), and a
  * replay of every projection brings none of them back. The person went through every place
  * personal data reaches: hired with a login (roleId), renamed, status changed, in the change
  * feed and delivered to a real webhook receiver.
@@ -125,8 +126,12 @@ describe('when a person who reached every part of the service is erased', () => 
       firstName: `Firstq${tag}`,
       renamed: `Renamedq${tag}`,
       lastName: `Lastq${tag}`,
+      leaveReason: `Reasonq${tag}`,
     };
-    const secrets = [person.email, person.firstName, person.renamed, person.lastName];
+    // The read models hold the names and the address in the clear until the erasure; the status
+    // reason is in none of them, and the log holds it sealed, so no dump ever shows it.
+    const inReadModels = [person.email, person.firstName, person.renamed, person.lastName];
+    const secrets = [...inReadModels, person.leaveReason];
     const receiver = await startReceiver();
     try {
       const endpoint = await app.inject({
@@ -158,14 +163,16 @@ describe('when a person who reached every part of the service is erased', () => 
       const id = hired.json<{ id: string }>().id;
       const renamed = await app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: person.renamed } });
       expect(renamed.statusCode).toBe(200);
-      const onLeave = await app.inject({ method: 'POST', url: `/v1/employees/${id}/status`, headers, payload: { status: 'on_leave' } });
+      const onLeave = await app.inject({ method: 'POST', url: `/v1/employees/${id}/status`, headers, payload: { status: 'on_leave', reason: person.leaveReason } });
       expect(onLeave.statusCode).toBe(200);
       await caughtUp(String(onLeave.headers['x-log-position']));
       await waitFor(() => receiver.acknowledged().length >= 3);
       expect(receiver.requests.map((r) => r.body).join('\n')).toContain(person.renamed);
 
       // Before: every value is there to be found (the read models, the feed, the login), so the search means something.
-      expect(foundIn(await dump(), secrets)).toEqual(secrets);
+      expect(foundIn(await dump(), secrets)).toEqual(inReadModels);
+      const history = await app.inject({ method: 'GET', url: `/v1/employees/${id}/history`, headers });
+      expect(history.body).toContain(person.leaveReason);
       // The directory in effective time (the workforce model) holds them too, so its share of the dump is searched.
       expect(await versionsOf(id)).toEqual(expect.arrayContaining([{ first_name: person.renamed, erased: false }]));
 

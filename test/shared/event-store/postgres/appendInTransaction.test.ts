@@ -36,7 +36,7 @@ describe('when an event type the policy names as personal is appended in a trans
       appendInTransaction(
         tx,
         [
-          { streamId: other, events: [{ id: randomUUID(), type: 'EmployeeStatusChanged', data: { status: 'inactive' } }] },
+          { streamId: other, events: [{ id: randomUUID(), type: 'EmployeeRoleAssigned', data: { employeeId: 'y', roleId: 'r' } }] },
           {
             streamId: hired,
             events: [{ id: randomUUID(), type: 'EmployeeHired', data: { employeeId: 'x', email, firstName: 'Clear', lastName: 'Text' } }],
