@@ -8,7 +8,7 @@ import type { PersonalDataPolicy } from '../../personal-data/policy.ts';
  * The one-time rewrite of a PostgreSQL log written before personal fields were sealed: every
  * stored event whose personal fields are still in the clear gets them sealed in place with its
  * subject's key (made when the subject has none), or set to null when the subject was erased
- * meanwhile (its key destroyed). Only `data` changes: ids, positions, transaction ids and
+ * meanwhile (its key destroyed; then every personal string is set to null, sealed or not). Only `data` changes: ids, positions, transaction ids and
  * revisions stay, so checkpoints and cursors stay valid and projections rebuild the same.
  *
  * A value counts as sealed only when it has the full sealed form, names the subject's key and
@@ -93,8 +93,8 @@ export async function sealExistingEvents(
         const value = data[field];
         const place = fieldPlace(subject.tenantId, r.stream_id, r.type, field);
         if (typeof value !== 'string' || (key !== 'destroyed' && opensWith(key, value, place))) continue;
-        // A destroyed key: a clear value becomes null; a sealed one stays (it opens nothing any more).
-        if (key === 'destroyed' && isSealed(value)) continue;
+        // A destroyed key: every value becomes null. One that merely looks sealed may be a clear
+        // name typed so, and a truly sealed one opens nothing any more: nothing is lost.
         data[field] = key === 'destroyed' || key === undefined ? null : sealValue(key, value, place);
         changed = true;
       }

@@ -54,13 +54,16 @@ describe('when the log holds personal data in the clear', () => {
     const adaFirst = { email: `Ada.${tag()}@example.test`, firstName: `Ada${tag()}`, lastName: `Lovelace${tag()}` };
     const adaEmail = `countess.${tag()}@example.test`;
     const adaLastName = `King${tag()}`;
-    const bobFirst = { email: `bob.${tag()}@example.test`, firstName: `Bob${tag()}`, lastName: `Erased${tag()}` };
+    // Bob's last name was typed in the sealed form: erased, it must go like the rest.
+    const bobFirst = { email: `bob.${tag()}@example.test`, firstName: `Bob${tag()}`, lastName: `enc:A256GCM:k:${'B'.repeat(40)}${tag()}` };
+    const adaLeave = { employeeId: ada, from: 'active', to: 'on_leave', reason: `Leave${tag()}`, changedAt: '2021-01-01T00:00:00.000Z' };
     const hired = (id: string, p: typeof adaFirst) =>
       event('EmployeeHired', { employeeId: id, ...p, department: 'r&d', status: 'active', hiredAt: '2020-01-01T00:00:00.000Z' }, tenantId);
     await raw.append(employeeStreamId(tenantId, ada), [
       hired(ada, adaFirst),
       event('EmployeeEmailChanged', { employeeId: ada, email: adaEmail, previousEmail: adaFirst.email }, tenantId),
       event('EmployeeDetailsChanged', { employeeId: ada, lastName: adaLastName }, tenantId),
+      event('EmployeeStatusChanged', adaLeave, tenantId),
     ]);
     await raw.append(legacyReservationId(tenantId, adaFirst.email), [
       event('EmployeeEmailReserved', { employeeId: ada, email: normaliseEmail(adaFirst.email) }, tenantId),
@@ -72,14 +75,14 @@ describe('when the log holds personal data in the clear', () => {
     // Erased before the migration ran: its key is destroyed, its events still clear.
     await raw.append(employeeStreamId(tenantId, bob), [hired(bob, bobFirst)]);
     await db.pool.transaction((tx) => keys.destroy(tenantId, bob, tx));
-    const clear = [adaFirst.email, adaEmail, adaFirst.firstName, adaFirst.lastName, adaLastName, ...Object.values(bobFirst)];
+    const clear = [adaFirst.email, adaEmail, adaFirst.firstName, adaFirst.lastName, adaLastName, adaLeave.reason, ...Object.values(bobFirst)];
     const plainHashes = [adaFirst.email, adaEmail].map((e) => createHash('sha256').update(normaliseEmail(e)).digest('hex'));
     const positionsBefore = await storedRows();
     expect(positionsBefore.join('\n')).toContain(adaFirst.email);
 
     const first = await runOps(db.url, 'privacy', 'seal-existing', '--batch-size', '2');
     expect(first.code, first.stderr).toBe(0);
-    expect(first.stdout).toContain('reservations: 2 converted, 0 dropped; events: 3 sealed, 1 redacted');
+    expect(first.stdout).toContain('reservations: 2 converted, 0 dropped; events: 4 sealed, 1 redacted');
 
     const log = (await storedRows()).join('\n').toLowerCase();
     for (const value of [...clear, ...plainHashes]) expect(log).not.toContain(value.toLowerCase());
@@ -91,6 +94,7 @@ describe('when the log holds personal data in the clear', () => {
       { employeeId: ada, ...adaFirst, department: 'r&d', status: 'active', hiredAt: '2020-01-01T00:00:00.000Z' },
       { employeeId: ada, email: adaEmail, previousEmail: adaFirst.email },
       { employeeId: ada, lastName: adaLastName },
+      adaLeave,
     ]);
     const [bobHired] = await sealed.readStream(employeeStreamId(tenantId, bob));
     expect(bobHired?.data).toMatchObject({ email: null, firstName: null, lastName: null, department: 'r&d' });
