@@ -20,6 +20,11 @@ import { closingKeysToo } from '../personalData.ts';
 export type SealingFixture = {
   /** The events' `data` of a stream exactly as the engine holds them (SQL, or the raw client). */
   storedData(streamId: string): Promise<unknown[]>;
+  /**
+   * Everything the engine holds of the stream's events, every column or field (ids, type,
+   * metadata, positions, data), as text: a clear value kept anywhere beside `data` shows here.
+   */
+  storedText(streamId: string): Promise<string>;
   /** The PostgreSQL database the data keys live in. */
   readonly keysPool: DatabasePool;
 };
@@ -113,7 +118,8 @@ export function sealingContract(get: () => { store: EventStore; keys: DataKeySto
     for (const p of [a, b]) {
       const stored = await fixture.storedData(p.streamId);
       expect(stored).toHaveLength(2);
-      const text = JSON.stringify(stored);
+      const text = `${JSON.stringify(stored)}\n${await fixture.storedText(p.streamId)}`;
+      expect(text).toContain(p.subjectId);
       for (const clear of [p.email, p.name, p.newName, 'Grace']) expect(text).not.toContain(clear);
       const [first, second] = stored as Array<Record<string, unknown>>;
       expect(first).toMatchObject({ personId: p.subjectId, team: 'compilers' });

@@ -33,6 +33,18 @@ describe.skipIf(!url)('EventStoreDB / KurrentDB adapter', () => {
           }
           return data;
         },
+        // Every field of each recorded event: binary data and metadata decoded, revisions and positions (bigint) as text.
+        async storedText(streamId) {
+          const lines: string[] = [];
+          const asText = (_key: string, value: unknown) =>
+            value instanceof Uint8Array ? Buffer.from(value).toString('utf8') : typeof value === 'bigint' ? value.toString() : value;
+          try {
+            for await (const resolved of client.readStream(streamId, { direction: FORWARDS })) lines.push(JSON.stringify(resolved.event, asText));
+          } catch (error) {
+            if (!(error instanceof StreamNotFoundError)) throw error;
+          }
+          return lines.join('\n');
+        },
       },
       async teardown() {
         await store.close();

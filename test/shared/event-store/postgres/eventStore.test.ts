@@ -18,6 +18,13 @@ eventStoreContract('PostgreSQL', async () => {
             select data::text as data from es_events where stream_id = ${streamId} order by revision
           `)
         ).map((text) => JSON.parse(text) as unknown),
+      // Whole rows, every column as PostgreSQL gives it.
+      storedText: async (streamId) =>
+        (
+          await db.pool.anyFirst(sql.type(z.object({ row: z.string() }))`
+            select to_jsonb(e)::text as row from es_events e where stream_id = ${streamId} order by revision
+          `)
+        ).join('\n'),
     },
     async teardown() {
       await store.close();
