@@ -20,7 +20,7 @@ import type { AppendRequest, EventStore, NewEvent, ReadAllPage, RecordedEvent } 
  *   event once.
  * - Every personal string is sealed on write, whatever it looks like (a first name `enc:x` too),
  *   bound to its place (tenant, stream, event type, field: fieldPlace), so a sealed value opens
- *   only where it was written.
+ *   only in that field of that stream's events of that type.
  * - An erased subject (key destroyed): its personal fields read `null` and the event carries
  *   `redacted: true`; values still in the clear from before sealing existed read `null` too.
  * - A value found in the clear (written before sealing; anything without the full sealed form)

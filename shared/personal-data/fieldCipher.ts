@@ -35,8 +35,9 @@ export const isSealed = (value: unknown): value is string => typeof value === 's
 
 /**
  * Where a personal field lives: its tenant, stream, event type and field name. Sealed with it as
- * additional authenticated data, so a value copied to another field or another event of the same
- * subject (same key) does not open there.
+ * additional authenticated data, so a value copied to another field, to an event of another type
+ * or to another stream does not open there. Two events of one type on one stream share a place:
+ * the event itself is not bound (a value moved between them opens, and stays the same person's).
  */
 export const fieldPlace = (tenantId: string, streamId: string, eventType: string, field: string): string =>
   `${tenantId}\n${streamId}\n${eventType}\n${field}`;
