@@ -102,6 +102,10 @@ const destroyedRow = z.object({ destroyed: z.boolean() });
 export const wrapContext = (s: DataSubject, keyId: string): string => `${s.tenantId}/${s.subjectId}/${keyId}`;
 
 const freshBytes = bufferedBytes();
+const KEY_ID_BYTES = 9;
+
+/** Every data key's id, as a regular expression source: its random bytes in base64url. */
+export const KEY_ID_FORM = `[A-Za-z0-9_-]{${Math.ceil((KEY_ID_BYTES * 4) / 3)}}`;
 
 /** A fresh data key for `subject` and its stored (sealed) form. */
 export function makeDataKey(
@@ -109,7 +113,7 @@ export function makeDataKey(
   subject: DataSubject,
 ): { readonly key: DataKey; readonly kekId: string; readonly sealed: string } {
   const raw = freshBytes(32);
-  const keyId = freshBytes(9).toString('base64url');
+  const keyId = freshBytes(KEY_ID_BYTES).toString('base64url');
   const { kekId, sealed } = keks.wrap(raw, wrapContext(subject, keyId));
   const key = createSecretKey(raw);
   // The key object holds its own copy: the raw bytes are not left for the heap to keep.

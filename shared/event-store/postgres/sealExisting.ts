@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ignoredRows, sql, type DatabasePool } from '../../db/pool.ts';
-import { subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../../personal-data/dataKeys.ts';
-import { fieldPlace, isSealed, openValue, SEALED_FORM, sealValue, type DataKey } from '../../personal-data/fieldCipher.ts';
+import { KEY_ID_FORM, subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../../personal-data/dataKeys.ts';
+import { fieldPlace, isSealed, openValue, SEALED_FORM, sealedFormNaming, sealValue, type DataKey } from '../../personal-data/fieldCipher.ts';
 import type { PersonalDataPolicy } from '../../personal-data/policy.ts';
 
 /**
@@ -18,12 +18,15 @@ import type { PersonalDataPolicy } from '../../personal-data/policy.ts';
  * batch goes on where the last one stopped instead of scanning from the start. Resumable
  * without state of its own: a run again passes over what is sealed and seals what is left.
  * Each batch commits on its own. An event with personal fields on a stream without a data
- * subject cannot be sealed (no key is its): it is left as it is and reported by position.
+ * subject cannot be sealed (no key is its): it is left as it is and reported by position. So are
+ * the events of a subject whose stream holds values sealed with a data key while the subject has
+ * no key row (a key table restored older than the log): a new key would seal those values again
+ * as if they were names, and split the stream between two keys.
  */
 export type SealExistingProgress = {
   readonly sealed: number;
   readonly redacted: number;
-  /** Positions (`transaction_id/position`) of events left clear: personal data on a stream without a subject. */
+  /** Positions (`transaction_id/position`) of events left as they were: no subject, or the subject's key lost. */
   readonly skipped: readonly string[];
   readonly total: number;
 };
@@ -42,7 +45,7 @@ const countRow = z.object({ n: z.number() });
 /** Events of a personal type with at least one personal field a string without the sealed form. */
 export async function countClearPersonalEvents(pool: DatabasePool, policy: PersonalDataPolicy): Promise<number> {
   return pool.oneFirst(sql.type(countRow)`
-    select count(*)::int8 as n from es_events where ${personalStrings(policy, true)}
+    select count(*)::int8 as n from es_events where ${personalStrings(policy, 'clear')}
   `);
 }
 
@@ -70,19 +73,19 @@ export async function sealExistingEvents(
         order by e.transaction_id, e.position limit ${batchSize}
       )
       select w.transaction_id::text, w.position, w.stream_id, w.type,
-             case when ${personalStrings(policy, false)} then w.data::text end as data
+             case when ${personalStrings(policy, 'any')} then w.data::text end as data
       from w order by w.transaction_id, w.position
     `);
     const last = window.at(-1);
     if (!last) return progress;
     after = { tx: last.transaction_id, position: last.position };
     const rows = window.flatMap((r) => (r.data === null ? [] : [{ ...r, data: r.data }]));
-    const stored = await keysOf(keys, policy, rows);
+    const { stored, lost } = await keysOf(pool, keys, policy, rows);
 
     const rewritten: Array<{ tx: string; position: number; data: string }> = [];
     for (const r of rows) {
       const subject = policy.subjectOf(r.stream_id);
-      if (!subject) {
+      if (!subject || lost.has(subjectRef(subject))) {
         progress.skipped.push(`${r.transaction_id}/${r.position}`);
         continue;
       }
@@ -124,19 +127,37 @@ export async function sealExistingEvents(
   }
 }
 
-/** The keys of the rows' subjects, made for those that have none yet. */
-async function keysOf(keys: DataKeyStore, policy: PersonalDataPolicy, rows: ReadonlyArray<{ stream_id: string }>) {
-  const subjects = new Map<string, DataSubject>();
+/**
+ * The keys of the rows' subjects, made for those that have none yet, except the subjects whose
+ * key is `lost`: without a key row, yet with values in their stream sealed by a data key.
+ */
+async function keysOf(pool: DatabasePool, keys: DataKeyStore, policy: PersonalDataPolicy, rows: ReadonlyArray<{ stream_id: string }>) {
+  const subjects = new Map<string, { subject: DataSubject; streamId: string }>();
   for (const r of rows) {
     const subject = policy.subjectOf(r.stream_id);
-    if (subject) subjects.set(subjectRef(subject), subject);
+    if (subject) subjects.set(subjectRef(subject), { subject, streamId: r.stream_id });
   }
-  const stored = await keys.load([...subjects.values()]);
+  const stored = await keys.load([...subjects.values()].map((s) => s.subject));
   const missing = [...subjects.entries()].filter(([ref]) => !stored.has(ref));
-  const made = await Promise.all(missing.map(([, s]) => keys.forSealing(s)));
-  missing.forEach(([ref], i) => stored.set(ref, made[i] as StoredKey));
-  return stored;
+  const sealedStreams = new Set(
+    missing.length === 0
+      ? []
+      : await pool.anyFirst(sql.type(streamRow)`
+          select distinct stream_id from es_events
+          where stream_id = any(${sql.array(
+            missing.map(([, s]) => s.streamId),
+            'text',
+          )}) and ${personalStrings(policy, 'sealed')}
+        `),
+  );
+  const lost = new Set(missing.filter(([, s]) => sealedStreams.has(s.streamId)).map(([ref]) => ref));
+  const toMake = missing.filter(([ref]) => !lost.has(ref));
+  const made = await Promise.all(toMake.map(([, s]) => keys.forSealing(s.subject)));
+  toMake.forEach(([ref], i) => stored.set(ref, made[i] as StoredKey));
+  return { stored, lost };
 }
+
+const streamRow = z.object({ stream_id: z.string() });
 
 function opensWith(key: DataKey | undefined, value: string, place: string): boolean {
   if (key === undefined || !isSealed(value)) return false;
@@ -149,20 +170,18 @@ function opensWith(key: DataKey | undefined, value: string, place: string): bool
 }
 
 /**
- * Rows of a personal event type with a personal field that is a string; with `clearOnly`, one
- * without the sealed form (what surely still needs sealing: the count and the final check).
+ * Rows of a personal event type with a personal field that is a string (`any`); without the
+ * sealed form (`clear`: what surely still needs sealing, for the count and the final check); or
+ * in the sealed form naming a data key's id (`sealed`).
  */
-function personalStrings(policy: PersonalDataPolicy, clearOnly: boolean) {
+function personalStrings(policy: PersonalDataPolicy, which: 'any' | 'clear' | 'sealed') {
+  const field = (f: string) => {
+    if (which === 'clear') return sql.fragment`(jsonb_typeof(data -> ${f}) = 'string' and data ->> ${f} !~ ${SEALED_FORM})`;
+    if (which === 'sealed') return sql.fragment`(jsonb_typeof(data -> ${f}) = 'string' and data ->> ${f} ~ ${sealedFormNaming(KEY_ID_FORM)})`;
+    return sql.fragment`jsonb_typeof(data -> ${f}) = 'string'`;
+  };
   const byType = Object.entries(policy.fields).map(
-    ([type, fields]) =>
-      sql.fragment`(type = ${type} and (${sql.join(
-        fields.map((f) =>
-          clearOnly
-            ? sql.fragment`(jsonb_typeof(data -> ${f}) = 'string' and data ->> ${f} !~ ${SEALED_FORM})`
-            : sql.fragment`jsonb_typeof(data -> ${f}) = 'string'`,
-        ),
-        sql.fragment` or `,
-      )}))`,
+    ([type, fields]) => sql.fragment`(type = ${type} and (${sql.join(fields.map(field), sql.fragment` or `)}))`,
   );
   return byType.length === 0 ? sql.fragment`false` : sql.fragment`(${sql.join(byType, sql.fragment` or `)})`;
 }

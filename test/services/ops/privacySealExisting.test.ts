@@ -181,6 +181,31 @@ describe('before the reservations are converted', () => {
   });
 });
 
+describe('when a sealed employee has no key row any more (a key table restored older than the log)', () => {
+  it('leaves their events as they are and reports them, instead of sealing their sealed values again under a new key', async () => {
+    const tenantId = randomUUID();
+    const id = nextId();
+    const streamId = employeeStreamId(tenantId, id);
+    await sealed.append(streamId, [hiredEvent(tenantId, id, { email: `lost.${tag()}@example.test`, firstName: 'Lost', lastName: 'Key' })]);
+    // An event of the older version, in the clear, lands after it; then the key row goes.
+    const clearName = `Clear${tag()}`;
+    await raw.append(streamId, [event('EmployeeDetailsChanged', { employeeId: id, lastName: clearName }, tenantId)]);
+    await db.pool.query(sql.type(z.object({}))`delete from personal_data_keys where subject_id = ${id}`);
+    const before = await streamRows(streamId);
+
+    const run = await runOps(db.url, 'privacy', 'seal-existing');
+    expect(run.code).toBe(1);
+    expect(run.stdout.match(/^skipped\t\d+\/\d+$/gm)).toHaveLength(2);
+    expect(run.stderr).toContain('a data key the key table no longer has');
+    expect(await streamRows(streamId)).toEqual(before);
+    const keyRows = await db.pool.oneFirst(sql.type(z.object({ n: z.number() }))`
+      select count(*)::int4 as n from personal_data_keys where subject_id = ${id}
+    `);
+    expect(keyRows).toBe(0);
+    await db.pool.query(sql.type(z.object({}))`delete from es_events where stream_id = ${streamId}`);
+  });
+});
+
 describe('when the key-encryption key is rotated', () => {
   it('re-seals every data key under the new one, after which the old one is no longer needed', async () => {
     const subject = { tenantId: randomUUID(), subjectId: nextId() };
@@ -218,6 +243,9 @@ describe('when the key-encryption key is rotated', () => {
     expect(blocked.stderr).toContain('still sealed under older key-encryption keys');
   });
 });
+
+const streamRows = (streamId: string) =>
+  db.pool.anyFirst(sql.type(z.object({ data: z.string() }))`select data::text as data from es_events where stream_id = ${streamId} order by revision`);
 
 async function storedRows(): Promise<readonly string[]> {
   return db.pool.anyFirst(sql.type(z.object({ row: z.string() }))`
