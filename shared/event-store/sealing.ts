@@ -48,8 +48,15 @@ type KeyOf = (streamId: string) => StoredKey | undefined;
 export function createSealingEventStore(inner: EventStore, { keys, policy, bulkOpener }: SealingOptions): EventStore {
   const personal = (type: string): readonly string[] | undefined => policy.fields[type];
 
+  /** Whether the event holds a personal value to seal: most status changes, say, give no reason. */
+  const holdsPersonal = (e: NewEvent): boolean => {
+    const data = e.data;
+    return isRecord(data) && (personal(e.type) ?? []).some((f) => data[f] !== undefined && data[f] !== null);
+  };
+
   async function sealEvents(streamId: string, events: readonly NewEvent[]): Promise<readonly NewEvent[]> {
-    if (!events.some((e) => personal(e.type) !== undefined)) return events;
+    // No key is looked up, nor made, for events with nothing to seal.
+    if (!events.some(holdsPersonal)) return events;
     const subject = policy.subjectOf(streamId);
     if (!subject) throw new Error(`events with personal data appended to ${streamId}, a stream without a data subject`);
     const key = await keys.forSealing(subject);

@@ -61,9 +61,9 @@ export type DataKeyStore = {
   destroy(tenantId: string, subjectId: string, queryable: Queryable): Promise<{ readonly destroyedAt: string }>;
   isDestroyed(tenantId: string, subjectId: string, queryable?: Queryable): Promise<boolean>;
   /**
-   * Drops the subjects' cached keys: after an append sealed with them failed for a reason other
-   * than the command (a lost connection, a crash, a failover), a key committed without waiting
-   * for the WAL flush may be gone from the database, and must not seal anything more.
+   * Drops the subjects' cached keys: after an append sealed with them failed (whatever the
+   * reason: it may have committed nothing that flushed the WAL), a key committed without waiting
+   * for the flush may be gone from the database after a crash, and must not seal anything more.
    */
   forget?(subjects: readonly DataSubject[]): void;
   /** Closes the store's own connection, if it opened one. */

@@ -150,8 +150,13 @@ async function keysOf(pool: DatabasePool, keys: DataKeyStore, policy: PersonalDa
           )}) and ${personalStrings(policy, 'sealed')}
         `),
   );
-  const lost = new Set(missing.filter(([, s]) => sealedStreams.has(s.streamId)).map(([ref]) => ref));
-  const toMake = missing.filter(([ref]) => !lost.has(ref));
+  const flagged = missing.filter(([, s]) => sealedStreams.has(s.streamId));
+  // Looked up again: a process still writing may have made the key, then sealed with it, between
+  // the first lookup and the probe. Only a key still missing after the sealed values is lost.
+  const late = flagged.length === 0 ? new Map<string, StoredKey>() : await keys.load(flagged.map(([, s]) => s.subject));
+  for (const [ref, key] of late) stored.set(ref, key);
+  const lost = new Set(flagged.flatMap(([ref]) => (late.has(ref) ? [] : [ref])));
+  const toMake = missing.filter(([ref]) => !lost.has(ref) && !late.has(ref));
   const made = await Promise.all(toMake.map(([, s]) => keys.forSealing(s.subject)));
   toMake.forEach(([ref], i) => stored.set(ref, made[i] as StoredKey));
   return { stored, lost };

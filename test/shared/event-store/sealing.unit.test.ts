@@ -72,6 +72,21 @@ const registered = (email: string, name: string): NewEvent => ({
 });
 
 describe('the sealing boundary', () => {
+  it('looks no key up, and makes none, for events of a personal type that carry no personal value', async () => {
+    const log = memoryLog();
+    const keys = memoryKeys();
+    let asked = 0;
+    const counted: DataKeyStore = { ...keys, forSealing: (s) => (asked++, keys.forSealing(s)) };
+    const sealed = createSealingEventStore(log.store, { keys: counted, policy });
+    const blank: NewEvent = { id: crypto.randomUUID(), type: 'Registered', data: { email: null, team: 'x' } };
+    await sealed.append('person-9', [blank]);
+    expect(asked).toBe(0);
+    expect(keys.stored.size).toBe(0);
+    expect(log.events[0]?.data).toEqual({ email: null, team: 'x' });
+    await sealed.append('person-9', [registered('i@example.test', 'Ida')]);
+    expect(asked).toBe(1);
+  });
+
   it('hands the adapter sealed fields and its callers plain ones', async () => {
     const log = memoryLog();
     const sealed = createSealingEventStore(log.store, { keys: memoryKeys(), policy });

@@ -36,8 +36,12 @@ describe.skipIf(!url)('EventStoreDB / KurrentDB adapter', () => {
         // Every field of each recorded event: binary data and metadata decoded, revisions and positions (bigint) as text.
         async storedText(streamId) {
           const lines: string[] = [];
-          const asText = (_key: string, value: unknown) =>
-            value instanceof Uint8Array ? Buffer.from(value).toString('utf8') : typeof value === 'bigint' ? value.toString() : value;
+          // The holder's own value, before `toJSON` (a Buffer's would hide its bytes as numbers).
+          const asText = function (this: Record<string, unknown>, key: string, value: unknown) {
+            const own = this[key];
+            if (own instanceof Uint8Array) return Buffer.from(own).toString('utf8');
+            return typeof own === 'bigint' ? own.toString() : value;
+          };
           try {
             for await (const resolved of client.readStream(streamId, { direction: FORWARDS })) lines.push(JSON.stringify(resolved.event, asText));
           } catch (error) {
