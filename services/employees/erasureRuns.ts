@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { NotFoundError } from '../../shared/errors.ts';
 import { comparePositions, START, type EventStore } from '../../shared/event-store/port.ts';
 import { parseEmployeeStreamId, type EmployeeErased } from './contract.ts';
@@ -21,8 +22,13 @@ export async function scanEmployees(
 ): Promise<{ readonly hired: ReadonlyArray<{ tenantId: string; employeeId: string }>; readonly erased: readonly ErasureEntry[] }> {
   const hired: Array<{ tenantId: string; employeeId: string }> = [];
   const erased: ErasureEntry[] = [];
+  // Up to the head as it is when the scan starts, not until a page moves nothing: while other
+  // tenants write, every page moves, and such a scan would never end. Whatever committed before
+  // this point is at or before it; what commits later is the next scan's (eraseTenantEmployees
+  // scans again until it finds nobody new).
+  const head = await log.headPosition();
   let after = START;
-  for (;;) {
+  while (comparePositions(after, head) < 0) {
     const page = await log.readAll({ after, maxCount: 10_000, eventTypes: ['EmployeeHired', 'EmployeeErased'] });
     for (const event of page.events) {
       const stream = parseEmployeeStreamId(event.streamId);
@@ -30,10 +36,16 @@ export async function scanEmployees(
       if (event.type === 'EmployeeHired') hired.push(stream);
       else erased.push({ ...stream, erasedAt: (event.data as EmployeeErased['data']).erasedAt });
     }
-    if (comparePositions(page.checkpoint, after) === 0) return { hired, erased };
+    // Nothing readable yet past `after`, short of the head: an append below the head has not
+    // committed, and the log holds back what follows it until it does (a moment).
+    if (comparePositions(page.checkpoint, after) === 0) await sleep(IN_FLIGHT_POLL_MS);
     after = page.checkpoint;
   }
+  return { hired, erased };
 }
+
+/** How long a scan waits before reading again past an append still in flight. */
+const IN_FLIGHT_POLL_MS = 20;
 
 export type ErasureOutcome = 'erased' | 'already' | 'absent';
 
