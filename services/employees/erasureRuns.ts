@@ -127,9 +127,10 @@ export async function eraseTenantEmployees(
       if (ledger.has(h.employeeId) && (await ports.isDestroyed(tenantId, h.employeeId))) counts.skipped++;
       else targets.push(h);
     }
-    const base = done;
+    // The skipped are in the total, so they count as done too, or a resumed run ends short.
+    const base = done + fresh.length - targets.length;
     const run = await eraseAll(ports, targets, actor, (i) => onProgress(base + i, seen.size));
-    done += targets.length;
+    done += fresh.length;
     onProgress(done, seen.size);
     for (const outcome of ['erased', 'already', 'absent'] as const) counts[outcome] += run[outcome];
   }

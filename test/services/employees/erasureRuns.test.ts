@@ -103,3 +103,21 @@ describe('when other tenants keep writing while a tenant is scanned', () => {
     }
   });
 });
+
+describe('when an offboarding is resumed after an earlier run finished some people', () => {
+  it('reports its progress up to the whole total, the skipped included', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    await hire(tenantId);
+    await hire(tenantId);
+    await eraseTenantEmployees(ports, tenantId, 'spec');
+    await hire(tenantId);
+
+    const progress: Array<[number, number]> = [];
+    const counts = await eraseTenantEmployees(ports, tenantId, 'spec', (done, total) => progress.push([done, total]));
+
+    expect(counts).toMatchObject({ employees: 3, erased: 1, skipped: 2 });
+    expect(progress.at(-1)).toEqual([3, 3]);
+    const done = progress.map(([n]) => n);
+    expect(done).toEqual([...done].sort((a, b) => a - b));
+  });
+});
