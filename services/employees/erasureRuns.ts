@@ -3,7 +3,7 @@ import { NotFoundError } from '../../shared/errors.ts';
 import { comparePositions, START, type EventStore } from '../../shared/event-store/port.ts';
 import { parseEmployeeStreamId, type EmployeeErased } from './contract.ts';
 import { eraseEmployee, type ErasurePorts } from './erasure.ts';
-import { listErasures, type ErasureEntry } from './erasureLedger.ts';
+import { listErasures, recordErasure, type ErasureEntry } from './erasureLedger.ts';
 
 /**
  * Erasures of many employees at once, for the operator: a whole tenant (offboarding), and the
@@ -54,7 +54,8 @@ export type RunProgress = (done: number, total: number) => void;
 /**
  * Erases each of `targets` in turn (at `erasedAt` when given: the time a ledger recorded). `erased`
  * is a new erasure, `already` one that was erased before (its key destroyed and login forgotten
- * again), `absent` an employee the log does not have (a backup older than the hire).
+ * again), `absent` an employee the log does not have (a backup older than the hire): one with an
+ * `erasedAt` goes into the ledger all the same.
  */
 export async function eraseAll(
   ports: ErasurePorts,
@@ -71,6 +72,9 @@ export async function eraseAll(
       counts[result.fresh ? 'erased' : 'already']++;
     } catch (error) {
       if (!(error instanceof NotFoundError)) throw error;
+      // Recorded all the same (ids and a time, nothing personal): the copy kept outside the
+      // backups is refreshed from this table, and a later restore that has the hire needs it.
+      if (target.erasedAt !== undefined) await recordErasure(ports.pool, { ...target, erasedAt: target.erasedAt });
       counts.absent++;
     }
     onProgress(i + 1, targets.length);

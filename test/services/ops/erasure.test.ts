@@ -168,6 +168,24 @@ describe('ops employees reapply-erasures, after restoring a backup taken before 
   });
 });
 
+describe('ops employees reapply-erasures, with a ledger copy naming someone the restored log lacks', () => {
+  it('records their erasure all the same, so a later copy of the ledger keeps it', async () => {
+    const { tenantId, slug } = await provisionTenant(db.pool);
+    // Hired and erased after the backup was taken: the restored log has no trace of them.
+    const entry = { tenantId, employeeId: nextId(), erasedAt: '2026-02-03T04:05:06.789Z' };
+    const copy = join(work, `ledger-absent-${slug}.json`);
+    await writeFile(copy, JSON.stringify([entry]));
+
+    const reapplied = await ops(db.url, 'employees', 'reapply-erasures', '--tenant', slug, '--ledger', copy);
+    expect(reapplied.code, reapplied.stderr).toBe(0);
+    expect(reapplied.stdout).toContain('1 erasures re-applied: 0 erased, 0 erased before (done again), 1 not in the log');
+
+    const ledger = await ops(db.url, 'employees', 'erasures');
+    expect(ledger.code, ledger.stderr).toBe(0);
+    expect(ledger.stdout).toContain(`"employeeId": "${entry.employeeId}"`);
+  });
+});
+
 describe('ops erasure commands when a person has no data key at all (a key table older than the log)', () => {
   it('scan the log past their sealed fields and erase them like a person whose key is destroyed', async () => {
     const { tenantId, slug } = await provisionTenant(db.pool);
