@@ -86,13 +86,16 @@ export async function eraseAll(
  * Every erasure recorded (of one tenant, when given), each once, at its first `erasedAt`: in a
  * copy of the ledger kept outside the backups (`kept`: a restore rolls the ledger table back with
  * everything else), in the ledger table, and in the log (on KurrentDB the log is newer than a
- * restored PostgreSQL backup and its keys).
+ * restored PostgreSQL backup and its keys). Then everyone else the log has of an `offboarded`
+ * tenant, to be erased now: an offboarding stopped before it erased them all, or a hire that
+ * slipped in after its last scan, is finished here rather than brought back.
  */
 export async function erasuresToReapply(
   ports: Pick<ErasurePorts, 'log' | 'pool'>,
   tenantId?: string,
   kept: readonly ErasureEntry[] = [],
-): Promise<ErasureEntry[]> {
+  offboarded: ReadonlySet<string> = new Set(),
+): Promise<Array<{ readonly tenantId: string; readonly employeeId: string; readonly erasedAt?: string }>> {
   const [ledger, log] = await Promise.all([listErasures(ports.pool, tenantId), scanEmployees(ports.log, tenantId)]);
   const first = new Map<string, ErasureEntry>();
   const fromCopy = kept.filter((e) => tenantId === undefined || e.tenantId === tenantId);
@@ -101,7 +104,8 @@ export async function erasuresToReapply(
     const seen = first.get(key);
     if (!seen || Date.parse(entry.erasedAt) < Date.parse(seen.erasedAt)) first.set(key, entry);
   }
-  return [...first.values()];
+  const rest = log.hired.filter((h) => offboarded.has(h.tenantId) && !first.has(`${h.tenantId}/${h.employeeId}`));
+  return [...first.values(), ...rest];
 }
 
 /**
