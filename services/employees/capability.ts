@@ -76,13 +76,14 @@ export function erasurePorts(ports: {
       // The key's destruction is the erasure: every sealed field of the person becomes unreadable at once.
       await dataKeys.destroy(person.tenantId, person.employeeId, tx);
       // The person's logins forget them too. Those the role reactor gave a role, exactly, under
-      // whatever address the person had then; and the one at their address now, however it was
-      // made (a reactor behind has not recorded its own yet; one made by hand is theirs as well).
-      // Left with the address, that login would be handed the role of the next person hired at
-      // the freed address, with the erased person's password. The reactor forgets what it gives
-      // them up to the erasure itself when it meets the erasure.
+      // whatever address the person had then; and those at every address they held, however they
+      // were made (a reactor behind has not recorded its own yet; one made by hand is theirs as
+      // well, and stays at the address it was made at when their email changes). Left with the
+      // address, such a login would be handed the role of the next person hired there, with the
+      // erased person's password. The reactor forgets what it gives them up to the erasure itself
+      // when it meets the erasure.
       await forgetEmployeeLogins(tx, ROLE_REACTOR_LOGINS, person.tenantId, [person.employeeId]);
-      if (person.email !== null) await forgetAccount(tx, person.tenantId, person.email);
+      for (const email of person.addresses) await forgetAccount(tx, person.tenantId, email);
     },
   };
 }

@@ -188,6 +188,14 @@ export async function planEmailChange(store: EventStore, input: ReservationInput
   return release ? [reserve, release] : [reserve];
 }
 
+/** The employee who holds `email` now, or null when nobody does. */
+export async function reservationHolder(
+  store: EventStore,
+  input: Pick<ReservationInput, 'emailHash' | 'tenantId' | 'email'>,
+): Promise<string | null> {
+  return (await readAddress(store, input)).holder?.employeeId ?? null;
+}
+
 /**
  * Standalone appends, not atomic with any employee stream, so the commands never use them (see
  * the invariant above). They write a reservation stream directly, as tools and specs need to set

@@ -20,6 +20,7 @@ import {
 } from './contract.ts';
 import { employeeDecider, type CommandMetadata } from './decide.ts';
 import { planRelease } from './emailReservation.ts';
+import { addressesToForget } from './erasureAddresses.ts';
 import { recordErasure } from './erasureLedger.ts';
 
 /** The person an erasure forgets, as their stream last showed them before it. */
@@ -27,8 +28,11 @@ export type ErasedPerson = {
   readonly tenantId: string;
   readonly employeeId: string;
   readonly erasedAt: string;
-  /** Their address, while it can still be read (null once it cannot: erased before, key gone). */
-  readonly email: string | null;
+  /**
+   * The addresses whose logins are theirs to forget: every one they held, while it can still be
+   * read (none once it cannot: erased before, key gone), but those another employee holds now.
+   */
+  readonly addresses: readonly string[];
 };
 
 export type ErasurePorts = {
@@ -87,11 +91,12 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
     // (a backup restored under a log that holds the erasure brings their login and key back).
     const person = fold(history.filter((e) => e.type !== 'EmployeeErased'));
     // A field that no longer opens reads null whatever its type says (a key destroyed by an
-    // erasure whose event a restored log lacks): then there is no address to release or forget.
+    // erasure whose event a restored log lacks): then there is no address to release.
     const email: string | null = person.kind === 'hired' ? (person.email as string | null) : null;
-    const known = { email };
+    // Read before the transaction, as the release is planned: the reservations are streams of the log.
+    const addresses = await addressesToForget(ports.store, { emailHash: ports.emailHash, tenantId, employeeId }, history);
     if (state.kind === 'erased' && events.length === 0) {
-      await ports.pool.transaction((tx) => completeErasure(tx, ports, { tenantId, employeeId, erasedAt: state.erasedAt, ...known }));
+      await ports.pool.transaction((tx) => completeErasure(tx, ports, { tenantId, employeeId, erasedAt: state.erasedAt, addresses }));
       return { id: employeeId, erasedAt: state.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };
     }
     if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
@@ -105,7 +110,7 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
       ...(release ? [release] : []),
       { streamId, events: events.map((e) => ({ id: randomUUID(), ...e, metadata: meta })), expectedRevision: recorded.length - 1 },
     ];
-    const erased: ErasedPerson = { tenantId, employeeId, erasedAt, ...known };
+    const erased: ErasedPerson = { tenantId, employeeId, erasedAt, addresses };
     try {
       let appended: AppendResult[];
       if (ports.logInDatabase) {

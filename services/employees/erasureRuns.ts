@@ -1,8 +1,9 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { NotFoundError } from '../../shared/errors.ts';
 import { comparePositions, START, type EventStore } from '../../shared/event-store/port.ts';
 import { parseEmployeeStreamId, type EmployeeErased } from './contract.ts';
 import { eraseEmployee, type ErasurePorts } from './erasure.ts';
-import { listErasures, type ErasureEntry } from './erasureLedger.ts';
+import { listErasures, recordErasure, type ErasureEntry } from './erasureLedger.ts';
 
 /**
  * Erasures of many employees at once, for the operator: a whole tenant (offboarding), and the
@@ -21,8 +22,13 @@ export async function scanEmployees(
 ): Promise<{ readonly hired: ReadonlyArray<{ tenantId: string; employeeId: string }>; readonly erased: readonly ErasureEntry[] }> {
   const hired: Array<{ tenantId: string; employeeId: string }> = [];
   const erased: ErasureEntry[] = [];
+  // Up to the head as it is when the scan starts, not until a page moves nothing: while other
+  // tenants write, every page moves, and such a scan would never end. Whatever committed before
+  // this point is at or before it; what commits later is the next scan's (eraseTenantEmployees
+  // scans again until it finds nobody new).
+  const head = await log.headPosition();
   let after = START;
-  for (;;) {
+  while (comparePositions(after, head) < 0) {
     const page = await log.readAll({ after, maxCount: 10_000, eventTypes: ['EmployeeHired', 'EmployeeErased'] });
     for (const event of page.events) {
       const stream = parseEmployeeStreamId(event.streamId);
@@ -30,10 +36,16 @@ export async function scanEmployees(
       if (event.type === 'EmployeeHired') hired.push(stream);
       else erased.push({ ...stream, erasedAt: (event.data as EmployeeErased['data']).erasedAt });
     }
-    if (comparePositions(page.checkpoint, after) === 0) return { hired, erased };
+    // Nothing readable yet past `after`, short of the head: an append below the head has not
+    // committed, and the log holds back what follows it until it does (a moment).
+    if (comparePositions(page.checkpoint, after) === 0) await sleep(IN_FLIGHT_POLL_MS);
     after = page.checkpoint;
   }
+  return { hired, erased };
 }
+
+/** How long a scan waits before reading again past an append still in flight. */
+const IN_FLIGHT_POLL_MS = 20;
 
 export type ErasureOutcome = 'erased' | 'already' | 'absent';
 
@@ -42,7 +54,8 @@ export type RunProgress = (done: number, total: number) => void;
 /**
  * Erases each of `targets` in turn (at `erasedAt` when given: the time a ledger recorded). `erased`
  * is a new erasure, `already` one that was erased before (its key destroyed and login forgotten
- * again), `absent` an employee the log does not have (a backup older than the hire).
+ * again), `absent` an employee the log does not have (a backup older than the hire): one with an
+ * `erasedAt` goes into the ledger all the same.
  */
 export async function eraseAll(
   ports: ErasurePorts,
@@ -59,6 +72,9 @@ export async function eraseAll(
       counts[result.fresh ? 'erased' : 'already']++;
     } catch (error) {
       if (!(error instanceof NotFoundError)) throw error;
+      // Recorded all the same (ids and a time, nothing personal): the copy kept outside the
+      // backups is refreshed from this table, and a later restore that has the hire needs it.
+      if (target.erasedAt !== undefined) await recordErasure(ports.pool, { ...target, erasedAt: target.erasedAt });
       counts.absent++;
     }
     onProgress(i + 1, targets.length);
@@ -70,13 +86,16 @@ export async function eraseAll(
  * Every erasure recorded (of one tenant, when given), each once, at its first `erasedAt`: in a
  * copy of the ledger kept outside the backups (`kept`: a restore rolls the ledger table back with
  * everything else), in the ledger table, and in the log (on KurrentDB the log is newer than a
- * restored PostgreSQL backup and its keys).
+ * restored PostgreSQL backup and its keys). Then everyone else the log has of an `offboarded`
+ * tenant, to be erased now: an offboarding stopped before it erased them all, or a hire that
+ * slipped in after its last scan, is finished here rather than brought back.
  */
 export async function erasuresToReapply(
   ports: Pick<ErasurePorts, 'log' | 'pool'>,
   tenantId?: string,
   kept: readonly ErasureEntry[] = [],
-): Promise<ErasureEntry[]> {
+  offboarded: ReadonlySet<string> = new Set(),
+): Promise<Array<{ readonly tenantId: string; readonly employeeId: string; readonly erasedAt?: string }>> {
   const [ledger, log] = await Promise.all([listErasures(ports.pool, tenantId), scanEmployees(ports.log, tenantId)]);
   const first = new Map<string, ErasureEntry>();
   const fromCopy = kept.filter((e) => tenantId === undefined || e.tenantId === tenantId);
@@ -85,7 +104,8 @@ export async function erasuresToReapply(
     const seen = first.get(key);
     if (!seen || Date.parse(entry.erasedAt) < Date.parse(seen.erasedAt)) first.set(key, entry);
   }
-  return [...first.values()];
+  const rest = log.hired.filter((h) => offboarded.has(h.tenantId) && !first.has(`${h.tenantId}/${h.employeeId}`));
+  return [...first.values(), ...rest];
 }
 
 /**
@@ -115,9 +135,10 @@ export async function eraseTenantEmployees(
       if (ledger.has(h.employeeId) && (await ports.isDestroyed(tenantId, h.employeeId))) counts.skipped++;
       else targets.push(h);
     }
-    const base = done;
+    // The skipped are in the total, so they count as done too, or a resumed run ends short.
+    const base = done + fresh.length - targets.length;
     const run = await eraseAll(ports, targets, actor, (i) => onProgress(base + i, seen.size));
-    done += targets.length;
+    done += fresh.length;
     onProgress(done, seen.size);
     for (const outcome of ['erased', 'already', 'absent'] as const) counts[outcome] += run[outcome];
   }

@@ -1,18 +1,16 @@
+import { readFile } from 'node:fs/promises';
 import { InvalidArgumentError, type Command } from 'commander';
-import { withTenant } from '../../shared/db/pool.ts';
 import { NotFoundError } from '../../shared/errors.ts';
-import { forgetTenantAccounts } from '../auth/forgetAccount.ts';
-import { revocableAnalystLogins, revokeAnalystLogin } from '../analysts/logins.ts';
 import { erasurePorts } from '../employees/capability.ts';
 import { eraseEmployee } from '../employees/erasure.ts';
 import { eraseAll, eraseTenantEmployees, erasuresToReapply, type ErasureOutcome } from '../employees/erasureRuns.ts';
-import { listErasures, type ErasureEntry } from '../employees/erasureLedger.ts';
-import { readFile } from 'node:fs/promises';
-import { z } from 'zod';
 import type { Runtime } from '../runtime.ts';
+import { cutTenantAccess, type AccessCut } from '../tenants/offboarding.ts';
+import { offboardingsToReapply } from '../tenants/offboardingLedger.ts';
 import { findTenantBySlug } from '../tenants/tenants.ts';
 import { employeeIdSchema } from '../employees/schemas.ts';
 import { progressBar } from './cliOptions.ts';
+import { parseLedgerCopy, readLedgers, type LedgerCopy } from './ledgerFile.ts';
 import { opsAction, parseSlug, withConfiguredRuntime } from './tenants.ts';
 
 const portsOf = (runtime: Runtime) =>
@@ -46,23 +44,18 @@ function employeesBar(label: string) {
   };
 }
 
-const ledgerFile = z.array(z.object({ tenantId: z.uuid(), employeeId: employeeIdSchema, erasedAt: z.iso.datetime() }));
-
-/** A ledger copy as `employees erasures` printed it. */
-function parseLedger(text: string): ErasureEntry[] {
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    throw new InvalidArgumentError('--ledger is not JSON (expected what `employees erasures` prints)');
-  }
-  const parsed = ledgerFile.safeParse(json);
-  if (!parsed.success) throw new InvalidArgumentError(`--ledger is not a ledger copy: ${parsed.error.issues[0]?.message ?? 'invalid'}`);
-  return parsed.data;
-}
-
 const summary = (counts: Record<ErasureOutcome, number>) =>
   `${counts.erased} erased, ${counts.already} erased before (done again), ${counts.absent} not in the log`;
+
+const accessSummary = (cut: Omit<AccessCut, 'unfinished'>) =>
+  `${cut.logins} logins forgotten and disabled; ${cut.analysts} analysts' database logins revoked`;
+
+/** Analysts' logins cut off but not dropped: named, and the command exits 1. */
+function reportUnfinished(unfinished: readonly string[], hint: string): void {
+  if (unfinished.length === 0) return;
+  process.stdout.write(`cut off but not yet dropped (${hint}): ${unfinished.join(', ')}\n`);
+  process.exitCode = 1;
+}
 
 /**
  * `employees erase`, `employees reapply-erasures` and `tenants erase`: the erasure the API makes
@@ -95,30 +88,49 @@ export function registerErasureCommands(program: Command): void {
 
   employees
     .command('erasures')
-    .description('print the erasure ledger as JSON (ids and times, nothing personal): keep a copy outside the database backups')
+    .description(
+      'print the erasure ledgers (employees erased, tenants offboarded) as JSON, ids and times only: keep a copy outside the database backups',
+    )
     .action(
       opsAction(async () => {
         await withConfiguredRuntime(async (runtime) => {
-          process.stdout.write(`${JSON.stringify(await listErasures(runtime.pool), null, 2)}\n`);
+          process.stdout.write(`${JSON.stringify(await readLedgers(runtime.pool), null, 2)}\n`);
         });
       }),
     );
 
   employees
     .command('reapply-erasures')
-    .description('after restoring a backup: erase again everyone the erasure ledger (here and in --ledger) or the log records as erased')
+    .description(
+      'after restoring a backup: offboard again every tenant and erase again everyone the ledgers (here and in --ledger) or the log record',
+    )
     .option('--tenant <slug>', 'only this tenant', parseSlug)
-    .option('--ledger <file>', 'a copy of the ledger from `employees erasures`, newer than the backup')
+    .option('--ledger <file>', 'a copy of the ledgers from `employees erasures`, newer than the backup')
     .action(
       opsAction(async (options: { tenant?: string; ledger?: string }) => {
-        const kept = options.ledger === undefined ? [] : parseLedger(await readFile(options.ledger, 'utf8'));
+        const kept: LedgerCopy =
+          options.ledger === undefined ? { employees: [], tenants: [] } : parseLedgerCopy(await readFile(options.ledger, 'utf8'));
         await withConfiguredRuntime(async (runtime) => {
           const tenantId = options.tenant === undefined ? undefined : await tenantIdOf(runtime, options.tenant);
+          // Tenants first, as `tenants erase` does: their logins are cut before their people are erased.
+          const offboardings = await offboardingsToReapply(runtime.pool, tenantId, kept.tenants);
+          const cuts: AccessCut[] = [];
+          for (const offboarding of offboardings) cuts.push(await cutTenantAccess(runtime.pool, offboarding));
+          const cut = {
+            logins: cuts.reduce((n, c) => n + c.logins, 0),
+            analysts: cuts.reduce((n, c) => n + c.analysts, 0),
+            unfinished: cuts.flatMap((c) => c.unfinished),
+          };
           const ports = portsOf(runtime);
-          const entries = await erasuresToReapply(ports, tenantId, kept);
+          const offboarded = new Set(offboardings.map((o) => o.tenantId));
+          const entries = await erasuresToReapply(ports, tenantId, kept.employees, offboarded);
           const bar = employeesBar('reapply-erasures');
           const counts = await eraseAll(ports, entries, 'ops:employees reapply-erasures', bar.update).finally(bar.stop);
-          process.stdout.write(`${entries.length} erasures re-applied: ${summary(counts)}\n`);
+          process.stdout.write(
+            `${entries.length} erasures re-applied: ${summary(counts)}\n` +
+              `${offboardings.length} tenant offboardings re-applied: ${accessSummary(cut)}\n`,
+          );
+          reportUnfinished(cut.unfinished, 'run `ops analysts revoke <tenant>` again');
         });
       }),
     );
@@ -133,23 +145,17 @@ export function registerErasureCommands(program: Command): void {
           const tenantId = await tenantIdOf(runtime, valid);
           // Logins first: disabled, their refresh tokens revoked, nobody can sign in or renew a
           // session to hire while the tenant is erased (an access token already issued lives out its
-          // minutes: run the command again after them; it skips whoever it finished).
-          const logins = await withTenant(runtime.pool, tenantId, (tx) => forgetTenantAccounts(tx, tenantId));
-          // The tenant's analysts' database logins read its read models directly: they go too.
-          const analysts = await revocableAnalystLogins(runtime.pool, tenantId);
-          const unfinished: string[] = [];
-          for (const login of analysts) if ((await revokeAnalystLogin(runtime.pool, login)).dropFailure) unfinished.push(login);
+          // minutes: run the command again after them; it skips whoever it finished). The
+          // tenant's analysts' database logins read its read models directly: they go too.
+          const cut = await cutTenantAccess(runtime.pool, { tenantId, offboardedAt: new Date().toISOString() });
           const ports = { ...portsOf(runtime), isDestroyed: (t: string, id: string) => runtime.dataKeys.isDestroyed(t, id) };
           const bar = employeesBar(`erase ${valid}`);
           const counts = await eraseTenantEmployees(ports, tenantId, 'ops:tenants erase', bar.update).finally(bar.stop);
           process.stdout.write(
             `tenant ${valid}: ${counts.employees} employees, ${summary(counts)}, ${counts.skipped} finished before (skipped); ` +
-              `${logins} logins forgotten and disabled; ${analysts.length} analysts' database logins revoked\n`,
+              `${accessSummary(cut)}\n`,
           );
-          if (unfinished.length > 0) {
-            process.stdout.write(`cut off but not yet dropped (run \`ops analysts revoke ${valid}\` again): ${unfinished.join(', ')}\n`);
-            process.exitCode = 1;
-          }
+          reportUnfinished(cut.unfinished, `run \`ops analysts revoke ${valid}\` again`);
         });
       }),
     );

@@ -132,6 +132,48 @@ describe('when the erased person has a login at their address that no hire made 
   });
 });
 
+describe('when the erased person has a login at an address they held before their email changed', () => {
+  const loginAt = async (tenantId: string, email: string) =>
+    withTenant(api.h.db.pool, tenantId, (tx) => createUser(tx, { tenantId, email, password: 'a password of theirs', role: 'employee' }));
+  const rowOf = (tenantId: string, id: string) =>
+    withTenant(api.h.db.pool, tenantId, (tx) =>
+      tx.one(sql.type(z.object({ email: z.string(), disabled: z.boolean() }))`
+        select email, disabled_at is not null as disabled from users where id = ${id}
+      `),
+    );
+  const moved = async (headers: Record<string, string>, id: string, email: string) => {
+    const response = await api.h.app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { email } });
+    expect(response.statusCode, response.body).toBe(200);
+  };
+
+  it('takes the address away from that login too and disables it', async () => {
+    const t = await api.h.tenant('admin');
+    const former = api.uniqueEmail('former');
+    const { employee } = await api.hired(t.headers, { email: former });
+    const own = await loginAt(t.tenant.tenantId, former);
+    await moved(t.headers, employee.id, api.uniqueEmail('current'));
+
+    const erased = await api.h.app.inject({ method: 'POST', url: `/v1/employees/${employee.id}/erasure`, headers: t.headers });
+    expect(erased.statusCode).toBe(200);
+
+    expect(await rowOf(t.tenant.tenantId, own.id)).toEqual({ email: `erased-${own.id}@erased.invalid`, disabled: true });
+  });
+
+  it('leaves the login at a former address another employee holds now', async () => {
+    const t = await api.h.tenant('admin');
+    const former = api.uniqueEmail('taken-over');
+    const { employee } = await api.hired(t.headers, { email: former });
+    await moved(t.headers, employee.id, api.uniqueEmail('current'));
+    await api.hired(t.headers, { email: former });
+    const theirs = await loginAt(t.tenant.tenantId, former);
+
+    const erased = await api.h.app.inject({ method: 'POST', url: `/v1/employees/${employee.id}/erasure`, headers: t.headers });
+    expect(erased.statusCode).toBe(200);
+
+    expect(await rowOf(t.tenant.tenantId, theirs.id)).toEqual({ email: former, disabled: false });
+  });
+});
+
 describe('who may erase', () => {
   it('is an admin only: an hr_manager gets 403 and nothing is erased; an unknown id is 404', async () => {
     const t = await api.h.tenant('admin');

@@ -6,13 +6,14 @@ import { promisify } from 'node:util';
 import { monotonicFactory } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createDatabasePool } from '../../../shared/db/pool.ts';
+import { createDatabasePool, withTenant } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import { createSealingEventStore } from '../../../shared/event-store/sealing.ts';
 import { createDataKeyStore, type DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
 import { employeePersonalData, employeeStreamId } from '../../../services/employees/contract.ts';
 import { hireEmployee } from '../../../services/employees/commands.ts';
+import { issueRefreshToken } from '../../../services/auth/refreshTokens.ts';
 import { createEmptyTestDatabase, createTestDatabase, sqlAt, type BareTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { createTestUser, provisionTenant } from '../../support/auth.ts';
 import { runOpsWith } from '../../support/processes.ts';
@@ -63,6 +64,22 @@ async function hire(tenantId: string, email: string): Promise<string> {
 
 const types = async (eventStore: EventStore, tenantId: string, employeeId: string) =>
   (await eventStore.readStream(employeeStreamId(tenantId, employeeId))).map((e) => e.type);
+
+/** A `pg_dump` of the test's database, as a file under `work`. */
+async function backup(name: string): Promise<string> {
+  const file = join(work, `${name}.sql`);
+  const { stdout } = await promisify(execFile)('pg_dump', ['--dbname', db.url, '--no-owner'], { maxBuffer: 256 * 1024 * 1024 });
+  await writeFile(file, stdout);
+  return file;
+}
+
+/** The restore: a new database from `file`. */
+async function restore(file: string): Promise<BareTestDatabase> {
+  const target = await createEmptyTestDatabase();
+  restored.push(target);
+  await promisify(execFile)('psql', ['--quiet', '--no-psqlrc', '--set', 'ON_ERROR_STOP=1', '--dbname', target.url, '--file', file]);
+  return target;
+}
 
 const logins = (url: string, tenantId: string) =>
   sqlAt<{ email: string; disabled: boolean }>(
@@ -119,9 +136,7 @@ describe('ops employees reapply-erasures, after restoring a backup taken before 
   it('erases the person again from a copy of the ledger; without the copy the restored database knows of no erasure', async () => {
     const { tenantId, slug } = await provisionTenant(db.pool);
     const id = await hire(tenantId, 'restored@backup.test');
-    const backup = join(work, 'backup.sql');
-    const { stdout } = await promisify(execFile)('pg_dump', ['--dbname', db.url, '--no-owner'], { maxBuffer: 256 * 1024 * 1024 });
-    await writeFile(backup, stdout);
+    const taken = await backup('backup');
 
     const erased = await ops(db.url, 'employees', 'erase', slug, id);
     expect(erased.code, erased.stderr).toBe(0);
@@ -130,14 +145,12 @@ describe('ops employees reapply-erasures, after restoring a backup taken before 
     const copy = join(work, 'ledger.json');
     await writeFile(copy, ledger.stdout);
     const erasedAt = z
-      .array(z.object({ employeeId: z.string(), erasedAt: z.string() }))
+      .object({ employees: z.array(z.object({ employeeId: z.string(), erasedAt: z.string() })) })
       .parse(JSON.parse(ledger.stdout))
-      .find((e) => e.employeeId === id)?.erasedAt;
+      .employees.find((e) => e.employeeId === id)?.erasedAt;
 
     // The restore: a new database from the backup, where the person is hired and their key whole.
-    const target = await createEmptyTestDatabase();
-    restored.push(target);
-    await promisify(execFile)('psql', ['--quiet', '--no-psqlrc', '--set', 'ON_ERROR_STOP=1', '--dbname', target.url, '--file', backup]);
+    const target = await restore(taken);
     const pool = await createDatabasePool(target.url);
     try {
       const targetKeys = createDataKeyStore(pool, testKeyEncryptionKeys);
@@ -165,6 +178,77 @@ describe('ops employees reapply-erasures, after restoring a backup taken before 
     } finally {
       await pool.end();
     }
+  });
+});
+
+describe('ops employees reapply-erasures, after restoring a backup taken before a tenant was erased', () => {
+  it("offboards the tenant again from a copy of the ledgers: its logins, refresh tokens and analysts' logins go again", async () => {
+    const tenant = await provisionTenant(db.pool);
+    const { tenantId, slug } = tenant;
+    const [first, second] = [await hire(tenantId, 'one@restored-tenant.test'), await hire(tenantId, 'two@restored-tenant.test')];
+    const admin = await createTestUser(db.pool, tenant, 'admin', { email: 'boss@restored-tenant.test' });
+    await createTestUser(db.pool, tenant, 'employee', { email: 'made-by-ops@restored-tenant.test' });
+    await withTenant(db.pool, tenantId, (tx) => issueRefreshToken(tx, { tenantId, userId: admin.userId, now: Date.now() }));
+    const analyst = `analyst_rt_${monotonicFactory()().toLowerCase().slice(-10)}`;
+    expect((await ops(db.url, 'analysts', 'grant', slug, '--login', analyst)).code).toBe(0);
+    const taken = await backup(`tenant-${slug}`);
+
+    expect((await ops(db.url, 'tenants', 'erase', slug)).code).toBe(0);
+    const ledger = await ops(db.url, 'employees', 'erasures');
+    const copy = z
+      .object({
+        employees: z.array(z.object({ employeeId: z.string() }).loose()),
+        tenants: z.array(z.object({ tenantId: z.string() }).loose()),
+      })
+      .parse(JSON.parse(ledger.stdout));
+    expect(copy.tenants.map((t) => t.tenantId)).toContain(tenantId);
+    // Refreshed while the offboarding ran: it has the tenant, not yet the second person's erasure.
+    const file = join(work, `ledger-tenant-${slug}.json`);
+    await writeFile(file, JSON.stringify({ ...copy, employees: copy.employees.filter((e) => e.employeeId !== second) }));
+
+    const target = await restore(taken);
+    // A restore that brings the cluster's roles back too (pg_dumpall's globals) has the analyst's login again.
+    await sqlAt(db.url, `create role ${analyst} login in role eas_analysts`);
+    const before = await logins(target.url, tenantId);
+    expect(before.map((u) => u.email)).toContain('boss@restored-tenant.test');
+    expect(before.every((u) => !u.disabled)).toBe(true);
+
+    const reapplied = await ops(target.url, 'employees', 'reapply-erasures', '--tenant', slug, '--ledger', file);
+    expect(reapplied.code, reapplied.stderr).toBe(0);
+    expect(reapplied.stdout).toContain('2 erasures re-applied: 2 erased');
+    expect(reapplied.stdout).toContain(
+      "1 tenant offboardings re-applied: 2 logins forgotten and disabled; 1 analysts' database logins revoked",
+    );
+    for (const user of await logins(target.url, tenantId)) {
+      expect(user).toEqual({ email: expect.stringMatching(/^erased-.*@erased\.invalid$/), disabled: true });
+    }
+    const live = 'select 1 from refresh_tokens where tenant_id = $1 and revoked_at is null';
+    expect(await sqlAt(target.url, live, [tenantId])).toEqual([]);
+    expect(await sqlAt(db.url, 'select 1 from pg_roles where rolname = $1', [analyst])).toEqual([]);
+    expect(await sqlAt(target.url, 'select 1 from analyst_logins where tenant_id = $1', [tenantId])).toEqual([]);
+    expect(await sqlAt(target.url, 'select 1 from tenant_offboardings where tenant_id = $1', [tenantId])).toHaveLength(1);
+    const erased = await sqlAt<{ employee_id: string }>(target.url, 'select employee_id from employee_erasures where tenant_id = $1', [
+      tenantId,
+    ]);
+    expect(erased.map((e) => e.employee_id).sort()).toEqual([first, second].sort());
+  });
+});
+
+describe('ops employees reapply-erasures, with a ledger copy naming someone the restored log lacks', () => {
+  it('records their erasure all the same, so a later copy of the ledger keeps it', async () => {
+    const { tenantId, slug } = await provisionTenant(db.pool);
+    // Hired and erased after the backup was taken: the restored log has no trace of them.
+    const entry = { tenantId, employeeId: nextId(), erasedAt: '2026-02-03T04:05:06.789Z' };
+    const copy = join(work, `ledger-absent-${slug}.json`);
+    await writeFile(copy, JSON.stringify([entry]));
+
+    const reapplied = await ops(db.url, 'employees', 'reapply-erasures', '--tenant', slug, '--ledger', copy);
+    expect(reapplied.code, reapplied.stderr).toBe(0);
+    expect(reapplied.stdout).toContain('1 erasures re-applied: 0 erased, 0 erased before (done again), 1 not in the log');
+
+    const ledger = await ops(db.url, 'employees', 'erasures');
+    expect(ledger.code, ledger.stderr).toBe(0);
+    expect(ledger.stdout).toContain(`"employeeId": "${entry.employeeId}"`);
   });
 });
 
