@@ -75,7 +75,7 @@ export function registerPrivacyCommands(program: Command): void {
             process.stderr.write(
               `error: ${clearLeft} events still hold personal data in the clear and ${legacyLeft} reservations keep the address ` +
                 '(events skipped above have no data subject, or values sealed with a data key the key table no longer has; ' +
-                  'otherwise an older version still writing: run again once none runs)\n',
+                'otherwise an older version still writing: run again once none runs)\n',
             );
             process.exitCode = 1;
           }

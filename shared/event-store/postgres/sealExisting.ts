@@ -1,7 +1,15 @@
 import { z } from 'zod';
 import { ignoredRows, sql, type DatabasePool } from '../../db/pool.ts';
 import { KEY_ID_FORM, subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../../personal-data/dataKeys.ts';
-import { fieldPlace, isSealed, openValue, SEALED_FORM, sealedFormNaming, sealValue, type DataKey } from '../../personal-data/fieldCipher.ts';
+import {
+  fieldPlace,
+  isSealed,
+  openValue,
+  SEALED_FORM,
+  sealedFormNaming,
+  sealValue,
+  type DataKey,
+} from '../../personal-data/fieldCipher.ts';
 import type { PersonalDataPolicy } from '../../personal-data/policy.ts';
 
 /**
@@ -182,7 +190,8 @@ function opensWith(key: DataKey | undefined, value: string, place: string): bool
 function personalStrings(policy: PersonalDataPolicy, which: 'any' | 'clear' | 'sealed') {
   const field = (f: string) => {
     if (which === 'clear') return sql.fragment`(jsonb_typeof(data -> ${f}) = 'string' and data ->> ${f} !~ ${SEALED_FORM})`;
-    if (which === 'sealed') return sql.fragment`(jsonb_typeof(data -> ${f}) = 'string' and data ->> ${f} ~ ${sealedFormNaming(KEY_ID_FORM)})`;
+    if (which === 'sealed')
+      return sql.fragment`(jsonb_typeof(data -> ${f}) = 'string' and data ->> ${f} ~ ${sealedFormNaming(KEY_ID_FORM)})`;
     return sql.fragment`jsonb_typeof(data -> ${f}) = 'string'`;
   };
   const byType = Object.entries(policy.fields).map(

@@ -163,7 +163,12 @@ describe('when a person who reached every part of the service is erased', () => 
       const id = hired.json<{ id: string }>().id;
       const renamed = await app.inject({ method: 'PATCH', url: `/v1/employees/${id}`, headers, payload: { firstName: person.renamed } });
       expect(renamed.statusCode).toBe(200);
-      const onLeave = await app.inject({ method: 'POST', url: `/v1/employees/${id}/status`, headers, payload: { status: 'on_leave', reason: person.leaveReason } });
+      const onLeave = await app.inject({
+        method: 'POST',
+        url: `/v1/employees/${id}/status`,
+        headers,
+        payload: { status: 'on_leave', reason: person.leaveReason },
+      });
       expect(onLeave.statusCode).toBe(200);
       await caughtUp(String(onLeave.headers['x-log-position']));
       await waitFor(() => receiver.acknowledged().length >= 3);

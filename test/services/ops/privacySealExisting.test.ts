@@ -75,7 +75,15 @@ describe('when the log holds personal data in the clear', () => {
     // Erased before the migration ran: its key is destroyed, its events still clear.
     await raw.append(employeeStreamId(tenantId, bob), [hired(bob, bobFirst)]);
     await db.pool.transaction((tx) => keys.destroy(tenantId, bob, tx));
-    const clear = [adaFirst.email, adaEmail, adaFirst.firstName, adaFirst.lastName, adaLastName, adaLeave.reason, ...Object.values(bobFirst)];
+    const clear = [
+      adaFirst.email,
+      adaEmail,
+      adaFirst.firstName,
+      adaFirst.lastName,
+      adaLastName,
+      adaLeave.reason,
+      ...Object.values(bobFirst),
+    ];
     const plainHashes = [adaFirst.email, adaEmail].map((e) => createHash('sha256').update(normaliseEmail(e)).digest('hex'));
     const positionsBefore = await storedRows();
     expect(positionsBefore.join('\n')).toContain(adaFirst.email);
@@ -245,7 +253,9 @@ describe('when the key-encryption key is rotated', () => {
 });
 
 const streamRows = (streamId: string) =>
-  db.pool.anyFirst(sql.type(z.object({ data: z.string() }))`select data::text as data from es_events where stream_id = ${streamId} order by revision`);
+  db.pool.anyFirst(
+    sql.type(z.object({ data: z.string() }))`select data::text as data from es_events where stream_id = ${streamId} order by revision`,
+  );
 
 async function storedRows(): Promise<readonly string[]> {
   return db.pool.anyFirst(sql.type(z.object({ row: z.string() }))`

@@ -43,7 +43,8 @@ describe.skipIf(!url)('EventStoreDB / KurrentDB adapter', () => {
             return typeof own === 'bigint' ? own.toString() : value;
           };
           try {
-            for await (const resolved of client.readStream(streamId, { direction: FORWARDS })) lines.push(JSON.stringify(resolved.event, asText));
+            for await (const resolved of client.readStream(streamId, { direction: FORWARDS }))
+              lines.push(JSON.stringify(resolved.event, asText));
           } catch (error) {
             if (!(error instanceof StreamNotFoundError)) throw error;
           }
