@@ -1,5 +1,6 @@
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.ts';
+import { requestForLog } from './logSerializers.ts';
 
 export type { Logger };
 
@@ -31,23 +32,32 @@ export const LOG_REDACT_PATHS = [
   ),
 ];
 
-/** One structured logger per process; request logs add `reqId`, `tenant` and `userId` as children. */
-export function createLogger(config: Partial<Pick<Config, 'LOG_LEVEL' | 'LOG_FORMAT'>> & Pick<Config, 'LOG_LEVEL'>, name = 'eas'): Logger {
-  const pretty = wantsPrettyLogs(config.LOG_FORMAT ?? 'auto');
+/**
+ * How a line writes a request (`req`: Fastify's `incoming request`): without what a client's
+ * query string may say of a person (logSerializers.ts). It takes precedence over Fastify's own.
+ */
+const LOG_SERIALIZERS = { req: requestForLog };
+
+/**
+ * One structured logger per process; request logs add `reqId`, `tenant` and `userId` as children.
+ * `destination`: where JSON lines go instead of stdout (a test reading them).
+ */
+export function createLogger(
+  config: Partial<Pick<Config, 'LOG_LEVEL' | 'LOG_FORMAT'>> & Pick<Config, 'LOG_LEVEL'>,
+  name = 'eas',
+  destination?: pino.DestinationStream,
+): Logger {
+  const options: pino.LoggerOptions = { name, level: config.LOG_LEVEL, redact: LOG_REDACT_PATHS, serializers: LOG_SERIALIZERS };
+  if (destination) return pino(options, destination);
+  // pino-pretty runs in pino's transport thread, so formatting never blocks a request; it is
+  // loaded only on a terminal.
+  if (!wantsPrettyLogs(config.LOG_FORMAT ?? 'auto')) return pino(options);
   return pino({
-    name,
-    level: config.LOG_LEVEL,
-    redact: LOG_REDACT_PATHS,
-    // pino-pretty runs in pino's transport thread, so formatting never blocks a request; it is
-    // loaded only on a terminal.
-    ...(pretty
-      ? {
-          transport: {
-            target: 'pino-pretty',
-            options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true },
-          },
-        }
-      : {}),
+    ...options,
+    transport: {
+      target: 'pino-pretty',
+      options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true },
+    },
   });
 }
 
