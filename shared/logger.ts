@@ -1,6 +1,6 @@
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.ts';
-import { requestForLog } from './logSerializers.ts';
+import { errorForLog, requestForLog } from './logSerializers.ts';
 
 export type { Logger };
 
@@ -9,8 +9,11 @@ export function wantsPrettyLogs(format: Config['LOG_FORMAT'], isTty = Boolean(pr
   return format === 'pretty' || (format === 'auto' && isTty);
 }
 
-/** The personal fields of an employee or a login, wherever a logged object carries them. */
-const PERSONAL_LOG_FIELDS = ['email', 'previousEmail', 'firstName', 'lastName'];
+/**
+ * The personal fields of an employee or a login, wherever a logged object carries them: as the
+ * API and events name them, and as their table columns do (a row logged as read).
+ */
+const PERSONAL_LOG_FIELDS = ['email', 'previousEmail', 'firstName', 'lastName', 'first_name', 'last_name'];
 
 /** Nesting levels below the line's own fields that redaction reaches (`{ a: { b: { c: { email } } } }`). */
 const REDACT_DEPTH = 3;
@@ -33,10 +36,11 @@ export const LOG_REDACT_PATHS = [
 ];
 
 /**
- * How a line writes a request (`req`: Fastify's `incoming request`): without what a client's
- * query string may say of a person (logSerializers.ts). It takes precedence over Fastify's own.
+ * How a line writes a request (`req`: Fastify's `incoming request`) and an error (`err`): neither
+ * with what a client or a database said of a person (logSerializers.ts). They take precedence
+ * over Fastify's own.
  */
-const LOG_SERIALIZERS = { req: requestForLog };
+const LOG_SERIALIZERS = { req: requestForLog, err: errorForLog };
 
 /**
  * One structured logger per process; request logs add `reqId`, `tenant` and `userId` as children.
