@@ -30,7 +30,14 @@ export async function openApiDocument(pool: DatabasePool): Promise<Record<string
   const eventStore = createPostgresEventStore(pool);
   const auth = await createAuthDeps({
     pool,
-    config: { JWT_ISSUER: 'generator', JWT_AUDIENCE: 'generator', JWT_PRIVATE_JWKS: undefined, DATA_DIR: '.tmp/unused' },
+    config: {
+      JWT_ISSUER: 'generator',
+      JWT_AUDIENCE: 'generator',
+      JWT_PRIVATE_JWKS: undefined,
+      DATA_DIR: '.tmp/unused',
+      // The login throttle's key, which the document does not depend on: none written to DATA_DIR.
+      EMAIL_HASH_KEY: randomBytes(32).toString('base64'),
+    },
     keys: await createKeyRing([await generatePrivateJwk()]),
   });
   const registry = new Registry();

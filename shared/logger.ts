@@ -1,5 +1,6 @@
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.ts';
+import { errorForLog, requestForLog } from './logSerializers.ts';
 
 export type { Logger };
 
@@ -8,8 +9,11 @@ export function wantsPrettyLogs(format: Config['LOG_FORMAT'], isTty = Boolean(pr
   return format === 'pretty' || (format === 'auto' && isTty);
 }
 
-/** The personal fields of an employee or a login, wherever a logged object carries them. */
-const PERSONAL_LOG_FIELDS = ['email', 'previousEmail', 'firstName', 'lastName'];
+/**
+ * The personal fields of an employee or a login, wherever a logged object carries them: as the
+ * API and events name them, and as their table columns do (a row logged as read).
+ */
+const PERSONAL_LOG_FIELDS = ['email', 'previousEmail', 'firstName', 'lastName', 'first_name', 'last_name'];
 
 /** Nesting levels below the line's own fields that redaction reaches (`{ a: { b: { c: { email } } } }`). */
 const REDACT_DEPTH = 3;
@@ -31,23 +35,33 @@ export const LOG_REDACT_PATHS = [
   ),
 ];
 
-/** One structured logger per process; request logs add `reqId`, `tenant` and `userId` as children. */
-export function createLogger(config: Partial<Pick<Config, 'LOG_LEVEL' | 'LOG_FORMAT'>> & Pick<Config, 'LOG_LEVEL'>, name = 'eas'): Logger {
-  const pretty = wantsPrettyLogs(config.LOG_FORMAT ?? 'auto');
+/**
+ * How a line writes a request (`req`: Fastify's `incoming request`) and an error (`err`): neither
+ * with what a client or a database said of a person (logSerializers.ts). They take precedence
+ * over Fastify's own.
+ */
+const LOG_SERIALIZERS = { req: requestForLog, err: errorForLog };
+
+/**
+ * One structured logger per process; request logs add `reqId`, `tenant` and `userId` as children.
+ * `destination`: where JSON lines go instead of stdout (a test reading them).
+ */
+export function createLogger(
+  config: Partial<Pick<Config, 'LOG_LEVEL' | 'LOG_FORMAT'>> & Pick<Config, 'LOG_LEVEL'>,
+  name = 'eas',
+  destination?: pino.DestinationStream,
+): Logger {
+  const options: pino.LoggerOptions = { name, level: config.LOG_LEVEL, redact: LOG_REDACT_PATHS, serializers: LOG_SERIALIZERS };
+  if (destination) return pino(options, destination);
+  // pino-pretty runs in pino's transport thread, so formatting never blocks a request; it is
+  // loaded only on a terminal.
+  if (!wantsPrettyLogs(config.LOG_FORMAT ?? 'auto')) return pino(options);
   return pino({
-    name,
-    level: config.LOG_LEVEL,
-    redact: LOG_REDACT_PATHS,
-    // pino-pretty runs in pino's transport thread, so formatting never blocks a request; it is
-    // loaded only on a terminal.
-    ...(pretty
-      ? {
-          transport: {
-            target: 'pino-pretty',
-            options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true },
-          },
-        }
-      : {}),
+    ...options,
+    transport: {
+      target: 'pino-pretty',
+      options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true },
+    },
   });
 }
 

@@ -5,6 +5,7 @@ import { sqlStateOf } from '../../shared/db/sqlState.ts';
 import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
 import { wasParkedAt } from '../../shared/projections/parking.ts';
 import { START, comparePositions, type GlobalPosition } from '../../shared/event-store/port.ts';
+import { BLANK_PERSONAL_VIEW_FIELDS } from '../../services/employees/contract.ts';
 import { CHANGES_PROJECTION, PUBLIC_CHANGE_TYPES, employeeView, type ChangeType, type EmployeeView } from './changesProjection.ts';
 
 export type ChangeRecord = {
@@ -34,12 +35,23 @@ const positionRow = z.object({ commit: z.string(), prepare: z.string() });
 
 const scannedPageSchema = pageSchema.omit({ known: true }).extend({ last: positionRow.nullable() });
 
-/** The rows of `employee_changes c` as one JSON array in `order`, the shape `pageSchema` validates. */
-const pageJson = (order: FeedOrder) => sql.fragment`json_agg(json_build_object(
+const BLANK_PERSONAL_FIELDS = sql.jsonb(BLANK_PERSONAL_VIEW_FIELDS);
+
+/**
+ * The page `rows` (rows of `employee_changes`, in parentheses) as one JSON array in `order`, the
+ * shape `pageSchema` validates; null when there are none. A change of a person the erasure ledger
+ * (`employee_erasures`, the employees capability's table) records is served with the personal
+ * fields blank: the projector blanks the stored rows only when it applies the erasure, which may
+ * lag or be stopped, while the ledger has it from the erasure's commit. One probe of the ledger's
+ * primary key per change of the page.
+ */
+const pageJson = (order: FeedOrder, rows: FragmentSqlToken) => sql.fragment`(select json_agg(json_build_object(
     'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
     'employeeId', c.employee_id,
     'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-    'employee', c.employee) order by ${order.orderBy})`;
+    'employee', case when r.employee_id is null then c.employee else c.employee || ${BLANK_PERSONAL_FIELDS} end) order by ${order.orderBy})
+  from ${rows} c
+  left join employee_erasures r on r.tenant_id = c.tenant_id and r.employee_id = c.employee_id)`;
 
 export type ChangesPage = {
   /**
@@ -189,10 +201,10 @@ export async function scanChanges(
           select json_build_object('commit', c.commit_position::text, 'prepare', c.prepare_position::text)
           from ${looked} order by ${order.last} limit 1)
         end as last
-      from (select coalesce((
-          select ${pageJson(order)}
-          from (select * from ${looked} where c.type = any(${sql.array([...types], 'text')}) order by ${order.orderBy} limit ${limit}) c
-        ), '[]'::json) as page offset 0) p -- (offset 0: the page is built once, not once per use of p.page)
+      from (select coalesce(${pageJson(
+        order,
+        sql.fragment`(select * from ${looked} where c.type = any(${sql.array([...types], 'text')}) order by ${order.orderBy} limit ${limit})`,
+      )}, '[]'::json) as page offset 0) p -- (offset 0: the page is built once, not once per use of p.page)
     `),
     );
   });
@@ -243,16 +255,16 @@ export async function readChanges(
             select 1 from employee_changes
             where tenant_id = ${tenantId} and commit_position = ${commit}::numeric and prepare_position = ${prepare}::numeric
           )) as known,
-          coalesce((
-            select ${pageJson(order)}
-            from (
+          coalesce(${pageJson(
+            order,
+            sql.fragment`(
               select * from employee_changes c
               where c.tenant_id = ${tenantId}
                 and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
               order by ${order.orderBy}
               limit ${limit}
-            ) c
-          ), '[]'::json) as page
+            )`,
+          )}, '[]'::json) as page
       `),
     ),
   );

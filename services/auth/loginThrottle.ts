@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHmac, createSecretKey, hkdfSync, type KeyObject } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract } from 'rate-limiter-flexible';
 
@@ -71,8 +71,17 @@ function counter(redis: Redis | undefined, settings: { points: number; duration:
   return { limiter, points: settings.points };
 }
 
-// Hashing keeps keys short and keeps e-mail addresses and IPs out of Redis.
-const hashed = (...parts: string[]) => createHash('sha256').update(parts.join('\n')).digest('base64url');
+/**
+ * The counters' names: a keyed hash (HMAC-SHA256) of the account and the address, so that Redis,
+ * its dumps and the trace spans of its commands hold neither, and a plain hash of likely
+ * addresses finds neither. The key is derived from the e-mail hash key (`emailHashKey`): shared
+ * by every process already, nothing new to back up, and distinct from it, so a counter's name
+ * never equals a reservation stream's hash.
+ */
+const namer = (emailHashKey: Buffer): ((...parts: string[]) => string) => {
+  const key: KeyObject = createSecretKey(Buffer.from(hkdfSync('sha256', emailHashKey, '', 'eas login throttle counters', 32)));
+  return (...parts) => createHmac('sha256', key).update(parts.join('\n')).digest('base64url');
+};
 
 async function retryAfter(c: Counter, key: string): Promise<number> {
   const state = await c.limiter.get(key);
@@ -87,7 +96,8 @@ async function consume(c: Counter, key: string): Promise<void> {
   });
 }
 
-export function createLoginThrottle(redis: Redis | undefined, options: LoginThrottleOptions = {}): LoginThrottle {
+export function createLoginThrottle(redis: Redis | undefined, emailHashKey: Buffer, options: LoginThrottleOptions = {}): LoginThrottle {
+  const hashed = namer(emailHashKey);
   const prefix = options.keyPrefix ?? 'eas:login-failures';
   const pair = counter(redis, {
     points: options.limit ?? LOGIN_FAILURE_LIMIT,

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../../shared/config.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
+import { loadEmailHashKey } from '../../shared/personal-data/emailHash.ts';
 import { BadRequestError, ForbiddenError, UnauthorizedError } from '../../shared/errors.ts';
 import type { V1Capability } from '../gateway/app.ts';
 import { problemSchema } from '../gateway/problems.ts';
@@ -43,7 +44,7 @@ export type AuthDeps = {
 
 export type CreateAuthDepsOptions = {
   readonly pool: DatabasePool;
-  readonly config: Pick<Config, 'JWT_ISSUER' | 'JWT_AUDIENCE' | 'JWT_PRIVATE_JWKS' | 'DATA_DIR'>;
+  readonly config: Pick<Config, 'JWT_ISSUER' | 'JWT_AUDIENCE' | 'JWT_PRIVATE_JWKS' | 'DATA_DIR' | 'EMAIL_HASH_KEY'>;
   /** Where login-failure counters are shared (REDIS_URL); in-process without it. */
   readonly redisUrl?: string | undefined;
   readonly loginThrottle?: LoginThrottleOptions;
@@ -63,7 +64,7 @@ export async function createAuthDeps(options: CreateAuthDepsOptions): Promise<Au
   const tokens = createTokenService({ keys, issuer: options.config.JWT_ISSUER, audience: options.config.JWT_AUDIENCE, now });
   const tenants = createTenantDirectory(options.pool, { ttlMs: options.tenantCacheTtlMs, now });
   const redis = options.redisUrl ? await connectLoginThrottleRedis(options.redisUrl) : undefined;
-  const throttle = createLoginThrottle(redis, options.loginThrottle);
+  const throttle = createLoginThrottle(redis, await loadEmailHashKey(options.config), options.loginThrottle);
   await warmUpPasswordHashing();
   const gate = createVerificationGate(options.loginGate);
   const sessions = createSessions({

@@ -108,7 +108,9 @@ export type ReservationInput = {
   readonly metadata: EventMetadata;
 };
 
-const duplicate = (email: string) => new ConflictError(`An employee with email ${email} already exists in this tenant`, { field: 'email' });
+// The problem names the field, never the address: its detail also becomes the error's message,
+// which logs and the trace exporter (span status, recorded exception) carry.
+const duplicate = () => new ConflictError('Another employee of this tenant already has this email address', { field: 'email' });
 
 const reservedEvent = (input: ReservationInput): NewEvent => {
   const reserved: EmailReserved = {
@@ -152,7 +154,7 @@ async function readAddress(store: EventStore, input: Pick<ReservationInput, 'ema
 async function reservationOf(store: EventStore, input: ReservationInput, address: Address): Promise<AppendRequest> {
   const { holder } = address;
   if (holder && holder.employeeId !== input.employeeId && !(await isOrphaned(store, input.tenantId, input.email, holder, input.now))) {
-    throw duplicate(input.email);
+    throw duplicate();
   }
   return { streamId: address.streamId, events: [reservedEvent(input)], expectedRevision: address.expected };
 }
@@ -211,7 +213,7 @@ export async function reserveEmail(store: EventStore, input: ReservationInput): 
   try {
     return await store.append(reserve.streamId, reserve.events, { expectedRevision: reserve.expectedRevision });
   } catch (error) {
-    if (error instanceof WrongExpectedRevisionError) throw duplicate(input.email);
+    if (error instanceof WrongExpectedRevisionError) throw duplicate();
     throw error;
   }
 }

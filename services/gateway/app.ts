@@ -3,7 +3,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyPlug
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
 import type { Config } from '../../shared/config.ts';
-import { LOG_REDACT_PATHS, lazyChild, type Logger } from '../../shared/logger.ts';
+import { createLogger, lazyChild, type Logger } from '../../shared/logger.ts';
 import { handleClientError, handleError, sendProblem } from './problems.ts';
 import { healthRoutes, type ReadinessCheck } from './health.ts';
 import { openApiPlugin, openApiRoutes } from './openapi.ts';
@@ -67,7 +67,7 @@ const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
  */
 export async function createGateway(options: GatewayOptions): Promise<FastifyInstance> {
   const app = Fastify({
-    ...(options.logger ? { loggerInstance: options.logger } : { logger: { level: options.config.LOG_LEVEL, redact: LOG_REDACT_PATHS } }),
+    loggerInstance: options.logger ?? createLogger({ LOG_LEVEL: options.config.LOG_LEVEL, LOG_FORMAT: 'json' }, 'gateway'),
     bodyLimit: options.config.BODY_LIMIT_BYTES,
     ...(options.trustProxy !== undefined && { trustProxy: trustedProxies(options.trustProxy) }),
     // Request loggers bind lazily (the request id here, tenant and user in auth): pino would

@@ -1,6 +1,7 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import pino from 'pino';
 import { loadConfig } from '../../shared/config.ts';
+import { createLogger } from '../../shared/logger.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import { AppError, ConflictError, NotFoundError } from '../../shared/errors.ts';
 import { createRuntime, type Runtime } from '../runtime.ts';
@@ -17,7 +18,7 @@ import { MAX_OVERRIDE } from '../../shared/rate-limit/policy.ts';
  */
 export async function withConfiguredRuntime(work: (runtime: Runtime) => Promise<void>): Promise<void> {
   const config = loadConfig();
-  const logger = pino({ level: 'warn' }, pino.destination(2));
+  const logger = createLogger({ LOG_LEVEL: 'warn', LOG_FORMAT: 'json' }, 'eas-ops', pino.destination(2));
   const runtime = await createRuntime(config, logger);
   try {
     await work(runtime);

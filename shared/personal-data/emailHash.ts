@@ -24,9 +24,16 @@ export function createEmailHash(key: Buffer): EmailHash {
 
 export const EMAIL_HASH_KEY_FILE = 'email-hash.key';
 
+type EmailHashKeyConfig = { EMAIL_HASH_KEY?: string | undefined; DATA_DIR: string };
+
 /** EMAIL_HASH_KEY (base64, 32 bytes; every process must share it), else DATA_DIR/email-hash.key, made on first use. */
-export async function loadEmailHash(config: { EMAIL_HASH_KEY?: string | undefined; DATA_DIR: string }): Promise<EmailHash> {
+export async function loadEmailHashKey(config: EmailHashKeyConfig): Promise<Buffer> {
   const text =
     config.EMAIL_HASH_KEY ?? (await readOrCreateSecretFile(config.DATA_DIR, EMAIL_HASH_KEY_FILE, () => randomBytes(32).toString('base64')));
-  return createEmailHash(Buffer.from(text.trim(), 'base64'));
+  return Buffer.from(text.trim(), 'base64');
+}
+
+/** The hash keyed by `loadEmailHashKey`'s key. */
+export async function loadEmailHash(config: EmailHashKeyConfig): Promise<EmailHash> {
+  return createEmailHash(await loadEmailHashKey(config));
 }

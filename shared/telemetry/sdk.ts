@@ -8,6 +8,7 @@ import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, NodeTracerProvider, SimpleSpanProcessor, type SpanExporter } from '@opentelemetry/sdk-trace-node';
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 import { activeTracing, setActiveTracing, type Tracing } from './tracing.ts';
+import { recordingServerErrorsOnly, requestSpanOptions } from './requestSpans.ts';
 
 /**
  * The OpenTelemetry SDK, started only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (services/main.ts
@@ -27,7 +28,7 @@ export function startTracing(options: { serviceName?: string; exporter?: SpanExp
     spanProcessors: [options.exporter ? new SimpleSpanProcessor(exporter) : new BatchSpanProcessor(exporter)],
   });
   provider.register(); // global provider, AsyncLocalStorage context, W3C trace-context propagator
-  const fastify = new FastifyOtelInstrumentation({ registerOnInitialization: false });
+  const fastify = new FastifyOtelInstrumentation({ registerOnInitialization: false, ...requestSpanOptions });
   fastify.setTracerProvider(provider);
   registerInstrumentations({
     tracerProvider: provider,
@@ -38,7 +39,7 @@ export function startTracing(options: { serviceName?: string; exporter?: SpanExp
     ],
   });
   const tracing: Tracing = {
-    fastifyPlugin: fastify.plugin(),
+    fastifyPlugin: recordingServerErrorsOnly(fastify.plugin()),
     async shutdown() {
       setActiveTracing(undefined);
       await provider.shutdown();

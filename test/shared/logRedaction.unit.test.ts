@@ -46,4 +46,23 @@ describe('when a log line carries an employee or a login', () => {
     }
     expect(lines).toContain('three down');
   });
+
+  it('writes none of them under their column names either (a row logged as read)', () => {
+    const written: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        written.push(chunk.toString());
+        done();
+      },
+    });
+    const logger = pino({ redact: LOG_REDACT_PATHS }, sink);
+    logger.info({ first_name: 'Rowfirst', last_name: 'Rowlast' }, 'top level');
+    logger.info(
+      { row: { id: '01JNGZ0000000000000000000B', email: 'row@example.com', first_name: 'Nestfirst', last_name: 'Nestlast' } },
+      'a row',
+    );
+    const lines = written.join('');
+    for (const value of ['Rowfirst', 'Rowlast', 'row@example.com', 'Nestfirst', 'Nestlast']) expect(lines).not.toContain(value);
+    expect(lines).toContain('01JNGZ0000000000000000000B');
+  });
 });

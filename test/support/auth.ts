@@ -13,6 +13,7 @@ import { authenticated, createAuthDeps, jwksRoutes, type AuthDeps, type CreateAu
 import { authRoutes, rolesRoutes, sessionRoutes } from '../../services/auth/routes.ts';
 import { createUser } from '../../services/auth/users.ts';
 import { provisionTenant as provision } from '../../services/tenants/provision.ts';
+import { testPersonalDataEnv } from './personalData.ts';
 
 /**
  * Auth for API tests. Typical use:
@@ -47,7 +48,13 @@ export async function createTestAuth(
 ): Promise<AuthDeps> {
   return createAuthDeps({
     pool,
-    config: { JWT_ISSUER: TEST_ISSUER, JWT_AUDIENCE: TEST_AUDIENCE, JWT_PRIVATE_JWKS: undefined, DATA_DIR: '.tmp/unused' },
+    config: {
+      JWT_ISSUER: TEST_ISSUER,
+      JWT_AUDIENCE: TEST_AUDIENCE,
+      JWT_PRIVATE_JWKS: undefined,
+      DATA_DIR: '.tmp/unused',
+      EMAIL_HASH_KEY: testPersonalDataEnv.EMAIL_HASH_KEY,
+    },
     keys: options.keys ?? (await createKeyRing([await generatePrivateJwk()])),
     redisUrl: options.redisUrl,
     loginThrottle: { keyPrefix: `test:login:${randomBytes(6).toString('hex')}`, ...options.loginThrottle },

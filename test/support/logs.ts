@@ -1,11 +1,13 @@
 import { Writable } from 'node:stream';
-import pino from 'pino';
+import type pino from 'pino';
+import type { Config } from '../../shared/config.ts';
+import { createLogger } from '../../shared/logger.ts';
 
 /** One JSON log line as pino writes it. */
 export type LogLine = Record<string, unknown> & { msg?: string };
 
-/** A pino logger at `level` whose lines are parsed into `lines` as they are written. */
-export function createMemoryLogger(level: pino.LevelWithSilent): { logger: pino.Logger; lines: LogLine[] } {
+/** The service's logger (its redaction and serializers) at `level`, its lines parsed into `lines` as they are written. */
+export function createMemoryLogger(level: Config['LOG_LEVEL']): { logger: pino.Logger; lines: LogLine[] } {
   const lines: LogLine[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -13,5 +15,5 @@ export function createMemoryLogger(level: pino.LevelWithSilent): { logger: pino.
       done();
     },
   });
-  return { logger: pino({ level }, sink), lines };
+  return { logger: createLogger({ LOG_LEVEL: level }, 'test', sink), lines };
 }

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -6,6 +6,7 @@ import type { AuthDeps } from '../../../services/auth/plugin.ts';
 import { LOGIN_FAILURE_LIMIT } from '../../../services/auth/loginThrottle.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { createTestApp, createTestAuth, createTestUser, provisionTenant } from '../../support/auth.ts';
+import { normaliseEmail } from '../../../shared/email.ts';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -104,6 +105,48 @@ describe('when several gateways share Redis', () => {
       redis.disconnect();
       await Promise.all([appA.close(), appB.close()]);
       await Promise.all([authA.close(), authB.close()]);
+    }
+  });
+});
+
+describe('when counters are in Redis', () => {
+  it('names them by a keyed hash: no plain SHA-256 of the account or the address finds them, and they still throttle', async () => {
+    const keyPrefix = `test:login:${randomBytes(6).toString('hex')}`;
+    const auth = await createTestAuth(db.pool, { redisUrl: process.env.REDIS_URL, loginThrottle: { keyPrefix } });
+    const app = await createTestApp(auth);
+    const redis = new Redis(process.env.REDIS_URL ?? '');
+    try {
+      const tenant = await provisionTenant(db.pool);
+      const user = await createTestUser(db.pool, tenant, 'employee');
+      const ip = '203.0.113.7';
+      const login = (password: string) =>
+        app.inject({
+          method: 'POST',
+          url: '/v1/auth/login',
+          remoteAddress: ip,
+          headers: { 'x-tenant': tenant.slug },
+          payload: { email: user.email, password },
+        });
+      for (let i = 0; i < LOGIN_FAILURE_LIMIT; i++) expect((await login('wrong-password')).statusCode).toBe(401);
+      expect((await login(user.password)).statusCode).toBe(429);
+
+      const names = await redis.keys(`${keyPrefix}*`);
+      expect(names).toHaveLength(3);
+      // What someone holding a list of likely addresses would hash, as the throttle joins them.
+      const account = `${tenant.slug}\n${normaliseEmail(user.email)}`;
+      const guesses = [[account], [account, ip], [ip], [normaliseEmail(user.email)]].flatMap((parts) => {
+        const digest = createHash('sha256').update(parts.join('\n'));
+        return [digest.copy().digest('base64url'), digest.digest('hex')];
+      });
+      for (const name of names) {
+        for (const guess of guesses) expect(name).not.toContain(guess);
+        expect(name).not.toContain(user.email);
+        expect(name).not.toContain(ip);
+      }
+    } finally {
+      redis.disconnect();
+      await app.close();
+      await auth.close();
     }
   });
 });

@@ -45,6 +45,21 @@ describe('request logs', () => {
     }
   });
 
+  it('name the method, path and route of a request, never its query string', async () => {
+    const { app, lines } = await gatewayLogging('info');
+    try {
+      const response = await app.inject({ url: '/v1/probe?email=ada@example.test&firstName=Ada', headers: { 'x-request-id': 'req-q' } });
+      expect(response.statusCode).toBe(200);
+      const incoming = lines.find((line) => line.msg === 'incoming request');
+      expect(incoming).toMatchObject({ reqId: 'req-q', req: { method: 'GET', url: '/v1/probe', route: '/v1/probe' } });
+      const written = JSON.stringify(lines);
+      expect(written).not.toContain('ada@example.test');
+      expect(written).not.toContain('firstName=Ada');
+    } finally {
+      await app.close();
+    }
+  });
+
   it('cost no pino child logger for a request that writes no line', async () => {
     const { app, logger } = await gatewayLogging('warn');
     try {

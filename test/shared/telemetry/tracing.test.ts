@@ -48,6 +48,13 @@ describe('when tracing is on', () => {
           dataKeys: testDataKeys(db.pool),
         }),
       ),
+      publicRoutes: [
+        async (root) => {
+          root.get('/boom', async () => {
+            throw new Error('the service broke');
+          });
+        },
+      ],
       tracing: tracing.fastifyPlugin,
     });
   });
@@ -116,5 +123,52 @@ describe('when tracing is on', () => {
       exporter.getFinishedSpans().find((s) => s.instrumentationScope.name === '@fastify/otel' && s.parentSpanContext === undefined),
     );
     expect(request.attributes['http.response.status_code']).toBe(413);
+  });
+
+  /** The spans of the one request `send` makes, once its root span ended, as the exporter has them. */
+  async function requestSpans(send: () => Promise<unknown>): Promise<ReadableSpan[]> {
+    exporter.reset();
+    await send();
+    const root = await waitFor(() =>
+      exporter.getFinishedSpans().find((s) => s.instrumentationScope.name === '@fastify/otel' && s.parentSpanContext === undefined),
+    );
+    return exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === root.spanContext().traceId);
+  }
+
+  const exported = (spans: readonly ReadableSpan[]) =>
+    JSON.stringify(spans.map((s) => ({ name: s.name, attributes: s.attributes, status: s.status, events: s.events })));
+
+  it('exports no address of a refused duplicate hire, and no exception for a client error', async () => {
+    const tenant = await provisionTenant(db.pool);
+    const headers = await authHeaders(auth, tenant, 'hr_manager');
+    const payload = { email: 'taken.twice@example.test', firstName: 'First', lastName: 'Holder' };
+    expect((await app.inject({ method: 'POST', url: '/v1/employees', headers, payload })).statusCode).toBe(201);
+
+    const spans = await requestSpans(async () => {
+      const again = await app.inject({ method: 'POST', url: '/v1/employees', headers, payload: { ...payload, firstName: 'Second' } });
+      expect(again.statusCode).toBe(409);
+      expect(again.json()).toMatchObject({ field: 'email' });
+      expect(again.body).not.toContain('taken.twice');
+    });
+    expect(exported(spans)).not.toContain('taken.twice');
+    // The request's spans, that is: the store's own span of the refused append records its conflict (no address in it).
+    const http = spans.filter((s) => s.instrumentationScope.name === '@fastify/otel');
+    expect(http.flatMap((s) => s.events.map((e) => e.name))).not.toContain('exception');
+  });
+
+  it("keeps a request's query string out of its span", async () => {
+    const tenant = await provisionTenant(db.pool);
+    const headers = await authHeaders(auth, tenant, 'hr_manager');
+    const spans = await requestSpans(() => app.inject({ method: 'GET', url: '/v1/employees?email=queried@example.test', headers }));
+    const root = spans.find((s) => s.parentSpanContext === undefined);
+    expect(root?.attributes['url.path']).toBe('/v1/employees');
+    expect(exported(spans)).not.toContain('queried');
+  });
+
+  it('still records the exception of a server error on the request span', async () => {
+    const spans = await requestSpans(() => app.inject({ method: 'GET', url: '/boom' }));
+    const root = spans.find((s) => s.parentSpanContext === undefined);
+    expect(root?.attributes['http.response.status_code']).toBe(500);
+    expect(root?.events.find((e) => e.name === 'exception')?.attributes?.['exception.message']).toBe('the service broke');
   });
 });
