@@ -33,13 +33,17 @@ export async function listOffboardings(pool: DatabasePool, tenantId?: string): P
 }
 
 /**
- * Every offboarding recorded (of one tenant, when given), each once, at its first `offboardedAt`:
- * in a copy of the ledger kept outside the backups (`kept`) and in the ledger table.
+ * The offboardings a restore undid: in the copy of the ledger kept outside the backups (`kept`),
+ * of one tenant when given, each at its first `offboardedAt`, but not in the ledger table. A
+ * tenant the restored database records as offboarded was offboarded in it (its logins were
+ * forgotten in that very transaction): the logins it has now were made since, by a tenant taken
+ * back into use, and stay.
  */
 export async function offboardingsToReapply(pool: DatabasePool, tenantId?: string, kept: readonly OffboardingEntry[] = []) {
+  const recorded = new Set((await listOffboardings(pool, tenantId)).map((e) => e.tenantId));
   const first = new Map<string, OffboardingEntry>();
-  const fromCopy = kept.filter((e) => tenantId === undefined || e.tenantId === tenantId);
-  for (const entry of [...fromCopy, ...(await listOffboardings(pool, tenantId))]) {
+  for (const entry of kept) {
+    if ((tenantId !== undefined && entry.tenantId !== tenantId) || recorded.has(entry.tenantId)) continue;
     const seen = first.get(entry.tenantId);
     if (!seen || Date.parse(entry.offboardedAt) < Date.parse(seen.offboardedAt)) first.set(entry.tenantId, entry);
   }

@@ -231,6 +231,16 @@ describe('ops employees reapply-erasures, after restoring a backup taken before 
       tenantId,
     ]);
     expect(erased.map((e) => e.employee_id).sort()).toEqual([first, second].sort());
+
+    // The database the offboarding ran in records it: a tenant taken back into use there keeps
+    // the logins and people it has since, whatever copy of the ledgers is re-applied.
+    await createTestUser(db.pool, tenant, 'admin', { email: 'back@restored-tenant.test' });
+    const rehired = await hire(tenantId, 'rehired@restored-tenant.test');
+    const again = await ops(db.url, 'employees', 'reapply-erasures', '--tenant', slug, '--ledger', file);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain('0 tenant offboardings re-applied');
+    expect((await logins(db.url, tenantId)).filter((u) => !u.disabled)).toEqual([{ email: 'back@restored-tenant.test', disabled: false }]);
+    expect(await types(store, tenantId, rehired)).not.toContain('EmployeeErased');
   });
 });
 
