@@ -234,6 +234,6 @@ describe('when the redaction of a stream is recorded again', () => {
     const rows = await db.pool.any(sql.type(z.object({ fields: z.array(z.string()) }))`
       select fields from projection_parked_redactions where stream_id = ${employeeStreamId(tenantId, person.employeeId)}
     `);
-    expect(rows).toEqual([{ fields: ['email', 'firstName', 'lastName', 'previousEmail'] }]);
+    expect(rows).toEqual([{ fields: ['email', 'firstName', 'lastName', 'previousEmail', 'reason'] }]);
   });
 });
