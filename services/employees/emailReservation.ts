@@ -138,8 +138,16 @@ export function newReservationRequest(input: ReservationInput): AppendRequest {
   };
 }
 
-/** An address's reservation stream as read: who holds it, and the revision to append at. */
-type Address = { readonly streamId: string; readonly holder: Holder; readonly expected: ExpectedRevision };
+/**
+ * An address's reservation stream as read: who holds it, who reserved it last (held or released
+ * since), and the revision to append at.
+ */
+type Address = {
+  readonly streamId: string;
+  readonly holder: Holder;
+  readonly lastReserver: string | null;
+  readonly expected: ExpectedRevision;
+};
 
 async function readAddress(store: EventStore, input: Pick<ReservationInput, 'emailHash' | 'tenantId' | 'email'>): Promise<Address> {
   const keyed = emailReservationStreamId(input.emailHash, input.tenantId, input.email);
@@ -147,7 +155,13 @@ async function readAddress(store: EventStore, input: Pick<ReservationInput, 'ema
   const [keyedEvents, legacyEvents] = await Promise.all([store.readStream(keyed), store.readStream(legacy)]);
   // The keyed-hash stream wins once it exists; until then a first-form stream holds the address.
   const [streamId, events] = keyedEvents.length === 0 && legacyEvents.length > 0 ? [legacy, legacyEvents] : [keyed, keyedEvents];
-  return { streamId, holder: currentHolder(events), expected: events.length === 0 ? 'no_stream' : events.length - 1 };
+  const reserved = events.findLast((e) => e.type === 'EmployeeEmailReserved');
+  return {
+    streamId,
+    holder: currentHolder(events),
+    lastReserver: reserved ? (reserved.data as EmailReserved['data']).employeeId : null,
+    expected: events.length === 0 ? 'no_stream' : events.length - 1,
+  };
 }
 
 /** `planReservation` on an address already read. */
@@ -190,12 +204,12 @@ export async function planEmailChange(store: EventStore, input: ReservationInput
   return release ? [reserve, release] : [reserve];
 }
 
-/** The employee who holds `email` now, or null when nobody does. */
-export async function reservationHolder(
+/** The employee who reserved `email` last, whether they hold it still or released it since; null when nobody ever did. */
+export async function lastReserver(
   store: EventStore,
   input: Pick<ReservationInput, 'emailHash' | 'tenantId' | 'email'>,
 ): Promise<string | null> {
-  return (await readAddress(store, input)).holder?.employeeId ?? null;
+  return (await readAddress(store, input)).lastReserver;
 }
 
 /**

@@ -1,14 +1,15 @@
 import type { EventStore } from '../../shared/event-store/port.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { normaliseEmail, type EmployeeEvent } from './contract.ts';
-import { reservationHolder } from './emailReservation.ts';
+import { lastReserver } from './emailReservation.ts';
 
 /**
  * The addresses whose logins an erasure forgets: every one the person had in their history (hired
- * at, changed to, changed from) as far as it still opens, read while their key is whole, but for
- * those another employee holds now. A login at a former address is the person's as much as the one
- * at their last (made by `ops users create`, it stays where it was when their email changes); a
- * login at an address someone else has taken since is that employee's, or is to be given their role.
+ * at, changed to, changed from) as far as it still opens, read while their key is whole, and of
+ * those the ones they were the last to reserve. A login at a former address is the person's as
+ * much as the one at their last (made by `ops users create`, it stays where it was when their
+ * email changes). An address someone reserved after them is that employee's: so is a login at it,
+ * which stays there even once they move on to another address.
  */
 export async function addressesToForget(
   store: EventStore,
@@ -28,6 +29,6 @@ export async function addressesToForget(
     }
   }
   const addresses = [...held.values()];
-  const holders = await Promise.all(addresses.map((email) => reservationHolder(store, { ...person, email })));
-  return addresses.filter((_, i) => holders[i] === null || holders[i] === person.employeeId);
+  const reservers = await Promise.all(addresses.map((email) => lastReserver(store, { ...person, email })));
+  return addresses.filter((_, i) => reservers[i] === person.employeeId);
 }

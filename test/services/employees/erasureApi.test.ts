@@ -172,6 +172,22 @@ describe('when the erased person has a login at an address they held before thei
 
     expect(await rowOf(t.tenant.tenantId, theirs.id)).toEqual({ email: former, disabled: false });
   });
+
+  it('leaves the login at a former address another employee took after them, though they moved on too', async () => {
+    const t = await api.h.tenant('admin');
+    const former = api.uniqueEmail('passed-on');
+    const { employee } = await api.hired(t.headers, { email: former });
+    await moved(t.headers, employee.id, api.uniqueEmail('current'));
+    const next = await api.hired(t.headers, { email: former });
+    const theirs = await loginAt(t.tenant.tenantId, former);
+    // The next employee's login stays at the address they no longer hold: nobody holds it now.
+    await moved(t.headers, next.employee.id, api.uniqueEmail('later'));
+
+    const erased = await api.h.app.inject({ method: 'POST', url: `/v1/employees/${employee.id}/erasure`, headers: t.headers });
+    expect(erased.statusCode).toBe(200);
+
+    expect(await rowOf(t.tenant.tenantId, theirs.id)).toEqual({ email: former, disabled: false });
+  });
 });
 
 describe('who may erase', () => {
