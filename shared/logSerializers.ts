@@ -18,12 +18,22 @@ export function requestForLog(req: LoggedRequest): Record<string, string | undef
 }
 
 /**
- * The fields of an error a log line leaves out, because they quote data: PostgreSQL's `detail`
- * (`Key (email)=(…) already exists`) and `where` (a COPY's failing line), and the row and bound
- * values that slonik's errors carry. Type, message, stack, SQLSTATE `code`, and the constraint,
- * table and column names stay: they say what failed without saying whose.
+ * The fields of an error a log line leaves out, because they quote data: the row and bound values
+ * that slonik's errors carry, and PostgreSQL's `detail` and `where` where they quote it (below).
+ * Type, message, stack, SQLSTATE `code`, and the constraint, table and column names stay: they
+ * say what failed without saying whose.
  */
-const WITHHELD_ERROR_FIELDS = ['detail', 'where', 'row', 'values'] as const;
+const WITHHELD_ERROR_FIELDS = ['row', 'values'] as const;
+
+/**
+ * A `detail` quotes values for data exceptions and integrity violations (SQLSTATE classes 22 and
+ * 23: `Key (email)=(…) already exists`), and may for an error that gives no SQLSTATE; otherwise
+ * it says which processes deadlocked or what blocked, which operators need.
+ */
+const detailQuotesData = (sqlState: string | undefined): boolean => sqlState === undefined || /^2[23]/.test(sqlState);
+
+/** A `where` is kept (the PL/pgSQL function and line) unless it is a COPY's, which quotes the failing line. */
+const whereQuotesData = (where: unknown): boolean => typeof where !== 'string' || /\bCOPY\b/.test(where);
 
 type SerializedError = pino.SerializedError;
 
@@ -48,6 +58,8 @@ export function errorForLog(err: unknown): unknown {
  */
 function withheld(line: SerializedError, err: Error): SerializedError {
   for (const field of WITHHELD_ERROR_FIELDS) delete line[field];
+  if ('detail' in line && detailQuotesData(sqlStateOf(err))) delete line.detail;
+  if ('where' in line && whereQuotesData(line.where)) delete line.where;
   const held = err as unknown as Record<string, unknown>;
   for (const [field, value] of Object.entries(line)) stripNested(value, held[field]);
   const errors = held.errors;

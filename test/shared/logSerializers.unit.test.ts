@@ -56,6 +56,18 @@ describe('an error in a log line', () => {
     expect(JSON.stringify(line)).not.toContain('ada@example.test');
   });
 
+  it("keeps a deadlock's detail and the function a PL/pgSQL error was raised in: they quote no data", () => {
+    const deadlock = Object.assign(new pg.DatabaseError('deadlock detected', 0, 'error'), {
+      code: '40P01',
+      detail: 'Process 101 waits for ShareLock on transaction 7; blocked by process 102.',
+      where: 'PL/pgSQL function es_append_batch(integer[],text[]) line 42 at SQL statement',
+    });
+    expect(errorForLog(deadlock)).toMatchObject({ detail: deadlock.detail, where: deadlock.where });
+    // The same detail without a SQLSTATE to tell what it is: left out.
+    const unknown = Object.assign(new Error('failed'), { detail: 'Key (email)=(ada@example.test) already exists.' });
+    expect(errorForLog(unknown)).not.toHaveProperty('detail');
+  });
+
   it('leaves out the row and bound values a schema validation error carries', () => {
     const error = new SchemaValidationError(
       { sql: 'select email from users where id = $1', values: ['grace@example.test'] },
