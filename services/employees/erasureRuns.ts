@@ -26,7 +26,7 @@ export async function scanEmployees(
   // tenants write, every page moves, and such a scan would never end. Whatever committed before
   // this point is at or before it; what commits later is the next scan's (eraseTenantEmployees
   // scans again until it finds nobody new).
-  const head = await log.headPosition();
+  let head = await log.headPosition();
   let after = START;
   while (comparePositions(after, head) < 0) {
     const page = await log.readAll({ after, maxCount: 10_000, eventTypes: ['EmployeeHired', 'EmployeeErased'] });
@@ -37,8 +37,14 @@ export async function scanEmployees(
       else erased.push({ ...stream, erasedAt: (event.data as EmployeeErased['data']).erasedAt });
     }
     // Nothing readable yet past `after`, short of the head: an append below the head has not
-    // committed, and the log holds back what follows it until it does (a moment).
-    if (comparePositions(page.checkpoint, after) === 0) await sleep(IN_FLIGHT_POLL_MS);
+    // committed, and the log holds back what follows it until it does (a moment). Or the head's
+    // own row is gone (rewritten away by the reservations' conversion): the head is taken again,
+    // never later than before, so the scan still ends.
+    if (comparePositions(page.checkpoint, after) === 0) {
+      const now = await log.headPosition();
+      if (comparePositions(now, head) < 0) head = now;
+      await sleep(IN_FLIGHT_POLL_MS);
+    }
     after = page.checkpoint;
   }
   return { hired, erased };

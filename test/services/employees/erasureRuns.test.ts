@@ -77,6 +77,29 @@ describe('when other tenants keep writing while a tenant is scanned', () => {
     expect(hired).toEqual(ids.map((employeeId) => ({ tenantId, employeeId, recordedAt: expect.any(String) })));
   });
 
+  it('the scan ends when the row at the head it started from is gone (rewritten away meanwhile)', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const id = await hire(tenantId);
+    let reads = 0;
+    let heads = 0;
+    const rewritten: EventStore = {
+      ...log,
+      // The first head names a row deleted since: the log never reads up to it.
+      headPosition: async () => {
+        const real = await log.headPosition();
+        return heads++ === 0 ? { commit: real.commit + 1_000n, prepare: 0n } : real;
+      },
+      readAll: async (options) => {
+        if (++reads > 50) throw new Error('the scan kept reading towards a head that is gone');
+        return log.readAll(options);
+      },
+    };
+
+    const { hired } = await scanEmployees(rewritten, tenantId);
+
+    expect(hired.map((h) => h.employeeId)).toEqual([id]);
+  });
+
   it('the offboarding ends, and erases a hire of the tenant committed while it ran', async () => {
     const { tenantId } = await provisionTenant(db.pool);
     const other = await provisionTenant(db.pool);
