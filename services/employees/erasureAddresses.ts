@@ -5,8 +5,8 @@ import { lastReserver } from './emailReservation.ts';
 
 /**
  * The addresses whose logins an erasure forgets: every one the person had in their history (hired
- * at, changed to, changed from) as far as it still opens, read while their key is whole, and of
- * those the ones they were the last to reserve. A login at a former address is the person's as
+ * at, changed to, changed from) as far as it still opens, read while their key is whole, but
+ * those another employee reserved after them. A login at a former address is the person's as
  * much as the one at their last (made by `ops users create`, it stays where it was when their
  * email changes). An address someone reserved after them is that employee's: so is a login at it,
  * which stays there even once they move on to another address.
@@ -30,5 +30,6 @@ export async function addressesToForget(
   }
   const addresses = [...held.values()];
   const reservers = await Promise.all(addresses.map((email) => lastReserver(store, { ...person, email })));
-  return addresses.filter((_, i) => reservers[i] === person.employeeId);
+  // Nobody: an address no reservation ever bound (data from before reservations) is theirs alone.
+  return addresses.filter((_, i) => reservers[i] === null || reservers[i] === person.employeeId);
 }

@@ -19,8 +19,8 @@ import { listErasures, recordErasure, type ErasureEntry } from './erasureLedger.
 export async function scanEmployees(
   log: EventStore,
   tenantId?: string,
-): Promise<{ readonly hired: ReadonlyArray<Hire>; readonly erased: readonly ErasureEntry[] }> {
-  const hired: Hire[] = [];
+): Promise<{ readonly hired: ReadonlyArray<{ tenantId: string; employeeId: string }>; readonly erased: readonly ErasureEntry[] }> {
+  const hired: Array<{ tenantId: string; employeeId: string }> = [];
   const erased: ErasureEntry[] = [];
   // Up to the head as it is when the scan starts, not until a page moves nothing: while other
   // tenants write, every page moves, and such a scan would never end. Whatever committed before
@@ -33,7 +33,7 @@ export async function scanEmployees(
     for (const event of page.events) {
       const stream = parseEmployeeStreamId(event.streamId);
       if (!stream || (tenantId !== undefined && stream.tenantId !== tenantId)) continue;
-      if (event.type === 'EmployeeHired') hired.push({ ...stream, recordedAt: event.recordedAt });
+      if (event.type === 'EmployeeHired') hired.push(stream);
       else erased.push({ ...stream, erasedAt: (event.data as EmployeeErased['data']).erasedAt });
     }
     // Nothing readable yet past `after`, short of the head: an append below the head has not
@@ -49,9 +49,6 @@ export async function scanEmployees(
   }
   return { hired, erased };
 }
-
-/** A hire the log has: whose, and when the log recorded it. */
-type Hire = { readonly tenantId: string; readonly employeeId: string; readonly recordedAt: string };
 
 /** How long a scan waits before reading again past an append still in flight. */
 const IN_FLIGHT_POLL_MS = 20;
@@ -95,17 +92,15 @@ export async function eraseAll(
  * Every erasure recorded (of one tenant, when given), each once, at its first `erasedAt`: in a
  * copy of the ledger kept outside the backups (`kept`: a restore rolls the ledger table back with
  * everything else), in the ledger table, and in the log (on KurrentDB the log is newer than a
- * restored PostgreSQL backup and its keys). Then everyone else the log has of a tenant whose
- * offboarding a restore undid (`offboarded`: tenant id → when), hired before it: an offboarding
- * stopped before it erased them all, or a hire that slipped in after its last scan, is finished
- * here rather than brought back. Whoever the tenant hired after its offboarding, taken back into
- * use, stays.
+ * restored PostgreSQL backup and its keys). Then everyone else the log has of an `offboarded`
+ * tenant, to be erased now: an offboarding stopped before it erased them all, or a hire that
+ * slipped in after its last scan, is finished here rather than brought back.
  */
 export async function erasuresToReapply(
   ports: Pick<ErasurePorts, 'log' | 'pool'>,
   tenantId?: string,
   kept: readonly ErasureEntry[] = [],
-  offboarded: ReadonlyMap<string, string> = new Map(),
+  offboarded: ReadonlySet<string> = new Set(),
 ): Promise<Array<{ readonly tenantId: string; readonly employeeId: string; readonly erasedAt?: string }>> {
   const [ledger, log] = await Promise.all([listErasures(ports.pool, tenantId), scanEmployees(ports.log, tenantId)]);
   const first = new Map<string, ErasureEntry>();
@@ -115,12 +110,8 @@ export async function erasuresToReapply(
     const seen = first.get(key);
     if (!seen || Date.parse(entry.erasedAt) < Date.parse(seen.erasedAt)) first.set(key, entry);
   }
-  const hiredBefore = (h: Hire) => {
-    const offboardedAt = offboarded.get(h.tenantId);
-    return offboardedAt !== undefined && Date.parse(h.recordedAt) <= Date.parse(offboardedAt);
-  };
-  const rest = log.hired.filter((h) => hiredBefore(h) && !first.has(`${h.tenantId}/${h.employeeId}`));
-  return [...first.values(), ...rest.map(({ tenantId, employeeId }) => ({ tenantId, employeeId }))];
+  const rest = log.hired.filter((h) => offboarded.has(h.tenantId) && !first.has(`${h.tenantId}/${h.employeeId}`));
+  return [...first.values(), ...rest];
 }
 
 /**

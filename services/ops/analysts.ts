@@ -1,3 +1,4 @@
+import { refuseOffboarded } from '../tenants/offboardingLedger.ts';
 import { randomBytes } from 'node:crypto';
 import { text } from 'node:stream/consumers';
 import { InvalidArgumentError, type Command } from 'commander';
@@ -87,6 +88,7 @@ export function registerAnalystCommands(program: Command): void {
           const password = given ?? randomBytes(24).toString('base64url');
           await withConfiguredRuntime(async ({ pool, databaseUrl }) => {
             const tenantId = await tenantIdOf(pool, slug);
+            await refuseOffboarded(pool, tenantId, slug);
             await createAnalystLogin(pool, {
               name: login,
               tenantId,

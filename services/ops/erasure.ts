@@ -102,7 +102,7 @@ export function registerErasureCommands(program: Command): void {
   employees
     .command('reapply-erasures')
     .description(
-      'after restoring a backup: offboard again every tenant the restore brought back and erase again everyone the ledgers (here and in --ledger) or the log record',
+      'after restoring a backup: offboard again every tenant and erase again everyone the ledgers (here and in --ledger) or the log record',
     )
     .option('--tenant <slug>', 'only this tenant', parseSlug)
     .option('--ledger <file>', 'a copy of the ledgers from `employees erasures`, newer than the backup')
@@ -122,7 +122,7 @@ export function registerErasureCommands(program: Command): void {
             unfinished: cuts.flatMap((c) => c.unfinished),
           };
           const ports = portsOf(runtime);
-          const offboarded = new Map(offboardings.map((o) => [o.tenantId, o.offboardedAt]));
+          const offboarded = new Set(offboardings.map((o) => o.tenantId));
           const entries = await erasuresToReapply(ports, tenantId, kept.employees, offboarded);
           const bar = employeesBar('reapply-erasures');
           const counts = await eraseAll(ports, entries, 'ops:employees reapply-erasures', bar.update).finally(bar.stop);

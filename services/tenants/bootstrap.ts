@@ -10,7 +10,7 @@ import { provisionTenant } from './provision.ts';
 export async function bootstrapTenant(
   pool: DatabasePool,
   config: Pick<Config, 'BOOTSTRAP_TENANT' | 'BOOTSTRAP_PLAN' | 'BOOTSTRAP_ADMIN_EMAIL' | 'BOOTSTRAP_ADMIN_PASSWORD'>,
-  logger: { info(context: object, message: string): void },
+  logger: { info(context: object, message: string): void; warn(context: object, message: string): void },
 ): Promise<void> {
   const slug = config.BOOTSTRAP_TENANT;
   if (!slug) return;
@@ -19,6 +19,10 @@ export async function bootstrapTenant(
       ? { email: config.BOOTSTRAP_ADMIN_EMAIL, password: config.BOOTSTRAP_ADMIN_PASSWORD }
       : undefined;
   const result = await provisionTenant(pool, { slug, plan: config.BOOTSTRAP_PLAN, ...(admin ? { admin } : {}) });
+  if (result.offboarded) {
+    logger.warn({ tenant: slug }, 'bootstrap tenant was offboarded: not provisioned (name another BOOTSTRAP_TENANT)');
+    return;
+  }
   logger.info(
     { tenant: slug, plan: result.tenant.plan, tenantCreated: result.created, adminCreated: result.adminCreated },
     result.created || result.adminCreated ? 'bootstrap tenant provisioned' : 'bootstrap tenant already present',

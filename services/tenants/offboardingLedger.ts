@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ignoredRows, sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
+import { ConflictError } from '../../shared/errors.ts';
 
 /**
  * The offboarding ledger (`tenant_offboardings`): which tenants were erased and when, nothing
@@ -18,6 +19,25 @@ export async function recordOffboarding(tx: Queryable, entry: OffboardingEntry):
   `);
 }
 
+const offboardedRow = z.object({ offboarded: z.boolean() });
+
+/** Whether the tenant was offboarded (`db` as the service's own role: the ledger is granted to no other). */
+export async function isOffboarded(db: Queryable, tenantId: string): Promise<boolean> {
+  return db.oneFirst(sql.type(offboardedRow)`
+    select exists (select 1 from tenant_offboardings where tenant_id = ${tenantId}) as offboarded
+  `);
+}
+
+/**
+ * An offboarding is final: nobody is given a login or a database login in that tenant again. A
+ * tenant taken back into use would mix people hired since with those a restored backup brings
+ * back, and `reapply-erasures`, which offboards such a tenant again whole, would erase them too.
+ * A customer who comes back gets a new tenant.
+ */
+export async function refuseOffboarded(db: Queryable, tenantId: string, slug: string): Promise<void> {
+  if (await isOffboarded(db, tenantId)) throw new ConflictError(`tenant ${slug} was offboarded (tenants erase): it takes no new logins`);
+}
+
 const entryRow = z.object({ tenant_id: z.string(), offboarded_at: z.string() });
 
 /** Every offboarding (of one tenant, when given), oldest first. */
@@ -33,17 +53,13 @@ export async function listOffboardings(pool: DatabasePool, tenantId?: string): P
 }
 
 /**
- * The offboardings a restore undid: in the copy of the ledger kept outside the backups (`kept`),
- * of one tenant when given, each at its first `offboardedAt`, but not in the ledger table. A
- * tenant the restored database records as offboarded was offboarded in it (its logins were
- * forgotten in that very transaction): the logins it has now were made since, by a tenant taken
- * back into use, and stay.
+ * Every offboarding recorded (of one tenant, when given), each once, at its first `offboardedAt`:
+ * in a copy of the ledger kept outside the backups (`kept`) and in the ledger table.
  */
 export async function offboardingsToReapply(pool: DatabasePool, tenantId?: string, kept: readonly OffboardingEntry[] = []) {
-  const recorded = new Set((await listOffboardings(pool, tenantId)).map((e) => e.tenantId));
   const first = new Map<string, OffboardingEntry>();
-  for (const entry of kept) {
-    if ((tenantId !== undefined && entry.tenantId !== tenantId) || recorded.has(entry.tenantId)) continue;
+  const fromCopy = kept.filter((e) => tenantId === undefined || e.tenantId === tenantId);
+  for (const entry of [...fromCopy, ...(await listOffboardings(pool, tenantId))]) {
     const seen = first.get(entry.tenantId);
     if (!seen || Date.parse(entry.offboardedAt) < Date.parse(seen.offboardedAt)) first.set(entry.tenantId, entry);
   }

@@ -3,6 +3,7 @@ import { withTenant, type DatabasePool } from '../../shared/db/pool.ts';
 import type { Plan, RateLimitOverride } from '../gateway/requestContext.ts';
 import { ensureBuiltInRoles } from '../auth/roles.ts';
 import { createUser, findUserByEmail } from '../auth/users.ts';
+import { isOffboarded } from './offboardingLedger.ts';
 import { ensureTenant, type Tenant } from './tenants.ts';
 
 export type ProvisionTenantInput = {
@@ -13,7 +14,13 @@ export type ProvisionTenantInput = {
   readonly admin?: { readonly email: string; readonly password: string };
 };
 
-export type ProvisionTenantResult = { readonly tenant: Tenant; readonly created: boolean; readonly adminCreated: boolean };
+export type ProvisionTenantResult = {
+  readonly tenant: Tenant;
+  readonly created: boolean;
+  readonly adminCreated: boolean;
+  /** The tenant was offboarded: nothing was provisioned (an offboarding is final). */
+  readonly offboarded: boolean;
+};
 
 /**
  * Creates a tenant, its built-in roles and (optionally) its first admin. Idempotent: each step
@@ -27,6 +34,7 @@ export async function provisionTenant(pool: DatabasePool, input: ProvisionTenant
     plan: input.plan,
     rateLimitOverride: input.rateLimitOverride ?? null,
   });
+  if (await isOffboarded(pool, tenant.id)) return { tenant, created, adminCreated: false, offboarded: true };
   const admin = input.admin;
   const ensureRolesAndAdmin = () =>
     withTenant(pool, tenant.id, async (tx) => {
@@ -45,5 +53,5 @@ export async function provisionTenant(pool: DatabasePool, input: ProvisionTenant
     if (!(error instanceof UniqueIntegrityConstraintViolationError)) throw error;
     adminCreated = await ensureRolesAndAdmin();
   }
-  return { tenant, created, adminCreated };
+  return { tenant, created, adminCreated, offboarded: false };
 }

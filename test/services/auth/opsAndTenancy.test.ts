@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AuthContext } from '../../../services/gateway/requestContext.ts';
 import { authenticated, type AuthDeps } from '../../../services/auth/plugin.ts';
+import { cutTenantAccess } from '../../../services/tenants/offboarding.ts';
 import { bootstrapTenant } from '../../../services/tenants/bootstrap.ts';
 import { findTenantBySlug } from '../../../services/tenants/tenants.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
@@ -111,7 +112,11 @@ describe('when the service starts with BOOTSTRAP_*', () => {
       BOOTSTRAP_ADMIN_PASSWORD: 'root-password',
     };
     const starts: Array<{ tenantCreated?: boolean; adminCreated?: boolean }> = [];
-    const logger = { info: (context: object) => void starts.push(context) };
+    const warnings: string[] = [];
+    const logger = {
+      info: (context: object) => void starts.push(context),
+      warn: (_: object, message: string) => void warnings.push(message),
+    };
     // Two gateways starting at once, then a restart with a different password and plan.
     await Promise.all([bootstrapTenant(db.pool, config, logger), bootstrapTenant(db.pool, config, logger)]);
     await bootstrapTenant(db.pool, { ...config, BOOTSTRAP_PLAN: 'starter', BOOTSTRAP_ADMIN_PASSWORD: 'changed-password' }, logger);
@@ -121,5 +126,12 @@ describe('when the service starts with BOOTSTRAP_*', () => {
     expect((await findTenantBySlug(db.pool, slug))?.plan).toBe('pro');
     expect((await login(slug, 'root@boot.test', 'root-password')).statusCode).toBe(200);
     expect((await login(slug, 'root@boot.test', 'changed-password')).statusCode).toBe(401);
+
+    // Offboarded, it is final: a start with another admin address gives the tenant no login again.
+    const tenant = await findTenantBySlug(db.pool, slug);
+    await cutTenantAccess(db.pool, { tenantId: tenant?.id ?? '', offboardedAt: new Date().toISOString() });
+    await bootstrapTenant(db.pool, { ...config, BOOTSTRAP_ADMIN_EMAIL: 'again@boot.test' }, logger);
+    expect(warnings).toEqual([expect.stringContaining('offboarded')]);
+    expect((await login(slug, 'again@boot.test', 'root-password')).statusCode).toBe(401);
   });
 });

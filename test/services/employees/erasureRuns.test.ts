@@ -74,7 +74,7 @@ describe('when other tenants keep writing while a tenant is scanned', () => {
 
     const { hired } = await scanEmployees(busyLog(other.tenantId), tenantId);
 
-    expect(hired).toEqual(ids.map((employeeId) => ({ tenantId, employeeId, recordedAt: expect.any(String) })));
+    expect(hired).toEqual(ids.map((employeeId) => ({ tenantId, employeeId })));
   });
 
   it('the scan ends when the row at the head it started from is gone (rewritten away meanwhile)', async () => {
