@@ -3,16 +3,21 @@ import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { LOG_REDACT_PATHS } from '../../shared/logger.ts';
 
+/** A logger with the service's redaction, and the lines it wrote. */
+function redactingLogger() {
+  const written: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      written.push(chunk.toString());
+      done();
+    },
+  });
+  return { logger: pino({ redact: LOG_REDACT_PATHS }, sink), written };
+}
+
 describe('when a log line carries an employee or a login', () => {
   it('writes none of their personal fields', () => {
-    const written: string[] = [];
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        written.push(chunk.toString());
-        done();
-      },
-    });
-    const logger = pino({ redact: LOG_REDACT_PATHS }, sink);
+    const { logger, written } = redactingLogger();
     logger.info(
       {
         employee: { id: '01JNGZ0000000000000000000A', email: 'ada@example.com', firstName: 'Ada', lastName: 'Lovelace' },
@@ -29,14 +34,7 @@ describe('when a log line carries an employee or a login', () => {
   });
 
   it('writes none of them at the top of the line or nested deeper', () => {
-    const written: string[] = [];
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        written.push(chunk.toString());
-        done();
-      },
-    });
-    const logger = pino({ redact: LOG_REDACT_PATHS }, sink);
+    const { logger, written } = redactingLogger();
     logger.info({ email: 'top@example.com', firstName: 'Topfirst', lastName: 'Toplast' }, 'top level');
     logger.info({ event: { data: { email: 'two@example.com', previousEmail: 'twoold@example.com' } } }, 'two down');
     logger.info({ page: { event: { data: { firstName: 'Deepfirst', lastName: 'Deeplast' } } } }, 'three down');
@@ -48,14 +46,7 @@ describe('when a log line carries an employee or a login', () => {
   });
 
   it('writes none of them under their column names either (a row logged as read)', () => {
-    const written: string[] = [];
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        written.push(chunk.toString());
-        done();
-      },
-    });
-    const logger = pino({ redact: LOG_REDACT_PATHS }, sink);
+    const { logger, written } = redactingLogger();
     logger.info({ first_name: 'Rowfirst', last_name: 'Rowlast' }, 'top level');
     logger.info(
       { row: { id: '01JNGZ0000000000000000000B', email: 'row@example.com', first_name: 'Nestfirst', last_name: 'Nestlast' } },
