@@ -30,6 +30,18 @@ export async function addressesToForget(
   }
   const addresses = [...held.values()];
   const reservers = await Promise.all(addresses.map((email) => lastReserver(store, { ...person, email })));
-  // Nobody: an address no reservation ever bound (data from before reservations) is theirs alone.
-  return addresses.filter((_, i) => reservers[i] === null || reservers[i] === person.employeeId);
+  // An address no reservation ever bound (data from before reservations): their last is theirs,
+  // as the erasure has always held; a former one may be another's now, unreserved as well.
+  const last = current(history);
+  return addresses.filter((email, i) => reservers[i] === person.employeeId || (reservers[i] === null && normaliseEmail(email) === last));
+}
+
+/** The person's address after their history, normalised; null when none opens. */
+function current(history: readonly EmployeeEvent[]): string | null {
+  let email: string | null = null;
+  for (const event of history) {
+    if (event.type === 'EmployeeHired' || event.type === 'EmployeeEmailChanged')
+      email = event.data.email === null ? null : normaliseEmail(event.data.email);
+  }
+  return email;
 }

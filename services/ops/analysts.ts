@@ -1,4 +1,4 @@
-import { refuseOffboarded } from '../tenants/offboardingLedger.ts';
+import { offboardedError, unlessOffboarded } from '../tenants/offboardingLedger.ts';
 import { randomBytes } from 'node:crypto';
 import { text } from 'node:stream/consumers';
 import { InvalidArgumentError, type Command } from 'commander';
@@ -88,15 +88,17 @@ export function registerAnalystCommands(program: Command): void {
           const password = given ?? randomBytes(24).toString('base64url');
           await withConfiguredRuntime(async ({ pool, databaseUrl }) => {
             const tenantId = await tenantIdOf(pool, slug);
-            await refuseOffboarded(pool, tenantId, slug);
-            await createAnalystLogin(pool, {
-              name: login,
-              tenantId,
-              password,
-              connectionLimit: options.connectionLimit,
-              statementTimeoutSeconds: options.statementTimeout,
-              idleSessionTimeoutSeconds: options.idleSessionTimeout,
-            });
+            const made = await unlessOffboarded(pool, tenantId, (tx) =>
+              createAnalystLogin(tx, {
+                name: login,
+                tenantId,
+                password,
+                connectionLimit: options.connectionLimit,
+                statementTimeoutSeconds: options.statementTimeout,
+                idleSessionTimeoutSeconds: options.idleSessionTimeout,
+              }),
+            );
+            if (made.offboarded) throw offboardedError(slug);
             process.stdout.write(
               `created analyst login ${login} for tenant ${slug} (${tenantId}): read-only, ` +
                 `${options.statementTimeout} s statement timeout, at most ${options.connectionLimit} connections\n` +

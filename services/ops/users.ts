@@ -4,7 +4,7 @@ import { NotFoundError } from '../../shared/errors.ts';
 import { BUILT_IN_ROLES } from '../auth/permissions.ts';
 import { MIN_PASSWORD_LENGTH } from '../auth/passwords.ts';
 import { createUser, disableUser, listUsers, setUserRole, type User } from '../auth/users.ts';
-import { refuseOffboarded } from '../tenants/offboardingLedger.ts';
+import { offboardedError, unlessOffboarded } from '../tenants/offboardingLedger.ts';
 import { findTenantBySlug } from '../tenants/tenants.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { DatabaseTransactionConnection } from '../../shared/db/pool.ts';
@@ -40,8 +40,10 @@ export function registerUserCommands(program: Command): void {
           throw new InvalidArgumentError(`--password must have at least ${MIN_PASSWORD_LENGTH} characters`);
         await withConfiguredDatabase(async (pool) => {
           const tenant = await findTenantBySlug(pool, slug);
-          if (tenant) await refuseOffboarded(pool, tenant.id, slug);
-          const user = await inTenant(pool, slug, (tx, tenantId) => createUser(tx, { ...options, tenantId }));
+          if (!tenant) throw new NotFoundError(`no tenant ${slug}`);
+          const made = await unlessOffboarded(pool, tenant.id, (tx) => createUser(tx, { ...options, tenantId: tenant.id }));
+          if (made.offboarded) throw offboardedError(slug);
+          const user = made.value;
           process.stdout.write(`${describeUser(user)}\n`);
         });
       }),

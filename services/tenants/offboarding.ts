@@ -1,7 +1,7 @@
 import { ignoredRows, sql, type DatabasePool } from '../../shared/db/pool.ts';
 import { forgetTenantAccounts } from '../auth/forgetAccount.ts';
 import { revocableAnalystLogins, revokeAnalystLogin } from '../analysts/logins.ts';
-import { recordOffboarding, type OffboardingEntry } from './offboardingLedger.ts';
+import { holdOffboarding, recordOffboarding, type OffboardingEntry } from './offboardingLedger.ts';
 
 export type AccessCut = {
   /** Logins that lost their address and were disabled now (0 when they were before). */
@@ -24,6 +24,7 @@ export async function cutTenantAccess(pool: DatabasePool, entry: OffboardingEntr
     // As the owner, not the tenant role, which has no right to the ledger; `users` and
     // `refresh_tokens` force row-level security on the owner too, so this is the tenant's transaction.
     await tx.query(sql.type(ignoredRows)`select set_config('app.tenant_id', ${entry.tenantId}, true)`);
+    await holdOffboarding(tx, entry.tenantId, 'exclusive');
     await recordOffboarding(tx, entry);
     return forgetTenantAccounts(tx, entry.tenantId);
   });

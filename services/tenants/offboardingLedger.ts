@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ignoredRows, sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
+import { ignoredRows, sql, type DatabasePool, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
 import { ConflictError } from '../../shared/errors.ts';
 
 /**
@@ -29,13 +29,48 @@ export async function isOffboarded(db: Queryable, tenantId: string): Promise<boo
 }
 
 /**
+ * Orders a tenant's offboarding and whatever would give the tenant a login, until the caller's
+ * transaction ends: the offboarding takes it exclusively before it records itself and forgets the
+ * logins, a creator shared before it reads the ledger and creates (`unlessOffboarded`). So a login is either
+ * made before the offboarding, and forgotten by it, or refused after it; never made unseen in
+ * between. An advisory lock, as creators run as the tenant role, which cannot lock the ledger.
+ */
+export async function holdOffboarding(tx: Queryable, tenantId: string, mode: 'exclusive' | 'shared'): Promise<void> {
+  const key = sql.fragment`hashtextextended(${`tenant-offboarding:${tenantId}`}, 0)`;
+  await tx.query(
+    mode === 'exclusive'
+      ? sql.type(ignoredRows)`select pg_advisory_xact_lock(${key})`
+      : sql.type(ignoredRows)`select pg_advisory_xact_lock_shared(${key})`,
+  );
+}
+
+/**
  * An offboarding is final: nobody is given a login or a database login in that tenant again. A
  * tenant taken back into use would mix people hired since with those a restored backup brings
  * back, and `reapply-erasures`, which offboards such a tenant again whole, would erase them too.
  * A customer who comes back gets a new tenant.
  */
-export async function refuseOffboarded(db: Queryable, tenantId: string, slug: string): Promise<void> {
-  if (await isOffboarded(db, tenantId)) throw new ConflictError(`tenant ${slug} was offboarded (tenants erase): it takes no new logins`);
+export const offboardedError = (slug: string): ConflictError =>
+  new ConflictError(`tenant ${slug} was offboarded (tenants erase): it takes no new logins`);
+
+/**
+ * `work` in a transaction of the tenant's that an offboarding cannot overtake unseen: as the
+ * service's own role with the tenant set (`app.tenant_id`; the login tables force row-level
+ * security on that role too, as the offboarding's own transaction relies on), the offboarding
+ * lock held shared, and the ledger read after it (the tenant role could not read it). `offboarded`
+ * and nothing done when the tenant was offboarded.
+ */
+export async function unlessOffboarded<T>(
+  pool: DatabasePool,
+  tenantId: string,
+  work: (tx: DatabaseTransactionConnection) => Promise<T>,
+): Promise<{ readonly offboarded: true } | { readonly offboarded: false; readonly value: T }> {
+  return pool.transaction(async (tx) => {
+    await tx.query(sql.type(ignoredRows)`select set_config('app.tenant_id', ${tenantId}, true)`);
+    await holdOffboarding(tx, tenantId, 'shared');
+    if (await isOffboarded(tx, tenantId)) return { offboarded: true as const };
+    return { offboarded: false as const, value: await work(tx) };
+  });
 }
 
 const entryRow = z.object({ tenant_id: z.string(), offboarded_at: z.string() });

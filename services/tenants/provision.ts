@@ -1,9 +1,9 @@
 import { UniqueIntegrityConstraintViolationError } from 'slonik';
-import { withTenant, type DatabasePool } from '../../shared/db/pool.ts';
+import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { Plan, RateLimitOverride } from '../gateway/requestContext.ts';
 import { ensureBuiltInRoles } from '../auth/roles.ts';
 import { createUser, findUserByEmail } from '../auth/users.ts';
-import { isOffboarded } from './offboardingLedger.ts';
+import { unlessOffboarded } from './offboardingLedger.ts';
 import { ensureTenant, type Tenant } from './tenants.ts';
 
 export type ProvisionTenantInput = {
@@ -34,10 +34,10 @@ export async function provisionTenant(pool: DatabasePool, input: ProvisionTenant
     plan: input.plan,
     rateLimitOverride: input.rateLimitOverride ?? null,
   });
-  if (await isOffboarded(pool, tenant.id)) return { tenant, created, adminCreated: false, offboarded: true };
   const admin = input.admin;
-  const ensureRolesAndAdmin = () =>
-    withTenant(pool, tenant.id, async (tx) => {
+  let offboarded = false;
+  const ensureRolesAndAdmin = async () => {
+    const done = await unlessOffboarded(pool, tenant.id, async (tx) => {
       await ensureBuiltInRoles(tx, tenant.id);
       if (!admin) return false;
       const existing = await findUserByEmail(tx, tenant.id, admin.email);
@@ -45,6 +45,10 @@ export async function provisionTenant(pool: DatabasePool, input: ProvisionTenant
       await createUser(tx, { tenantId: tenant.id, email: admin.email, password: admin.password, role: 'admin' });
       return true;
     });
+    // An offboarding is final (offboardingLedger.ts): nothing is provisioned.
+    offboarded = done.offboarded;
+    return done.offboarded ? false : done.value;
+  };
   let adminCreated: boolean;
   try {
     adminCreated = await ensureRolesAndAdmin();
@@ -53,5 +57,5 @@ export async function provisionTenant(pool: DatabasePool, input: ProvisionTenant
     if (!(error instanceof UniqueIntegrityConstraintViolationError)) throw error;
     adminCreated = await ensureRolesAndAdmin();
   }
-  return { tenant, created, adminCreated, offboarded: false };
+  return { tenant, created, adminCreated, offboarded };
 }
