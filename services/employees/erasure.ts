@@ -94,7 +94,7 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
     // erasure whose event a restored log lacks): then there is no address to release.
     const email: string | null = person.kind === 'hired' ? (person.email as string | null) : null;
     // Read before the transaction, as the release is planned: the reservations are streams of the log.
-    const addresses = await addressesToForget(ports.store, { emailHash: ports.emailHash, tenantId, employeeId }, history);
+    const addresses = await addressesToForget(ports.store, { emailHash: ports.emailHash, tenantId, employeeId, email }, history);
     if (state.kind === 'erased' && events.length === 0) {
       await ports.pool.transaction((tx) => completeErasure(tx, ports, { tenantId, employeeId, erasedAt: state.erasedAt, addresses }));
       return { id: employeeId, erasedAt: state.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };

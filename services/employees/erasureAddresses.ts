@@ -13,7 +13,13 @@ import { lastReserver } from './emailReservation.ts';
  */
 export async function addressesToForget(
   store: EventStore,
-  person: { readonly emailHash: EmailHash; readonly tenantId: string; readonly employeeId: string },
+  person: {
+    readonly emailHash: EmailHash;
+    readonly tenantId: string;
+    readonly employeeId: string;
+    /** Their address as their history ends (null when it no longer opens). */
+    readonly email: string | null;
+  },
   history: readonly EmployeeEvent[],
 ): Promise<string[]> {
   const held = new Map<string, string>();
@@ -32,16 +38,6 @@ export async function addressesToForget(
   const reservers = await Promise.all(addresses.map((email) => lastReserver(store, { ...person, email })));
   // An address no reservation ever bound (data from before reservations): their last is theirs,
   // as the erasure has always held; a former one may be another's now, unreserved as well.
-  const last = current(history);
+  const last = person.email === null ? null : normaliseEmail(person.email);
   return addresses.filter((email, i) => reservers[i] === person.employeeId || (reservers[i] === null && normaliseEmail(email) === last));
-}
-
-/** The person's address after their history, normalised; null when none opens. */
-function current(history: readonly EmployeeEvent[]): string | null {
-  let email: string | null = null;
-  for (const event of history) {
-    if (event.type === 'EmployeeHired' || event.type === 'EmployeeEmailChanged')
-      email = event.data.email === null ? null : normaliseEmail(event.data.email);
-  }
-  return email;
 }

@@ -1,9 +1,9 @@
-import { offboardedError, unlessOffboarded } from '../tenants/offboardingLedger.ts';
 import { randomBytes } from 'node:crypto';
 import { text } from 'node:stream/consumers';
 import { InvalidArgumentError, type Command } from 'commander';
 import { NotFoundError } from '../../shared/errors.ts';
-import { findTenantBySlug, listTenants } from '../tenants/tenants.ts';
+import { offboardedError, unlessOffboarded } from '../tenants/offboardingLedger.ts';
+import { listTenants } from '../tenants/tenants.ts';
 import {
   analystLoginNameSchema,
   createAnalystLogin,
@@ -13,8 +13,7 @@ import {
   revokeAnalystLogin,
   type AnalystLogin,
 } from '../analysts/logins.ts';
-import type { DatabasePool } from '../../shared/db/pool.ts';
-import { opsAction, parseSlug, withConfiguredRuntime, withConfiguredDatabase } from './tenants.ts';
+import { opsAction, parseSlug, tenantIdBySlug, withConfiguredRuntime, withConfiguredDatabase } from './tenants.ts';
 
 const MIN_PASSWORD_LENGTH = 16;
 
@@ -44,12 +43,6 @@ export function connectionString(databaseUrl: string, login: string, password: s
   url.username = login;
   url.password = password ?? '';
   return url.toString();
-}
-
-async function tenantIdOf(pool: DatabasePool, slug: string): Promise<string> {
-  const tenant = await findTenantBySlug(pool, slug);
-  if (!tenant) throw new NotFoundError(`no tenant ${slug}`);
-  return tenant.id;
 }
 
 export function registerAnalystCommands(program: Command): void {
@@ -87,7 +80,7 @@ export function registerAnalystCommands(program: Command): void {
           const given = options.passwordStdin ? await passwordFromStdin() : undefined;
           const password = given ?? randomBytes(24).toString('base64url');
           await withConfiguredRuntime(async ({ pool, databaseUrl }) => {
-            const tenantId = await tenantIdOf(pool, slug);
+            const tenantId = await tenantIdBySlug(pool, slug);
             const made = await unlessOffboarded(pool, tenantId, (tx) =>
               createAnalystLogin(tx, {
                 name: login,
@@ -118,7 +111,7 @@ export function registerAnalystCommands(program: Command): void {
       opsAction(async (tenant: string, options: { login?: string }) => {
         const slug = parseSlug(tenant);
         await withConfiguredDatabase(async (pool) => {
-          const tenantId = await tenantIdOf(pool, slug);
+          const tenantId = await tenantIdBySlug(pool, slug);
           const logins = (await revocableAnalystLogins(pool, tenantId)).filter((l) => options.login === undefined || l === options.login);
           if (logins.length === 0)
             throw new NotFoundError(`no analyst login${options.login ? ` ${options.login}` : ''} for tenant ${slug}`);
@@ -150,7 +143,7 @@ export function registerAnalystCommands(program: Command): void {
         const slug = tenant === undefined ? undefined : parseSlug(tenant);
         await withConfiguredDatabase(async (pool) => {
           const slugs = new Map((await listTenants(pool)).map((t) => [t.id, t.slug]));
-          const logins = await listAnalystLogins(pool, slug === undefined ? undefined : await tenantIdOf(pool, slug));
+          const logins = await listAnalystLogins(pool, slug === undefined ? undefined : await tenantIdBySlug(pool, slug));
           const describe = (l: AnalystLogin) => `${l.login}\t${slugs.get(l.tenantId) ?? l.tenantId}\t${l.connectionLimit}\t${l.createdAt}`;
           process.stdout.write(['login\ttenant\tconnections\tcreated', ...logins.map(describe)].join('\n') + '\n');
         });

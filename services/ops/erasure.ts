@@ -1,17 +1,15 @@
 import { readFile } from 'node:fs/promises';
 import { InvalidArgumentError, type Command } from 'commander';
-import { NotFoundError } from '../../shared/errors.ts';
 import { erasurePorts } from '../employees/capability.ts';
 import { eraseEmployee } from '../employees/erasure.ts';
 import { eraseAll, eraseTenantEmployees, erasuresToReapply, type ErasureOutcome } from '../employees/erasureRuns.ts';
 import type { Runtime } from '../runtime.ts';
 import { cutTenantAccess, type AccessCut } from '../tenants/offboarding.ts';
 import { offboardingsToReapply } from '../tenants/offboardingLedger.ts';
-import { findTenantBySlug } from '../tenants/tenants.ts';
 import { employeeIdSchema } from '../employees/schemas.ts';
 import { progressBar } from './cliOptions.ts';
 import { parseLedgerCopy, readLedgers, type LedgerCopy } from './ledgerFile.ts';
-import { opsAction, parseSlug, withConfiguredRuntime } from './tenants.ts';
+import { opsAction, parseSlug, tenantIdBySlug, withConfiguredRuntime } from './tenants.ts';
 
 const portsOf = (runtime: Runtime) =>
   erasurePorts({
@@ -22,12 +20,6 @@ const portsOf = (runtime: Runtime) =>
     dataKeys: runtime.dataKeys,
     logInDatabase: runtime.logInDatabase,
   });
-
-async function tenantIdOf(runtime: Runtime, slug: string): Promise<string> {
-  const tenant = await findTenantBySlug(runtime.pool, slug);
-  if (!tenant) throw new NotFoundError(`no tenant ${slug}`);
-  return tenant.id;
-}
 
 /** The shared progress bar (cliOptions.ts), started on the first count, when the total is known. */
 function employeesBar(label: string) {
@@ -78,7 +70,7 @@ export function registerErasureCommands(program: Command): void {
         if (!parsed.success) throw new InvalidArgumentError('an employee id is a ULID (26 characters)');
         const id = parsed.data;
         await withConfiguredRuntime(async (runtime) => {
-          const tenantId = await tenantIdOf(runtime, slug);
+          const tenantId = await tenantIdBySlug(runtime.pool, slug);
           const now = new Date().toISOString();
           const result = await eraseEmployee(portsOf(runtime), id, { tenantId, actor: 'ops:employees erase', now });
           process.stdout.write(`${result.fresh ? 'erased' : 'erased before'} ${result.id} at ${result.erasedAt}\n`);
@@ -111,7 +103,7 @@ export function registerErasureCommands(program: Command): void {
         const kept: LedgerCopy =
           options.ledger === undefined ? { employees: [], tenants: [] } : parseLedgerCopy(await readFile(options.ledger, 'utf8'));
         await withConfiguredRuntime(async (runtime) => {
-          const tenantId = options.tenant === undefined ? undefined : await tenantIdOf(runtime, options.tenant);
+          const tenantId = options.tenant === undefined ? undefined : await tenantIdBySlug(runtime.pool, options.tenant);
           // Tenants first, as `tenants erase` does: their logins are cut before their people are erased.
           const offboardings = await offboardingsToReapply(runtime.pool, tenantId, kept.tenants);
           const cuts: AccessCut[] = [];
@@ -142,7 +134,7 @@ export function registerErasureCommands(program: Command): void {
       opsAction(async (slug: string) => {
         const valid = parseSlug(slug);
         await withConfiguredRuntime(async (runtime) => {
-          const tenantId = await tenantIdOf(runtime, valid);
+          const tenantId = await tenantIdBySlug(runtime.pool, valid);
           // Logins first: disabled, their refresh tokens revoked, nobody can sign in or renew a
           // session to hire while the tenant is erased (an access token already issued lives out its
           // minutes: run the command again after them; it skips whoever it finished). The

@@ -52,6 +52,13 @@ export const parseSlug = (value: string) => {
   return parsed.data;
 };
 
+/** The id of the tenant `slug` names; a one-line "no tenant" error when none does. */
+export async function tenantIdBySlug(pool: DatabasePool, slug: string): Promise<string> {
+  const tenant = await findTenantBySlug(pool, slug);
+  if (!tenant) throw new NotFoundError(`no tenant ${slug}`);
+  return tenant.id;
+}
+
 /** A rate override value: what the limiter takes as it is (it would clamp larger ones without a word). */
 const overrideValue = (value: string) => {
   const n = Number(value);

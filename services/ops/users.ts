@@ -1,14 +1,12 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { withTenant } from '../../shared/db/pool.ts';
-import { NotFoundError } from '../../shared/errors.ts';
 import { BUILT_IN_ROLES } from '../auth/permissions.ts';
 import { MIN_PASSWORD_LENGTH } from '../auth/passwords.ts';
 import { createUser, disableUser, listUsers, setUserRole, type User } from '../auth/users.ts';
 import { offboardedError, unlessOffboarded } from '../tenants/offboardingLedger.ts';
-import { findTenantBySlug } from '../tenants/tenants.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { DatabaseTransactionConnection } from '../../shared/db/pool.ts';
-import { opsAction, parseSlug, withConfiguredDatabase } from './tenants.ts';
+import { opsAction, parseSlug, tenantIdBySlug, withConfiguredDatabase } from './tenants.ts';
 
 const roleOption = () => new Option('--role <role>', BUILT_IN_ROLES.join(' | ')).choices(BUILT_IN_ROLES);
 
@@ -19,9 +17,8 @@ async function inTenant<T>(
   slug: string,
   work: (tx: DatabaseTransactionConnection, tenantId: string) => Promise<T>,
 ): Promise<T> {
-  const tenant = await findTenantBySlug(pool, slug);
-  if (!tenant) throw new NotFoundError(`no tenant ${slug}`);
-  return withTenant(pool, tenant.id, (tx) => work(tx, tenant.id));
+  const tenantId = await tenantIdBySlug(pool, slug);
+  return withTenant(pool, tenantId, (tx) => work(tx, tenantId));
 }
 
 export function registerUserCommands(program: Command): void {
@@ -39,9 +36,8 @@ export function registerUserCommands(program: Command): void {
         if (options.password.length < MIN_PASSWORD_LENGTH)
           throw new InvalidArgumentError(`--password must have at least ${MIN_PASSWORD_LENGTH} characters`);
         await withConfiguredDatabase(async (pool) => {
-          const tenant = await findTenantBySlug(pool, slug);
-          if (!tenant) throw new NotFoundError(`no tenant ${slug}`);
-          const made = await unlessOffboarded(pool, tenant.id, (tx) => createUser(tx, { ...options, tenantId: tenant.id }));
+          const tenantId = await tenantIdBySlug(pool, slug);
+          const made = await unlessOffboarded(pool, tenantId, (tx) => createUser(tx, { ...options, tenantId }));
           if (made.offboarded) throw offboardedError(slug);
           const user = made.value;
           process.stdout.write(`${describeUser(user)}\n`);

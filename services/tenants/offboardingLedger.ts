@@ -22,7 +22,7 @@ export async function recordOffboarding(tx: Queryable, entry: OffboardingEntry):
 const offboardedRow = z.object({ offboarded: z.boolean() });
 
 /** Whether the tenant was offboarded (`db` as the service's own role: the ledger is granted to no other). */
-export async function isOffboarded(db: Queryable, tenantId: string): Promise<boolean> {
+async function isOffboarded(db: Queryable, tenantId: string): Promise<boolean> {
   return db.oneFirst(sql.type(offboardedRow)`
     select exists (select 1 from tenant_offboardings where tenant_id = ${tenantId}) as offboarded
   `);
@@ -31,9 +31,10 @@ export async function isOffboarded(db: Queryable, tenantId: string): Promise<boo
 /**
  * Orders a tenant's offboarding and whatever would give the tenant a login, until the caller's
  * transaction ends: the offboarding takes it exclusively before it records itself and forgets the
- * logins, a creator shared before it reads the ledger and creates (`unlessOffboarded`). So a login is either
- * made before the offboarding, and forgotten by it, or refused after it; never made unseen in
- * between. An advisory lock, as creators run as the tenant role, which cannot lock the ledger.
+ * logins, a creator shared before it reads the ledger and creates (`unlessOffboarded`). So a
+ * login is either made before the offboarding, and forgotten by it, or refused after it; never
+ * made unseen in between. An advisory lock: the ledger has no row to lock before the offboarding
+ * records one.
  */
 export async function holdOffboarding(tx: Queryable, tenantId: string, mode: 'exclusive' | 'shared'): Promise<void> {
   const key = sql.fragment`hashtextextended(${`tenant-offboarding:${tenantId}`}, 0)`;

@@ -35,9 +35,9 @@ export async function provisionTenant(pool: DatabasePool, input: ProvisionTenant
     rateLimitOverride: input.rateLimitOverride ?? null,
   });
   const admin = input.admin;
-  let offboarded = false;
-  const ensureRolesAndAdmin = async () => {
-    const done = await unlessOffboarded(pool, tenant.id, async (tx) => {
+  // An offboarding is final (offboardingLedger.ts): then nothing is provisioned.
+  const ensureRolesAndAdmin = () =>
+    unlessOffboarded(pool, tenant.id, async (tx) => {
       await ensureBuiltInRoles(tx, tenant.id);
       if (!admin) return false;
       const existing = await findUserByEmail(tx, tenant.id, admin.email);
@@ -45,17 +45,13 @@ export async function provisionTenant(pool: DatabasePool, input: ProvisionTenant
       await createUser(tx, { tenantId: tenant.id, email: admin.email, password: admin.password, role: 'admin' });
       return true;
     });
-    // An offboarding is final (offboardingLedger.ts): nothing is provisioned.
-    offboarded = done.offboarded;
-    return done.offboarded ? false : done.value;
-  };
-  let adminCreated: boolean;
+  let done: Awaited<ReturnType<typeof ensureRolesAndAdmin>>;
   try {
-    adminCreated = await ensureRolesAndAdmin();
+    done = await ensureRolesAndAdmin();
   } catch (error) {
     // Another process bootstrapped the same admin at the same instant: it exists now.
     if (!(error instanceof UniqueIntegrityConstraintViolationError)) throw error;
-    adminCreated = await ensureRolesAndAdmin();
+    done = await ensureRolesAndAdmin();
   }
-  return { tenant, created, adminCreated, offboarded };
+  return { tenant, created, adminCreated: !done.offboarded && done.value, offboarded: done.offboarded };
 }
