@@ -35,23 +35,28 @@ const positionRow = z.object({ commit: z.string(), prepare: z.string() });
 
 const scannedPageSchema = pageSchema.omit({ known: true }).extend({ last: positionRow.nullable() });
 
-const BLANK_PERSONAL_FIELDS = sql.jsonb(BLANK_PERSONAL_VIEW_FIELDS);
+/**
+ * SQL: the `employee` of the change row `c` as every reader is served it (the feed's pages, a
+ * webhook's body). A change of a person the erasure ledger (`employee_erasures`, the employees
+ * capability's table) records has the personal fields blank: the projector blanks the stored rows
+ * only when it applies the erasure, which may lag or be stopped, while the ledger has it from the
+ * erasure's commit. One probe of the ledger's primary key per change.
+ */
+export const servedEmployee = sql.fragment`case
+    when exists (select 1 from employee_erasures r where r.tenant_id = c.tenant_id and r.employee_id = c.employee_id)
+    then c.employee || ${sql.jsonb(BLANK_PERSONAL_VIEW_FIELDS)}
+    else c.employee end`;
 
 /**
  * The page `rows` (rows of `employee_changes`, in parentheses) as one JSON array in `order`, the
- * shape `pageSchema` validates; null when there are none. A change of a person the erasure ledger
- * (`employee_erasures`, the employees capability's table) records is served with the personal
- * fields blank: the projector blanks the stored rows only when it applies the erasure, which may
- * lag or be stopped, while the ledger has it from the erasure's commit. One probe of the ledger's
- * primary key per change of the page.
+ * shape `pageSchema` validates; null when there are none.
  */
 const pageJson = (order: FeedOrder, rows: FragmentSqlToken) => sql.fragment`(select json_agg(json_build_object(
     'commit', c.commit_position::text, 'prepare', c.prepare_position::text, 'type', c.type,
     'employeeId', c.employee_id,
     'occurredAt', to_char(c.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-    'employee', case when r.employee_id is null then c.employee else c.employee || ${BLANK_PERSONAL_FIELDS} end) order by ${order.orderBy})
-  from ${rows} c
-  left join employee_erasures r on r.tenant_id = c.tenant_id and r.employee_id = c.employee_id)`;
+    'employee', ${servedEmployee}) order by ${order.orderBy})
+  from ${rows} c)`;
 
 export type ChangesPage = {
   /**

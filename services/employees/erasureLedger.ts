@@ -1,4 +1,3 @@
-import type { FragmentSqlToken } from 'slonik';
 import { z } from 'zod';
 import { ignoredRows, sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 
@@ -17,10 +16,6 @@ export async function recordErasure(tx: Queryable, entry: ErasureEntry): Promise
     on conflict (tenant_id, employee_id) do nothing
   `);
 }
-
-/** SQL: whether the ledger records the employee as erased (a primary-key probe), for reads that must not wait for a projection. */
-export const erasedInLedger = (tenantId: string, employeeId: string): FragmentSqlToken =>
-  sql.fragment`exists (select 1 from employee_erasures r where r.tenant_id = ${tenantId} and r.employee_id = ${employeeId})`;
 
 const entryRow = z.object({ tenant_id: z.string(), employee_id: z.string(), erased_at: z.string() });
 
