@@ -1,7 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { NotFoundError } from '../../shared/errors.ts';
 import { comparePositions, START, type EventStore } from '../../shared/event-store/port.ts';
-import { parseEmployeeStreamId, type EmployeeErased } from './contract.ts';
+import { earliestEach } from '../../shared/earliest.ts';
+import { employeeKey, parseEmployeeStreamId, type EmployeeErased } from './contract.ts';
 import { eraseEmployee, type ErasurePorts } from './erasure.ts';
 import { listErasures, recordErasure, type ErasureEntry } from './erasureLedger.ts';
 
@@ -103,14 +104,13 @@ export async function erasuresToReapply(
   offboarded: ReadonlySet<string> = new Set(),
 ): Promise<Array<{ readonly tenantId: string; readonly employeeId: string; readonly erasedAt?: string }>> {
   const [ledger, log] = await Promise.all([listErasures(ports.pool, tenantId), scanEmployees(ports.log, tenantId)]);
-  const first = new Map<string, ErasureEntry>();
   const fromCopy = kept.filter((e) => tenantId === undefined || e.tenantId === tenantId);
-  for (const entry of [...fromCopy, ...ledger, ...log.erased]) {
-    const key = `${entry.tenantId}/${entry.employeeId}`;
-    const seen = first.get(key);
-    if (!seen || Date.parse(entry.erasedAt) < Date.parse(seen.erasedAt)) first.set(key, entry);
-  }
-  const rest = log.hired.filter((h) => offboarded.has(h.tenantId) && !first.has(`${h.tenantId}/${h.employeeId}`));
+  const first = earliestEach(
+    [...fromCopy, ...ledger, ...log.erased],
+    (e) => employeeKey(e.tenantId, e.employeeId),
+    (e) => e.erasedAt,
+  );
+  const rest = log.hired.filter((h) => offboarded.has(h.tenantId) && !first.has(employeeKey(h.tenantId, h.employeeId)));
   return [...first.values(), ...rest];
 }
 

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ignoredRows, sql, type DatabasePool, type DatabaseTransactionConnection, type Queryable } from '../../shared/db/pool.ts';
+import { earliestEach } from '../../shared/earliest.ts';
 import { ConflictError } from '../../shared/errors.ts';
 
 /**
@@ -93,11 +94,13 @@ export async function listOffboardings(pool: DatabasePool, tenantId?: string): P
  * in a copy of the ledger kept outside the backups (`kept`) and in the ledger table.
  */
 export async function offboardingsToReapply(pool: DatabasePool, tenantId?: string, kept: readonly OffboardingEntry[] = []) {
-  const first = new Map<string, OffboardingEntry>();
   const fromCopy = kept.filter((e) => tenantId === undefined || e.tenantId === tenantId);
-  for (const entry of [...fromCopy, ...(await listOffboardings(pool, tenantId))]) {
-    const seen = first.get(entry.tenantId);
-    if (!seen || Date.parse(entry.offboardedAt) < Date.parse(seen.offboardedAt)) first.set(entry.tenantId, entry);
-  }
-  return [...first.values()];
+  const entries = [...fromCopy, ...(await listOffboardings(pool, tenantId))];
+  return [
+    ...earliestEach(
+      entries,
+      (e) => e.tenantId,
+      (e) => e.offboardedAt,
+    ).values(),
+  ];
 }
