@@ -25,14 +25,13 @@ const freshNonce = bufferedBytes();
 
 // The whole shape, not just the prefix: a plain value may start with `enc:` (a name typed so),
 // and only a value that parses as ours all through is ever taken for sealed.
-const shapeNaming = (keyIdForm: string) => `^${HEADER}${keyIdForm}:[A-Za-z0-9_-]{${Math.ceil(((NONCE_BYTES + TAG_BYTES) * 4) / 3)},}$`;
-const SHAPE = new RegExp(shapeNaming('[A-Za-z0-9_-]+'));
+/** The sealed form naming a key id of the form `keyIdForm` (a regular expression source), as a source too. */
+export const sealedFormNaming = (keyIdForm: string): string =>
+  `^${HEADER}${keyIdForm}:[A-Za-z0-9_-]{${Math.ceil(((NONCE_BYTES + TAG_BYTES) * 4) / 3)},}$`;
+const SHAPE = new RegExp(sealedFormNaming('[A-Za-z0-9_-]+'));
 
 /** The sealed form as a regular expression source (PostgreSQL reads it the same way). */
 export const SEALED_FORM = SHAPE.source;
-
-/** The sealed form naming a key id of the form `keyIdForm` (a regular expression source), as a source too. */
-export const sealedFormNaming = (keyIdForm: string): string => shapeNaming(keyIdForm);
 
 /** Has the full sealed form (header, key id, a body long enough for nonce and tag); opening may still fail. */
 export const isSealed = (value: unknown): value is string => typeof value === 'string' && SHAPE.test(value);
