@@ -1,14 +1,13 @@
-import { monotonicFactory } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import type { DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
 import { erasurePorts } from '../../../services/employees/capability.ts';
-import { hireEmployee } from '../../../services/employees/commands.ts';
 import { employeeStreamId } from '../../../services/employees/contract.ts';
 import type { ErasurePorts } from '../../../services/employees/erasure.ts';
 import { eraseTenantEmployees, scanEmployees } from '../../../services/employees/erasureRuns.ts';
 import { provisionTenant } from '../../support/auth.ts';
+import { hire as hireThroughHandler } from '../../support/harness/changes.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
 import { sealedEventStore, testEmailHash } from '../../support/personalData.ts';
 
@@ -16,7 +15,6 @@ import { sealedEventStore, testEmailHash } from '../../support/personalData.ts';
  * The bulk erasure runs below the ops commands, on the real log: a tenant's offboarding scans the
  * log for its hires while other tenants go on writing, and reports its progress to the end.
  */
-const nextId = monotonicFactory();
 let db: TestDatabase;
 let log: EventStore;
 let store: EventStore;
@@ -37,18 +35,8 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function hire(tenantId: string): Promise<string> {
-  const employeeId = nextId();
-  await hireEmployee(
-    { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
-    {
-      type: 'HireEmployee',
-      data: { employeeId, email: `${employeeId.toLowerCase()}@runs.test`, firstName: 'Bulk', lastName: 'Run' },
-      metadata: { tenantId, actor: 'spec', now: new Date().toISOString() },
-    },
-  );
-  return employeeId;
-}
+/** Hired through the command handler (the harness's `hire`): the new employee's id. */
+const hire = async (tenantId: string): Promise<string> => (await hireThroughHandler(store, tenantId, 'runs')).employeeId;
 
 /**
  * The log, with another tenant hiring before every page is read: writes that never pause. A scan
