@@ -18,4 +18,5 @@ export const allMigrations: readonly MigrationFolder[] = [
   { prefix: 'analysts', folder: folder('./analysts/migrations/') },
   { prefix: 'personal-data', folder: folder('../shared/personal-data/migrations/') },
   { prefix: 'employees', folder: folder('./employees/migrations/') },
+  { prefix: 'changes', folder: folder('../projections/changes/migrations/') },
 ];

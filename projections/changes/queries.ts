@@ -74,6 +74,8 @@ export type ChangesPage = {
  */
 export type FeedOrder = {
   after(tenantId: ValueExpression, commit: ValueExpression, prepare: ValueExpression): FragmentSqlToken;
+  /** Holds when the tenant's feed has the change at (commit, prepare). */
+  has(tenantId: ValueExpression, commit: ValueExpression, prepare: ValueExpression): FragmentSqlToken;
   readonly orderBy: FragmentSqlToken;
   readonly last: FragmentSqlToken;
 };
@@ -87,16 +89,15 @@ export type FeedOrder = {
  * nothing after it is skipped, and a webhook endpoint holding such a cursor never starts over
  * from the beginning; a change applied late with an earlier position may come again (receivers
  * dedupe). The feed resumes a gone cursor of the tenant's the same way (`known`, `parkedHere`).
- * Each look-up runs only when the one before it found nothing (COALESCE).
+ *
+ * The cursor is looked up by functions of the changes' migrations, as a sub-select: as the tenant
+ * role, a look-up by log position written here would read every change of the tenant (row-level
+ * security keeps numeric comparisons off the index), and so would the page's own `seq` range,
+ * which would carry that look-up.
  */
 const APPLY_ORDER: FeedOrder = {
-  after: (tenantId, commit, prepare) => sql.fragment`c.seq > coalesce(
-    (select k.seq from employee_changes k
-     where k.tenant_id = ${tenantId} and k.commit_position = ${commit} and k.prepare_position = ${prepare}),
-    (select min(k.seq) - 1 from employee_changes k
-     where k.tenant_id = ${tenantId} and (k.commit_position, k.prepare_position) > (${commit}, ${prepare})),
-    (select max(k.seq) from employee_changes k where k.tenant_id = ${tenantId}),
-    0)`,
+  after: (tenantId, commit, prepare) => sql.fragment`c.seq > (select employee_changes_seq_after(${tenantId}, ${commit}, ${prepare}))`,
+  has: (tenantId, commit, prepare) => sql.fragment`(select employee_changes_seq_at(${tenantId}, ${commit}, ${prepare})) is not null`,
   orderBy: sql.fragment`c.seq`,
   last: sql.fragment`c.seq desc`,
 };
@@ -104,6 +105,8 @@ const APPLY_ORDER: FeedOrder = {
 /** Log order: version 1 of the table (no `seq`), whose rows are in log order. */
 const LOG_ORDER: FeedOrder = {
   after: (_tenantId, commit, prepare) => sql.fragment`(c.commit_position, c.prepare_position) > (${commit}, ${prepare})`,
+  has: (tenantId, commit, prepare) => sql.fragment`exists (
+    select 1 from employee_changes k where k.tenant_id = ${tenantId} and k.commit_position = ${commit} and k.prepare_position = ${prepare})`,
   orderBy: sql.fragment`c.commit_position, c.prepare_position`,
   last: sql.fragment`c.commit_position desc, c.prepare_position desc`,
 };
@@ -240,7 +243,8 @@ export async function latestChange(pool: DatabasePool, tenantId: string): Promis
  * A cursor whose change is gone (a rebuild parked it) is still the tenant's: it resumes just
  * before the first change applied after it (APPLY_ORDER), and `known` finds it among the events
  * the projection parked (`wasParkedAt`). `trusted`: the caller already knows `after` is one
- * (a webhook endpoint's own cursor, a long-poll's later slices), so that look-up is skipped.
+ * (a webhook endpoint's own cursor, a long-poll's later slices), so that look-up is skipped. A
+ * cursor that is neither gets `known` false and no changes.
  */
 export async function readChanges(
   pool: DatabasePool,
@@ -252,15 +256,14 @@ export async function readChanges(
   const isStart = comparePositions(after, START) === 0;
   const commit = after.commit.toString();
   const prepare = after.prepare.toString();
-  const row = await inFeedOrder(pool, (order) =>
-    withTenant(pool, tenantId, (tx) =>
-      tx.one(sql.type(pageSchema)`
-        select
-          (${isStart} or exists (
-            select 1 from employee_changes
-            where tenant_id = ${tenantId} and commit_position = ${commit}::numeric and prepare_position = ${prepare}::numeric
-          )) as known,
-          coalesce(${pageJson(
+  const trusted = options.trusted === true;
+  // The page only for a cursor found (or trusted): finding where the changes after an unknown
+  // one start reads every later change of the tenant, and most such cursors are answered 400.
+  const read = (unknownToo: boolean) =>
+    inFeedOrder(pool, (order) =>
+      withTenant(pool, tenantId, (tx) =>
+        tx.one(sql.type(pageSchema)`
+          select k.known, case when k.known or ${unknownToo} then coalesce(${pageJson(
             order,
             sql.fragment`(
               select * from employee_changes c
@@ -269,12 +272,17 @@ export async function readChanges(
               order by ${order.orderBy}
               limit ${limit}
             )`,
-          )}, '[]'::json) as page
-      `),
-    ),
-  );
+          )}, '[]'::json) else '[]'::json end as page
+          from (select ${isStart} or ${order.has(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)} as known offset 0) k
+        `),
+      ),
+    );
+  let row = await read(trusted);
+  const known = row.known || trusted || (await wasParkedAt(pool, CHANGES_PROJECTION, tenantId, after));
+  // A cursor the feed handed out before a rebuild parked its change: the feed resumes after it.
+  if (known && !row.known && !trusted) row = await read(true);
   return {
-    known: row.known || options.trusted === true || (await wasParkedAt(pool, CHANGES_PROJECTION, tenantId, after)),
+    known,
     changes: row.page.map(({ commit: c, prepare: p, ...rest }) => ({ ...rest, position: { commit: BigInt(c), prepare: BigInt(p) } })),
   };
 }
