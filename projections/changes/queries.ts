@@ -257,8 +257,10 @@ export async function readChanges(
   const commit = after.commit.toString();
   const prepare = after.prepare.toString();
   const trusted = options.trusted === true;
-  // The page only for a cursor found (or trusted): finding where the changes after an unknown
-  // one start reads every later change of the tenant, and most such cursors are answered 400.
+  const at = [sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`] as const;
+  // The page only for a cursor found (the start and a trusted one need no look-up): finding where
+  // the changes after an unknown one start reads every later change of the tenant, and most such
+  // cursors are answered 400.
   const read = (unknownToo: boolean) =>
     inFeedOrder(pool, (order) =>
       withTenant(pool, tenantId, (tx) =>
@@ -268,19 +270,19 @@ export async function readChanges(
             sql.fragment`(
               select * from employee_changes c
               where c.tenant_id = ${tenantId}
-                and ${order.after(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)}
+                and ${order.after(tenantId, ...at)}
               order by ${order.orderBy}
               limit ${limit}
             )`,
           )}, '[]'::json) else '[]'::json end as page
-          from (select ${isStart} or ${order.has(tenantId, sql.fragment`${commit}::numeric`, sql.fragment`${prepare}::numeric`)} as known offset 0) k
+          from (select ${isStart || trusted ? sql.fragment`true` : order.has(tenantId, ...at)} as known offset 0) k
         `),
       ),
     );
-  let row = await read(trusted);
-  const known = row.known || trusted || (await wasParkedAt(pool, CHANGES_PROJECTION, tenantId, after));
+  let row = await read(false);
+  const known = row.known || (await wasParkedAt(pool, CHANGES_PROJECTION, tenantId, after));
   // A cursor the feed handed out before a rebuild parked its change: the feed resumes after it.
-  if (known && !row.known && !trusted) row = await read(true);
+  if (known && !row.known) row = await read(true);
   return {
     known,
     changes: row.page.map(({ commit: c, prepare: p, ...rest }) => ({ ...rest, position: { commit: BigInt(c), prepare: BigInt(p) } })),

@@ -92,7 +92,6 @@ export async function bulkLoad(
           `);
         }
         for (const statement of afterLoad) await tx.query(sql.type(ignoredRows)`${statement}`);
-        await tx.query(sql.type(ignoredRows)`analyze ${table}`);
       }
     });
     return;
@@ -110,7 +109,6 @@ export async function bulkLoad(
         if (statement.values.length > 0) throw new Error('afterLoad statements must not bind values');
         await client.query(statement.sql);
       }
-      await client.query(`analyze ${quoteIdent(name)}`);
     }
     await client.query('commit');
   } catch (error) {

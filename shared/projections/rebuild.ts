@@ -118,7 +118,6 @@ export async function buildAndSwap<T extends string>(
   const aborted = () => {
     if (options.signal?.aborted) throw new Error('replay aborted');
   };
-  let loadedInBulk = false;
   try {
     if (bulk) {
       try {
@@ -140,7 +139,6 @@ export async function buildAndSwap<T extends string>(
           options.connectionUrl,
           statements.map((t) => ({ table: t.table, name: shadowName(t.logical), rows: rows[t.logical], afterLoad: t.afterLoad })),
         );
-        loadedInBulk = true;
       } catch (error) {
         if (options.signal?.aborted || classifyFailure(error) === 'transient') throw error;
         // A deterministic failure of the bulk path (the fold threw on an event, or PostgreSQL
@@ -176,17 +174,15 @@ export async function buildAndSwap<T extends string>(
       options.onProgress?.({ processed, position, head });
       page = await next;
     }
-    // The planner's statistics, before readers get the tables: without them it takes a rebuilt
-    // table for a small one until autovacuum comes by, and reads a whole range of a tenant's rows
-    // and sorts them where a walk of the index in order would stop at the page's end. A bulk load
-    // analyzed its tables already.
-    if (!loadedInBulk) {
-      await connection.transaction(async (tx) => {
-        await tx.query(rebuildTransactionSettings);
-        for (const table of statements) await tx.query(sql.type(ignoredRows)`analyze ${table.table}`);
-      });
-      aborted();
-    }
+    // The planner's statistics, before readers get the tables, however they were built: without
+    // them it takes a rebuilt table for a small one until autovacuum comes by, and reads a whole
+    // range of a tenant's rows and sorts them where a walk of the index in order would stop at
+    // the page's end.
+    await connection.transaction(async (tx) => {
+      await tx.query(rebuildTransactionSettings);
+      for (const table of statements) await tx.query(sql.type(ignoredRows)`analyze ${table.table}`);
+    });
+    aborted();
     // The swap: synchronous commit (readers and the live projector depend on it), set below.
     const swapped: Awaited<ReturnType<typeof applyParking>>[] = [];
     // slonik runs a transaction's body again after a serialization failure or deadlock: each run

@@ -22,17 +22,15 @@ create function employee_changes_seq_at(tenant uuid, commit_position numeric, pr
 create function employee_changes_seq_after(tenant uuid, commit_position numeric, prepare_position numeric) returns bigint
   language sql stable parallel safe security definer set search_path = pg_catalog, public, pg_temp
   as $fn$
-    select coalesce(
+    select case when coalesce(nullif(current_setting('app.tenant_id', true), '')::uuid, $1) = $1 then coalesce(
       employee_changes_seq_at($1, $2, $3),
       case when ($2, $3) = (0, 0) then 0 end,
       (select min(later.seq) - 1 from (
          select c.seq from employee_changes c
          where c.tenant_id = $1 and (c.commit_position, c.prepare_position) > ($2, $3)
-           and coalesce(nullif(current_setting('app.tenant_id', true), '')::uuid, $1) = $1
          offset 0) later),
-      (select max(c.seq) from employee_changes c
-       where c.tenant_id = $1 and coalesce(nullif(current_setting('app.tenant_id', true), '')::uuid, $1) = $1),
-      0)
+      (select max(c.seq) from employee_changes c where c.tenant_id = $1),
+      0) else 0 end
   $fn$;
 
 revoke all on function employee_changes_seq_at(uuid, numeric, numeric) from public;
