@@ -9,6 +9,7 @@ import type {
   ExpectedRevision,
   NewEvent,
   RecordedEvent,
+  StreamSeen,
 } from '../../shared/event-store/port.ts';
 import { employeeDecider } from './decide.ts';
 import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent } from './contract.ts';
@@ -147,6 +148,8 @@ type Address = {
   readonly holder: Holder;
   readonly lastReserver: string | null;
   readonly expected: ExpectedRevision;
+  /** Both forms of its stream, as read. */
+  readonly seen: readonly StreamSeen[];
 };
 
 async function readAddress(store: EventStore, input: Pick<ReservationInput, 'emailHash' | 'tenantId' | 'email'>): Promise<Address> {
@@ -161,6 +164,10 @@ async function readAddress(store: EventStore, input: Pick<ReservationInput, 'ema
     holder: currentHolder(events),
     lastReserver: reserved ? (reserved.data as EmailReserved['data']).employeeId : null,
     expected: events.length === 0 ? 'no_stream' : events.length - 1,
+    seen: [
+      { streamId: keyed, revision: keyedEvents.at(-1)?.revision ?? -1 },
+      { streamId: legacy, revision: legacyEvents.at(-1)?.revision ?? -1 },
+    ],
   };
 }
 
@@ -204,12 +211,16 @@ export async function planEmailChange(store: EventStore, input: ReservationInput
   return release ? [reserve, release] : [reserve];
 }
 
-/** The employee who reserved `email` last, whether they hold it still or released it since; null when nobody ever did. */
+/**
+ * The employee who reserved `email` last, whether they hold it still or released it since (null
+ * when nobody ever did), and the address's streams as they were read.
+ */
 export async function lastReserver(
   store: EventStore,
   input: Pick<ReservationInput, 'emailHash' | 'tenantId' | 'email'>,
-): Promise<string | null> {
-  return (await readAddress(store, input)).lastReserver;
+): Promise<{ readonly employeeId: string | null; readonly seen: readonly StreamSeen[] }> {
+  const { lastReserver: employeeId, seen } = await readAddress(store, input);
+  return { employeeId, seen };
 }
 
 /**

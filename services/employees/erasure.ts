@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { ignoredRows, sql, type DatabasePool, type Queryable } from '../../shared/db/pool.ts';
 import { WrongExpectedRevisionError } from '../../shared/errors.ts';
 import type { AppendRequest, AppendResult, EventStore, GlobalPosition } from '../../shared/event-store/port.ts';
-import { appendInTransaction } from '../../shared/event-store/postgres/appendInTransaction.ts';
+import { appendInTransaction, holdStreamsAsSeen } from '../../shared/event-store/postgres/appendInTransaction.ts';
 import { MissingDataKeyError } from '../../shared/event-store/sealing.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { withFieldsNull } from '../../shared/personal-data/policy.ts';
@@ -66,7 +66,10 @@ export type ErasureResult = {
   readonly fresh: boolean;
 };
 
-/** Attempts after a lost race on the employee's stream or its address's (as the command handler's retries). */
+/**
+ * Attempts after a lost race on the employee's stream, their address's, or an address they held
+ * before (as the command handler's retries).
+ */
 const MAX_ATTEMPTS = 6;
 
 const fold = (events: readonly EmployeeEvent[]): EmployeeState => events.reduce(evolve, initialState);
@@ -94,24 +97,35 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
     // erasure whose event a restored log lacks): then there is no address to release.
     const email: string | null = person.kind === 'hired' ? (person.email as string | null) : null;
     // Read before the transaction, as the release is planned: the reservations are streams of the log.
-    const addresses = await addressesToForget(ports.store, { emailHash: ports.emailHash, tenantId, employeeId, email }, history);
-    if (state.kind === 'erased' && events.length === 0) {
-      await ports.pool.transaction((tx) => completeErasure(tx, ports, { tenantId, employeeId, erasedAt: state.erasedAt, addresses }));
-      return { id: employeeId, erasedAt: state.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };
-    }
-    if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
-    const erasedAt = metadata.now;
-    const meta = eventMetadata(metadata);
-    const release =
-      email === null
-        ? null
-        : await planRelease(ports.store, { emailHash: ports.emailHash, tenantId, email, employeeId, now: metadata.now, metadata: meta });
-    const requests: AppendRequest[] = [
-      ...(release ? [release] : []),
-      { streamId, events: events.map((e) => ({ id: randomUUID(), ...e, metadata: meta })), expectedRevision: recorded.length - 1 },
-    ];
-    const erased: ErasedPerson = { tenantId, employeeId, erasedAt, addresses };
+    const { addresses, seen } = await addressesToForget(ports.store, { emailHash: ports.emailHash, tenantId, employeeId, email }, history);
+    // With the log in this database, the transaction holds the addresses' streams and checks that
+    // none moved since they were read: a hire at a former address in between would have its login
+    // forgotten as the person's. Elsewhere such a hire can still slip in.
+    const holdAddresses = (tx: Queryable, appending: readonly string[]) =>
+      ports.logInDatabase ? holdStreamsAsSeen(tx, seen, appending) : Promise.resolve();
     try {
+      if (state.kind === 'erased' && events.length === 0) {
+        const erased: ErasedPerson = { tenantId, employeeId, erasedAt: state.erasedAt, addresses };
+        await ports.pool.transaction(async (tx) => {
+          // The parking lock first, then the streams', as the first erasure takes them.
+          await holdParkedStreams(tx, [streamId]);
+          await holdAddresses(tx, []);
+          await completeErasure(tx, ports, erased);
+        });
+        return { id: employeeId, erasedAt: erased.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };
+      }
+      if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
+      const erasedAt = metadata.now;
+      const meta = eventMetadata(metadata);
+      const release =
+        email === null
+          ? null
+          : await planRelease(ports.store, { emailHash: ports.emailHash, tenantId, email, employeeId, now: metadata.now, metadata: meta });
+      const requests: AppendRequest[] = [
+        ...(release ? [release] : []),
+        { streamId, events: events.map((e) => ({ id: randomUUID(), ...e, metadata: meta })), expectedRevision: recorded.length - 1 },
+      ];
+      const erased: ErasedPerson = { tenantId, employeeId, erasedAt, addresses };
       let appended: AppendResult[];
       if (ports.logInDatabase) {
         appended = await ports.pool.transaction(async (tx) => {
@@ -119,6 +133,10 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
           // log waits for it to commit, so it must not then wait for a projection's page (taken
           // again by completeErasure, at no cost).
           await holdParkedStreams(tx, [streamId]);
+          await holdAddresses(
+            tx,
+            requests.map((r) => r.streamId),
+          );
           const results = await appendInTransaction(tx, requests, employeePersonalData);
           await completeErasure(tx, ports, erased);
           return results;

@@ -1,4 +1,4 @@
-import type { EventStore } from '../../shared/event-store/port.ts';
+import type { EventStore, StreamSeen } from '../../shared/event-store/port.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { normaliseEmail, type EmployeeEvent } from './contract.ts';
 import { lastReserver } from './emailReservation.ts';
@@ -10,6 +10,10 @@ import { lastReserver } from './emailReservation.ts';
  * much as the one at their last (made by `ops users create`, it stays where it was when their
  * email changes). An address someone reserved after them is that employee's: so is a login at it,
  * which stays there even once they move on to another address.
+ *
+ * Also answers the reservation streams as they were read: a hire at one of the addresses after
+ * the read makes the answer stale (its login would be forgotten as the person's), which the
+ * erasure checks in its transaction where it can (holdStreamsAsSeen).
  */
 export async function addressesToForget(
   store: EventStore,
@@ -21,7 +25,7 @@ export async function addressesToForget(
     readonly email: string | null;
   },
   history: readonly EmployeeEvent[],
-): Promise<string[]> {
+): Promise<{ readonly addresses: string[]; readonly seen: readonly StreamSeen[] }> {
   const held = new Map<string, string>();
   // A field that no longer opens reads null whatever its type says (the key destroyed before).
   const add = (email: string | null) => {
@@ -39,5 +43,10 @@ export async function addressesToForget(
   // An address no reservation ever bound (data from before reservations): their last is theirs,
   // as the erasure has always held; a former one may be another's now, unreserved as well.
   const last = person.email === null ? null : normaliseEmail(person.email);
-  return addresses.filter((email, i) => reservers[i] === person.employeeId || (reservers[i] === null && normaliseEmail(email) === last));
+  const theirs = (reserver: string | null, email: string) =>
+    reserver === person.employeeId || (reserver === null && normaliseEmail(email) === last);
+  return {
+    addresses: addresses.filter((email, i) => theirs(reservers[i]?.employeeId ?? null, email)),
+    seen: reservers.flatMap((r) => r.seen),
+  };
 }

@@ -41,7 +41,7 @@ export function erasureRoutes(deps: ErasureRoutesDeps) {
             '(made for them, or at their address) lose the address and are disabled. Repeating the request answers the ' +
             'same erasedAt.',
           params: employeeParams,
-          // 409: the employee or their address kept changing while the erasure was decided again.
+          // 409: the employee, their address or one they held before kept changing while the erasure was decided again.
           response: { 200: erasureSchema, ...problemResponses, 409: problemSchema },
         },
       },

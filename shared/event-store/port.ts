@@ -65,6 +65,9 @@ export type AppendRequest = {
   readonly expectedRevision?: ExpectedRevision;
 };
 
+/** A stream as a reader saw it: its last revision then, -1 when it had no events. */
+export type StreamSeen = { readonly streamId: string; readonly revision: number };
+
 export type ReadStreamOptions = { readonly fromRevision?: number; readonly maxCount?: number };
 
 export type ReadAllOptions = {

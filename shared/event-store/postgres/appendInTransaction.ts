@@ -1,9 +1,12 @@
 import { z } from 'zod';
-import { sql, type Queryable } from '../../db/pool.ts';
+import { ignoredRows, sql, type Queryable } from '../../db/pool.ts';
+import { WrongExpectedRevisionError } from '../../errors.ts';
 import type { PersonalDataPolicy } from '../../personal-data/policy.ts';
-import { assertAppendManyRequests, type AppendRequest, type AppendResult } from '../port.ts';
+import { assertAppendManyRequests, type AppendRequest, type AppendResult, type StreamSeen } from '../port.ts';
 import { appendOutcome } from './appendOutcomes.ts';
 import { NOTIFY_CHANNEL } from './wakeups.ts';
+
+const revisionRow = z.object({ stream_id: z.string(), revision: z.string() });
 
 const batchRow = z.object({
   outcomes: z.array(z.string()),
@@ -80,6 +83,39 @@ export async function appendInTransaction(
   const { results, failure } = appendOutcome(row, requests);
   if (failure) throw failure;
   return results;
+}
+
+/**
+ * For a caller that decided from streams it read before its transaction (as an append plans
+ * from them), in that transaction: takes the locks an append to `seen` and to `appending` takes,
+ * in the order every append takes them (so no cycle forms with the flushes), then fails with
+ * WrongExpectedRevisionError when one of `seen` moved since it was read. Until the caller
+ * commits, no append to those streams commits, so its decision holds at its commit; the append it
+ * makes in the same transaction finds the locks its own. The transaction must read committed
+ * (the pool's default): under a snapshot taken before the locks, the check would pass on it.
+ */
+export async function holdStreamsAsSeen(tx: Queryable, seen: readonly StreamSeen[], appending: readonly string[]): Promise<void> {
+  const streams = [...seen.map((s) => s.streamId), ...appending];
+  if (streams.length === 0) return;
+  await tx.query(sql.type(ignoredRows)`
+    select pg_advisory_xact_lock(k.h)::text
+    from (select distinct hashtextextended(s, 0) as h from unnest(${sql.array(streams, 'text')}::text[]) s order by 1) k
+  `);
+  if (seen.length === 0) return;
+  // A statement of its own: its snapshot is taken once the locks are held.
+  const now = await tx.any(sql.type(revisionRow)`
+    select s.stream_id, coalesce((select max(e.revision) from es_events e where e.stream_id = s.stream_id), -1)::text as revision
+    from unnest(${sql.array(
+      seen.map((s) => s.streamId),
+      'text',
+    )}::text[]) as s(stream_id)
+  `);
+  const revisions = new Map(now.map((r) => [r.stream_id, Number(r.revision)]));
+  for (const { streamId, revision } of seen) {
+    const actual = revisions.get(streamId) ?? -1;
+    const name = (r: number) => (r < 0 ? 'no_stream' : r);
+    if (actual !== revision) throw new WrongExpectedRevisionError(streamId, String(name(revision)), name(actual));
+  }
 }
 
 /** An event with personal fields given to a path that would store it in the clear. */

@@ -1,23 +1,31 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { monotonicFactory } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { sql, withTenant } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import type { DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
+import { createUser } from '../../../services/auth/users.ts';
 import { erasurePorts } from '../../../services/employees/capability.ts';
 import { changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee } from '../../../services/employees/commands.ts';
 import { ErasedError } from '../../../shared/errors.ts';
 import { employeeStreamId } from '../../../services/employees/contract.ts';
+import { emailReservationStreamId } from '../../../services/employees/emailReservation.ts';
 import { eraseEmployee, type ErasurePorts } from '../../../services/employees/erasure.ts';
 import { listErasures } from '../../../services/employees/erasureLedger.ts';
 import { provisionTenant } from '../../support/auth.ts';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { createTestDatabase, waitsForLock, type TestDatabase } from '../../support/database.ts';
 import { sealedEventStore, testEmailHash } from '../../support/personalData.ts';
 
 /**
- * The erasure when the log is not in PostgreSQL (KurrentDB): `EmployeeErased` is appended first,
- * then the key is destroyed with the rest in one PostgreSQL transaction. A crash between the two
- * leaves the event without its destruction; the next erasure request completes it. Run here on
- * the PostgreSQL adapter with `logInDatabase: false`, which takes exactly that path.
+ * The erasure's order against failures and against what runs beside it: a crash or a failure
+ * part-way, commands on the person, a hire at an address they held.
+ *
+ * When the log is not in PostgreSQL (KurrentDB), `EmployeeErased` is appended first, then the key
+ * is destroyed with the rest in one PostgreSQL transaction. A crash between the two leaves the
+ * event without its destruction; the next erasure request completes it. Run here on the
+ * PostgreSQL adapter with `logInDatabase: false`, which takes exactly that path.
  */
 const nextId = monotonicFactory();
 let db: TestDatabase;
@@ -35,13 +43,13 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function hired(tenantId: string): Promise<string> {
+async function hired(tenantId: string, email?: string): Promise<string> {
   const employeeId = nextId();
   await hireEmployee(
     { store, emailHash: testEmailHash, assertRoleExists: async () => undefined },
     {
       type: 'HireEmployee',
-      data: { employeeId, email: `${employeeId}@order.test`, firstName: 'Kurt', lastName: 'Order' },
+      data: { employeeId, email: email ?? `${employeeId}@order.test`, firstName: 'Kurt', lastName: 'Order' },
       metadata: { tenantId, actor: 'spec', now: new Date().toISOString() },
     },
   );
@@ -162,5 +170,86 @@ describe('when the key is gone but the log lacks the erasure (a log restored wit
     const id = await hired(tenantId);
     await keys.destroy(tenantId, id, db.pool);
     await expect(loadEmployee(store, tenantId, id)).rejects.toBeInstanceOf(ErasedError);
+  });
+});
+
+const loginAt = (tenantId: string, email: string) =>
+  withTenant(db.pool, tenantId, (tx) => createUser(tx, { tenantId, email, password: 'a password of theirs', role: 'employee' }));
+
+const loginRow = (tenantId: string, id: string) =>
+  withTenant(db.pool, tenantId, (tx) =>
+    tx.one(sql.type(z.object({ email: z.string(), disabled: z.boolean() }))`
+      select email, disabled_at is not null as disabled from users where id = ${id}
+    `),
+  );
+
+/** A tenant with a person hired at `former` who moved on to another address. */
+async function movedOn() {
+  const { tenantId } = await provisionTenant(db.pool);
+  const former = `${nextId().toLowerCase()}@race.test`;
+  const person = await hired(tenantId, former);
+  await changeEmployeeDetails({ store, emailHash: testEmailHash, assertRoleExists: async () => undefined }, person, {
+    type: 'ChangeEmployeeDetails',
+    data: { email: `${nextId().toLowerCase()}@race.test` },
+    metadata: metadata(tenantId, new Date().toISOString()),
+  });
+  return { tenantId, former, person };
+}
+
+describe('when another employee is hired at a former address of the person while the erasure runs', () => {
+  it('leaves that employee their login at it when the hire commits after the erasure read the address', async () => {
+    const { tenantId, former, person } = await movedOn();
+
+    // The erasure's first read of the former address's reservation is followed, before it
+    // returns, by a hire there and a login made for the new employee.
+    let theirs: { readonly id: string } | undefined;
+    const racing = afterFirstRead(emailReservationStreamId(testEmailHash, tenantId, former), async () => {
+      await hired(tenantId, former);
+      theirs = await loginAt(tenantId, former);
+    });
+    const ports = erasurePorts({ store: racing.store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+
+    const result = await eraseEmployee(ports, person, metadata(tenantId, new Date().toISOString()));
+
+    expect(result.fresh).toBe(true);
+    expect(racing.acted()).toBe(true);
+    if (theirs === undefined) throw new Error('the erasure never read the former address');
+    expect(await loginRow(tenantId, theirs.id)).toEqual({ email: former, disabled: false });
+    expect(await keys.isDestroyed(tenantId, person)).toBe(true);
+  });
+
+  it('leaves that employee their login at it when the hire comes once the erasure is under way', async () => {
+    const { tenantId, former, person } = await movedOn();
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    // In the erasure's transaction, just before it forgets the person: a hire at the former
+    // address, and a login for the new employee once hired. The hire waits for the erasure to
+    // commit; it is not awaited here, only seen waiting (or done, when nothing holds it). It runs
+    // outside the transaction's context, as another request would (slonik refuses the pool
+    // inside it).
+    const outside = AsyncLocalStorage.snapshot();
+    let hiring: Promise<{ readonly id: string }> | undefined;
+    let waited = false;
+    const racing = {
+      ...ports,
+      forget: async (...args: Parameters<typeof ports.forget>) => {
+        const started = (hiring = outside(() => hired(tenantId, former).then(() => loginAt(tenantId, former))));
+        let done = false;
+        void started.then(
+          () => (done = true),
+          () => (done = true),
+        );
+        const deadline = Date.now() + 5_000;
+        while (!done && !(waited = await waitsForLock(db.url, '%es_append_batch%')) && Date.now() < deadline)
+          await new Promise((r) => setTimeout(r, 10));
+        await ports.forget(...args);
+      },
+    };
+
+    await eraseEmployee(racing, person, metadata(tenantId, new Date().toISOString()));
+
+    if (hiring === undefined) throw new Error('the erasure never forgot the person');
+    const theirs = await hiring;
+    expect(waited).toBe(true);
+    expect(await loginRow(tenantId, theirs.id)).toEqual({ email: former, disabled: false });
   });
 });
