@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import { registerProjectionCommands } from '../services/ops/projections.ts';
-import { registerTenantCommands } from '../services/ops/tenants.ts';
+import { printUnexpected, registerTenantCommands } from '../services/ops/tenants.ts';
 import { registerUserCommands } from '../services/ops/users.ts';
 import { registerEmployeeCommands } from '../services/ops/employees.ts';
 import { registerErasureCommands } from '../services/ops/erasure.ts';
@@ -30,4 +30,13 @@ registerErasureCommands(program);
 registerPrivacyCommands(program);
 registerAnalystCommands(program);
 
-await program.parseAsync(process.argv);
+try {
+  await program.parseAsync(process.argv);
+} catch (error) {
+  // A command outside `opsAction` (projections) that failed unexpectedly: printed as those are.
+  printUnexpected(error);
+  process.exitCode = 1;
+}
+// A failed command ends here, as an uncaught error ended it: nothing it left running (a pool, a
+// timer) holds it open. The runtime is closed by now; `exit` stops an embedded server it started.
+if (process.exitCode !== undefined && process.exitCode !== 0) process.exit();

@@ -88,6 +88,9 @@ export async function findLoginCredentials(
   return row && { id: row.id, role: row.role, passwordHash: row.password_hash, disabled: row.disabled };
 }
 
+/** The refusal of a second login at an address; it does not quote the address (logs and terminals keep none). */
+const USER_EXISTS = 'A user of this tenant already has this email';
+
 /**
  * Creates a login. An account that exists without a password (made from an employee's
  * `roleId`) gets its password and, if given, role; any other existing email is a conflict.
@@ -97,7 +100,7 @@ export async function createUser(tx: Queryable, input: { tenantId: string; email
   const roleId = await roleIdByName(tx, tenantId, input.role);
   const passwordHash = await hashPassword(input.password);
   const existing = await findUserByEmail(tx, tenantId, input.email);
-  if (existing?.hasPassword) throw new ConflictError(`A user with email ${input.email} already exists`);
+  if (existing?.hasPassword) throw new ConflictError(USER_EXISTS);
   const id = existing
     ? await tx.oneFirst(sql.type(idRow)`
         update users set password_hash = ${passwordHash}, role_id = ${roleId}, role_set_at = now(), updated_at = now()
@@ -119,7 +122,7 @@ export async function setUserRole(tx: Queryable, tenantId: string, email: string
     update users set role_id = ${roleId}, role_set_at = now(), updated_at = now()
     where tenant_id = ${tenantId} and email_key = ${normaliseEmail(email)} returning id
   `);
-  if (!id) throw new NotFoundError(`No user with email ${email}`);
+  if (!id) throw new NotFoundError('No user of this tenant has this email');
   const user = await findUserById(tx, tenantId, id);
   if (!user) throw new Error('user vanished after update');
   return user;
@@ -131,7 +134,7 @@ export async function disableUser(tx: Queryable, tenantId: string, email: string
     update users set disabled_at = coalesce(disabled_at, now()), updated_at = now()
     where tenant_id = ${tenantId} and email_key = ${normaliseEmail(email)} returning id
   `);
-  if (!id) throw new NotFoundError(`No user with email ${email}`);
+  if (!id) throw new NotFoundError('No user of this tenant has this email');
   await tx.query(sql.type(ignoredRows)`
     update refresh_tokens set revoked_at = now() where tenant_id = ${tenantId} and user_id = ${id} and revoked_at is null
   `);

@@ -38,13 +38,13 @@ export function registerPrivacyCommands(program: Command): void {
           }
           const reservations = bar('reservations');
           reservations.start(0, 0);
+          // Stopped however the work ends: a running bar's timer would hold a failed command open.
           const converted = await convertLegacyReservations(pool, emailHash, {
             onProgress: (p) => {
               reservations.setTotal(p.total);
               reservations.update(p.converted + p.dropped.length);
             },
-          });
-          reservations.stop();
+          }).finally(() => reservations.stop());
           const events = bar('events');
           events.start(0, 0);
           const sealed = await sealExistingEvents(pool, dataKeys, employeePersonalData, {
@@ -53,8 +53,7 @@ export function registerPrivacyCommands(program: Command): void {
               events.setTotal(p.total);
               events.update(p.sealed + p.redacted);
             },
-          });
-          events.stop();
+          }).finally(() => events.stop());
           for (const dropped of converted.dropped) process.stdout.write(`dropped\t${dropped}\n`);
           for (const position of sealed.skipped) process.stdout.write(`skipped\t${position}\n`);
           process.stdout.write(
@@ -96,8 +95,7 @@ export function registerPrivacyCommands(program: Command): void {
             [...before.values()].reduce((a, b) => a + b, 0),
             0,
           );
-          const rewrapped = await rewrapDataKeys(pool, keks, { onProgress: (n) => progress.update(n) });
-          progress.stop();
+          const rewrapped = await rewrapDataKeys(pool, keks, { onProgress: (n) => progress.update(n) }).finally(() => progress.stop());
           process.stdout.write(`${rewrapped} data keys now sealed under ${keks.currentId}\n`);
           // Counted again: keys made meanwhile by a process still sealing under an older KEK, or skipped while locked.
           const left = await keysUnderOlderKeks(pool, keks);

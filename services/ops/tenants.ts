@@ -2,6 +2,7 @@ import { InvalidArgumentError, Option, type Command } from 'commander';
 import pino from 'pino';
 import { loadConfig } from '../../shared/config.ts';
 import { createLogger } from '../../shared/logger.ts';
+import { errorForLog } from '../../shared/logSerializers.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import { AppError, ConflictError, NotFoundError } from '../../shared/errors.ts';
 import { createRuntime, type Runtime } from '../runtime.ts';
@@ -31,15 +32,36 @@ export async function withConfiguredRuntime(work: (runtime: Runtime) => Promise<
 export const withConfiguredDatabase = (work: (pool: DatabasePool) => Promise<void>): Promise<void> =>
   withConfiguredRuntime((runtime) => work(runtime.pool));
 
-/** Wraps a command action: operator mistakes print one line and exit 1 instead of a stack trace. */
+/**
+ * Prints a failure nobody planned for as the service's logs carry it: Node's own report of an
+ * uncaught error prints every field, and a database error's detail or bound values can quote an
+ * address. As JSON, which leaves out what the serializer keeps under symbols (the raw error); the
+ * replacer only keeps a bigint or a cycle from failing the print.
+ */
+export function printUnexpected(error: unknown): void {
+  const seen = new WeakSet<object>();
+  const printable = (_key: string, value: unknown): unknown => {
+    if (typeof value === 'bigint') return `${value}n`;
+    if (typeof value !== 'object' || value === null) return value;
+    if (seen.has(value)) return '[seen above]';
+    seen.add(value);
+    return value;
+  };
+  process.stderr.write(`unexpected error: ${JSON.stringify(errorForLog(error), printable, 2)}\n`);
+}
+
+/**
+ * Wraps a command action: operator mistakes print one line, anything else prints as
+ * `printUnexpected` does; both exit 1.
+ */
 export const opsAction =
   <A extends unknown[]>(action: (...args: A) => Promise<void>) =>
   async (...args: A): Promise<void> => {
     try {
       await action(...args);
     } catch (error) {
-      if (!(error instanceof AppError || error instanceof InvalidArgumentError)) throw error;
-      process.stderr.write(`error: ${error.message}\n`);
+      if (error instanceof AppError || error instanceof InvalidArgumentError) process.stderr.write(`error: ${error.message}\n`);
+      else printUnexpected(error);
       // The runtime is closed by now (withConfiguredRuntime's finally). `exitCode` is kept: the
       // embedded server leaves the exit code to the process (shared/db/embedded.ts).
       process.exitCode = 1;
@@ -117,7 +139,7 @@ export function registerTenantCommands(program: Command): void {
             ...(options.name ? { name: options.name } : {}),
           });
           process.stdout.write(
-            `created tenant ${result.tenant.slug} (${result.tenant.id}), plan ${result.tenant.plan}, admin ${options.adminEmail}\n`,
+            `created tenant ${result.tenant.slug} (${result.tenant.id}), plan ${result.tenant.plan}, ${result.adminCreated ? 'with' : 'without'} its admin\n`,
           );
         });
       },

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { UniqueIntegrityConstraintViolationError } from 'slonik';
 import { withTenant } from '../../shared/db/pool.ts';
 import { BUILT_IN_ROLES } from '../auth/permissions.ts';
 import { MIN_PASSWORD_LENGTH } from '../auth/passwords.ts';
@@ -10,7 +11,11 @@ import { opsAction, parseSlug, tenantIdBySlug, withConfiguredDatabase } from './
 
 const roleOption = () => new Option('--role <role>', BUILT_IN_ROLES.join(' | ')).choices(BUILT_IN_ROLES);
 
-const describeUser = (u: User) => `${u.email}\t${u.role}\t${u.disabled ? 'disabled' : u.hasPassword ? 'active' : 'no password'}\t${u.id}`;
+const stateOf = (u: User) => (u.disabled ? 'disabled' : u.hasPassword ? 'active' : 'no password');
+const describeUser = (u: User) => `${u.email}\t${u.role}\t${stateOf(u)}\t${u.id}`;
+// What a command on one login prints: the operator named the address, so it is left out (their
+// terminal often ends up in a job's log, which holds no address). `users list` shows them on purpose.
+const describeChanged = (u: User) => `user ${u.id}\t${u.role}\t${stateOf(u)}`;
 
 async function inTenant<T>(
   pool: DatabasePool,
@@ -37,10 +42,16 @@ export function registerUserCommands(program: Command): void {
           throw new InvalidArgumentError(`--password must have at least ${MIN_PASSWORD_LENGTH} characters`);
         await withConfiguredDatabase(async (pool) => {
           const tenantId = await tenantIdBySlug(pool, slug);
-          const made = await unlessOffboarded(pool, tenantId, (tx) => createUser(tx, { ...options, tenantId }));
+          const create = () => unlessOffboarded(pool, tenantId, (tx) => createUser(tx, { ...options, tenantId }));
+          // A login made at the address meanwhile: the role reactor's account for a hire there
+          // (which this then gives its password) or another run's (which this then refuses).
+          const made = await create().catch((error: unknown) => {
+            if (error instanceof UniqueIntegrityConstraintViolationError && error.constraint === 'users_tenant_email_key') return create();
+            throw error;
+          });
           if (made.offboarded) throw offboardedError(slug);
           const user = made.value;
-          process.stdout.write(`${describeUser(user)}\n`);
+          process.stdout.write(`${describeChanged(user)}\n`);
         });
       }),
     );
@@ -55,7 +66,7 @@ export function registerUserCommands(program: Command): void {
         const slug = parseSlug(tenant);
         await withConfiguredDatabase(async (pool) => {
           const user = await inTenant(pool, slug, (tx, tenantId) => setUserRole(tx, tenantId, options.email, options.role));
-          process.stdout.write(`${describeUser(user)}\n`);
+          process.stdout.write(`${describeChanged(user)}\n`);
         });
       }),
     );
@@ -69,7 +80,7 @@ export function registerUserCommands(program: Command): void {
         const slug = parseSlug(tenant);
         await withConfiguredDatabase(async (pool) => {
           const user = await inTenant(pool, slug, (tx, tenantId) => disableUser(tx, tenantId, options.email));
-          process.stdout.write(`${describeUser(user)}\n`);
+          process.stdout.write(`${describeChanged(user)}\n`);
         });
       }),
     );

@@ -54,6 +54,8 @@ describe('when an operator provisions with the ops CLI while the service runs', 
     );
     expect(created, created.stderr).toMatchObject({ code: 0 });
     expect(created.stdout).toContain(`created tenant ${slug}`);
+    expect(created.stdout).toContain('with its admin');
+    expect(created.stdout).not.toContain('boss@');
     expect((await login(slug, 'boss@ops.test', 'boss-password')).statusCode).toBe(200);
     const again = await ops('tenants', 'create', slug, '--plan', 'pro', '--admin-email', 'x@ops.test', '--admin-password', 'x-password');
     expect(again.code).toBe(1);
@@ -84,21 +86,36 @@ describe('when an operator provisions with the ops CLI while the service runs', 
   it('users create, set-role and disable take effect at login', async () => {
     const created = await ops('users', 'create', slug, '--email', 'ann@ops.test', '--password', 'ann-password', '--role', 'analyst');
     expect(created, created.stderr).toMatchObject({ code: 0 });
+    // What a command on one login prints names it by id: the operator typed the address, and
+    // their terminal often ends up in a job's log.
+    expect(created.stdout).toMatch(/^user [0-9a-f-]{36}\tanalyst\tactive\n$/);
     const first = await login(slug, 'ann@ops.test', 'ann-password');
     expect(first.statusCode).toBe(200);
     expect(
       JSON.parse(Buffer.from(first.json<{ accessToken: string }>().accessToken.split('.')[1] ?? '', 'base64url').toString()).roles,
     ).toEqual(['analyst']);
 
-    expect((await ops('users', 'set-role', slug, '--email', 'ANN@ops.test', '--role', 'hr_manager')).code).toBe(0);
+    const promoted = await ops('users', 'set-role', slug, '--email', 'ANN@ops.test', '--role', 'hr_manager');
+    expect(promoted.code).toBe(0);
+    expect(promoted.stdout).toMatch(/^user [0-9a-f-]{36}\thr_manager\tactive\n$/);
     const second = await login(slug, 'ann@ops.test', 'ann-password');
     expect(
       JSON.parse(Buffer.from(second.json<{ accessToken: string }>().accessToken.split('.')[1] ?? '', 'base64url').toString()).roles,
     ).toEqual(['hr_manager']);
 
-    expect((await ops('users', 'disable', slug, '--email', 'ann@ops.test')).code).toBe(0);
+    const disabled = await ops('users', 'disable', slug, '--email', 'ann@ops.test');
+    expect(disabled.code).toBe(0);
+    expect(disabled.stdout).toMatch(/\tdisabled\n$/);
+    expect(disabled.stdout).not.toContain('ann@');
     expect((await login(slug, 'ann@ops.test', 'ann-password')).statusCode).toBe(401);
-    expect((await ops('users', 'disable', slug, '--email', 'nobody@ops.test')).code).toBe(1);
+    // Refusals say what is wrong without the address: operators' terminals end up in job logs.
+    const unknown = await ops('users', 'disable', slug, '--email', 'nobody@ops.test');
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain('No user of this tenant has this email');
+    const twice = await ops('users', 'create', slug, '--email', 'ann@ops.test', '--password', 'ann-password', '--role', 'analyst');
+    expect(twice.code).toBe(1);
+    expect(twice.stderr).toContain('A user of this tenant already has this email');
+    expect(unknown.stderr + twice.stderr).not.toMatch(/nobody@|ann@/i);
   });
 });
 
