@@ -4,24 +4,12 @@ import { pgDate, pgIso } from '../../shared/db/timestamps.ts';
 import type { TenantQueryable, TenantReader } from '../../shared/db/tenantReader.ts';
 import { rangeEnd, type DateBound } from '../../shared/validation.ts';
 import type { Employee, EmployeeStatus } from '../../services/employees/contract.ts';
-import { employeeRowSchema } from './employeesProjection.ts';
 
 /**
  * Reads of the employees read model. Every read runs through `withTenant` (row-level security
  * as the second wall) and also filters by tenant explicitly (so the indexes apply).
  */
 export type EmployeeRecord = Omit<Employee, 'roleId'> & { readonly revision: number };
-
-const recordRow = employeeRowSchema.omit({ tenant_id: true, updated_at: true, status_since: true }).transform((r): EmployeeRecord => ({
-  id: r.id,
-  email: r.email,
-  firstName: r.first_name,
-  lastName: r.last_name,
-  department: r.department,
-  status: r.status,
-  hiredAt: r.hired_at,
-  revision: r.revision,
-}));
 
 const columns = sql.fragment`id, email, first_name, last_name, department, status, hired_at, revision`;
 
@@ -180,13 +168,25 @@ export function inTenant<T>(scope: DatabasePool | TenantReader, tenantId: string
   return 'read' in scope ? scope.read(tenantId, work) : withTenant(scope, tenantId, work);
 }
 
+/**
+ * SQL: the employee of the `table` row at hand is not one the erasure ledger
+ * (`employee_erasures`, the employees capability's table) records as erased. The projector takes
+ * an erased person out of a read model only when it applies the erasure, which may lag, be
+ * stopped, or wait behind a parked event of theirs; the ledger has it from the erasure's commit,
+ * so a list never shows them after it. One probe of the ledger's primary key per row a page reads.
+ * Totals come from counters and still count such a person until the projector applies the erasure.
+ */
+export const notInErasureLedger = (table: 'employees' | 'employee_versions', idColumn: 'id' | 'employee_id') =>
+  sql.fragment`not exists (select 1 from employee_erasures r
+    where r.tenant_id = ${sql.identifier([table, 'tenant_id'])} and r.employee_id = ${sql.identifier([table, idColumn])})`;
+
 /** The one statement of a list read (exported for the bench's bare-server baseline, which runs the same SQL). */
 export function listEmployeesStatement(tenantId: string, query: ListEmployeesQuery) {
   return sql.type(pageRow)`
     select t.total::int8 as total, p.*
     from (select ${totalExpression(tenantId, query)} as total) t
     left join lateral (
-      select ${columns} from employees where ${conditions(tenantId, query)}
+      select ${columns} from employees where ${conditions(tenantId, query)} and ${notInErasureLedger('employees', 'id')}
       order by hired_at desc, id desc
       limit ${query.limit} offset ${(query.page - 1) * query.limit}
     ) p on true
@@ -232,9 +232,3 @@ export const pageRow = z
       },
     };
   });
-
-export async function findEmployee(pool: DatabasePool, tenantId: string, id: string): Promise<EmployeeRecord | null> {
-  return withTenant(pool, tenantId, (tx) =>
-    tx.maybeOne(sql.type(recordRow)`select ${columns} from employees where tenant_id = ${tenantId}::uuid and id = ${id}`),
-  );
-}

@@ -1,7 +1,7 @@
 import { sql, type DatabasePool } from '../../shared/db/pool.ts';
 import type { TenantReader } from '../../shared/db/tenantReader.ts';
 import { rangeEnd } from '../../shared/validation.ts';
-import { inTenant, pageRow, type ListEmployeesQuery } from '../employees/queries.ts';
+import { inTenant, notInErasureLedger, pageRow, type ListEmployeesQuery } from '../employees/queries.ts';
 import { floorTo, inclusiveEnd } from '../../shared/series/intervals.ts';
 import { pgDate, pgIso } from '../../shared/db/timestamps.ts';
 
@@ -77,7 +77,7 @@ export function listEmployeesAsOfStatement(tenantId: string, query: AsOfQuery) {
     from (select ${totalExpression(tenantId, query)} as total) t
     left join lateral (
       select employee_id as id, email, first_name, last_name, department, status, hired_at, revision
-      from employee_versions where ${conditions(tenantId, query)}
+      from employee_versions where ${conditions(tenantId, query)} and ${notInErasureLedger('employee_versions', 'employee_id')}
       order by hired_at desc, employee_id desc
       limit ${query.limit} offset ${(query.page - 1) * query.limit}
     ) p on true

@@ -1,4 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll } from 'vitest';
+import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
+import { createTestDatabase, type TestDatabase } from './database.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import { createSealingEventStore } from '../../shared/event-store/sealing.ts';
@@ -27,4 +30,35 @@ export const closingKeysToo = (store: EventStore, keys: DataKeyStore): EventStor
 export function sealedEventStore(inner: EventStore, pool: DatabasePool): { readonly store: EventStore; readonly keys: DataKeyStore } {
   const keys = createDataKeyStore(pool, testKeyEncryptionKeys, { asynchronousCommit: true });
   return { store: closingKeysToo(createSealingEventStore(inner, { keys, policy: employeePersonalData }), keys), keys };
+}
+
+/**
+ * A fresh database and the PostgreSQL log on it behind the sealing boundary, for the enclosing
+ * `describe` (registers its own beforeAll/afterAll). Read its fields inside tests and hooks.
+ */
+export function useSealedTestEventStore(): { readonly db: TestDatabase; readonly store: EventStore; readonly keys: DataKeyStore } {
+  let made: { db: TestDatabase; store: EventStore; keys: DataKeyStore } | undefined;
+  beforeAll(async () => {
+    const db = await createTestDatabase();
+    made = { db, ...sealedEventStore(createPostgresEventStore(db.pool), db.pool) };
+  });
+  afterAll(async () => {
+    await made?.store.close();
+    await made?.db.drop();
+  });
+  const ready = () => {
+    if (!made) throw new Error('useSealedTestEventStore: used before its beforeAll ran');
+    return made;
+  };
+  return {
+    get db() {
+      return ready().db;
+    },
+    get store() {
+      return ready().store;
+    },
+    get keys() {
+      return ready().keys;
+    },
+  };
 }
