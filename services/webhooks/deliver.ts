@@ -3,7 +3,7 @@ import https from 'node:https';
 import type { LookupFunction } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { parseRetryAfter } from './schedule.ts';
-import { resolveTarget, TargetRefusedError, type TargetPolicy } from './targets.ts';
+import { resolveTarget, TargetRefusedError, type ResolvedAddress, type TargetPolicy } from './targets.ts';
 
 /** What a Standard Webhooks delivery carries: `id` is the change cursor, stable across retries. */
 export type WebhookMessage = { readonly id: string; readonly type: string; readonly timestamp: string; readonly data: unknown };
@@ -22,21 +22,47 @@ export type SendOptions = { readonly policy: TargetPolicy; readonly timeoutMs: n
  * checked now, and the connection goes to the address that was checked (a custom `lookup`),
  * with the URL's host name kept for TLS (SNI, certificate) and the Host header.
  * Redirects are not followed (a redirect could point anywhere); they count as failures.
+ * One bound for the whole attempt, DNS look-up included. The delivery run takes the two steps
+ * apart (`resolveWebhookTarget`, then `sendToTarget`, each with its own bound) to read the change
+ * between them.
  */
 export async function sendWebhook(url: string, secret: string, message: WebhookMessage, options: SendOptions): Promise<DeliveryOutcome> {
-  // One bound for the whole attempt, DNS lookup included: the dispatcher's lease is sized to
-  // outlive an attempt by a few seconds only, so a slow resolver must not stretch it.
   const deadline = AbortSignal.timeout(options.timeoutMs);
-  const started = Date.now();
-  let target;
+  const target = await resolveWebhookTarget(url, options, deadline);
+  return 'kind' in target ? target : sendToTarget(target, secret, message, options, deadline);
+}
+
+/** Where an attempt sends: the endpoint's URL and the address it resolved to and passed the checks. */
+export type WebhookTarget = { readonly url: URL; readonly address: ResolvedAddress };
+
+/**
+ * The first half of an attempt: the endpoint's URL resolved and checked now (targets.ts), within
+ * `deadline` (by default `options.timeoutMs`), or the attempt's failure. A caller that reads what it
+ * sends just before sending (the delivery run) resolves first, so a slow resolver does not stand
+ * between that read and the request.
+ */
+export async function resolveWebhookTarget(
+  url: string,
+  options: SendOptions,
+  deadline = AbortSignal.timeout(options.timeoutMs),
+): Promise<WebhookTarget | DeliveryOutcome> {
   try {
-    target = await beforeDeadline(resolveTarget(url, options.policy), deadline);
+    return await beforeDeadline(resolveTarget(url, options.policy), deadline);
   } catch (error) {
     if (error instanceof TargetRefusedError) return { kind: 'failed', status: null, error: `refused: ${error.message}` };
     if (deadline.aborted) return { kind: 'failed', status: null, error: `no answer within ${options.timeoutMs} ms (resolving the host)` };
     throw error;
   }
-  const remainingMs = Math.max(1, options.timeoutMs - (Date.now() - started));
+}
+
+/** The second half of an attempt: the request to `target`, ended by `deadline` (by default `options.timeoutMs`) whatever its state. */
+export function sendToTarget(
+  target: WebhookTarget,
+  secret: string,
+  message: WebhookMessage,
+  options: SendOptions,
+  deadline = AbortSignal.timeout(options.timeoutMs),
+): Promise<DeliveryOutcome> {
   const now = options.now?.() ?? new Date();
   const body = JSON.stringify({ type: message.type, timestamp: message.timestamp, data: message.data });
   const signature = new Webhook(secret).sign(message.id, now, body);
@@ -57,7 +83,8 @@ export async function sendWebhook(url: string, secret: string, message: WebhookM
       {
         method: 'POST',
         lookup,
-        timeout: remainingMs,
+        // Silence on the socket; `deadline` bounds the whole attempt, whatever is left of it.
+        timeout: options.timeoutMs,
         headers: {
           'content-type': 'application/json',
           'content-length': Buffer.byteLength(body),

@@ -6,7 +6,7 @@ import { errorSite } from '../../shared/errorSite.ts';
 import { storableText } from '../../shared/validation.ts';
 import { encodeCursor } from '../changes/cursor.ts';
 import { toChange } from '../changes/change.ts';
-import { sendWebhook, type DeliveryOutcome } from './deliver.ts';
+import { resolveWebhookTarget, sendToTarget, type DeliveryOutcome, type WebhookTarget } from './deliver.ts';
 import { ERROR_TEXT_MAX, recordAttempt, recordDelivered } from './deliveryLog.ts';
 import { deliveredTypes, resealSecret, type EndpointRecord } from './endpoints.ts';
 import { readBeforeSend } from './beforeSend.ts';
@@ -17,6 +17,8 @@ import type { DrainTriggers } from './triggers.ts';
 
 /** What a lease must have left beyond an attempt's time bound when the attempt starts (recording it, clock drift). */
 const LEASE_SLACK_MS = 5_000;
+/** An attempt's two steps, each within `timeoutMs`: the host's look-up, then the request. */
+export const ATTEMPT_STEPS = 2;
 /**
  * What the delivery log says of an attempt that failed on our side with an unexpected error: the
  * tenant reads the log, and the error's own text may quote anything, personal data included.
@@ -54,9 +56,10 @@ export type DeliveryRunDeps = {
  * read, so an erasure since the page was read is honoured). A replay revokes the lease (lease.ts,
  * rewindEndpoint) and the run stops there, so it sends nothing more from the old cursor; the
  * revoked lease keeps every other run out until this one releases it, so its attempt in flight
- * stays the only one. A lease with less than an
- * attempt's time bound (plus slack) left is renewed first: an attempt, DNS lookup included, ends
- * within `timeoutMs` (deliver.ts), so it never outlives the lease.
+ * stays the only one. The target is resolved before that read (within `timeoutMs`), so only the
+ * request stands between the read and the send. A lease with less left than that request and the
+ * next change's look-up (each within `timeoutMs`, deliver.ts), plus slack, is renewed first, so
+ * neither outlives the lease before the next read.
  */
 export function createDeliveryRun(deps: DeliveryRunDeps) {
   const { pool, secrets, targets, retry, timeoutMs, leaseMs, random, logger, stop, triggers, scanWindow, retentionMs } = deps;
@@ -87,19 +90,29 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
    */
   const attempts = (endpoint: EndpointRecord) => {
     let secret: Promise<string | { readonly error: string }> | undefined;
-    return async (change: ChangeRecord): Promise<DeliveryOutcome> => {
-      try {
-        const opened = await (secret ??= openSecret(endpoint));
-        if (typeof opened !== 'string') return { kind: 'failed', status: null, error: opened.error };
-        const message = { id: encodeCursor(change.position), type: change.type, timestamp: change.occurredAt, data: toChange(change) };
-        return await sendWebhook(endpoint.url, opened, message, { policy: targets, timeoutMs });
-      } catch (error) {
-        logger?.error(
-          { endpointId: endpoint.id, tenantId: endpoint.tenantId, error: errorSite(error) },
-          'webhook delivery attempt failed on our side',
-        );
-        return { kind: 'failed', status: null, error: INTERNAL_FAILURE };
-      }
+    const onOurSide = (error: unknown): DeliveryOutcome => {
+      logger?.error(
+        { endpointId: endpoint.id, tenantId: endpoint.tenantId, error: errorSite(error) },
+        'webhook delivery attempt failed on our side',
+      );
+      return { kind: 'failed', status: null, error: INTERNAL_FAILURE };
+    };
+    const options = { policy: targets, timeoutMs };
+    return {
+      /** Where the next attempt goes (resolved and checked now), or that attempt's failure. */
+      resolve: (): Promise<WebhookTarget | DeliveryOutcome> => resolveWebhookTarget(endpoint.url, options).catch(onOurSide),
+      /** The attempt: `change` signed and sent to `target`, unless resolving it failed. */
+      send: async (change: ChangeRecord, target: WebhookTarget | DeliveryOutcome): Promise<DeliveryOutcome> => {
+        if ('kind' in target) return target;
+        try {
+          const opened = await (secret ??= openSecret(endpoint));
+          if (typeof opened !== 'string') return { kind: 'failed', status: null, error: opened.error };
+          const message = { id: encodeCursor(change.position), type: change.type, timestamp: change.occurredAt, data: toChange(change) };
+          return await sendToTarget(target, opened, message, options);
+        } catch (error) {
+          return onOurSide(error);
+        }
+      },
     };
   };
   return async (endpoint: EndpointRecord, token: string, budget: number, until: number): Promise<{ delivered: number; more: boolean }> => {
@@ -140,6 +153,14 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         whole = false;
         break;
       }
+      // The target first: a resolver that takes seconds must not stand between the read of the
+      // change below and its request, or an erasure committed meanwhile would still go out.
+      const at = new Date();
+      const target = await attempt.resolve();
+      if (stop.aborted || Date.now() >= until) {
+        whole = false;
+        break;
+      }
       const current = await readBeforeSend(pool, endpoint.tenantId, endpoint.id, token, change);
       // Revoked by a replay, or lost: what succeeded cannot be recorded any more (the token
       // matches nothing); whoever takes the endpoint next starts from its cursor.
@@ -150,11 +171,11 @@ export function createDeliveryRun(deps: DeliveryRunDeps) {
         whole = false;
         break;
       }
-      // The lease must outlive the next attempt: record what succeeded so far, which renews it.
-      if (current.leftMs < timeoutMs + LEASE_SLACK_MS && !(await flush())) return { delivered: sent, more: false };
+      // The lease must outlive this request and the next change's look-up (each bounded by
+      // `timeoutMs`), to the next read: record what succeeded so far, which renews it.
+      if (current.leftMs < ATTEMPT_STEPS * timeoutMs + LEASE_SLACK_MS && !(await flush())) return { delivered: sent, more: false };
       sent++;
-      const at = new Date();
-      const outcome = await attempt({ ...change, employee: current.employee });
+      const outcome = await attempt.send({ ...change, employee: current.employee }, target);
       const durationMs = Date.now() - at.getTime();
       if (outcome.kind === 'delivered') {
         succeeded.push({ position: change.position, type: change.type, statusCode: outcome.status, at, durationMs });

@@ -5,7 +5,7 @@ import type { Logger } from '../../shared/logger.ts';
 import { CHANGES_PROJECTION } from '../../projections/changes/changesProjection.ts';
 import { readCheckpoint } from '../../shared/projections/checkpoints.ts';
 import { createChangeWakeups } from '../changes/wakeups.ts';
-import { createDeliveryRun } from './deliveryRun.ts';
+import { ATTEMPT_STEPS, createDeliveryRun } from './deliveryRun.ts';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy } from './schedule.ts';
 import type { SecretBox } from './secrets.ts';
 import { trimDeliveries } from './deliveryLog.ts';
@@ -78,7 +78,8 @@ export async function startWebhookDispatcher(options: WebhookDispatcherOptions):
   const { pool, secrets, targets, prefix, logger } = options;
   const retry = options.retry ?? DEFAULT_RETRY_POLICY;
   const timeoutMs = options.timeoutMs ?? 15_000;
-  const leaseMs = timeoutMs + 30_000;
+  // Renewed when less is left than an attempt's steps need (deliveryRun.ts): 30 s of sending between renewals.
+  const leaseMs = ATTEMPT_STEPS * timeoutMs + 30_000;
   const batchPerJob = options.batchPerJob ?? 500;
   const jobBudgetMs = options.jobBudgetMs ?? 60_000;
   const tenantShare = options.tenantConcurrency ?? DEFAULT_TENANT_CONCURRENCY;

@@ -15,7 +15,23 @@ import { recordErasure } from '../../../services/employees/erasureLedger.ts';
  */
 // Attempts may take long here: the receiver holds its first answer while the test acts.
 const HOLD_MS = 4_000;
-const wh = useWebhooks({ dispatcher: { timeoutMs: 3 * HOLD_MS } });
+/** Runs once at the dispatcher's next look-up of a host name, before it answers (then 127.0.0.1). */
+let whileResolving: (() => Promise<unknown>) | undefined;
+const wh = useWebhooks({
+  dispatcher: {
+    timeoutMs: 3 * HOLD_MS,
+    targets: {
+      // Plain http to a name is only allowed for a host listed.
+      allowHosts: ['127.0.0.1', 'receiver.test'],
+      resolver: async () => {
+        const act = whileResolving;
+        whileResolving = undefined;
+        await act?.();
+        return [{ address: '127.0.0.1', family: 4 }];
+      },
+    },
+  },
+});
 const { admin } = wh;
 
 type Body = { type: string; data: { employee: { email: string | null; firstName: string | null; lastName: string | null } } };
@@ -70,5 +86,40 @@ describe('when an employee is erased while a run is sending their changes', () =
       recordErasure(wh.h.db.pool, { tenantId, employeeId, erasedAt: new Date().toISOString() }),
     );
     expect(sent).toMatchObject({ email: null, firstName: null, lastName: null });
+  });
+});
+
+describe('when an employee is erased while the run resolves the receiver of their change', () => {
+  it('sends the change with the personal fields blanked: the change is read once the receiver is known', async () => {
+    const { tenant, headers } = await admin();
+    const receiver = await startReceiver();
+    try {
+      const created = await wh.h.app.inject({
+        method: 'POST',
+        url: '/v1/webhooks',
+        headers,
+        payload: { url: receiver.url, events: ['employee.hired'], after: START_CURSOR },
+      });
+      expect(created.statusCode, created.body).toBe(201);
+      // The dispatcher reaches the receiver by a name, so every attempt looks it up first; the
+      // first look-up records the erasure of the one person the tenant will have hired.
+      const { id } = created.json<{ id: string }>();
+      await sqlAt(wh.h.db.url, `update webhook_endpoints set url = replace(url, '127.0.0.1', 'receiver.test') where id = $1`, [id]);
+      const hired: { employeeId?: string } = {};
+      whileResolving = async () => {
+        const { employeeId } = hired;
+        if (employeeId === undefined) throw new Error('resolved before the hire');
+        await recordErasure(wh.h.db.pool, { tenantId: tenant.tenantId, employeeId, erasedAt: new Date().toISOString() });
+      };
+      hired.employeeId = (await hire(wh.h.store, tenant.tenantId, 'erased-while-resolving')).employeeId;
+
+      await waitFor(() => receiver.requests.length >= 1);
+      expect(whileResolving).toBeUndefined();
+      const sent = JSON.parse(receiver.requests[0]?.body ?? 'null') as Body;
+      expect(sent.type).toBe('employee.hired');
+      expect(sent.data.employee).toMatchObject({ email: null, firstName: null, lastName: null });
+    } finally {
+      await receiver.close();
+    }
   });
 });

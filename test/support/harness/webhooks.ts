@@ -58,6 +58,7 @@ export function useWebhooks(
         | 'batchPerJob'
         | 'scanWindow'
         | 'logger'
+        | 'targets'
       >
     >;
   } = {},
