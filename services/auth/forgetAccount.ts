@@ -26,9 +26,15 @@ async function forgetLogins(tx: Queryable, tenantId: string, which: FragmentSqlT
   return ids;
 }
 
-/** The login at `email` (a person who was erased) is forgotten; true when there was such a login. */
-export async function forgetAccount(tx: Queryable, tenantId: string, email: string): Promise<boolean> {
-  return (await forgetLogins(tx, tenantId, sql.fragment`email_key = ${normaliseEmail(email)}`)).length > 0;
+/**
+ * The login at `email` (a person who was erased) is forgotten; true when there was such a login.
+ * With `madeBy` (an ISO 8601 instant), only if it was made by then, to the millisecond (the
+ * precision of the instants the event store hands back). One made within that millisecond counts:
+ * a login lost is made again, an erased person's password kept at their address is not undone.
+ */
+export async function forgetAccount(tx: Queryable, tenantId: string, email: string, madeBy: string | null = null): Promise<boolean> {
+  const made = madeBy === null ? sql.fragment`true` : sql.fragment`date_trunc('milliseconds', created_at) <= ${madeBy}::timestamptz`;
+  return (await forgetLogins(tx, tenantId, sql.fragment`email_key = ${normaliseEmail(email)} and ${made}`)).length > 0;
 }
 
 /** These logins (by user id) are forgotten: those a person who was erased was given a role on. */

@@ -81,9 +81,10 @@ export function erasurePorts(ports: {
       // well, and stays at the address it was made at when their email changes). Left with the
       // address, such a login would be handed the role of the next person hired there, with the
       // erased person's password. The reactor forgets what it gives them up to the erasure itself
-      // when it meets the erasure.
+      // when it meets the erasure. A repeated erasure leaves a login made at a freed address since:
+      // the next holder's (ErasedPerson's loginsMadeBy).
       await forgetEmployeeLogins(tx, ROLE_REACTOR_LOGINS, person.tenantId, [person.employeeId]);
-      for (const email of person.addresses) await forgetAccount(tx, person.tenantId, email);
+      for (const email of person.addresses) await forgetAccount(tx, person.tenantId, email, person.loginsMadeBy);
     },
   };
 }

@@ -1,15 +1,17 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { ConflictError, WrongExpectedRevisionError } from '../../shared/errors.ts';
-import type {
-  AppendRequest,
-  AppendResult,
-  EventMetadata,
-  EventStore,
-  ExpectedRevision,
-  NewEvent,
-  RecordedEvent,
-  StreamSeen,
+import {
+  comparePositions,
+  type AppendRequest,
+  type AppendResult,
+  type EventMetadata,
+  type EventStore,
+  type ExpectedRevision,
+  type GlobalPosition,
+  type NewEvent,
+  type RecordedEvent,
+  type StreamSeen,
 } from '../../shared/event-store/port.ts';
 import { employeeDecider } from './decide.ts';
 import { type EmployeeState, employeeStreamId, normaliseEmail, type EmployeeEvent } from './contract.ts';
@@ -140,13 +142,13 @@ export function newReservationRequest(input: ReservationInput): AppendRequest {
 }
 
 /**
- * An address's reservation stream as read: who holds it, who reserved it last (held or released
- * since), and the revision to append at.
+ * An address's reservation stream as read: its events, who holds it, and the revision to append
+ * at.
  */
 type Address = {
   readonly streamId: string;
+  readonly events: readonly RecordedEvent[];
   readonly holder: Holder;
-  readonly lastReserver: string | null;
   readonly expected: ExpectedRevision;
   /** Both forms of its stream, as read. */
   readonly seen: readonly StreamSeen[];
@@ -158,11 +160,10 @@ async function readAddress(store: EventStore, input: Pick<ReservationInput, 'ema
   const [keyedEvents, legacyEvents] = await Promise.all([store.readStream(keyed), store.readStream(legacy)]);
   // The keyed-hash stream wins once it exists; until then a first-form stream holds the address.
   const [streamId, events] = keyedEvents.length === 0 && legacyEvents.length > 0 ? [legacy, legacyEvents] : [keyed, keyedEvents];
-  const reserved = events.findLast((e) => e.type === 'EmployeeEmailReserved');
   return {
     streamId,
+    events,
     holder: currentHolder(events),
-    lastReserver: reserved ? (reserved.data as EmailReserved['data']).employeeId : null,
     expected: events.length === 0 ? 'no_stream' : events.length - 1,
     seen: [
       { streamId: keyed, revision: keyedEvents.at(-1)?.revision ?? -1 },
@@ -212,15 +213,27 @@ export async function planEmailChange(store: EventStore, input: ReservationInput
 }
 
 /**
- * The employee who reserved `email` last, whether they hold it still or released it since (null
- * when nobody ever did), and the address's streams as they were read.
+ * The employee who reserved the address last among its events (null when nobody did), whether
+ * they hold it still or released it since; with `before`, last before that point of the log.
+ */
+function reserverBefore(events: readonly RecordedEvent[], before: GlobalPosition | null): string | null {
+  const reserved = events.findLast(
+    (e) => e.type === 'EmployeeEmailReserved' && (before === null || comparePositions(e.position, before) < 0),
+  );
+  return reserved ? (reserved.data as EmailReserved['data']).employeeId : null;
+}
+
+/**
+ * The employee who reserved `email` last (see `reserverBefore`: as the address stood at `before`,
+ * when given), and the address's streams as they were read.
  */
 export async function lastReserver(
   store: EventStore,
   input: Pick<ReservationInput, 'emailHash' | 'tenantId' | 'email'>,
+  before: GlobalPosition | null = null,
 ): Promise<{ readonly employeeId: string | null; readonly seen: readonly StreamSeen[] }> {
-  const { lastReserver: employeeId, seen } = await readAddress(store, input);
-  return { employeeId, seen };
+  const { events, seen } = await readAddress(store, input);
+  return { employeeId: reserverBefore(events, before), seen };
 }
 
 /**

@@ -30,9 +30,16 @@ export type ErasedPerson = {
   readonly erasedAt: string;
   /**
    * The addresses whose logins are theirs to forget: every one they held, while it can still be
-   * read (none once it cannot: erased before, key gone), but those another employee holds now.
+   * read (none once it cannot: erased before, key gone), but those another employee reserved
+   * after them (before their erasure, when this one repeats it).
    */
   readonly addresses: readonly string[];
+  /**
+   * Null: every login at `addresses` is theirs. Set when the erasure repeats one in the log (ISO
+   * 8601, when the log recorded it): only the logins made by then are. The erasure freed the
+   * addresses, so one made there since is the next holder's, and has no password of the person's.
+   */
+  readonly loginsMadeBy: string | null;
 };
 
 export type ErasurePorts = {
@@ -96,8 +103,14 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
     // A field that no longer opens reads null whatever its type says (a key destroyed by an
     // erasure whose event a restored log lacks): then there is no address to release.
     const email: string | null = person.kind === 'hired' ? (person.email as string | null) : null;
+    // Erased before: what was theirs is judged as it stood at that erasure, not by who came since.
+    const erasedBefore = recorded.find((e) => e.type === 'EmployeeErased') ?? null;
     // Read before the transaction, as the release is planned: the reservations are streams of the log.
-    const { addresses, seen } = await addressesToForget(ports.store, { emailHash: ports.emailHash, tenantId, employeeId, email }, history);
+    const { addresses, seen } = await addressesToForget(
+      ports.store,
+      { emailHash: ports.emailHash, tenantId, employeeId, email, erasure: erasedBefore?.position ?? null },
+      history,
+    );
     // With the log in this database, the transaction holds the addresses' streams and checks that
     // none moved since they were read: a hire at a former address in between would have its login
     // forgotten as the person's. Elsewhere such a hire can still slip in.
@@ -105,13 +118,13 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
       ports.logInDatabase ? holdStreamsAsSeen(tx, seen, appending) : Promise.resolve();
     try {
       if (state.kind === 'erased' && events.length === 0) {
-        const erased: ErasedPerson = { tenantId, employeeId, erasedAt: state.erasedAt, addresses };
-        await ports.pool.transaction(async (tx) => {
-          // The parking lock first, then the streams', as the first erasure takes them.
-          await holdParkedStreams(tx, [streamId]);
-          await holdAddresses(tx, []);
-          await completeErasure(tx, ports, erased);
-        });
+        // An event without a time of its own (a store that answers the epoch) judges no login by it.
+        const recordedAt = erasedBefore?.recordedAt;
+        const loginsMadeBy = recordedAt !== undefined && Date.parse(recordedAt) > 0 ? recordedAt : null;
+        const erased: ErasedPerson = { tenantId, employeeId, erasedAt: state.erasedAt, addresses, loginsMadeBy };
+        // The addresses' streams are not held: they are judged as they stood at the erasure, and a
+        // login made since is left by when it was made, so a hire there now changes neither.
+        await ports.pool.transaction((tx) => completeErasure(tx, ports, erased));
         return { id: employeeId, erasedAt: erased.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };
       }
       if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
@@ -125,7 +138,7 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
         ...(release ? [release] : []),
         { streamId, events: events.map((e) => ({ id: randomUUID(), ...e, metadata: meta })), expectedRevision: recorded.length - 1 },
       ];
-      const erased: ErasedPerson = { tenantId, employeeId, erasedAt, addresses };
+      const erased: ErasedPerson = { tenantId, employeeId, erasedAt, addresses, loginsMadeBy: null };
       let appended: AppendResult[];
       if (ports.logInDatabase) {
         appended = await ports.pool.transaction(async (tx) => {

@@ -1,4 +1,4 @@
-import type { EventStore, StreamSeen } from '../../shared/event-store/port.ts';
+import type { EventStore, GlobalPosition, StreamSeen } from '../../shared/event-store/port.ts';
 import type { EmailHash } from '../../shared/personal-data/emailHash.ts';
 import { normaliseEmail, type EmployeeEvent } from './contract.ts';
 import { lastReserver } from './emailReservation.ts';
@@ -11,9 +11,15 @@ import { lastReserver } from './emailReservation.ts';
  * email changes). An address someone reserved after them is that employee's: so is a login at it,
  * which stays there even once they move on to another address.
  *
- * Also answers the reservation streams as they were read: a hire at one of the addresses after
- * the read makes the answer stale (its login would be forgotten as the person's), which the
- * erasure checks in its transaction where it can (holdStreamsAsSeen).
+ * Once the person's stream holds their erasure (a repeat), each address is judged as it stood
+ * then, by who had reserved it last before the erasure: one hired there since (the erasure freed
+ * the address) came after the person was gone, and does not make the login the person had there
+ * any less theirs (a restore, or a crash before the erasure forgot it, can leave it there still,
+ * with their password).
+ *
+ * Also answers the reservation streams as they were read: before an erasure, a hire at one of the
+ * addresses after the read makes the answer stale (its login would be forgotten as the person's),
+ * which the erasure checks in its transaction where it can (holdStreamsAsSeen).
  */
 export async function addressesToForget(
   store: EventStore,
@@ -23,6 +29,8 @@ export async function addressesToForget(
     readonly employeeId: string;
     /** Their address as their history ends (null when it no longer opens). */
     readonly email: string | null;
+    /** Where `EmployeeErased` stands in the log, when their stream holds it already. */
+    readonly erasure: GlobalPosition | null;
   },
   history: readonly EmployeeEvent[],
 ): Promise<{ readonly addresses: string[]; readonly seen: readonly StreamSeen[] }> {
@@ -39,7 +47,7 @@ export async function addressesToForget(
     }
   }
   const addresses = [...held.values()];
-  const reservers = await Promise.all(addresses.map((email) => lastReserver(store, { ...person, email })));
+  const reservers = await Promise.all(addresses.map((email) => lastReserver(store, { ...person, email }, person.erasure)));
   // An address no reservation ever bound (data from before reservations): their last is theirs,
   // as the erasure has always held; a former one may be another's now, unreserved as well.
   const last = person.email === null ? null : normaliseEmail(person.email);

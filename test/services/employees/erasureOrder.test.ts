@@ -2,10 +2,11 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { monotonicFactory } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { sql, withTenant } from '../../../shared/db/pool.ts';
+import { ignoredRows, sql, withTenant } from '../../../shared/db/pool.ts';
 import { createPostgresEventStore } from '../../../shared/event-store/postgres/eventStore.ts';
 import type { EventStore } from '../../../shared/event-store/port.ts';
 import type { DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
+import { issueRefreshToken } from '../../../services/auth/refreshTokens.ts';
 import { createUser } from '../../../services/auth/users.ts';
 import { erasurePorts } from '../../../services/employees/capability.ts';
 import { changeEmployeeDetails, changeEmployeeStatus, hireEmployee, loadEmployee } from '../../../services/employees/commands.ts';
@@ -14,9 +15,11 @@ import { employeeStreamId } from '../../../services/employees/contract.ts';
 import { emailReservationStreamId } from '../../../services/employees/emailReservation.ts';
 import { eraseEmployee, type ErasurePorts } from '../../../services/employees/erasure.ts';
 import { listErasures } from '../../../services/employees/erasureLedger.ts';
+import { eraseAll, erasuresToReapply } from '../../../services/employees/erasureRuns.ts';
 import { provisionTenant } from '../../support/auth.ts';
 import { createTestDatabase, waitsForLock, type TestDatabase } from '../../support/database.ts';
 import { sealedEventStore, testEmailHash } from '../../support/personalData.ts';
+import { waitFor } from '../../support/waitFor.ts';
 
 /**
  * The erasure's order against failures and against what runs beside it: a crash or a failure
@@ -251,5 +254,121 @@ describe('when another employee is hired at a former address of the person while
     const theirs = await hiring;
     expect(waited).toBe(true);
     expect(await loginRow(tenantId, theirs.id)).toEqual({ email: former, disabled: false });
+  });
+});
+
+const keyRow = z.object({ kek_id: z.string(), sealed_key: z.string() });
+const liveTokens = (tenantId: string, userId: string) =>
+  withTenant(db.pool, tenantId, (tx) =>
+    tx.anyFirst(sql.type(z.object({ id: z.string() }))`
+      select id::text from refresh_tokens where user_id = ${userId} and revoked_at is null
+    `),
+  );
+
+/**
+ * What a PostgreSQL backup taken now holds of the person's key and of their login (with its
+ * refresh tokens), and the restore that puts them back under a log that keeps what came since
+ * (KurrentDB's, which a PostgreSQL restore does not roll back): the erasure's ledger entry goes.
+ */
+async function backupOf(tenantId: string, employeeId: string, userId: string): Promise<() => Promise<void>> {
+  const key = await db.pool.one(sql.type(keyRow)`
+    select kek_id, sealed_key from personal_data_keys where tenant_id = ${tenantId} and subject_id = ${employeeId}
+  `);
+  const login = await withTenant(db.pool, tenantId, (tx) =>
+    tx.one(sql.type(z.object({ email: z.string(), email_key: z.string() }))`select email, email_key from users where id = ${userId}`),
+  );
+  return async () => {
+    await db.pool.query(sql.type(ignoredRows)`
+      update personal_data_keys set kek_id = ${key.kek_id}, sealed_key = ${key.sealed_key}, destroyed_at = null
+      where tenant_id = ${tenantId} and subject_id = ${employeeId}
+    `);
+    await db.pool.query(sql.type(ignoredRows)`
+      delete from employee_erasures where tenant_id = ${tenantId} and employee_id = ${employeeId}
+    `);
+    await withTenant(db.pool, tenantId, async (tx) => {
+      await tx.query(sql.type(ignoredRows)`
+        update users set email = ${login.email}, email_key = ${login.email_key}, disabled_at = null where id = ${userId}
+      `);
+      await tx.query(sql.type(ignoredRows)`update refresh_tokens set revoked_at = null where user_id = ${userId}`);
+    });
+  };
+}
+
+const crashing = (ports: ErasurePorts): ErasurePorts => ({ ...ports, forget: () => Promise.reject(new Error('the process died here')) });
+
+describe('when the erasure is repeated after another employee was hired at the address it freed', () => {
+  it('forgets the login the person had there, which a crash before the forgetting left with their password', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const address = `${nextId().toLowerCase()}@freed.test`;
+    const person = await hired(tenantId, address);
+    const own = await loginAt(tenantId, address);
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: false });
+    await expect(eraseEmployee(crashing(ports), person, metadata(tenantId, new Date().toISOString()))).rejects.toThrow('died');
+    await hired(tenantId, address);
+
+    expect(await eraseEmployee(ports, person, metadata(tenantId, new Date().toISOString()))).toMatchObject({ fresh: false });
+
+    expect(await loginRow(tenantId, own.id)).toEqual({ email: `erased-${own.id}@erased.invalid`, disabled: true });
+    expect(await keys.isDestroyed(tenantId, person)).toBe(true);
+  });
+
+  it('forgets the login a restored backup brings back with the key, when the erasures are re-applied', async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const address = `${nextId().toLowerCase()}@freed.test`;
+    const person = await hired(tenantId, address);
+    const own = await loginAt(tenantId, address);
+    await withTenant(db.pool, tenantId, (tx) => issueRefreshToken(tx, { tenantId, userId: own.id, now: Date.now() }));
+    const restore = await backupOf(tenantId, person, own.id);
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: true });
+    await eraseEmployee(ports, person, metadata(tenantId, new Date().toISOString()));
+    await hired(tenantId, address);
+    await restore();
+    expect(await loginRow(tenantId, own.id)).toEqual({ email: address, disabled: false });
+
+    // The processes that run after a restore start afresh: no key remembered as destroyed.
+    const restarted = sealedEventStore(log, db.pool);
+    try {
+      const after = erasurePorts({
+        store: restarted.store,
+        log,
+        pool: db.pool,
+        emailHash: testEmailHash,
+        dataKeys: restarted.keys,
+        logInDatabase: true,
+      });
+      expect(await eraseAll(after, await erasuresToReapply(after, tenantId), 'spec')).toEqual({ erased: 0, already: 1, absent: 0 });
+
+      expect(await loginRow(tenantId, own.id)).toEqual({ email: `erased-${own.id}@erased.invalid`, disabled: true });
+      expect(await liveTokens(tenantId, own.id)).toEqual([]);
+      expect(await restarted.keys.isDestroyed(tenantId, person)).toBe(true);
+    } finally {
+      // Its own key store only: the log underneath is the file's.
+      await restarted.keys.close?.();
+    }
+  });
+
+  it("leaves a login made at the address after the erasure, the next holder's, before their hire and after it", async () => {
+    const { tenantId } = await provisionTenant(db.pool);
+    const address = `${nextId().toLowerCase()}@freed.test`;
+    const person = await hired(tenantId, address);
+    const ports = erasurePorts({ store, log, pool: db.pool, emailHash: testEmailHash, dataKeys: keys, logInDatabase: false });
+    await expect(eraseEmployee(crashing(ports), person, metadata(tenantId, new Date().toISOString()))).rejects.toThrow('died');
+    const erasure = (await log.readStream(employeeStreamId(tenantId, person))).find((e) => e.type === 'EmployeeErased');
+    if (!erasure) throw new Error('the erasure was not appended');
+    // A login made after the erasure, in a later millisecond: one made within the erasure's own
+    // millisecond counts as the person's.
+    await waitFor(() =>
+      db.pool.oneFirst(sql.type(z.object({ later: z.boolean() }))`
+        select date_trunc('milliseconds', now()) > ${erasure.recordedAt}::timestamptz as later
+      `),
+    );
+    const theirs = await loginAt(tenantId, address);
+
+    await eraseEmployee(ports, person, metadata(tenantId, new Date().toISOString()));
+    expect(await loginRow(tenantId, theirs.id)).toEqual({ email: address, disabled: false });
+    await hired(tenantId, address);
+    await eraseEmployee(ports, person, metadata(tenantId, new Date().toISOString()));
+    expect(await loginRow(tenantId, theirs.id)).toEqual({ email: address, disabled: false });
+    expect(await keys.isDestroyed(tenantId, person)).toBe(true);
   });
 });
