@@ -32,6 +32,8 @@ export type RunProjectionOptions = {
   readonly onParked?: (event: RecordedEvent, error: string) => void;
   /** Retries of a failing event before it is parked, and their backoff (defaults: 3 tries, 20 ms doubling). */
   readonly isolation?: Partial<Pick<IsolationPolicy, 'maxAttempts' | 'backoffMs'>>;
+  /** How often a running projector looks again for a killed replay's tables (default a minute). */
+  readonly abandonedBuildCheckMs?: number;
 };
 
 /** Backoff after a transient failure (database down, deadlock): doubles from 50 ms up to 2 s. */
@@ -39,6 +41,7 @@ const TRANSIENT_BACKOFF_MS = { first: 50, max: 2_000 };
 // A killed build's cleanup waits on a replay or on a reader of its tables (a dump: minutes), so it
 // starts soon and then backs off to a few tries an hour.
 const CLEAR_RETRY_MS = { first: 1_000, max: 300_000 };
+const ABANDONED_BUILD_CHECK_MS = 60_000;
 
 /**
  * The next page is requested while the current one is applied (read and apply pipelined): the
@@ -95,17 +98,21 @@ export function runProjection<T extends string>(
 
   // A killed replay's tables are dropped beside the projector, never in its way: tried at its
   // first start on a current model, and again with backoff until they are gone (a reader held one,
-  // or a replay was building and its tables were its own).
+  // or a replay was building and its tables were its own). Then looked for again now and then
+  // while it runs: a replay killed meanwhile (`ops projections replay` stopped, a worker that
+  // died) leaves tables that hold people erased since, and its own process is gone.
   let clearing: Promise<void> | undefined;
+  const recheckMs = options.abandonedBuildCheckMs ?? ABANDONED_BUILD_CHECK_MS;
   const clearInBackground = async () => {
-    for (let wait = CLEAR_RETRY_MS.first; !signal.aborted; wait = Math.min(wait * 2, CLEAR_RETRY_MS.max)) {
+    let wait = CLEAR_RETRY_MS.first;
+    while (!signal.aborted) {
       const outcome = await clearAbandonedBuild(pool, projection).catch((error: unknown) => {
         if (!signal.aborted)
           options.onError?.(new Error(`could not drop a killed replay's tables; trying again in ${wait} ms`, { cause: error }));
         return 'failed' as const;
       });
-      if (outcome === 'cleared') return;
-      await sleep(wait, undefined, { signal }).catch(() => undefined);
+      await sleep(outcome === 'cleared' ? recheckMs : wait, undefined, { signal }).catch(() => undefined);
+      wait = outcome === 'cleared' ? CLEAR_RETRY_MS.first : Math.min(wait * 2, CLEAR_RETRY_MS.max);
     }
   };
   const ensureBuilt = async () => {
@@ -122,6 +129,7 @@ export function runProjection<T extends string>(
       onParked: options.onParked,
       onlyIfOutdated: true,
     });
+    clearing ??= clearInBackground();
   };
 
   /**

@@ -15,7 +15,7 @@ import type { IsolationPolicy } from './isolation.ts';
 import { replayLockKey } from './parking.ts';
 import type { Projection } from './projection.ts';
 import { buildAndSwap, type ProgressListener, type ReplayResult } from './rebuild.ts';
-import { dropAbandonedShadows } from './shadowTables.ts';
+import { dropAbandonedShadows, shadowTablesOf } from './shadowTables.ts';
 import { assertNotSuperseded } from './versionGuard.ts';
 
 const lockedRow = z.object({ locked: z.boolean() });
@@ -108,6 +108,9 @@ async function releaseReplayLock(connection: Queryable, projection: Projection<s
  * later.
  */
 export async function clearAbandonedBuild(pool: DatabasePool, projection: Projection<string>): Promise<'cleared' | 'busy'> {
+  // Nothing there, nothing to lock: a projector looks now and then, and its lock would make a
+  // `projections retry` or `resolve` meanwhile take it for a rebuild running.
+  if ((await shadowTablesOf(pool, projection)).length === 0) return 'cleared';
   return pool.connect(async (connection) => {
     if (!(await tryReplayLock(connection, projection))) return 'busy';
     try {

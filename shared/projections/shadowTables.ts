@@ -29,16 +29,23 @@ export async function runStatements(
 
 const staleTableRow = z.object({ name: z.string() });
 
-/** Shadow tables a killed replay left behind; safe to drop only under the replay lock. */
-export async function dropAbandonedShadows(connection: Pick<DatabasePool, 'any' | 'query'>, projection: Projection<string>): Promise<void> {
+/** The shadow and retired tables of `projection` there are now: a build's, running or killed. */
+export async function shadowTablesOf(connection: Pick<DatabasePool, 'any'>, projection: Projection<string>): Promise<string[]> {
+  const names: string[] = [];
   for (const logical of Object.keys(projection.tables)) {
     const stale = await connection.any(sql.type(staleTableRow)`
       select tablename as name from pg_tables
       where schemaname = current_schema() and (tablename like ${`${logical}\\_\\_g%`} or tablename like ${`${logical}\\_\\_retired\\_%`})
     `);
-    for (const { name } of stale) {
-      await connection.query(sql.type(ignoredRows)`drop table if exists ${sql.identifier([name])}`);
-    }
+    names.push(...stale.map((t) => t.name));
+  }
+  return names;
+}
+
+/** Shadow tables a killed replay left behind; safe to drop only under the replay lock. */
+export async function dropAbandonedShadows(connection: Pick<DatabasePool, 'any' | 'query'>, projection: Projection<string>): Promise<void> {
+  for (const name of await shadowTablesOf(connection, projection)) {
+    await connection.query(sql.type(ignoredRows)`drop table if exists ${sql.identifier([name])}`);
   }
 }
 

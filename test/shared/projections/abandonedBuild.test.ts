@@ -12,8 +12,9 @@ import { waitFor } from '../../support/waitFor.ts';
 
 /**
  * A replay killed mid-build leaves its shadow tables: copies of the read model that nothing reads
- * and no erasure reaches. A projector that starts on a current model drops them, unless a replay
- * holds the projection's lock (its tables are its work), and never waits on them.
+ * and no erasure reaches. A projector that starts on a current model drops them, and so does one
+ * already running, now and then, unless a replay holds the projection's lock (its tables are its
+ * work); it never waits on them.
  */
 const t = useTestEventStore();
 
@@ -102,6 +103,33 @@ describe('when a killed replay left its tables behind', () => {
     expect(await leftTables()).toHaveLength(2);
     await whileFollowing();
     expect(await leftTables()).toEqual([]);
+  });
+
+  it('a projector already running drops them too, without a restart', async () => {
+    const caughtUp = await freshEvent();
+    const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20, abandonedBuildCheckMs: 100 });
+    try {
+      await waitFor(caughtUp);
+      await leaveBuildBehind();
+      await waitFor(async () => ((await leftTables()).length === 0 ? true : undefined));
+    } finally {
+      await projector.stop();
+    }
+  });
+
+  it('and so does one that built the model at its start, for a new version', async () => {
+    await whileFollowing();
+    await t.db.pool.query(sql.type(ignoredRows)`update projection_checkpoints set version = version - 1 where name = 'tally'`);
+    const caughtUp = await freshEvent();
+    const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20, abandonedBuildCheckMs: 100 });
+    try {
+      await waitFor(caughtUp);
+      expect((await readCheckpoint(t.db.pool, 'tally'))?.version).toBe(tallyProjection().version);
+      await leaveBuildBehind();
+      await waitFor(async () => ((await leftTables()).length === 0 ? true : undefined));
+    } finally {
+      await projector.stop();
+    }
   });
 
   it('but not while a replay of the projection holds its lock: they go once it lets go', async () => {
