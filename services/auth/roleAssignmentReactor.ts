@@ -148,6 +148,9 @@ export const roleAssignmentReactor = defineProjection({
           changed.add(key);
           break;
         case 'EmployeeRoleAssigned': {
+          // A person erased from here on (a retried parked event of theirs) is given no role: the
+          // address still known for them may be someone else's by now.
+          if (recorded.redacted) break;
           const person = emails.get(key);
           // No known address (an employee stream without its hire) or a malformed id: nothing to apply.
           if (person && UUID.test(event.data.roleId)) {

@@ -8,6 +8,7 @@ import {
   RebuildInProgressError,
   RebuildRaceError,
   countParkedEvents,
+  countParkedEventsOfErased,
   listParkedEvents,
   resolveParkedEvents,
   retryParkedEvents,
@@ -79,6 +80,7 @@ export function registerProjectionCommands(program: Command): void {
       await withConfiguredRuntime(async ({ config, pool, eventStore }) => {
         const head = await eventStore.headPosition();
         const parked = await countParkedEvents(pool);
+        const ofErased = await countParkedEventsOfErased(pool);
         const rows = [];
         for (const projection of allProjections) {
           const checkpoint = await readCheckpoint(pool, projection.name);
@@ -93,6 +95,8 @@ export function registerProjectionCommands(program: Command): void {
             eventsApplied: checkpoint?.eventsApplied ?? 0,
             // Events this version could not apply (dead-letter); see `projections parked <name>`.
             parked: parked.get(projection.name) ?? 0,
+            // Of them, events of erased people: erasures this model does not show until they are retried or resolved.
+            parkedOfErased: ofErased.get(projection.name) ?? 0,
             updatedAt: checkpoint?.updatedAt ?? null,
           });
         }
@@ -108,6 +112,13 @@ export function registerProjectionCommands(program: Command): void {
           process.stdout.write(
             `parked events: ${withParked.map((r) => `${r.name} ${r.parked}`).join(', ')} ` +
               '(inspect: projections parked <name>; after a fix: projections retry <name>)\n',
+          );
+        }
+        const withErased = rows.filter((r) => r.parkedOfErased > 0);
+        if (withErased.length > 0) {
+          process.stdout.write(
+            `parked events of erased people: ${withErased.map((r) => `${r.name} ${r.parkedOfErased}`).join(', ')} ` +
+              '(their erasure is not in that model yet: projections retry <name>; resolve what still blocks them)\n',
           );
         }
         if (jobs.length > 0) {
@@ -186,6 +197,8 @@ export function registerProjectionCommands(program: Command): void {
           type: p.event.type,
           tenant: p.tenantId,
           status: p.status,
+          // Their person was erased: the erasure shows in the model once the stream's parked events are retried or resolved.
+          erased: p.erased,
           attempts: p.attempts,
           firstFailedAt: p.firstFailedAt,
           lastFailedAt: p.lastFailedAt,
@@ -208,6 +221,13 @@ export function registerProjectionCommands(program: Command): void {
         if (!result) return;
         process.stdout.write(`${projection.name}: ${result.retried} parked events applied, ${result.stillParked} still parked\n`);
         if (result.stillParked > 0) process.exitCode = 1;
+        const ofErased = (await countParkedEventsOfErased(pool)).get(projection.name) ?? 0;
+        if (ofErased > 0) {
+          process.stdout.write(
+            `${projection.name}: ${ofErased} of them of erased people, whose erasure this model does not show yet: ` +
+              `fix or resolve the first parked event of each such stream (projections parked ${projection.name}), then retry again\n`,
+          );
+        }
       });
     });
 

@@ -1,10 +1,12 @@
 import { Gauge, type Registry } from 'prom-client';
 import type { Queryable } from '../db/pool.ts';
-import { countParkedEvents } from './parking.ts';
+import { countParkedEvents, countParkedEventsOfErased } from './parking.ts';
 
 /**
  * `eas_projection_parked_events{projection}`: events parked by each projection's live version,
  * read from the database at scrape time, so every process (gateway, projector) reports the same.
+ * `eas_projection_parked_erased_events{projection}`: those of erased people, whose erasure the
+ * projection's model does not show until they are retried or resolved.
  */
 export function registerParkedEventsMetric(registry: Registry, db: Queryable): void {
   new Gauge({
@@ -15,6 +17,17 @@ export function registerParkedEventsMetric(registry: Registry, db: Queryable): v
     async collect() {
       this.reset();
       const counts = await countParkedEvents(db).catch(() => new Map<string, number>());
+      for (const [projection, parked] of counts) this.set({ projection }, parked);
+    },
+  });
+  new Gauge({
+    name: 'eas_projection_parked_erased_events',
+    help: 'Parked events of erased people, per projection: their erasure is not in its model until they are retried or resolved; 0 when healthy',
+    labelNames: ['projection'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const counts = await countParkedEventsOfErased(db).catch(() => new Map<string, number>());
       for (const [projection, parked] of counts) this.set({ projection }, parked);
     },
   });

@@ -1,4 +1,4 @@
-import type { IdentifierSqlToken } from 'slonik';
+import type { FragmentSqlToken, IdentifierSqlToken } from 'slonik';
 import { z } from 'zod';
 import { ignoredRows, sql, type DatabaseTransactionConnection, type Queryable, type DatabasePool } from '../db/pool.ts';
 import type { GlobalPosition, RecordedEvent } from '../event-store/port.ts';
@@ -6,7 +6,7 @@ import { recordLateApplies } from './applyOrder.ts';
 import { readCheckpoint } from './checkpoints.ts';
 import { pageCommitMode, setCommitMode } from './commitMode.ts';
 import { classifyFailure, describeFailure } from './failures.ts';
-import { dataToPark } from './parkedRedactions.ts';
+import { copyToPark } from './parkedRedactions.ts';
 import type { Projection } from './projection.ts';
 
 /**
@@ -68,11 +68,14 @@ const parkedRow = z.object({
   first_failed_at: z.string(),
   last_failed_at: z.string(),
   status: z.enum(['parked', 'retried', 'resolved']),
+  redacted: z.boolean(),
+  erased: z.boolean(),
 });
 
 export type ParkedEvent = {
   readonly projection: string;
   readonly version: number;
+  /** `redacted: true` when its personal fields were blanked for an erasure, as the sealing boundary hands such an event. */
   readonly event: RecordedEvent;
   readonly tenantId: string | null;
   readonly error: string;
@@ -80,6 +83,11 @@ export type ParkedEvent = {
   readonly firstFailedAt: string;
   readonly lastFailedAt: string;
   readonly status: ParkedStatus;
+  /**
+   * The person of its stream was erased: a projection shows the erasure only once this event and
+   * those before it of the stream are applied (`retry`) or given up on (`resolve`).
+   */
+  readonly erased: boolean;
 };
 
 const toParked = (row: z.infer<typeof parkedRow>): ParkedEvent => ({
@@ -94,6 +102,7 @@ const toParked = (row: z.infer<typeof parkedRow>): ParkedEvent => ({
     metadata: row.metadata,
     position: { commit: BigInt(row.commit_position), prepare: BigInt(row.prepare_position) },
     recordedAt: row.recorded_at,
+    ...(row.redacted && { redacted: true as const }),
   },
   tenantId: row.tenant_id,
   error: row.error,
@@ -101,11 +110,21 @@ const toParked = (row: z.infer<typeof parkedRow>): ParkedEvent => ({
   firstFailedAt: row.first_failed_at,
   lastFailedAt: row.last_failed_at,
   status: row.status,
+  erased: row.erased,
 });
 
+/** Whether the person of parked row `p`'s stream was erased (an erasure recorded it, or its copy was parked redacted). */
+const ofErased = sql.fragment`(p.redacted or exists (select 1 from projection_parked_redactions r where r.stream_id = p.stream_id))`;
+
+// Every copy of an erased person's stream is handed back redacted, as every projection reads an
+// event of a person erased from there on, whether or not it held a personal field: applied plain,
+// an assignment of a role, say, would be given to whoever holds their freed address now. `redacted`
+// is set when a copy is parked or blanked; the streams recorded as erased also mark the copies
+// written before that column existed, or by a process still on older code meanwhile.
 const parkedColumns = sql.fragment`
-  projection, version, commit_position::text, prepare_position::text, event_id, stream_id, revision, event_type, tenant_id,
-  data, metadata, recorded_at, error, attempts, first_failed_at, last_failed_at, status
+  p.projection, p.version, p.commit_position::text, p.prepare_position::text, p.event_id, p.stream_id, p.revision, p.event_type,
+  p.tenant_id, p.data, p.metadata, p.recorded_at, p.error, p.attempts, p.first_failed_at, p.last_failed_at, p.status,
+  ${ofErased} as redacted, ${ofErased} as erased
 `;
 
 const tenantOf = (event: RecordedEvent): string | null => (typeof event.metadata.tenantId === 'string' ? event.metadata.tenantId : null);
@@ -113,7 +132,8 @@ const tenantOf = (event: RecordedEvent): string | null => (typeof event.metadata
 /**
  * Parks one event (inside the caller's transaction, so it commits with the checkpoint that skips it).
  * The event is stored as the projection was handed it, opened, but without the fields of a person
- * erased meanwhile (parkedRedactions.ts: it throws RetryLaterError while such an erasure is in flight).
+ * erased meanwhile, and marked redacted then (parkedRedactions.ts: it throws RetryLaterError while
+ * such an erasure is in flight).
  */
 export async function parkEvent(
   tx: Queryable,
@@ -121,19 +141,21 @@ export async function parkEvent(
   event: RecordedEvent,
   failure: { readonly error: string; readonly attempts: number },
 ): Promise<void> {
-  const data = await dataToPark(tx, event);
+  const { data, redacted } = await copyToPark(tx, event);
+  // Parked again (a replay of the same version): a blanked copy is never put back in the clear.
   await tx.query(sql.type(ignoredRows)`
     insert into projection_parked_events as p (
       projection, version, commit_position, prepare_position, event_id, stream_id, revision, event_type, tenant_id,
-      data, metadata, recorded_at, error, attempts
+      data, metadata, recorded_at, error, attempts, redacted
     ) values (
       ${projection.name}, ${projection.version}, ${event.position.commit.toString()}, ${event.position.prepare.toString()},
       ${event.id}, ${event.streamId}, ${event.revision}, ${event.type}, ${tenantOf(event)},
       ${sql.jsonb(JSON.parse(JSON.stringify(data ?? null)))}, ${sql.jsonb(JSON.parse(JSON.stringify(event.metadata)))},
-      ${event.recordedAt}, ${failure.error}, ${failure.attempts}
+      ${event.recordedAt}, ${failure.error}, ${failure.attempts}, ${redacted}
     )
     on conflict (projection, version, event_id) do update set
-      error = excluded.error, attempts = p.attempts + excluded.attempts, last_failed_at = now(), status = 'parked', resolved_at = null
+      error = excluded.error, attempts = p.attempts + excluded.attempts, last_failed_at = now(), status = 'parked', resolved_at = null,
+      data = case when excluded.redacted then excluded.data else p.data end, redacted = p.redacted or excluded.redacted
   `);
 }
 
@@ -212,11 +234,23 @@ const parkedCountRow = z.object({ name: z.string(), parked: z.number() });
  * Parked events per projection, for the live version of each (the one in projection_checkpoints).
  * Every built projection appears, with 0 when nothing is parked.
  */
-export async function countParkedEvents(db: Queryable): Promise<Map<string, number>> {
+export function countParkedEvents(db: Queryable): Promise<Map<string, number>> {
+  return countParked(db, sql.fragment`true`);
+}
+
+/**
+ * Of those, the events of erased people (ParkedEvent.erased): each is an erasure the projection's
+ * model does not show yet, until they are retried or resolved.
+ */
+export function countParkedEventsOfErased(db: Queryable): Promise<Map<string, number>> {
+  return countParked(db, ofErased);
+}
+
+async function countParked(db: Queryable, which: FragmentSqlToken): Promise<Map<string, number>> {
   const rows = await db.any(sql.type(parkedCountRow)`
     select c.name, count(p.event_id)::int8 as parked
     from projection_checkpoints c
-    left join projection_parked_events p on p.projection = c.name and p.version = c.version and p.status = 'parked'
+    left join projection_parked_events p on p.projection = c.name and p.version = c.version and p.status = 'parked' and ${which}
     group by c.name order by c.name
   `);
   return new Map(rows.map((r) => [r.name, r.parked]));
@@ -245,6 +279,8 @@ export type RetryResult = { readonly retried: number; readonly stillParked: numb
  * cannot commit in between. An event applied here is marked `retried` in the same
  * transaction, so it is never applied twice (the live projector is already past it). One that
  * still fails stays parked with attempts + 1, and so do the later events of its stream.
+ * A copy blanked for an erasure is handed over redacted (toParked), so an erased person's events
+ * apply as they would from the log, and the erasure parked behind them takes effect.
  * A transient failure (see failures.ts) rolls the whole retry back and is thrown; so is
  * RebuildInProgressError while a rebuild of the projection holds its replay lock.
  */
@@ -267,10 +303,10 @@ export async function retryParkedEvents<T extends string>(
       throw new Error(`projection ${projection.name} is built at version ${version}, this code is version ${projection.version}`);
     }
     const rows = await tx.any(sql.type(parkedRow)`
-      select ${parkedColumns} from projection_parked_events
+      select ${parkedColumns} from projection_parked_events p
       where projection = ${projection.name} and version = ${version} and status = 'parked'
       order by commit_position, prepare_position
-      for update
+      for update of p
     `);
     const blocked = new Map<string, string>();
     const appliedIds: string[] = [];
