@@ -1,6 +1,13 @@
 import { z } from 'zod';
 import { ignoredRows, sql, type DatabasePool } from '../../db/pool.ts';
-import { KEY_ID_FORM, subjectRef, type DataKeyStore, type DataSubject, type StoredKey } from '../../personal-data/dataKeys.ts';
+import {
+  KEY_ID_FORM,
+  SubjectErasedError,
+  subjectRef,
+  type DataKeyStore,
+  type DataSubject,
+  type StoredKey,
+} from '../../personal-data/dataKeys.ts';
 import {
   fieldPlace,
   isSealed,
@@ -165,7 +172,15 @@ async function keysOf(pool: DatabasePool, keys: DataKeyStore, policy: PersonalDa
   for (const [ref, key] of late) stored.set(ref, key);
   const lost = new Set(flagged.flatMap(([ref]) => (late.has(ref) ? [] : [ref])));
   const toMake = missing.filter(([ref]) => !lost.has(ref) && !late.has(ref));
-  const made = await Promise.all(toMake.map(([, s]) => keys.forSealing(s.subject)));
+  const made = await Promise.all(
+    toMake.map(([, s]) =>
+      keys.forSealing(s.subject).catch((error: unknown) => {
+        // Erased since the look-up (the erasure leaves a destroyed key row): nulled as any erased person's.
+        if (error instanceof SubjectErasedError) return 'destroyed' as const;
+        throw error;
+      }),
+    ),
+  );
   toMake.forEach(([ref], i) => stored.set(ref, made[i] as StoredKey));
   return { stored, lost };
 }

@@ -14,6 +14,7 @@ import { sealedEventStore, testEmailHash, testPersonalDataEnv } from '../../supp
 import { createDataKeyStore, type DataKeyStore } from '../../../shared/personal-data/dataKeys.ts';
 import { createKeyEncryptionKeys, generateKekEntry, parseKeyEncryptionKeys } from '../../../shared/personal-data/keyEncryptionKeys.ts';
 import { createSealingEventStore } from '../../../shared/event-store/sealing.ts';
+import { sealExistingEvents } from '../../../shared/event-store/postgres/sealExisting.ts';
 import { runOps, runOpsWith } from '../../support/processes.ts';
 
 /**
@@ -249,6 +250,44 @@ describe('when the key-encryption key is rotated', () => {
     expect(blocked.code).toBe(1);
     expect(blocked.stdout).toContain(`still sealed under ${oldId}\t1`);
     expect(blocked.stderr).toContain('still sealed under older key-encryption keys');
+  });
+});
+
+describe('when a person is erased while the rewrite makes their key', () => {
+  it("nulls their fields as any erased person's instead of failing the run", async () => {
+    // A database of its own: the rewrite reads the whole log, and the others' keys here were
+    // rotated to a key-encryption key this process does not hold.
+    const own = await createTestDatabase();
+    const log = createPostgresEventStore(own.pool);
+    const { store, keys: ownKeys } = sealedEventStore(log, own.pool);
+    try {
+      const tenantId = randomUUID();
+      const erased = nextId();
+      const name = `Late${tag()}`;
+      const streamId = employeeStreamId(tenantId, erased);
+      const data = { employeeId: erased, email: `late.${tag()}@example.test`, firstName: name, lastName: name };
+      await log.append(streamId, [
+        event('EmployeeHired', { ...data, department: 'r&d', status: 'active', hiredAt: '2020-01-01T00:00:00.000Z' }, tenantId),
+      ]);
+      // The erasure commits between the rewrite's look-up (no key yet) and the key it makes.
+      const racing: DataKeyStore = {
+        ...ownKeys,
+        forSealing: async (subject) => {
+          if (subject.subjectId === erased) await own.pool.transaction((tx) => ownKeys.destroy(tenantId, erased, tx));
+          return ownKeys.forSealing(subject);
+        },
+      };
+      const progress = await sealExistingEvents(own.pool, racing, employeePersonalData);
+      expect(progress).toMatchObject({ sealed: 0, redacted: 1 });
+      const [row] = await own.pool.anyFirst(
+        sql.type(z.object({ data: z.string() }))`select data::text as data from es_events where stream_id = ${streamId}`,
+      );
+      expect(row).not.toContain(name);
+      expect(JSON.parse(row ?? '{}')).toMatchObject({ email: null, firstName: null, lastName: null });
+    } finally {
+      await store.close();
+      await own.drop();
+    }
   });
 });
 
