@@ -93,23 +93,25 @@ const USER_EXISTS = 'A user of this tenant already has this email';
 
 /**
  * Creates a login. An account that exists without a password (made from an employee's
- * `roleId`) gets its password and, if given, role; any other existing email is a conflict.
+ * `roleId`) gets its password and, if given, role; any other existing email is a conflict. One
+ * statement decides, so a login made at the address meanwhile (another run, the role reactor's
+ * account for a hire there) is met as if it had been there first; the read before it spares the
+ * password's hashing when the login is there already (every start that bootstraps its admin).
  */
 export async function createUser(tx: Queryable, input: { tenantId: string; email: string; password: string; role: string }): Promise<User> {
   const { tenantId } = input;
   const roleId = await roleIdByName(tx, tenantId, input.role);
+  if ((await findUserByEmail(tx, tenantId, input.email))?.hasPassword) throw new ConflictError(USER_EXISTS);
   const passwordHash = await hashPassword(input.password);
-  const existing = await findUserByEmail(tx, tenantId, input.email);
-  if (existing?.hasPassword) throw new ConflictError(USER_EXISTS);
-  const id = existing
-    ? await tx.oneFirst(sql.type(idRow)`
-        update users set password_hash = ${passwordHash}, role_id = ${roleId}, role_set_at = now(), updated_at = now()
-        where tenant_id = ${tenantId} and id = ${existing.id} returning id
-      `)
-    : await tx.oneFirst(sql.type(idRow)`
-        insert into users (tenant_id, email, email_key, password_hash, role_id, role_set_at)
-        values (${tenantId}, ${input.email}, ${normaliseEmail(input.email)}, ${passwordHash}, ${roleId}, now()) returning id
-      `);
+  const id = await tx.maybeOneFirst(sql.type(idRow)`
+    insert into users as u (tenant_id, email, email_key, password_hash, role_id, role_set_at)
+    values (${tenantId}, ${input.email}, ${normaliseEmail(input.email)}, ${passwordHash}, ${roleId}, now())
+    on conflict (tenant_id, email_key) do update
+      set password_hash = excluded.password_hash, role_id = excluded.role_id, role_set_at = now(), updated_at = now()
+      where u.password_hash is null
+    returning u.id
+  `);
+  if (!id) throw new ConflictError(USER_EXISTS);
   const user = await findUserById(tx, tenantId, id);
   if (!user) throw new Error('user vanished after insert');
   return user;

@@ -111,34 +111,29 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
       { emailHash: ports.emailHash, tenantId, employeeId, email, erasure: erasedBefore?.position ?? null },
       history,
     );
-    // With the log in this database, the transaction holds the addresses' streams and checks that
-    // none moved since they were read: a hire at a former address in between would have its login
-    // forgotten as the person's. Elsewhere such a hire can still slip in.
-    const holdAddresses = (tx: Queryable, appending: readonly string[]) =>
-      ports.logInDatabase ? holdStreamsAsSeen(tx, seen, appending) : Promise.resolve();
+    if (state.kind === 'erased' && events.length === 0) {
+      // An event without a time of its own (a store that answers the epoch) judges no login by it.
+      const recordedAt = erasedBefore?.recordedAt;
+      const loginsMadeBy = recordedAt !== undefined && Date.parse(recordedAt) > 0 ? recordedAt : null;
+      const erased: ErasedPerson = { tenantId, employeeId, erasedAt: state.erasedAt, addresses, loginsMadeBy };
+      // The addresses' streams are not held: they are judged as they stood at the erasure, and a
+      // login made since is left by when it was made, so a hire there now changes neither.
+      await ports.pool.transaction((tx) => completeErasure(tx, ports, erased));
+      return { id: employeeId, erasedAt: erased.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };
+    }
+    if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
+    const erasedAt = metadata.now;
+    const meta = eventMetadata(metadata);
+    const release =
+      email === null
+        ? null
+        : await planRelease(ports.store, { emailHash: ports.emailHash, tenantId, email, employeeId, now: metadata.now, metadata: meta });
+    const requests: AppendRequest[] = [
+      ...(release ? [release] : []),
+      { streamId, events: events.map((e) => ({ id: randomUUID(), ...e, metadata: meta })), expectedRevision: recorded.length - 1 },
+    ];
+    const erased: ErasedPerson = { tenantId, employeeId, erasedAt, addresses, loginsMadeBy: null };
     try {
-      if (state.kind === 'erased' && events.length === 0) {
-        // An event without a time of its own (a store that answers the epoch) judges no login by it.
-        const recordedAt = erasedBefore?.recordedAt;
-        const loginsMadeBy = recordedAt !== undefined && Date.parse(recordedAt) > 0 ? recordedAt : null;
-        const erased: ErasedPerson = { tenantId, employeeId, erasedAt: state.erasedAt, addresses, loginsMadeBy };
-        // The addresses' streams are not held: they are judged as they stood at the erasure, and a
-        // login made since is left by when it was made, so a hire there now changes neither.
-        await ports.pool.transaction((tx) => completeErasure(tx, ports, erased));
-        return { id: employeeId, erasedAt: erased.erasedAt, position: recorded.at(-1)?.position ?? null, fresh: false };
-      }
-      if (person.kind !== 'hired') throw new Error('an erasure was decided for an employee who is not hired');
-      const erasedAt = metadata.now;
-      const meta = eventMetadata(metadata);
-      const release =
-        email === null
-          ? null
-          : await planRelease(ports.store, { emailHash: ports.emailHash, tenantId, email, employeeId, now: metadata.now, metadata: meta });
-      const requests: AppendRequest[] = [
-        ...(release ? [release] : []),
-        { streamId, events: events.map((e) => ({ id: randomUUID(), ...e, metadata: meta })), expectedRevision: recorded.length - 1 },
-      ];
-      const erased: ErasedPerson = { tenantId, employeeId, erasedAt, addresses, loginsMadeBy: null };
       let appended: AppendResult[];
       if (ports.logInDatabase) {
         appended = await ports.pool.transaction(async (tx) => {
@@ -146,8 +141,12 @@ export async function eraseEmployee(ports: ErasurePorts, employeeId: string, met
           // log waits for it to commit, so it must not then wait for a projection's page (taken
           // again by completeErasure, at no cost).
           await holdParkedStreams(tx, [streamId]);
-          await holdAddresses(
+          // The addresses' streams with the append's, checked unmoved since they were read: a hire
+          // at a former address in between would have its login forgotten as the person's. (With
+          // the log elsewhere such a hire can still slip in.)
+          await holdStreamsAsSeen(
             tx,
+            seen,
             requests.map((r) => r.streamId),
           );
           const results = await appendInTransaction(tx, requests, employeePersonalData);

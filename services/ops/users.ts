@@ -1,5 +1,4 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { UniqueIntegrityConstraintViolationError } from 'slonik';
 import { withTenant } from '../../shared/db/pool.ts';
 import { BUILT_IN_ROLES } from '../auth/permissions.ts';
 import { MIN_PASSWORD_LENGTH } from '../auth/passwords.ts';
@@ -42,13 +41,7 @@ export function registerUserCommands(program: Command): void {
           throw new InvalidArgumentError(`--password must have at least ${MIN_PASSWORD_LENGTH} characters`);
         await withConfiguredDatabase(async (pool) => {
           const tenantId = await tenantIdBySlug(pool, slug);
-          const create = () => unlessOffboarded(pool, tenantId, (tx) => createUser(tx, { ...options, tenantId }));
-          // A login made at the address meanwhile: the role reactor's account for a hire there
-          // (which this then gives its password) or another run's (which this then refuses).
-          const made = await create().catch((error: unknown) => {
-            if (error instanceof UniqueIntegrityConstraintViolationError && error.constraint === 'users_tenant_email_key') return create();
-            throw error;
-          });
+          const made = await unlessOffboarded(pool, tenantId, (tx) => createUser(tx, { ...options, tenantId }));
           if (made.offboarded) throw offboardedError(slug);
           const user = made.value;
           process.stdout.write(`${describeChanged(user)}\n`);

@@ -1,8 +1,8 @@
-import { UniqueIntegrityConstraintViolationError } from 'slonik';
 import type { DatabasePool } from '../../shared/db/pool.ts';
+import { ConflictError } from '../../shared/errors.ts';
 import type { Plan, RateLimitOverride } from '../gateway/requestContext.ts';
 import { ensureBuiltInRoles } from '../auth/roles.ts';
-import { createUser, findUserByEmail } from '../auth/users.ts';
+import { createUser } from '../auth/users.ts';
 import { unlessOffboarded } from './offboardingLedger.ts';
 import { ensureTenant, type Tenant } from './tenants.ts';
 
@@ -36,22 +36,17 @@ export async function provisionTenant(pool: DatabasePool, input: ProvisionTenant
   });
   const admin = input.admin;
   // An offboarding is final (offboardingLedger.ts): then nothing is provisioned.
-  const ensureRolesAndAdmin = () =>
-    unlessOffboarded(pool, tenant.id, async (tx) => {
-      await ensureBuiltInRoles(tx, tenant.id);
-      if (!admin) return false;
-      const existing = await findUserByEmail(tx, tenant.id, admin.email);
-      if (existing?.hasPassword) return false;
+  const done = await unlessOffboarded(pool, tenant.id, async (tx) => {
+    await ensureBuiltInRoles(tx, tenant.id);
+    if (!admin) return false;
+    try {
       await createUser(tx, { tenantId: tenant.id, email: admin.email, password: admin.password, role: 'admin' });
       return true;
-    });
-  let done: Awaited<ReturnType<typeof ensureRolesAndAdmin>>;
-  try {
-    done = await ensureRolesAndAdmin();
-  } catch (error) {
-    // Another process bootstrapped the same admin at the same instant: it exists now.
-    if (!(error instanceof UniqueIntegrityConstraintViolationError)) throw error;
-    done = await ensureRolesAndAdmin();
-  }
+    } catch (error) {
+      // There already (an earlier start), or bootstrapped by another process at the same instant.
+      if (error instanceof ConflictError) return false;
+      throw error;
+    }
+  });
   return { tenant, created, adminCreated: !done.offboarded && done.value, offboarded: done.offboarded };
 }

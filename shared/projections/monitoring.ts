@@ -9,25 +9,30 @@ import { countParkedEvents, countParkedEventsOfErased } from './parking.ts';
  * projection's model does not show until they are retried or resolved.
  */
 export function registerParkedEventsMetric(registry: Registry, db: Queryable): void {
+  parkedGauge(
+    registry,
+    'eas_projection_parked_events',
+    'Events a projection could not apply and parked (dead-letter), per projection; 0 when healthy',
+    () => countParkedEvents(db),
+  );
+  parkedGauge(
+    registry,
+    'eas_projection_parked_erased_events',
+    'Parked events of erased people, per projection: their erasure is not in its model until they are retried or resolved; 0 when healthy',
+    () => countParkedEventsOfErased(db),
+  );
+}
+
+/** A per-projection count read at scrape time; a failed read leaves the gauge empty for that scrape. */
+function parkedGauge(registry: Registry, name: string, help: string, count: () => Promise<Map<string, number>>): void {
   new Gauge({
-    name: 'eas_projection_parked_events',
-    help: 'Events a projection could not apply and parked (dead-letter), per projection; 0 when healthy',
+    name,
+    help,
     labelNames: ['projection'],
     registers: [registry],
     async collect() {
       this.reset();
-      const counts = await countParkedEvents(db).catch(() => new Map<string, number>());
-      for (const [projection, parked] of counts) this.set({ projection }, parked);
-    },
-  });
-  new Gauge({
-    name: 'eas_projection_parked_erased_events',
-    help: 'Parked events of erased people, per projection: their erasure is not in its model until they are retried or resolved; 0 when healthy',
-    labelNames: ['projection'],
-    registers: [registry],
-    async collect() {
-      this.reset();
-      const counts = await countParkedEventsOfErased(db).catch(() => new Map<string, number>());
+      const counts = await count().catch(() => new Map<string, number>());
       for (const [projection, parked] of counts) this.set({ projection }, parked);
     },
   });

@@ -24,8 +24,8 @@ const freeRow = z.object({ free: z.boolean() });
 const redactedFieldsRow = z.object({ fields: z.array(z.string()) });
 
 /**
- * What a parked copy holds: its data, and whether its personal fields were blanked for an erasure.
- * A retry hands a `redacted` copy back with `redacted: true` (parking.ts), the form the sealing
+ * What a parked copy holds: its data, and whether it is an erased person's (blanked for their
+ * erasure, or handed over already redacted). A retry hands a `redacted` copy back with `redacted: true` (parking.ts), the form the sealing
  * boundary gives an erased person's event, which every projection applies as erased; without it,
  * a projection would apply the blanks as the person's values.
  */
@@ -48,35 +48,25 @@ export async function copyToPark(tx: Queryable, event: RecordedEvent): Promise<P
   `);
   // An event opened after its key was destroyed comes blanked and marked already; it stays marked
   // where its stream is not recorded (an erasure from before the record existed).
-  const handedRedacted = event.redacted === true;
-  if (!fields) return { data: event.data, redacted: handedRedacted };
-  return { data: withFieldsNull(event.data, fields), redacted: handedRedacted || holdsAny(event.data, fields) };
-}
-
-/**
- * Whether `data` holds any of `fields`: the sealing boundary marks an erased person's event
- * redacted only then (an event with none of them reads as it was written).
- */
-function holdsAny(data: unknown, fields: readonly string[]): boolean {
-  if (typeof data !== 'object' || data === null || Array.isArray(data)) return false;
-  const record = data as Record<string, unknown>;
-  return fields.some((field) => record[field] !== undefined);
+  if (!fields) return { data: event.data, redacted: event.redacted === true };
+  return { data: withFieldsNull(event.data, fields), redacted: true };
 }
 
 /**
  * Blanks `fields` (set to null where present) in the data of every event of `streamIds` parked by
- * any projection, and marks the copies that held any of them redacted: a parked event is stored
- * as the projection was handed it, opened, so an erasure of the stream's person must reach it
- * too. A retry hands such a copy back redacted, so a projection applies it as it applies an
- * erased person's event read from the log, and as a rebuild after the erasure would.
+ * any projection, and marks the copies redacted: a parked event is stored as the projection was
+ * handed it, opened, so an erasure of the stream's person must reach it too. A retry hands such a
+ * copy back redacted, so a projection applies it as it applies an erased person's event read from
+ * the log, and as a rebuild after the erasure would.
  */
 export async function redactParkedEvents(tx: Queryable, streamIds: readonly string[], fields: readonly string[]): Promise<void> {
   if (streamIds.length === 0) return;
-  const named = sql.array([...fields], 'text');
   await tx.query(sql.type(ignoredRows)`
     update projection_parked_events set
-      data = data || coalesce((select jsonb_object_agg(k, null) from jsonb_object_keys(data) k where k = any(${named})), '{}'::jsonb),
-      redacted = redacted or data ?| ${named}
+      data = data || coalesce((
+        select jsonb_object_agg(k, null) from jsonb_object_keys(data) k where k = any(${sql.array([...fields], 'text')})
+      ), '{}'::jsonb),
+      redacted = true
     where stream_id = any(${sql.array([...streamIds], 'text')}) and jsonb_typeof(data) = 'object'
   `);
 }

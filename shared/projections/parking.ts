@@ -68,7 +68,6 @@ const parkedRow = z.object({
   first_failed_at: z.string(),
   last_failed_at: z.string(),
   status: z.enum(['parked', 'retried', 'resolved']),
-  redacted: z.boolean(),
   erased: z.boolean(),
 });
 
@@ -102,7 +101,7 @@ const toParked = (row: z.infer<typeof parkedRow>): ParkedEvent => ({
     metadata: row.metadata,
     position: { commit: BigInt(row.commit_position), prepare: BigInt(row.prepare_position) },
     recordedAt: row.recorded_at,
-    ...(row.redacted && { redacted: true as const }),
+    ...(row.erased && { redacted: true as const }),
   },
   tenantId: row.tenant_id,
   error: row.error,
@@ -124,7 +123,7 @@ const ofErased = sql.fragment`(p.redacted or exists (select 1 from projection_pa
 const parkedColumns = sql.fragment`
   p.projection, p.version, p.commit_position::text, p.prepare_position::text, p.event_id, p.stream_id, p.revision, p.event_type,
   p.tenant_id, p.data, p.metadata, p.recorded_at, p.error, p.attempts, p.first_failed_at, p.last_failed_at, p.status,
-  ${ofErased} as redacted, ${ofErased} as erased
+  ${ofErased} as erased
 `;
 
 const tenantOf = (event: RecordedEvent): string | null => (typeof event.metadata.tenantId === 'string' ? event.metadata.tenantId : null);

@@ -29,21 +29,23 @@ export async function runStatements(
 
 const staleTableRow = z.object({ name: z.string() });
 
-/** The shadow and retired tables of `projection` there are now: a build's, running or killed. */
-export async function shadowTablesOf(connection: Pick<DatabasePool, 'any'>, projection: Projection<string>): Promise<string[]> {
-  const names: string[] = [];
-  for (const logical of Object.keys(projection.tables)) {
-    const stale = await connection.any(sql.type(staleTableRow)`
-      select tablename as name from pg_tables
-      where schemaname = current_schema() and (tablename like ${`${logical}\\_\\_g%`} or tablename like ${`${logical}\\_\\_retired\\_%`})
-    `);
-    names.push(...stale.map((t) => t.name));
-  }
-  return names;
+/** The shadow and retired tables of `projection` there are now: a build's, running or killed. One catalogue read. */
+export async function shadowTablesOf(
+  connection: Pick<DatabasePool, 'anyFirst'>,
+  projection: Projection<string>,
+): Promise<readonly string[]> {
+  const patterns = Object.keys(projection.tables).flatMap((logical) => [`${logical}\\_\\_g%`, `${logical}\\_\\_retired\\_%`]);
+  return connection.anyFirst(sql.type(staleTableRow)`
+    select tablename as name from pg_tables
+    where schemaname = current_schema() and tablename like any(${sql.array(patterns, 'text')})
+  `);
 }
 
 /** Shadow tables a killed replay left behind; safe to drop only under the replay lock. */
-export async function dropAbandonedShadows(connection: Pick<DatabasePool, 'any' | 'query'>, projection: Projection<string>): Promise<void> {
+export async function dropAbandonedShadows(
+  connection: Pick<DatabasePool, 'anyFirst' | 'query'>,
+  projection: Projection<string>,
+): Promise<void> {
   for (const name of await shadowTablesOf(connection, projection)) {
     await connection.query(sql.type(ignoredRows)`drop table if exists ${sql.identifier([name])}`);
   }

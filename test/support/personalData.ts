@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll } from 'vitest';
-import { createPostgresEventStore } from '../../shared/event-store/postgres/eventStore.ts';
-import { createTestDatabase, type TestDatabase } from './database.ts';
+import { useTestEventStore, type TestDatabase } from './database.ts';
 import type { DatabasePool } from '../../shared/db/pool.ts';
 import type { EventStore } from '../../shared/event-store/port.ts';
 import { createSealingEventStore } from '../../shared/event-store/sealing.ts';
@@ -33,26 +32,26 @@ export function sealedEventStore(inner: EventStore, pool: DatabasePool): { reado
 }
 
 /**
- * A fresh database and the PostgreSQL log on it behind the sealing boundary, for the enclosing
+ * `useTestEventStore`'s database and log, behind the sealing boundary, for the enclosing
  * `describe` (registers its own beforeAll/afterAll). Read its fields inside tests and hooks.
  */
 export function useSealedTestEventStore(): { readonly db: TestDatabase; readonly store: EventStore; readonly keys: DataKeyStore } {
-  let made: { db: TestDatabase; store: EventStore; keys: DataKeyStore } | undefined;
-  beforeAll(async () => {
-    const db = await createTestDatabase();
-    made = { db, ...sealedEventStore(createPostgresEventStore(db.pool), db.pool) };
+  const log = useTestEventStore();
+  let sealed: { readonly store: EventStore; readonly keys: DataKeyStore } | undefined;
+  beforeAll(() => {
+    sealed = sealedEventStore(log.store, log.db.pool);
   });
+  // The log closes with its own hook; the key store's connection is this one's.
   afterAll(async () => {
-    await made?.store.close();
-    await made?.db.drop();
+    await sealed?.keys.close?.();
   });
   const ready = () => {
-    if (!made) throw new Error('useSealedTestEventStore: used before its beforeAll ran');
-    return made;
+    if (!sealed) throw new Error('useSealedTestEventStore: used before its beforeAll ran');
+    return sealed;
   };
   return {
     get db() {
-      return ready().db;
+      return log.db;
     },
     get store() {
       return ready().store;

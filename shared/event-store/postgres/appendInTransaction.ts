@@ -111,10 +111,10 @@ export async function holdStreamsAsSeen(tx: Queryable, seen: readonly StreamSeen
     )}::text[]) as s(stream_id)
   `);
   const revisions = new Map(now.map((r) => [r.stream_id, Number(r.revision)]));
+  const named = (revision: number) => (revision < 0 ? 'no_stream' : revision);
   for (const { streamId, revision } of seen) {
     const actual = revisions.get(streamId) ?? -1;
-    const name = (r: number) => (r < 0 ? 'no_stream' : r);
-    if (actual !== revision) throw new WrongExpectedRevisionError(streamId, String(name(revision)), name(actual));
+    if (actual !== revision) throw new WrongExpectedRevisionError(streamId, String(named(revision)), named(actual));
   }
 }
 

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ignoredRows, sql } from '../../../shared/db/pool.ts';
 import { readCheckpoint } from '../../../shared/projections/checkpoints.ts';
-import { runProjection } from '../../../shared/projections/follow.ts';
+import { runProjection, type RunProjectionOptions } from '../../../shared/projections/follow.ts';
 import { replayLockKey } from '../../../shared/projections/parking.ts';
 import { useTestEventStore } from '../../support/database.ts';
 import { tallied, tallyProjection } from '../../support/projections/tallyProjection.ts';
@@ -42,9 +42,9 @@ async function freshEvent(): Promise<() => Promise<true | undefined>> {
 }
 
 /** Runs the projector while `during` runs (after it applied a fresh event), then stops it. */
-async function whileFollowing(during: () => Promise<unknown> = async () => undefined): Promise<void> {
+async function whileFollowing(during: () => Promise<unknown> = async () => undefined, options: RunProjectionOptions = {}): Promise<void> {
   const caughtUp = await freshEvent();
-  const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20 });
+  const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20, ...options });
   try {
     await waitFor(caughtUp);
     await during();
@@ -87,13 +87,24 @@ async function holding(hold: Hold, during: (release: () => Promise<void>) => Pro
   });
 }
 
+const allDropped = async () => ((await leftTables()).length === 0 ? true : undefined);
+
+/** Tables left behind while the projector runs, and dropped by it. */
+async function leftAndDropped(): Promise<void> {
+  await leaveBuildBehind();
+  await waitFor(allDropped);
+}
+
+/** A projector that looks for a killed replay's tables every 100 ms. */
+const lookingOften: RunProjectionOptions = { abandonedBuildCheckMs: 100 };
+
 /** The projector follows the log while the tables are held, and they stay; once let go, they are dropped with no restart. */
 const stayUntilReleased = (release: () => Promise<void>) =>
   whileFollowing(async () => {
     await waitFor(await freshEvent());
     expect(await leftTables()).toHaveLength(2);
     await release();
-    await waitFor(async () => ((await leftTables()).length === 0 ? true : undefined));
+    await waitFor(allDropped);
   });
 
 describe('when a killed replay left its tables behind', () => {
@@ -106,30 +117,16 @@ describe('when a killed replay left its tables behind', () => {
   });
 
   it('a projector already running drops them too, without a restart', async () => {
-    const caughtUp = await freshEvent();
-    const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20, abandonedBuildCheckMs: 100 });
-    try {
-      await waitFor(caughtUp);
-      await leaveBuildBehind();
-      await waitFor(async () => ((await leftTables()).length === 0 ? true : undefined));
-    } finally {
-      await projector.stop();
-    }
+    await whileFollowing(leftAndDropped, lookingOften);
   });
 
   it('and so does one that built the model at its start, for a new version', async () => {
     await whileFollowing();
     await t.db.pool.query(sql.type(ignoredRows)`update projection_checkpoints set version = version - 1 where name = 'tally'`);
-    const caughtUp = await freshEvent();
-    const projector = runProjection(t.db.pool, t.store, tallyProjection(), { pollIntervalMs: 20, abandonedBuildCheckMs: 100 });
-    try {
-      await waitFor(caughtUp);
+    await whileFollowing(async () => {
       expect((await readCheckpoint(t.db.pool, 'tally'))?.version).toBe(tallyProjection().version);
-      await leaveBuildBehind();
-      await waitFor(async () => ((await leftTables()).length === 0 ? true : undefined));
-    } finally {
-      await projector.stop();
-    }
+      await leftAndDropped();
+    }, lookingOften);
   });
 
   it('but not while a replay of the projection holds its lock: they go once it lets go', async () => {
